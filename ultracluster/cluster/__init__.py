@@ -1,0 +1,132 @@
+"""Scenario → Cluster: the hardware catalog, link parameters, rank layout and actor shards.
+
+Pure: plain frozen dataclasses and numpy, no Ray. `build_cluster` is the stage's one entry point.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
+from .catalog import INSTANCES, ULTRASERVER, ChipSpec, InstanceSpec
+from .placement import Layout, group_span, rank_coords, stage_layers
+
+__all__ = [
+    "Calibration", "Cluster", "Links", "Layout", "ShardSpec", "build_cluster", "group_span", "rank_coords",
+    "stage_layers",
+]
+
+GBPS = 1e9 / 8  # bytes per second in one Gbit/s
+
+
+@dataclass(frozen=True)
+class Links:
+    """Link parameters after scenario overrides (`cluster.network`), SI units.
+
+    NeuronLink figures are per chip; the ring algorithms Neuron uses drive two of the four torus links of
+    a chip in each direction (two disjoint Hamiltonian cycles of the 4x4 torus, reference H11), so a rank
+    gets `neuronlink_bytes_per_s_per_chip / 2 / ranks_per_chip` in one direction.
+    """
+
+    neuronlink_bytes_per_s_per_chip: float
+    neuronlink_latency_s: float
+    efa_bytes_per_s: float           # per instance
+    efa_latency_s: float
+    z_link_bytes_per_s_per_chip: float   # UltraServer only (0 otherwise)
+    z_latency_s: float
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """What one Ray actor stands for: a contiguous range of instances and their ranks."""
+
+    index: int
+    first_instance: int
+    instances: int
+    first_rank: int
+    ranks: int
+
+    @property
+    def label(self) -> str:
+        last = self.first_instance + self.instances - 1
+        return f"shard {self.index} (instances {self.first_instance}-{last})"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The emulated cluster: hardware, links, layout and how it is folded into actors."""
+
+    instance: InstanceSpec
+    instances: int
+    lnc: int
+    ultraserver: bool
+    layout: Layout
+    links: Links
+    shards: tuple[ShardSpec, ...]
+    calibration: Calibration
+
+    @property
+    def chip(self) -> ChipSpec:
+        return self.instance.chip
+
+    @property
+    def chips(self) -> int:
+        return self.instances * self.instance.chips
+
+    @property
+    def neuron_cores(self) -> int:
+        return self.instances * self.instance.neuron_cores
+
+    @property
+    def ranks_per_instance(self) -> int:
+        return self.instance.neuron_cores // self.lnc
+
+    @property
+    def ranks_per_chip(self) -> int:
+        return self.chip.physical_cores // self.lnc
+
+    @property
+    def ranks(self) -> int:
+        return self.instances * self.ranks_per_instance
+
+    @property
+    def instances_per_actor(self) -> int:
+        return self.shards[0].instances
+
+    def stage_layers(self, layers: int) -> "list[int]":
+        return stage_layers(layers, self.layout.pp * self.layout.virtual_stages).tolist()
+
+
+def build_cluster(scenario, instances_per_actor: int, calibration: Calibration = DEFAULT_CALIBRATION) -> Cluster:
+    """Build the Cluster of a validated scenario.
+
+    Args:
+        scenario: a resolved `ultracluster.scenario.Scenario`.
+        instances_per_actor: instances folded into one actor (already resolved from "auto").
+        calibration: the named calibration factors.
+
+    Returns:
+        The Cluster. The last shard may hold fewer instances than the others.
+    """
+    c, p = scenario.cluster, scenario.parallelism
+    spec = INSTANCES[c.instance]
+    net = c.network
+    links = Links(
+        neuronlink_bytes_per_s_per_chip=(net.neuronlink_gbps_per_chip * GBPS) if net and net.neuronlink_gbps_per_chip
+        else spec.neuronlink_bytes_per_s_per_chip,
+        neuronlink_latency_s=(net.neuronlink_latency_us * 1e-6) if net and net.neuronlink_latency_us
+        else spec.neuronlink_hop_latency_s,
+        efa_bytes_per_s=(net.efa_gbps * GBPS) if net and net.efa_gbps else spec.efa_bytes_per_s,
+        efa_latency_s=(net.efa_latency_us * 1e-6) if net and net.efa_latency_us else spec.efa_latency_s,
+        z_link_bytes_per_s_per_chip=ULTRASERVER.z_link_bytes_per_s_per_chip if c.ultraserver else 0.0,
+        z_latency_s=ULTRASERVER.z_hop_latency_s if c.ultraserver else 0.0,
+    )
+    layout = Layout(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, virtual_stages=p.virtual_stages)
+    rpi = spec.neuron_cores // c.lnc
+    ipa = max(1, min(int(instances_per_actor), c.instances))
+    shards = tuple(
+        ShardSpec(index=i, first_instance=first, instances=min(ipa, c.instances - first),
+                  first_rank=first * rpi, ranks=min(ipa, c.instances - first) * rpi)
+        for i, first in enumerate(range(0, c.instances, ipa))
+    )
+    return Cluster(instance=spec, instances=c.instances, lnc=c.lnc, ultraserver=c.ultraserver, layout=layout,
+                   links=links, shards=shards, calibration=calibration)

@@ -1,0 +1,82 @@
+"""Layout → rank placement: which rank sits where, and which ranks form each parallel group.
+
+Ranks are numbered the way NxD/Megatron number them: tensor-parallel innermost, then context parallel,
+then pipeline stage, then data parallel outermost, so that a tensor-parallel group occupies consecutive
+ranks inside one NeuronLink domain and data parallelism spans instances. Global rank r lives on instance
+r // ranks_per_instance, chip (r % ranks_per_instance) // ranks_per_chip.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Parallel degrees: ranks = tp * cp * pp * dp."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    virtual_stages: int = 1
+
+    @property
+    def ranks(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+
+def rank_coords(layout: Layout, ranks: np.ndarray) -> dict[str, np.ndarray]:
+    """Parallel coordinates of global ranks.
+
+    Args:
+        layout: the parallel degrees.
+        ranks: int array of global rank ids.
+
+    Returns:
+        Dict of int arrays shaped like `ranks`: "tp", "cp", "pp", "dp".
+    """
+    r = np.asarray(ranks, dtype=np.int64)
+    return {
+        "tp": r % layout.tp,
+        "cp": (r // layout.tp) % layout.cp,
+        "pp": (r // (layout.tp * layout.cp)) % layout.pp,
+        "dp": r // (layout.tp * layout.cp * layout.pp),
+    }
+
+
+def group_span(size: int, stride: int, ranks_per_instance: int) -> tuple[int, int]:
+    """Shape of a group of `size` ranks spaced `stride` apart, as (ranks per instance, instances).
+
+    Groups are symmetric (every instance holds the same number of members), as Neuron's hierarchical
+    collectives require.
+    """
+    if size == 1:
+        return 1, 1
+    span = size * stride
+    if span <= ranks_per_instance:
+        return size, 1
+    per_instance = max(1, ranks_per_instance // stride)
+    return per_instance, size // per_instance
+
+
+def stage_layers(layers: int, chunks: int) -> np.ndarray:
+    """Split `layers` over `chunks` pipeline chunks as NxD does for uneven splits.
+
+    Every chunk gets ceil(layers/chunks); the deficit is taken one layer at a time from the chunks that
+    also carry the embedding and the LM head (first, last, second, second-to-last, ...), so 126 layers on
+    16 stages give 7, 8 x 14, 7 (Llama 3.1 405B).
+
+    Returns:
+        int array [chunks] of layer counts, summing to `layers`.
+    """
+    q = -(-layers // chunks)
+    out = np.full(chunks, q, dtype=np.int64)
+    deficit = q * chunks - layers
+    order = [i for pair in zip(range(chunks), range(chunks - 1, -1, -1)) for i in pair]
+    for i in order[:deficit]:
+        out[i] -= 1
+    if (out <= 0).any():
+        raise ValueError(f"cannot split {layers} layers over {chunks} chunks")
+    return out

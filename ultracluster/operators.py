@@ -1,0 +1,224 @@
+"""Operator library (top-level `operators/*.yaml`) + model shapes → engine work and HBM bytes per rank.
+
+The library is data: each operator gives TensorE/VectorE/ScalarE FLOPs, HBM bytes and saved activation
+bytes as arithmetic expressions over the shape variables documented in `operators/transformer.yaml`.
+Expressions are compiled once and evaluated on numpy arrays, so one call prices every pipeline chunk
+(or every configuration of a sweep) at once.
+"""
+from __future__ import annotations
+
+import ast
+import operator as _op
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import yaml
+
+from .errors import Problem, ScenarioError
+
+LIBRARY_DIR = Path(__file__).resolve().parent.parent / "operators"
+ENGINES = ("tensor", "vector", "scalar", "bytes")
+VARIABLES = frozenset({"T", "Ts", "S", "h", "d", "hq", "hkv", "f", "up", "V", "e", "w", "causal", "P"})
+WHERE = ("layer", "embedding", "head", "optimizer")
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: _op.add, ast.Sub: _op.sub, ast.Mult: _op.mul, ast.Div: _op.truediv, ast.Pow: _op.pow,
+}
+
+
+def _compile(expr: object, path: str, problems: list[Problem]) -> Callable[[Mapping[str, Any]], Any]:
+    """Compile an arithmetic expression over VARIABLES into a function of a variable mapping."""
+    allowed = f"an arithmetic expression (+ - * / **, numbers, parentheses) over {', '.join(sorted(VARIABLES))}"
+    if isinstance(expr, (int, float)) and not isinstance(expr, bool):
+        return lambda v, c=float(expr): c
+    if not isinstance(expr, str):
+        problems.append(Problem(path, expr, allowed))
+        return lambda v: 0.0
+    try:
+        tree = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        problems.append(Problem(path, expr, allowed))
+        return lambda v: 0.0
+
+    def build(node: ast.AST) -> Callable[[Mapping[str, Any]], Any]:
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            f, a, b = _BINOPS[type(node.op)], build(node.left), build(node.right)
+            return lambda v: f(a(v), b(v))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            a = build(node.operand)
+            return lambda v: -a(v)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return lambda v, c=float(node.value): c
+        if isinstance(node, ast.Name) and node.id in VARIABLES:
+            return lambda v, n=node.id: v[n]
+        raise ValueError(ast.unparse(node))
+
+    try:
+        return build(tree)
+    except ValueError as bad:
+        problems.append(Problem(path, expr, f"{allowed}; `{bad}` is not one"))
+        return lambda v: 0.0
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One library operator with its compiled work expressions."""
+
+    name: str
+    where: str
+    recompute: str | None
+    mlp: str | None
+    master_weights: str | None
+    forward: Mapping[str, Callable[[Mapping[str, Any]], Any]]
+    backward: Mapping[str, Callable[[Mapping[str, Any]], Any]]
+    saved: Callable[[Mapping[str, Any]], Any]
+
+
+def parse_library(doc: object, source: str) -> list[Operator]:
+    """Validate and compile an operator library document; every problem is reported at once."""
+    problems: list[Problem] = []
+    if not isinstance(doc, dict) or not isinstance(doc.get("operators"), list):
+        raise ScenarioError([Problem("operators", type(doc).__name__, "a mapping with an `operators` list")], source)
+    ops: list[Operator] = []
+    keys = {"name", "where", "recompute", "mlp", "master_weights", "forward", "backward", "saved"}
+    for i, raw in enumerate(doc["operators"]):
+        at = f"operators[{i}]"
+        if not isinstance(raw, dict):
+            problems.append(Problem(at, raw, "a mapping"))
+            continue
+        for k in sorted(set(raw) - keys):
+            problems.append(Problem(f"{at}.{k}", raw[k], f"no such key; allowed keys: {', '.join(sorted(keys))}"))
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            problems.append(Problem(f"{at}.name", name if name is not None else "<missing>", "a non-empty string"))
+        where = raw.get("where")
+        if where not in WHERE:
+            problems.append(Problem(f"{at}.where", where if where is not None else "<missing>", f"one of: {', '.join(WHERE)}"))
+        for key, allowed in (("recompute", ("selective",)), ("mlp", ("swiglu", "gelu")), ("master_weights", ("fp32", "none"))):
+            if key in raw and raw[key] not in allowed:
+                problems.append(Problem(f"{at}.{key}", raw[key], f"one of: {', '.join(allowed)}"))
+        phases = {}
+        for phase in ("forward", "backward"):
+            work = raw.get(phase, {} if phase == "backward" else None)
+            if not isinstance(work, dict):
+                problems.append(Problem(f"{at}.{phase}", work if work is not None else "<missing>",
+                                        f"a mapping of {', '.join(ENGINES)} to expressions"))
+                work = {}
+            for k in sorted(set(work) - set(ENGINES)):
+                problems.append(Problem(f"{at}.{phase}.{k}", work[k], f"one of: {', '.join(ENGINES)}"))
+            phases[phase] = {e: _compile(work.get(e, 0), f"{at}.{phase}.{e}", problems) for e in ENGINES}
+        ops.append(Operator(name=str(name), where=str(where), recompute=raw.get("recompute"), mlp=raw.get("mlp"),
+                            master_weights=raw.get("master_weights"), forward=phases["forward"],
+                            backward=phases["backward"], saved=_compile(raw.get("saved", 0), f"{at}.saved", problems)))
+    names = [o.name for o in ops]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(Problem("operators", dup, "unique operator names"))
+    if problems:
+        raise ScenarioError(problems, source)
+    return ops
+
+
+@lru_cache(maxsize=8)
+def load_library(path: str | None = None) -> tuple[Operator, ...]:
+    """Load an operator library YAML (default: the shipped `operators/transformer.yaml`)."""
+    p = Path(path) if path else LIBRARY_DIR / "transformer.yaml"
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except OSError as err:
+        raise ScenarioError([Problem("(file)", str(p), f"a readable operator library ({err.strerror})")], str(p))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ScenarioError([Problem("(file)", f"{where}{getattr(err, 'problem', err)}", "well-formed YAML")], str(p))
+    return tuple(parse_library(doc, str(p)))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Model shapes → variables, parameters and FLOPs
+
+PRECISION_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
+
+
+def shape_variables(scenario, layout) -> dict[str, float]:
+    """Per-rank shape variables of the operator library for one microbatch."""
+    m, t = scenario.model, scenario.training
+    tp, cp = layout.tp, layout.cp
+    sp = scenario.parallelism.sequence_parallel
+    T = t.micro_batch * t.seq_len / cp
+    return {
+        "T": T, "Ts": T / tp if sp else T, "S": float(t.seq_len), "h": float(m.hidden),
+        "d": m.hidden / m.heads, "hq": m.heads / tp, "hkv": max(m.kv_heads / tp, 1.0),
+        "f": m.ffn / tp, "up": 2.0 if m.mlp == "swiglu" else 1.0, "V": m.vocab / tp,
+        "e": 4.0 if t.precision == "fp32" else 2.0, "w": float(PRECISION_BYTES[t.precision]),
+        "causal": 0.5, "P": 0.0,
+    }
+
+
+def layer_params(model, tp: int) -> float:
+    """Parameters of one transformer layer held by one tensor-parallel rank (norms replicated)."""
+    d = model.hidden / model.heads
+    hq, hkv = model.heads / tp, max(model.kv_heads / tp, 1.0)
+    up = 2 if model.mlp == "swiglu" else 1
+    return model.hidden * (hq + 2 * hkv) * d + hq * d * model.hidden + (up + 1) * model.hidden * model.ffn / tp \
+        + 2 * model.hidden
+
+
+def chunk_params(model, tp: int, layers: np.ndarray, pp: int) -> np.ndarray:
+    """Parameters per rank of each pipeline chunk: its layers, the embedding on chunk 0, LM head on the last."""
+    p = np.asarray(layers, dtype=float) * layer_params(model, tp)
+    p[0] += model.vocab * model.hidden / tp
+    if not (model.tied_embeddings and pp == 1):
+        p[-1] += model.vocab * model.hidden / tp
+    p[-1] += model.hidden  # final norm
+    return p
+
+
+def matmul_params(model) -> float:
+    """Matmul parameters of the whole model (attention, MLP, LM head), for the MFU formula of DESIGN.md."""
+    d = model.hidden / model.heads
+    up = 2 if model.mlp == "swiglu" else 1
+    per_layer = model.hidden * (model.heads + 2 * model.kv_heads) * d + model.heads * d * model.hidden \
+        + (up + 1) * model.hidden * model.ffn
+    return model.layers * per_layer + model.vocab * model.hidden
+
+
+def model_flops_per_step(scenario) -> float:
+    """DESIGN.md model FLOPs: 6 x matmul params x tokens + 12 x layers x hidden x seq_len x tokens."""
+    m, t = scenario.model, scenario.training
+    tokens = t.global_batch * t.seq_len
+    return 6.0 * matmul_params(m) * tokens + 12.0 * m.layers * m.hidden * t.seq_len * tokens
+
+
+def applicable(ops: tuple[Operator, ...], scenario) -> list[Operator]:
+    """The operators that exist for this model and optimizer."""
+    m, t = scenario.model, scenario.training
+    return [o for o in ops if (o.mlp in (None, m.mlp)) and (o.master_weights in (None, t.master_weights))]
+
+
+def evaluate(ops: list[Operator], where: str, phase: str, variables: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Engine work of the `where` operators in one phase, as arrays [n_ops, *shape of variables]."""
+    sel = [o for o in ops if o.where == where]
+    out = {}
+    for e in ENGINES:
+        vals = [np.broadcast_to(np.asarray(getattr(o, phase)[e](variables), dtype=float),
+                                np.shape(variables["T"])) for o in sel]
+        out[e] = np.array(vals, dtype=float).reshape((len(sel),) + np.shape(variables["T"]))
+    out["names"] = np.array([o.name for o in sel])
+    out["recompute"] = np.array([o.recompute or "" for o in sel])
+    return out
+
+
+def saved_bytes(ops: list[Operator], where: str, variables: Mapping[str, Any], recompute: str) -> float:
+    """Activation bytes kept per microbatch by the `where` operators under a recompute mode.
+
+    `full` keeps only each layer's input (the first layer operator's saved tensor). `selective` keeps the
+    same as `none`: with flash-style attention no S x S matrix is stored, so recomputing the attention
+    core saves time-wise nothing and memory-wise nothing (Korthikanti et al. 2022 drop only the 5as/h
+    softmax term, which flash attention never materialises).
+    """
+    sel = [o for o in ops if o.where == where]
+    if recompute == "full" and where == "layer":
+        return float(sel[0].saved(variables))
+    return float(sum(o.saved(variables) for o in sel))

@@ -1,0 +1,86 @@
+"""The composition root: scenario → cluster → actors → step replay → report → run directory.
+
+One function per stage, called in order; nothing else here decides anything.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from . import operators as opslib
+from .actors.launch import launch_actors, resolve_instances_per_actor
+from .actors.shard import PAYLOAD_MAX_BYTES, payload_elements
+from .cluster import build_cluster
+from .errors import Problem, ScenarioError
+from .memory import infeasible_reason, stage_memory
+from .replay.engine import microbatches, plan_comm, replay_steps
+from .replay.events import RunResult, StepRecord
+from .replay.schedule import stage_programs
+from .report import Report, StepWriter, build_report, write_run_dir
+from .scenario import Scenario, load_scenario
+
+
+def run(scenario: Scenario | str | Path, out: str | Path | None = None, address: str | None = None,
+        shards_factory: Callable | None = None, on_step: Callable[[StepRecord], None] | None = None) -> Report:
+    """Emulate a scenario and return its Report; write the run directory when `out` is given.
+
+    Args:
+        scenario: a loaded Scenario, or the path of a scenario YAML.
+        out: run directory to write (summary.json, steps.csv, ...); steps.csv grows one row per step.
+        address: Ray cluster address (None: RAY_ADDRESS, a running Ray, or an embedded local Ray).
+        shards_factory: `(scenario, cluster) -> context manager of a shard set`; defaults to Ray actors.
+        on_step: called with each finished step (progress display).
+
+    Returns:
+        The Report. An infeasible layout gives a Report whose summary has feasible False and a reason.
+    """
+    if not isinstance(scenario, Scenario):
+        scenario = load_scenario(scenario)
+    cluster = build_cluster(scenario, resolve_instances_per_actor(scenario))
+    library = opslib.load_library()
+    _check_emulation(scenario, cluster)
+    layout, t = cluster.layout, scenario.training
+    programs = stage_programs(scenario.parallelism.pp_schedule, layout.pp, microbatches(scenario),
+                              layout.virtual_stages)
+    memory = stage_memory(scenario, cluster, library, programs)
+    reason = infeasible_reason(memory)
+    result = RunResult(
+        scenario=scenario.to_dict(), scenario_name=scenario.name, chips=cluster.chips,
+        neuron_cores=cluster.neuron_cores, ranks=cluster.ranks, instances=cluster.instances,
+        instance_type=cluster.instance.name, actors=len(cluster.shards), ray_nodes=0,
+        model_flops_per_step=opslib.model_flops_per_step(scenario),
+        peak_flop_per_s=cluster.chips * cluster.chip.dense_flop_per_s[t.precision],
+        tokens_per_step=t.global_batch * t.seq_len, feasible=reason is None, reason=reason, memory=memory,
+        shard_instances=[(s.first_instance, s.first_instance + s.instances - 1) for s in cluster.shards],
+        price_per_hour_usd=cluster.instance.price_per_hour_usd)
+    if reason is None:
+        comm = plan_comm(scenario, cluster)
+        result.collectives = comm.records
+        writer = StepWriter(out) if out is not None else None
+
+        def step_done(rec: StepRecord) -> None:
+            if writer:
+                writer.append(rec)
+            if on_step:
+                on_step(rec)
+
+        factory = shards_factory or (lambda sc, cl: launch_actors(sc, cl, address))
+        with factory(scenario, cluster) as shards:
+            result.ray_nodes = shards.nodes
+            result.steps, result.slices = replay_steps(scenario, cluster, shards, comm, programs, step_done)
+    report = build_report(result)
+    if out is not None:
+        write_run_dir(report, out)
+    return report
+
+
+def _check_emulation(scenario: Scenario, cluster) -> None:
+    """Emulation settings that this machine cannot carry are bad input, named by their field."""
+    n = payload_elements(scenario, cluster)
+    if n * 8 > PAYLOAD_MAX_BYTES:
+        raise ScenarioError([Problem("emulation.payload_scale", scenario.emulation.payload_scale,
+                                     f"a scale that keeps the payload per actor under 1 GiB "
+                                     f"(this one moves {n * 8 / 2**30:.1f} GiB per actor)")])
+    if scenario.model.moe is not None:
+        raise ScenarioError([Problem("model.moe", scenario.model.moe.model_dump(),
+                                     "no mixture-of-experts yet: this version models dense transformers only")])

@@ -1,0 +1,106 @@
+"""Step replay → flat records: what one emulated run produced, ready for pandas.
+
+The replay engine fills these plain dataclasses; `ultracluster.report` turns them into DataFrames and
+files. No numpy arrays cross this boundary except `StageTimes`, and nothing here imports Ray or pandas.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The breakdown of one step on its critical path, in seconds; the parts add up to the step time.
+BREAKDOWN_KEYS: tuple[str, ...] = (
+    "compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s", "data_stall_s", "checkpoint_s", "other_s",
+)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One replayed step. `warmup` steps are replayed but left out of the summary means."""
+
+    step: int
+    warmup: bool
+    step_time_s: float
+    compute_s: float
+    tp_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    bubble_s: float
+    data_stall_s: float
+    checkpoint_s: float
+    other_s: float
+    critical_replica: int          # data-parallel replica whose pipeline finished last
+    critical_stage: int            # pipeline stage on the critical path (its ranks finish the step last)
+    slowest_rank: int              # global rank with the largest compute time this step
+    payload_bytes: int             # real bytes moved between actors for the gradient reduction this step
+    payload_checked: bool          # every participant's reduced payload equalled the exact sum
+    wall_s: float                  # wall-clock seconds the emulator spent on this step
+
+    def breakdown(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in BREAKDOWN_KEYS}
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One timeline slice on the virtual clock of the critical replica (for trace.json)."""
+
+    stage: int
+    stream: str          # "compute" | "tp" | "pp" | "dp" | "storage" | "optimizer"
+    name: str            # e.g. "F mb3 c0", "B mb3 c0", "reduce_scatter grads", "optimizer"
+    start_s: float
+    end_s: float
+    step: int
+    shard: int           # actor shard holding the first rank of this stage in the critical replica
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One kind of collective as the replay costed it (per occurrence)."""
+
+    group: str           # "tp" | "pp" | "dp"
+    op: str              # all_reduce | reduce_scatter | all_gather | send_recv
+    ranks: int           # group size
+    instances: int       # instances the group spans
+    bytes: int           # bytes per rank buffer (nccom-test convention)
+    algorithm: str
+    time_s: float
+    count_per_step: int  # occurrences on the critical rank per step
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """HBM footprint of one rank of a pipeline stage, in GiB."""
+
+    stage: int
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    reserve_gib: float
+    total_gib: float
+    capacity_gib: float
+
+
+@dataclass
+class RunResult:
+    """Everything the report needs. Filled by the pipeline, consumed by `ultracluster.report`."""
+
+    scenario: dict                       # the resolved scenario (Scenario.to_dict())
+    scenario_name: str
+    chips: int
+    neuron_cores: int                    # physical NeuronCores
+    ranks: int
+    instances: int
+    instance_type: str
+    actors: int
+    ray_nodes: int
+    model_flops_per_step: float          # DESIGN.md formula, recompute not counted
+    peak_flop_per_s: float               # chips x chip dense peak at the scenario's precision
+    tokens_per_step: int
+    feasible: bool
+    reason: str | None
+    memory: list[StageMemory] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    slices: list[Slice] = field(default_factory=list)
+    collectives: list[CollectiveRecord] = field(default_factory=list)
+    shard_instances: list[tuple[int, int]] = field(default_factory=list)  # per shard: [first, last] instance
+    price_per_hour_usd: float | None = None                               # per instance, when the catalog has it

@@ -1,0 +1,124 @@
+"""Pipeline schedule → per-stage op order, and its execution on the virtual clock.
+
+`stage_programs` gives, for every pipeline stage, the ordered list of (kind, microbatch, chunk) it runs:
+GPipe (all forwards, then all backwards), 1F1B (p - s - 1 warm-up forwards, then one forward one
+backward, then the cool-down backwards) and interleaved 1F1B (Megatron-LM's order with v model chunks
+per stage). `execute` runs those programs event by event: an op starts when its stage is free and its
+producer (the previous chunk's forward, or the next chunk's backward) has finished plus the send time,
+vectorized over data-parallel replicas (arrays [replicas]). The loop is O(pipeline events), never O(ranks).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+Op = tuple[str, int, int]  # ("F" | "B", microbatch, chunk)
+
+
+def stage_programs(schedule: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
+    """Ordered ops of every stage.
+
+    Args:
+        schedule: gpipe | 1f1b | interleaved.
+        p: pipeline stages; m: microbatches per replica; v: model chunks per stage (interleaved).
+
+    Returns:
+        programs[s] = list of ("F"|"B", microbatch, chunk id) with chunk id = virtual stage * p + s.
+    """
+    if schedule == "gpipe":
+        return [[("F", k, s) for k in range(m)] + [("B", k, s) for k in range(m)] for s in range(p)]
+    if schedule == "1f1b":
+        progs = []
+        for s in range(p):
+            warm = min(p - s - 1, m)
+            prog: list[Op] = [("F", k, s) for k in range(warm)]
+            for k in range(m - warm):
+                prog += [("F", warm + k, s), ("B", k, s)]
+            prog += [("B", k, s) for k in range(m - warm, m)]
+            progs.append(prog)
+        return progs
+    if schedule == "interleaved":
+        return [_interleaved(s, p, m, v) for s in range(p)]
+    raise ValueError(schedule)
+
+
+def _interleaved(s: int, p: int, m: int, v: int) -> list[Op]:
+    """Megatron-LM interleaved 1F1B for stage s (microbatches in groups of p, chunk-major within)."""
+    total = m * v
+
+    def fwd(k: int) -> Op:
+        group, r = divmod(k, p * v)
+        return ("F", group * p + r % p, (r // p) * p + s)
+
+    def bwd(k: int) -> Op:
+        group, r = divmod(k, p * v)
+        return ("B", group * p + r % p, (v - 1 - r // p) * p + s)
+
+    warm = min((p - s - 1) * 2 + (v - 1) * p, total)
+    prog = [fwd(k) for k in range(warm)]
+    for k in range(total - warm):
+        prog += [fwd(warm + k), bwd(k)]
+    prog += [bwd(k) for k in range(total - warm, total)]
+    return prog
+
+
+@dataclass
+class Execution:
+    """Result of executing the programs: start/end of every op, arrays [replicas]."""
+
+    programs: list[list[Op]]
+    start: dict[tuple[str, int, int], np.ndarray]
+    end: dict[tuple[str, int, int], np.ndarray]
+    stage_end: np.ndarray        # [replicas, stages] time each stage finished its last op
+    busy: np.ndarray             # [replicas, stages] summed op durations
+
+
+def execute(programs: list[list[Op]], fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray,
+            send_bwd: np.ndarray) -> Execution:
+    """Run stage programs on the virtual clock.
+
+    Args:
+        programs: from `stage_programs`.
+        fwd, bwd: [replicas, chunks] seconds of one microbatch's forward/backward of each chunk.
+        send_fwd: [chunks] seconds to send a chunk's output activation to the next chunk's stage.
+        send_bwd: [chunks] seconds to send a chunk's input gradient to the previous chunk's stage.
+
+    Returns:
+        The Execution.
+    """
+    p = len(programs)
+    n_chunks = fwd.shape[1]
+    reps = fwd.shape[0]
+    free = np.zeros((p, reps))
+    busy = np.zeros((reps, p))
+    start: dict = {}
+    end: dict = {}
+    ptr = [0] * p
+    remaining = sum(len(pr) for pr in programs)
+    while remaining:
+        progressed = False
+        for s in range(p):
+            prog = programs[s]
+            while ptr[s] < len(prog):
+                kind, k, c = prog[ptr[s]]
+                if kind == "F":
+                    dep = ("F", k, c - 1) if c > 0 else None
+                    delay = send_fwd[c - 1] if c > 0 else 0.0
+                    dur = fwd[:, c]
+                else:
+                    dep = ("B", k, c + 1) if c < n_chunks - 1 else ("F", k, c)
+                    delay = send_bwd[c + 1] if c < n_chunks - 1 else 0.0
+                    dur = bwd[:, c]
+                if dep is not None and dep not in end:
+                    break
+                t0 = free[s] if dep is None else np.maximum(free[s], end[dep] + delay)
+                start[(kind, k, c)] = t0
+                end[(kind, k, c)] = free[s] = t0 + dur
+                busy[:, s] += dur
+                ptr[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise AssertionError("pipeline schedule deadlocked")  # a bug in stage_programs, not bad input
+    return Execution(programs=programs, start=start, end=end, stage_end=free.T.copy(), busy=busy)

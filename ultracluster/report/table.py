@@ -1,0 +1,47 @@
+"""summary dict → aligned plain-text table for the terminal (what `ultracluster run` prints)."""
+from __future__ import annotations
+
+import math
+
+from ultracluster.replay.events import BREAKDOWN_KEYS
+
+
+def _num(value, spec: str, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:{spec}}{unit}"
+
+
+def format_summary(summary: dict) -> str:
+    """Format a summary (see `summarize`) as an aligned two-column table.
+
+    Args:
+        summary: the summary.json dict.
+
+    Returns:
+        Lines of "label  value" without a trailing newline; for a measured step time, the breakdown shows
+        each part in s and in % of the step, and the cost in USD when the price is known.
+    """
+    s, step = summary, summary.get("step_time_s")
+    rows = [
+        ("scenario", str(s.get("scenario"))),
+        ("layout", f"{s.get('instances')} x {s.get('instance_type')}, {s.get('chips')} chips, "
+                   f"{s.get('neuron_cores')} NeuronCores, {s.get('ranks')} ranks"
+                   + (f" ({s['layout']})" if s.get("layout") else "")),
+        ("emulated by", f"{s.get('actors')} actors on {s.get('ray_nodes')} Ray nodes"),
+        ("feasible", "yes" if s.get("feasible") else f"NO: {s.get('reason')}"),
+        ("step time", f"{_num(step, '.4f', ' s')}  ({s.get('steps_measured')} measured of "
+                      f"{s.get('steps_replayed')} replayed)"),
+        ("tokens/s", _num(s.get("tokens_per_s"), ",.0f")),
+        ("seq/s", _num(s.get("seq_per_s"), ",.3f")),
+        ("MFU", _num(None if s.get("mfu") is None else 100 * s["mfu"], ".2f", " %")),
+        ("HBM peak", _num(s.get("hbm_peak_gib"), ".2f", " GiB per rank")),
+    ]
+    if isinstance(step, (int, float)) and math.isfinite(step) and step > 0:
+        rows += [("breakdown", "")] + [(f"  {k.removesuffix('_s')}", f"{s[k]:>8.4f} s  {100 * s[k] / step:5.1f} %")
+                                       for k in BREAKDOWN_KEYS]
+        if s.get("cost_per_step_usd") is not None:
+            rows.append(("cost", f"${s['cost_per_step_usd']:,.4f} per step, "
+                                 f"${_num(s.get('usd_per_million_tokens'), ',.4f')} per million tokens"))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}".rstrip() for label, value in rows)

@@ -1,0 +1,95 @@
+"""Report → run directory: atomic files (temp file in the same directory, fsync, os.replace).
+
+The only module of the package that writes report files. A reader never sees a half-written file, and a run
+interrupted after k steps leaves a steps.csv with exactly those k rows (`StepWriter`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ultracluster.replay.events import StepRecord
+from ultracluster.report.html import render_html
+from ultracluster.report.trace import chrome_trace
+
+if TYPE_CHECKING:
+    from ultracluster.report.frames import Report
+
+STEP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` so that readers see the old file or the new one, never a mix.
+
+    Args:
+        path: destination file; its directory must exist.
+        data: the full contents.
+
+    Returns:
+        The destination path.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "xb") as f:  # "x": never clobber; mode 0o666 & ~umask like a plain open
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` as UTF-8 to `path` atomically (see `atomic_write_bytes`)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:
+    """Write a run directory: the CSV tables, scenario.json, trace.json, report.html, then summary.json.
+
+    summary.json is written last, so its presence marks a complete run directory.
+
+    Args:
+        report: the built report.
+        out_dir: the run directory; created with its parents when missing.
+
+    Returns:
+        The run directory.
+    """
+    out = Path(out_dir)
+    report.to_csv(out)
+    atomic_write_text(out / "scenario.json", json.dumps(report.scenario, indent=2, default=str) + "\n")
+    atomic_write_text(out / "trace.json", json.dumps(chrome_trace(report)))
+    atomic_write_text(out / "report.html", render_html(report))
+    atomic_write_text(out / "summary.json", json.dumps(report.summary, indent=2) + "\n")
+    return out
+
+
+class StepWriter:
+    """Keeps `out_dir/steps.csv` current while steps are replayed: one atomic rewrite per finished step.
+
+    Args:
+        out_dir: the run directory; created on the first append when missing.
+        columns: StepRecord fields to write, in order; all of them by default.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, columns: Sequence[str] | None = None):
+        self.path = Path(out_dir) / "steps.csv"
+        self.columns = list(columns or STEP_COLUMNS)
+        self.rows: list[list] = []
+
+    def append(self, record: StepRecord) -> None:
+        """Add one finished step and rewrite steps.csv with every step so far."""
+        self.rows.append([getattr(record, c) for c in self.columns])
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path, pd.DataFrame(self.rows, columns=self.columns).to_csv(index=False))
