@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"interrupted after {len(finished)} step(s); {out / 'steps.csv'} keeps them", file=sys.stderr)
             return EXIT_INTERRUPTED
         if not args.quiet:
-            print(json.dumps(report.summary, indent=2, default=str) if args.json else format_summary(report.summary))
+            print(json.dumps(report.summary, indent=2, default=str) if args.json else format_summary({**report.summary, **report.emulation}))
             print(f"run directory: {out}")
         if not report.summary["feasible"]:
             if args.quiet:

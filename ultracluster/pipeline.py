@@ -38,7 +38,7 @@ def run(scenario: Scenario | str | Path, out: str | Path | None = None, address:
         scenario = load_scenario(scenario)
     cluster = build_cluster(scenario, resolve_instances_per_actor(scenario))
     library = opslib.load_library()
-    _check_emulation(scenario, cluster)
+    _check_model(scenario)
     layout, t = cluster.layout, scenario.training
     programs = stage_programs(scenario.parallelism.pp_schedule, layout.pp, microbatches(scenario),
                               layout.virtual_stages)
@@ -54,6 +54,7 @@ def run(scenario: Scenario | str | Path, out: str | Path | None = None, address:
         shard_instances=[(s.first_instance, s.first_instance + s.instances - 1) for s in cluster.shards],
         price_per_hour_usd=cluster.instance.price_per_hour_usd)
     if reason is None:
+        _check_payload(scenario, cluster)
         comm = plan_comm(scenario, cluster)
         result.collectives = comm.records
         writer = StepWriter(out) if out is not None else None
@@ -74,13 +75,17 @@ def run(scenario: Scenario | str | Path, out: str | Path | None = None, address:
     return report
 
 
-def _check_emulation(scenario: Scenario, cluster) -> None:
-    """Emulation settings that this machine cannot carry are bad input, named by their field."""
+def _check_model(scenario: Scenario) -> None:
+    """Model features this version does not emulate are refused by name, never silently dropped."""
+    if scenario.model.moe is not None:
+        raise ScenarioError([Problem("model.moe", scenario.model.moe.model_dump(),
+                                     "no mixture-of-experts yet: this version models dense transformers only")])
+
+
+def _check_payload(scenario: Scenario, cluster) -> None:
+    """A payload this machine cannot carry is bad input, named by its field."""
     n = payload_elements(scenario, cluster)
     if n * 8 > PAYLOAD_MAX_BYTES:
         raise ScenarioError([Problem("emulation.payload_scale", scenario.emulation.payload_scale,
                                      f"a scale that keeps the payload per actor under 1 GiB "
                                      f"(this one moves {n * 8 / 2**30:.1f} GiB per actor)")])
-    if scenario.model.moe is not None:
-        raise ScenarioError([Problem("model.moe", scenario.model.moe.model_dump(),
-                                     "no mixture-of-experts yet: this version models dense transformers only")])

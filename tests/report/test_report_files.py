@@ -16,7 +16,7 @@ from ultracluster.report import StepWriter, build_report, write_run_dir
 from ultracluster.report.write import atomic_write_text
 
 CHECKER = Path(__file__).resolve().parents[2].parent / "shared" / "tools" / "check-run-dir"
-RUN_FILES = {"summary.json", "steps.csv", "breakdown.csv", "memory.csv", "collectives.csv", "timeline.csv",
+RUN_FILES = {"run.json", "summary.json", "steps.csv", "breakdown.csv", "memory.csv", "collectives.csv", "timeline.csv",
              "trace.json", "report.html", "scenario.json"}
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 from ultracluster.replay.events import (
     BREAKDOWN_KEYS, CollectiveRecord, RunResult, Slice, StageMemory, StepRecord,
 )
-from ultracluster.report.summary import summarize
+from ultracluster.report.summary import emulation_info, summarize
 from ultracluster.report.write import atomic_write_bytes, atomic_write_text
 
 _DTYPES = {"int": "int64", "float": "float64", "bool": "bool", "str": "str"}
@@ -63,15 +63,17 @@ class Report:
         summary: the summary.json dict.
         scenario: the resolved scenario dict.
         shard_instances: per actor shard, its [first, last] instance index.
+        emulation: how the run was emulated (actors, wall seconds, payload bytes): run.json.
     """
 
     def __init__(self, steps: pd.DataFrame, breakdown: pd.DataFrame, memory: pd.DataFrame,
                  collectives: pd.DataFrame, timeline: pd.DataFrame, summary: dict, scenario: dict,
-                 shard_instances: list[tuple[int, int]] | None = None):
+                 shard_instances: list[tuple[int, int]] | None = None, emulation: dict | None = None):
         self.steps, self.breakdown, self.memory = steps, breakdown, memory
         self.collectives, self.timeline = collectives, timeline
         self.summary, self.scenario = summary, scenario
         self.shard_instances = list(shard_instances or [])
+        self.emulation = dict(emulation or {})
 
     def __repr__(self) -> str:
         return f"Report({self.summary.get('scenario')!r}, steps={len(self.steps)})"
@@ -140,4 +142,5 @@ def build_report(result: RunResult) -> Report:
         summary=summarize(result),
         scenario=result.scenario,
         shard_instances=result.shard_instances,
+        emulation=emulation_info(result),
     )

@@ -28,6 +28,17 @@ def layout(scenario: dict) -> str:
     return " ".join(parts + ([str(par["pp_schedule"])] if par.get("pp_schedule") else []))
 
 
+def emulation_info(result: RunResult) -> dict:
+    """How the run was emulated (run.json): never a prediction, so kept out of summary.json, which must
+    not change when the same scenario is folded into fewer or more actors."""
+    return {
+        "actors": int(result.actors),
+        "shard_instances": [list(map(int, s)) for s in result.shard_instances],
+        "wall_s": float(math.fsum(s.wall_s for s in result.steps)),
+        "payload_bytes_per_step": int(result.steps[-1].payload_bytes) if result.steps else 0,
+    }
+
+
 def summarize(result: RunResult) -> dict:
     """Summarize one run for summary.json.
 
@@ -57,7 +68,6 @@ def summarize(result: RunResult) -> dict:
         "neuron_cores": int(result.neuron_cores),
         "ranks": int(result.ranks),
         "layout": layout(result.scenario),
-        "actors": int(result.actors),
         "ray_nodes": int(result.ray_nodes),
         "steps_replayed": len(result.steps),
         "steps_measured": len(measured) if ok else 0,

@@ -68,6 +68,7 @@ def write_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:
     """
     out = Path(out_dir)
     report.to_csv(out)
+    atomic_write_text(out / "run.json", json.dumps(report.emulation, indent=2) + "\n")
     atomic_write_text(out / "scenario.json", json.dumps(report.scenario, indent=2, default=str) + "\n")
     atomic_write_text(out / "trace.json", json.dumps(chrome_trace(report)))
     atomic_write_text(out / "report.html", render_html(report))

@@ -1,0 +1,109 @@
+"""End to end on a real local Ray: folding, determinism, shipped scenarios, infeasible layouts, interruption."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from ultracluster import load_scenario, run
+from ultracluster.errors import EXIT_INFEASIBLE
+
+PREDICTIONS = ("step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "compute_s", "tp_comm_s", "pp_comm_s",
+               "dp_comm_s", "bubble_s", "data_stall_s", "checkpoint_s", "other_s", "seq_per_s")
+
+
+def numbers(summary):
+    return {k: v for k, v in summary.items() if isinstance(v, (int, float)) and k != "ray_nodes"}
+
+
+def test_folding_never_changes_a_prediction(ray_session, scenarios_dir, tmp_path):
+    runs = {}
+    for ipa in (1, 8):
+        sc = load_scenario(scenarios_dir / "calib-gpt3-23b-tp8pp4.yaml",
+                           [f"emulation.instances_per_actor={ipa}", "training.steps=1",
+                            "faults.stragglers.fraction=0.01", "faults.stragglers.slowdown=1.4"])
+        runs[ipa] = run(sc, out=tmp_path / f"ipa{ipa}")
+    assert runs[1].emulation["actors"] == 32 and runs[8].emulation["actors"] == 4
+    a, b = (json.loads((tmp_path / f"ipa{i}" / "summary.json").read_text()) for i in (1, 8))
+    assert numbers(a) == numbers(b)
+    assert a["payload_checked"] and b["payload_checked"]
+
+
+def test_same_seed_same_report_and_stragglers_cost_time(ray_session, scenarios_dir):
+    sets = ["faults.stragglers.fraction=0.02", "faults.stragglers.slowdown=1.5", "training.steps=1"]
+    r1 = run(load_scenario(scenarios_dir / "smoke.yaml", sets))
+    r2 = run(load_scenario(scenarios_dir / "smoke.yaml", sets))
+    drop = ["wall_s"]
+    assert r1.steps.drop(columns=drop).equals(r2.steps.drop(columns=drop))
+    assert r1.summary == r2.summary
+    base = run(load_scenario(scenarios_dir / "smoke.yaml", ["training.steps=1"]))
+    assert base.summary["step_time_s"] * 1.05 < r1.summary["step_time_s"] < base.summary["step_time_s"] * 1.5
+    assert base.steps["slowest_rank"].iloc[-1] >= 0
+
+
+def test_every_shipped_scenario_runs(ray_session, scenarios_dir, shared_dir, tmp_path):
+    files = sorted(scenarios_dir.glob("*.yaml"))
+    assert len(files) >= 5
+    for f in files:
+        out = tmp_path / f.stem
+        rep = run(load_scenario(f, ["training.steps=1", "training.warmup_steps=0"]), out=out)
+        assert rep.summary["feasible"], (f.name, rep.summary["reason"])
+        assert 0 < rep.summary["mfu"] <= 1
+        assert rep.summary["step_time_s"] * rep.summary["tokens_per_s"] == pytest.approx(
+            rep.summary["tokens_per_step"], rel=1e-9)
+        done = subprocess.run([sys.executable, str(shared_dir / "tools" / "check-run-dir"), str(out),
+                               "--need-trace", "--need-html"], capture_output=True, text=True)
+        assert done.returncode == 0, (f.name, done.stdout)
+
+
+LLAMA70B_TRN1 = {
+    "name": "llama70b-fit", "model": {"preset": "llama3.1-70b"},
+    "training": {"seq_len": 8192, "global_batch": 1024, "steps": 1, "warmup_steps": 0},
+    "cluster": {"instance": "trn1.32xlarge", "instances": 32},
+}
+
+
+def test_llama70b_tp32_pp8_fits_and_tp8_pp1_does_not(ray_session, tmp_path, shared_dir):
+    fits = run(load_scenario({**LLAMA70B_TRN1, "parallelism": {"tp": 32, "pp": 8, "dp": 4}}))
+    assert fits.summary["feasible"]
+    assert fits.summary["hbm_peak_gib"] <= 16.0
+    out = tmp_path / "nofit"
+    nofit = run(load_scenario({**LLAMA70B_TRN1, "parallelism": {"tp": 8, "pp": 1}}), out=out)
+    assert nofit.summary["feasible"] is False
+    assert "does not fit in HBM" in nofit.summary["reason"] and "weights" in nofit.summary["reason"]
+    assert nofit.summary["hbm_peak_gib"] > 16.0
+    assert math.isnan(nofit.summary["step_time_s"])
+    done = subprocess.run([sys.executable, str(shared_dir / "tools" / "check-run-dir"), str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+def test_interrupted_run_keeps_finished_steps(ray_session, scenarios_dir, tmp_path):
+    seen = []
+
+    def stop_after_two(rec):
+        seen.append(rec.step)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(load_scenario(scenarios_dir / "smoke.yaml", ["training.steps=5"]), out=tmp_path, on_step=stop_after_two)
+    lines = (tmp_path / "steps.csv").read_text().strip().splitlines()
+    assert len(lines) == 1 + 2
+    assert not (tmp_path / "summary.json").exists()
+    assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_cli_run_infeasible_exit_code_and_smoke(tmp_path, shared_dir, scenarios_dir):
+    """The CLI in its own process (its own embedded Ray): smoke runs, an infeasible layout exits 3."""
+    smoke = subprocess.run([sys.executable, "-m", "ultracluster", "run", str(scenarios_dir / "smoke.yaml"),
+                            "--out", str(tmp_path / "smoke")], capture_output=True, text=True, timeout=300)
+    assert smoke.returncode == 0, smoke.stderr
+    assert "step time" in smoke.stdout and "Traceback" not in smoke.stderr
+    bad = subprocess.run([sys.executable, "-m", "ultracluster", "run", str(scenarios_dir / "smoke.yaml"),
+                          "--set", "model.hidden=65536", "--set", "model.ffn=262144", "--quiet",
+                          "--out", str(tmp_path / "bad")], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == EXIT_INFEASIBLE, bad.stderr
+    assert "does not fit in HBM" in bad.stderr
+    assert json.loads((tmp_path / "bad" / "summary.json").read_text())["feasible"] is False

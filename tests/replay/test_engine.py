@@ -1,0 +1,109 @@
+"""The replay engine on uniform stages and with one straggler, against hand arithmetic."""
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+from ultracluster import load_scenario
+from ultracluster.cluster import build_cluster
+from ultracluster.replay.engine import CommPlan, replay_steps
+from ultracluster.replay.schedule import stage_programs
+
+F, B, OPT = 0.2, 0.45, 0.01
+
+
+def scenario(pp=4, gb=8, schedule="1f1b"):
+    return load_scenario({
+        "name": "engine-test", "model": {"layers": 8, "hidden": 1024, "heads": 8, "ffn": 4096, "mlp": "swiglu", "vocab": 32000},
+        "training": {"seq_len": 1024, "global_batch": gb, "steps": 2, "warmup_steps": 0},
+        "parallelism": {"tp": 8, "pp": pp, "pp_schedule": schedule},
+        "cluster": {"instance": "trn1.32xlarge", "instances": 1},
+    })
+
+
+class UniformShards:
+    """Every rank takes F and B per microbatch; `slow` maps global rank -> slowdown."""
+
+    def __init__(self, cluster, slow=None):
+        self.cluster, self.slow, self.nodes = cluster, slow or {}, 1
+
+    def profiles(self, step):
+        out = []
+        for sh in self.cluster.shards:
+            speed = np.ones(sh.ranks)
+            for r, k in self.slow.items():
+                if sh.first_rank <= r < sh.first_rank + sh.ranks:
+                    speed[r - sh.first_rank] = k
+            out.append({"fwd": F * speed[:, None], "bwd": B * speed[:, None], "opt": OPT * speed})
+        return out
+
+    def reduce_payload(self, step):
+        return 0, True
+
+
+def comm(pp, tp_f=0.0, tp_b=0.0, send=0.0, dp=0.0):
+    return CommPlan(tp_fwd=np.full(pp, tp_f), tp_bwd=np.full(pp, tp_b), send_fwd=np.full(pp, send),
+                    send_bwd=np.full(pp, send), dp=np.full(pp, dp), records=[])
+
+
+def replay(sc, plan, slow=None):
+    cl = build_cluster(sc, 1)
+    m = sc.training.global_batch // (sc.parallelism.dp * sc.training.micro_batch)
+    progs = stage_programs(sc.parallelism.pp_schedule, cl.layout.pp, m, cl.layout.virtual_stages)
+    steps, slices = replay_steps(sc, cl, UniformShards(cl, slow), plan, progs)
+    return steps, slices, m
+
+
+def test_homogeneous_1f1b_equals_closed_form_with_comm_terms():
+    sc = scenario()
+    p = sc.parallelism.pp
+    tf, tb, dp = 0.03, 0.05, 0.2
+    steps, _, m = replay(sc, comm(p, tp_f=tf, tp_b=tb, dp=dp))
+    s = steps[-1]
+    expect = (m + p - 1) * (F + B + tf + tb) + dp + OPT
+    assert s.step_time_s == pytest.approx(expect, rel=1e-9)
+    assert s.compute_s == pytest.approx(m * (F + B) + OPT, rel=1e-9)
+    assert s.tp_comm_s == pytest.approx(m * (tf + tb), rel=1e-9)
+    assert s.bubble_s == pytest.approx((p - 1) * (F + B + tf + tb), rel=1e-9)
+    assert s.dp_comm_s == pytest.approx(dp) and s.pp_comm_s == 0.0
+    assert sum(s.breakdown().values()) == pytest.approx(s.step_time_s, rel=1e-12)
+
+
+def test_sends_show_as_exposed_pp_comm():
+    sc = scenario(pp=2)              # tp 8, pp 2 on 32 ranks: dp 2, m = 8 / 2 = 4
+    steps, _, m = replay(sc, comm(2, send=0.05))
+    s = steps[-1]
+    # By hand (F=.2, B=.45, c=.05): stage 1 runs F0 .25-.45, B0 .45-.9; stage 0 B0 .95-1.4, F2 1.4-1.6,
+    # B1 1.6-2.05 (gradient ready 1.55+.05), F3 2.05-2.25, B2 2.35-2.8 (ready 2.3+.05), B3 3.0-3.45
+    # (ready 2.95+.05). Without sends the pipeline takes (m+p-1)(F+B) = 3.25.
+    assert m == 4
+    assert s.step_time_s == pytest.approx(3.45 + OPT, rel=1e-9)
+    assert s.pp_comm_s == pytest.approx(0.2, rel=1e-9)
+    assert s.bubble_s == pytest.approx(3.25 - m * (F + B), rel=1e-9)
+    assert sum(s.breakdown().values()) == pytest.approx(s.step_time_s, rel=1e-12)
+
+
+def test_one_straggler_slows_its_stage_and_the_step():
+    sc = scenario(pp=2, gb=6)        # dp 2, m = 3
+    k = 1.5
+    slow_rank = 1 * 8 + 3            # replica 0, stage 1 (tp=8 ranks per stage), tensor-parallel rank 3
+    steps, _, m = replay(sc, comm(2), slow={slow_rank: k})
+    s = steps[-1]
+    # By hand: stage 1 becomes the bottleneck and never idles once it starts: it starts after stage 0's
+    # first forward F, runs m microbatches of k(F+B), then stage 0 runs the last backward B and its own
+    # optimizer step (stage 1's slower optimizer, k x OPT, finishes earlier: B > (k - 1) OPT).
+    assert m == 3
+    assert s.step_time_s == pytest.approx(F + m * k * (F + B) + B + OPT, rel=1e-9)
+    assert s.critical_stage == 0
+    assert s.slowest_rank == slow_rank
+    assert s.critical_replica == 0
+    fast, _, _ = replay(sc, comm(2))
+    assert fast[-1].step_time_s == pytest.approx((m + 1) * (F + B) + OPT, rel=1e-9)
+
+
+def test_trace_slices_cover_every_op_of_the_critical_replica():
+    sc = scenario(pp=4)
+    steps, slices, m = replay(sc, comm(4, dp=0.1))
+    compute = [x for x in slices if x.stream == "compute" and x.step == 1]
+    assert len(compute) == 4 * 2 * m
+    assert max(x.end_s for x in compute) == pytest.approx(steps[0].step_time_s + (m + 3) * (F + B), rel=1e-9)

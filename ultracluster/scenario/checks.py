@@ -1,0 +1,214 @@
+"""Cross-field rules: validated scenario sections -> list of ``Problem`` (arithmetic that cannot hold).
+
+Each rule is a pure function over the sections that parsed (a section that failed validation is passed
+as None and the rules needing it are skipped), so one pass reports as much as possible. A layout that is
+well formed but cannot run (does not fit in HBM, ...) is not a problem here: the memory model reports it
+as an infeasible result.
+"""
+
+from __future__ import annotations
+
+from ultracluster.cluster.catalog import INSTANCES, ranks_per_instance
+from ultracluster.errors import Problem
+
+from .schema import ClusterSpec, ModelSpec, ParallelismSpec, TrainingSpec
+
+
+def check(
+    model: ModelSpec | None,
+    training: TrainingSpec | None,
+    parallelism: ParallelismSpec | None,
+    cluster: ClusterSpec | None,
+    *,
+    dp_given: bool = True,
+) -> list[Problem]:
+    """Runs every cross-field rule on the sections that parsed.
+
+    Args:
+        model: the ``model`` section, or None if it did not parse.
+        training: the ``training`` section, or None.
+        parallelism: the ``parallelism`` section, or None.
+        cluster: the ``cluster`` section, or None.
+        dp_given: whether the scenario gave ``parallelism.dp``; if not, ``dp`` was derived (or, when ranks are
+            not divisible by tp*pp*cp, holds a placeholder that the rules ignore).
+
+    Returns:
+        Every problem found, in section order.
+    """
+    problems = []
+    if model is not None:
+        problems += check_model(model)
+    if cluster is not None:
+        problems += check_cluster(cluster)
+    if parallelism is not None:
+        problems += check_layout(model, training, parallelism, cluster, dp_given=dp_given)
+    return problems
+
+
+def check_model(model: ModelSpec) -> list[Problem]:
+    """Attention heads split the hidden size; KV heads group the query heads; top_k <= experts."""
+    problems = []
+    if model.hidden % model.heads:
+        problems.append(Problem("model.heads", model.heads, f"a divisor of model.hidden ({model.hidden})"))
+    if model.heads % model.kv_heads:
+        problems.append(Problem("model.kv_heads", model.kv_heads, f"a divisor of model.heads ({model.heads})"))
+    if model.moe is not None and model.moe.top_k > model.moe.experts:
+        problems.append(Problem("model.moe.top_k", model.moe.top_k, f"at most model.moe.experts ({model.moe.experts})"))
+    return problems
+
+
+def check_cluster(cluster: ClusterSpec) -> list[Problem]:
+    """Logical NeuronCore sizes the instance supports; UltraServers only from trn2u, 4 instances each."""
+    spec = INSTANCES[cluster.instance]
+    problems = []
+    if cluster.lnc not in spec.allowed_lnc:
+        why = (
+            "the logical NeuronCore configuration exists only on Trainium2"
+            if spec.allowed_lnc == (1,)
+            else "1 or 2 physical NeuronCores per logical NeuronCore"
+        )
+        allowed = " or ".join(map(str, spec.allowed_lnc))
+        problems.append(Problem("cluster.lnc", cluster.lnc, f"{allowed} on {spec.name}: {why}"))
+    if cluster.ultraserver and not spec.ultraserver_capable:
+        problems.append(
+            Problem(
+                "cluster.ultraserver",
+                True,
+                f"false on {spec.name}: only trn2u.48xlarge instances join into Trn2 UltraServers",
+            )
+        )
+    elif cluster.ultraserver and cluster.instances % 4:
+        problems.append(
+            Problem(
+                "cluster.instances", cluster.instances, "a multiple of 4 with cluster.ultraserver (4 per UltraServer)"
+            )
+        )
+    return problems
+
+
+def _ranks(cluster: ClusterSpec | None) -> tuple[int, str] | None:
+    """Ranks of the cluster and how they are counted, or None when the cluster or its lnc is bad."""
+    if cluster is None or cluster.lnc not in INSTANCES[cluster.instance].allowed_lnc:
+        return None
+    spec = INSTANCES[cluster.instance]
+    ranks = cluster.instances * ranks_per_instance(spec, cluster.lnc)
+    return ranks, f"{cluster.instances} instances x {spec.neuron_cores} NeuronCores / lnc {cluster.lnc} = {ranks}"
+
+
+def check_layout(
+    model: ModelSpec | None,
+    training: TrainingSpec | None,
+    par: ParallelismSpec,
+    cluster: ClusterSpec | None,
+    *,
+    dp_given: bool = True,
+) -> list[Problem]:
+    """Parallel degrees against the ranks, the model's shape, the batch and the sequence; see ``check``."""
+    problems = []
+    model_parallel = par.tp * par.pp * par.cp
+    dp: int | None = par.dp
+    counted = _ranks(cluster)
+    if counted is not None:
+        ranks, how = counted
+        if dp_given and model_parallel * par.dp != ranks:
+            problems.append(
+                Problem(
+                    "parallelism",
+                    f"tp {par.tp} x pp {par.pp} x cp {par.cp} x dp {par.dp} = {model_parallel * par.dp}",
+                    f"tp*pp*cp*dp = ranks = {how}",
+                )
+            )
+        elif not dp_given and ranks % model_parallel:
+            dp = None
+            problems.append(
+                Problem(
+                    "parallelism",
+                    f"tp {par.tp} x pp {par.pp} x cp {par.cp} = {model_parallel} (dp not given)",
+                    f"tp*pp*cp dividing ranks = {how}, so that dp = ranks / (tp*pp*cp) is whole",
+                )
+            )
+    elif not dp_given:
+        dp = None  # derived from a cluster that did not parse: a placeholder
+
+    if model is not None:
+        if model.heads % par.tp:
+            problems.append(Problem("parallelism.tp", par.tp, f"a divisor of model.heads ({model.heads})"))
+        if model.kv_heads % par.tp and par.tp % model.kv_heads:
+            problems.append(
+                Problem(
+                    "parallelism.tp",
+                    par.tp,
+                    f"a divisor or a multiple of model.kv_heads ({model.kv_heads}); "
+                    "KV heads are split over the TP group or replicated across it",
+                )
+            )
+        if par.pp > model.layers:
+            problems.append(Problem("parallelism.pp", par.pp, f"at most model.layers ({model.layers})"))
+        elif par.pp_schedule == "interleaved" and par.pp * par.virtual_stages > model.layers:
+            problems.append(
+                Problem(
+                    "parallelism.virtual_stages",
+                    par.virtual_stages,
+                    f"pp x virtual_stages at most model.layers ({model.layers}); pp is {par.pp}",
+                )
+            )
+        problems += _check_experts(model, par, dp)
+
+    if par.pp_schedule == "interleaved":
+        if par.pp < 2:
+            problems.append(Problem("parallelism.pp", par.pp, "at least 2 with pp_schedule interleaved"))
+        if par.virtual_stages < 2:
+            problems.append(
+                Problem("parallelism.virtual_stages", par.virtual_stages, "at least 2 with pp_schedule interleaved")
+            )
+    elif par.virtual_stages > 1:
+        problems.append(
+            Problem(
+                "parallelism.virtual_stages",
+                par.virtual_stages,
+                f"1 with pp_schedule {par.pp_schedule} (virtual stages need pp_schedule interleaved)",
+            )
+        )
+    if par.sequence_parallel and par.tp == 1:
+        problems.append(
+            Problem(
+                "parallelism.sequence_parallel",
+                True,
+                "false when tp is 1: sequence parallelism splits activations over the tensor-parallel group",
+            )
+        )
+
+    if training is not None:
+        if dp is not None and training.global_batch % (dp * training.micro_batch):
+            problems.append(
+                Problem(
+                    "training.global_batch",
+                    training.global_batch,
+                    f"a multiple of dp x micro_batch = {dp} x {training.micro_batch} = {dp * training.micro_batch}",
+                )
+            )
+        if training.seq_len % par.cp:
+            problems.append(Problem("training.seq_len", training.seq_len, f"a multiple of parallelism.cp ({par.cp})"))
+        if par.sequence_parallel and training.seq_len % par.tp:
+            problems.append(
+                Problem(
+                    "training.seq_len",
+                    training.seq_len,
+                    f"a multiple of parallelism.tp ({par.tp}) with sequence_parallel",
+                )
+            )
+    return problems
+
+
+def _check_experts(model: ModelSpec, par: ParallelismSpec, dp: int | None) -> list[Problem]:
+    """Expert parallelism needs a MoE model; ep divides dp and the experts."""
+    if par.ep == 1:
+        return []
+    if model.moe is None:
+        return [Problem("parallelism.ep", par.ep, "1 without model.moe (expert parallelism needs experts)")]
+    problems = []
+    if dp is not None and dp % par.ep:
+        problems.append(Problem("parallelism.ep", par.ep, f"a divisor of parallelism.dp ({dp})"))
+    if model.moe.experts % par.ep:
+        problems.append(Problem("parallelism.ep", par.ep, f"a divisor of model.moe.experts ({model.moe.experts})"))
+    return problems

@@ -1,0 +1,278 @@
+"""Scenario loading: YAML file or dict (+ ``--set key.path=value`` overrides) -> validated, resolved ``Scenario``.
+
+Normalize, then validate, then check (Ciw's fill_out -> validify): read the YAML, apply the overrides, fill
+the model shape from its preset, derive the values DESIGN.md leaves to the emulator (``parallelism.dp``,
+``sequence_parallel``, ``cluster.lnc``, ``cluster.ultraserver``, ``model.kv_heads``), validate with the
+pydantic schema, then run the cross-field rules. Every problem of every stage is collected and raised
+together as one ``ScenarioError`` whose problems name the field path, the value given and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import inspect
+import re
+import types
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+
+from ultracluster.cluster.catalog import INSTANCES
+from ultracluster.errors import Problem, ScenarioError
+
+from .checks import check
+from .presets import PRESETS
+from .schema import ClusterSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
+
+MISSING = "<missing>"
+_SECTIONS: dict[str, type[BaseModel]] = {  # the sections the cross-field rules read
+    "model": ModelSpec, "training": TrainingSpec, "parallelism": ParallelismSpec, "cluster": ClusterSpec,
+}
+
+
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads ``1e-6`` as a float (YAML 1.2) and rejects duplicate keys."""
+
+    yaml_implicit_resolvers = {key: list(value) for key, value in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key {key_node.value!r}", key_node.start_mark,
+                    )
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Scenario:
+    """Loads, resolves and validates a scenario.
+
+    Args:
+        source: path of a scenario YAML file, or the scenario as a dict (not modified).
+        overrides: ``key.path=value`` strings (the CLI's ``--set``), applied before validation; the value is
+            read as YAML (``8`` is an integer, ``true`` a boolean, ``1e-6`` a float).
+
+    Returns:
+        The resolved scenario: defaults filled, model shape taken from its preset, ``dp``, ``lnc``,
+        ``ultraserver``, ``sequence_parallel`` and ``kv_heads`` derived where not given.
+
+    Raises:
+        ScenarioError: every problem found in the file, the overrides, the schema and the cross-field rules.
+    """
+    raw, where, problems = _read(source)
+    if raw is None:
+        raise ScenarioError(problems, where)
+    problems += _apply_overrides(raw, overrides)
+    preset_unknown = _apply_preset(raw)
+    dp_given = _resolve(raw)
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        for error in exc.errors():
+            problem = _problem(error)
+            if not (preset_unknown and problem.path.startswith("model.") and problem.given == MISSING):
+                problems.append(problem)
+        sections = [_section(raw, name, spec) for name, spec in _SECTIONS.items()]
+    else:
+        sections = [scenario.model, scenario.training, scenario.parallelism, scenario.cluster]
+    problems += check(*sections, dp_given=dp_given)
+    if problems:
+        raise ScenarioError(problems, where)
+    return scenario
+
+
+def _read(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None, list[Problem]]:
+    """The scenario as a private dict (None when unreadable), where it came from, and the problems found."""
+    if isinstance(source, Mapping):
+        return copy.deepcopy(dict(source)), None, []
+    where = str(source)
+    try:
+        data = yaml.load(Path(source).read_text(encoding="utf-8"), Loader=_Loader)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        return None, where, [Problem("(file)", where, f"a readable YAML file ({reason})")]
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        given = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}" if mark else str(exc)
+        return None, where, [Problem("(file)", given, "well-formed YAML")]
+    except yaml.YAMLError as exc:
+        return None, where, [Problem("(file)", str(exc), "well-formed YAML")]
+    if not isinstance(data, dict):
+        keys = ", ".join(Scenario.model_fields)
+        return None, where, [Problem("(file)", data, f"a mapping of scenario keys ({keys})")]
+    return data, where, []
+
+
+def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> list[Problem]:
+    """Sets each ``key.path=value`` in ``raw``, creating mappings on the way; returns malformed overrides."""
+    problems = []
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            problems.append(Problem("--set", item, "key.path=value, e.g. parallelism.tp=8"))
+            continue
+        key = ".".join(parts)
+        try:
+            value = yaml.load(text, Loader=_Loader)
+        except yaml.YAMLError:
+            problems.append(Problem(key, text, "a YAML value: a number, true/false, a string, {k: v, ...}"))
+            continue
+        node = raw
+        for depth, part in enumerate(parts[:-1]):
+            if node.get(part) is None:
+                node[part] = {}
+            if not isinstance(node[part], dict):
+                prefix = ".".join(parts[: depth + 1])
+                problems.append(Problem(key, item, f"a path through mappings; {prefix} is {node[part]!r}"))
+                break
+            node = node[part]
+        else:
+            node[parts[-1]] = value
+    return problems
+
+
+def _apply_preset(raw: dict[str, Any]) -> bool:
+    """Fills the model fields not given from ``model.preset``; returns True when the preset is unknown."""
+    model = raw.get("model")
+    preset = model.get("preset") if isinstance(model, dict) else None
+    if preset is None:
+        return False
+    if not isinstance(preset, str) or preset not in PRESETS:
+        return True
+    shape = {key: copy.deepcopy(value) for key, value in PRESETS[preset].items() if key != "source"}
+    if isinstance(shape.get("moe"), dict) and isinstance(model.get("moe"), dict):
+        model["moe"] = {**shape["moe"], **model["moe"]}
+    raw["model"] = {**shape, **model}
+    return False
+
+
+def _count(value: object) -> int | None:
+    """``value`` if it is a valid count (an integer >= 1, not a bool), else None."""
+    return value if type(value) is int and value >= 1 else None
+
+
+def _resolve(raw: dict[str, Any]) -> bool:
+    """Fills derived values not given; returns whether ``parallelism.dp`` was given.
+
+    Where a derivation's inputs are themselves bad (reported by validation) or the ranks do not divide
+    (reported by ``checks``), a placeholder is filled so that no derived field adds a second, confusing
+    "missing" problem; a scenario with a placeholder never validates.
+    """
+    model = raw.get("model")
+    if isinstance(model, dict) and "kv_heads" not in model:
+        model["kv_heads"] = _count(model.get("heads")) or 1
+    cluster = raw.get("cluster")
+    cluster = cluster if isinstance(cluster, dict) else {}
+    name = cluster.get("instance")
+    spec = INSTANCES.get(name) if isinstance(name, str) else None
+    cluster.setdefault("lnc", spec.default_lnc if spec else 1)
+    cluster.setdefault("ultraserver", spec.ultraserver_capable if spec else False)
+    par = raw.setdefault("parallelism", {})
+    if not isinstance(par, dict):
+        return True
+    tp = _count(par.get("tp", 1))
+    par.setdefault("sequence_parallel", tp is not None and tp > 1)
+    if "dp" in par:
+        return True
+    degrees = [_count(par.get(key, 1)) for key in ("tp", "pp", "cp")]
+    instances, lnc = _count(cluster.get("instances")), cluster.get("lnc")
+    par["dp"] = 1
+    if spec and instances and type(lnc) is int and lnc in spec.allowed_lnc and None not in degrees:
+        ranks, model_parallel = instances * spec.neuron_cores // lnc, degrees[0] * degrees[1] * degrees[2]
+        if ranks % model_parallel == 0:
+            par["dp"] = ranks // model_parallel
+    return False
+
+
+def _section(raw: dict[str, Any], name: str, spec: type[BaseModel]) -> Any:
+    """One section of ``raw`` validated alone, or None if it is bad (its problems are already reported)."""
+    try:
+        return spec.model_validate(raw.get(name))
+    except ValidationError:
+        return None
+
+
+def _problem(error: Mapping[str, Any]) -> Problem:
+    """A pydantic error as a Problem: the YAML path, the value given, what is allowed in words."""
+    loc, kind = tuple(error["loc"]), error["type"]
+    is_key = kind in ("extra_forbidden", "invalid_key")  # an unknown key: loc ends in the key, never an index
+    parts = [f"[{key}]" if isinstance(key, int) else f".{key}" for key in loc]
+    if is_key:
+        parts[-1] = f".{loc[-1]}"
+    path = "".join(parts).lstrip(".")
+    if is_key:
+        parent = _model_at(loc[:-1])
+        keys = list(parent.model_fields) if parent else []
+        allowed = "no such key; allowed keys here: " + ", ".join(keys)
+        close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+        return Problem(path, error["input"], allowed + (f" (did you mean {close[0]}?)" if close else ""))
+    field = None if kind.startswith("uc_") else _field_at(loc)
+    allowed = _describe(field.annotation, field.metadata) if field else error["msg"]
+    if kind == "missing" and len(loc) == 2 and loc[0] == "model":
+        allowed += " (required unless model.preset gives it)"
+    return Problem(path, MISSING if kind == "missing" else error["input"], allowed)
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (``X`` or ``X | None``), or None."""
+    for candidate in (annotation, *get_args(annotation)):
+        if inspect.isclass(candidate) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The schema model at a location (``()`` is ``Scenario``), or None."""
+    model: type[BaseModel] | None = Scenario
+    for key in loc:
+        field = model.model_fields.get(key) if model and isinstance(key, str) else None
+        model = _model_of(field.annotation) if field else None
+    return model
+
+
+def _field_at(loc: tuple[Any, ...]) -> FieldInfo | None:
+    """The schema field at a location, or None."""
+    parent = _model_at(loc[:-1])
+    return parent.model_fields.get(loc[-1]) if parent and loc and isinstance(loc[-1], str) else None
+
+
+def _describe(annotation: Any, metadata: Sequence[Any] = ()) -> str:
+    """What a field allows, in words: ``"an integer >= 1"``, ``"one of: bf16, fp8, fp32"``, ..."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(arg, metadata) for arg in args if arg is not type(None))
+    if origin is Literal:
+        return "one of: " + ", ".join(map(str, args))
+    if annotation is bool:
+        return "true or false"
+    if annotation is str:
+        pattern = next((m.pattern for m in metadata if getattr(m, "pattern", None)), None)
+        return f"a string matching {pattern}" if pattern else "a string"
+    model = _model_of(annotation)
+    if model is not None:
+        return "a mapping with keys: " + ", ".join(model.model_fields)
+    bounds = [
+        f"{symbol} {getattr(m, attr):g}"
+        for m in metadata
+        for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+        if hasattr(m, attr)
+    ]
+    kind = "an integer" if annotation is int else "a number"
+    return " and ".join([f"{kind} {bounds[0]}", *bounds[1:]]) if bounds else kind

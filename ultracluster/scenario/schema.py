@@ -1,0 +1,198 @@
+"""Scenario schema: resolved scenario dict -> frozen, strictly typed ``Scenario`` (DESIGN.md "The scenario file").
+
+Every model forbids unknown keys, is frozen and strict: an integer must be a YAML integer (not ``"8"``, not
+``true``, not ``8.0``); a number may be an integer or a float, never a string, infinity or NaN. Derived
+values (model shape from a preset, ``parallelism.dp``, ``parallelism.sequence_parallel``, ``cluster.lnc``,
+``cluster.ultraserver``, ``model.kv_heads``) are filled by ``load.py`` before validation, so a validated
+``Scenario`` holds concrete values only. Cross-field rules live in ``checks.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator
+from pydantic_core import PydanticCustomError
+
+from ultracluster.cluster.catalog import INSTANCES, ranks_per_instance
+
+from .presets import PRESETS
+
+InstanceType = Literal["trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "trn2u.48xlarge"]
+Precision = Literal["bf16", "fp8", "fp32"]
+
+
+def _auto_or_count(value: object) -> object:
+    if value == "auto" or (type(value) is int and value >= 1):
+        return value
+    raise PydanticCustomError("uc_auto_or_count", "'auto' or an integer >= 1")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class MoESpec(_Spec):
+    """Mixture of experts: each token is routed to ``top_k`` of ``experts`` expert MLPs."""
+
+    experts: int = Field(ge=1, description="Expert MLPs per MoE layer (count).")
+    top_k: int = Field(ge=1, description="Experts each token is routed to (count); at most `experts`.")
+    imbalance: float = Field(
+        1.0,
+        ge=1.0,
+        description="Load imbalance of the router: tokens of the busiest expert / mean tokens per expert "
+        "(ratio, 1.0 = perfectly balanced). The busiest expert sets the pace of an expert-parallel step.",
+    )
+
+
+class ModelSpec(_Spec):
+    """The transformer's shape. With ``preset``, fields not given come from the preset."""
+
+    preset: str | None = Field(None, description="Model preset whose shape fills the fields not given here.")
+    layers: int = Field(ge=1, description="Transformer layers (count).")
+    hidden: int = Field(ge=1, description="Hidden size (elements per token).")
+    heads: int = Field(ge=1, description="Attention (query) heads (count).")
+    kv_heads: int = Field(ge=1, description="Key/value heads (count) [heads]; fewer means grouped-query attention.")
+    ffn: int = Field(ge=1, description="MLP inner size (elements per token).")
+    mlp: Literal["swiglu", "gelu"] = Field(description="MLP kind: swiglu (3 matrices) or gelu (2 matrices).")
+    vocab: int = Field(ge=1, description="Vocabulary size (tokens).")
+    tied_embeddings: bool = Field(False, description="Input embedding shared with the output layer [false].")
+    moe: MoESpec | None = Field(None, description="Mixture of experts; absent = dense model.")
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str | None) -> str | None:
+        if value is not None and value not in PRESETS:
+            raise PydanticCustomError("uc_unknown_preset", "one of: {names}", {"names": ", ".join(PRESETS)})
+        return value
+
+
+class TrainingSpec(_Spec):
+    """What one optimizer step processes and how."""
+
+    seq_len: int = Field(ge=1, description="Sequence length (tokens per sequence).")
+    global_batch: int = Field(ge=1, description="Sequences per optimizer step.")
+    micro_batch: int = Field(1, ge=1, description="Sequences per microbatch per data-parallel replica [1].")
+    precision: Precision = Field("bf16", description="Compute precision of the matmuls [bf16].")
+    master_weights: Literal["fp32", "none"] = Field(
+        "fp32",
+        description="fp32: mixed precision with fp32 master weights and optimizer state; "
+        "none: bf16 weights with stochastic rounding [fp32].",
+    )
+    zero1: bool = Field(True, description="Optimizer state sharded over data-parallel ranks (ZeRO-1) [true].")
+    recompute: Literal["none", "selective", "full"] = Field(
+        "selective", description="Activation recomputation in the backward pass [selective]."
+    )
+    steps: int = Field(3, ge=1, description="Optimizer steps replayed and reported (count) [3].")
+    warmup_steps: int = Field(1, ge=0, description="Steps replayed before those reported (count) [1].")
+
+
+class ParallelismSpec(_Spec):
+    """Parallel degrees; a rank is one logical NeuronCore. ``dp`` and ``sequence_parallel`` are derived."""
+
+    tp: int = Field(1, ge=1, description="Tensor-parallel degree (ranks) [1].")
+    pp: int = Field(1, ge=1, description="Pipeline-parallel degree (stages) [1].")
+    dp: int = Field(ge=1, description="Data-parallel degree (replicas) [ranks / (tp*pp*cp)].")
+    cp: int = Field(1, ge=1, description="Context-parallel degree (ranks) [1].")
+    ep: int = Field(1, ge=1, description="Expert-parallel degree (ranks, MoE only, divides dp) [1].")
+    sequence_parallel: bool = Field(description="Sequence parallelism inside the TP group [true when tp > 1].")
+    pp_schedule: Literal["gpipe", "1f1b", "interleaved"] = Field("1f1b", description="Pipeline schedule [1f1b].")
+    virtual_stages: int = Field(1, ge=1, description="Model chunks per pipeline stage, interleaved only [1].")
+
+
+class NetworkSpec(_Spec):
+    """What-if overrides of the catalog's network numbers; absent = the catalog's value."""
+
+    efa_gbps: float | None = Field(None, gt=0, description="EFA bandwidth per instance, Gbit/s.")
+    efa_latency_us: float | None = Field(None, gt=0, description="EFA latency per hop, microseconds.")
+    neuronlink_gbps_per_chip: float | None = Field(
+        None, gt=0, description="NeuronLink bandwidth per chip inside an instance, Gbit/s."
+    )
+    neuronlink_latency_us: float | None = Field(None, gt=0, description="NeuronLink latency per hop, microseconds.")
+
+
+class ClusterSpec(_Spec):
+    """Which instances, how many, and how their NeuronCores form ranks."""
+
+    instance: InstanceType = Field(description="EC2 instance type.")
+    instances: int = Field(ge=1, description="Instances in the cluster (count).")
+    lnc: int = Field(ge=1, description="Logical NeuronCore: physical NeuronCores per rank [2 on trn2, 1 on trn1].")
+    ultraserver: bool = Field(
+        description="Instances joined 4 at a time into Trn2 UltraServers by NeuronLink Z-rings [true for trn2u]."
+    )
+    network: NetworkSpec = Field(default_factory=NetworkSpec, description="Overrides of the catalog's links.")
+
+
+class StorageSpec(_Spec):
+    """FSx for Lustre file system shared by all instances: training data and checkpoints."""
+
+    kind: Literal["fsx-lustre"] = Field(description="Storage service.")
+    deployment: Literal["SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"] = Field(description="FSx deployment type.")
+    capacity_tib: float = Field(gt=0, description="Storage capacity, TiB.")
+    throughput_mbps_per_tib: float = Field(gt=0, description="Throughput per unit of capacity, MB/s per TiB.")
+    bytes_per_token: float = Field(4.0, ge=0, description="Training data read per token, bytes [4].")
+    prefetch_steps: int = Field(1, ge=0, description="Steps the data loader runs ahead of compute (count) [1].")
+
+
+class CheckpointSpec(_Spec):
+    """Periodic checkpoints written to storage."""
+
+    every_steps: int = Field(ge=1, description="Steps between checkpoints (count).")
+    mode: Literal["sync", "async"] = Field(description="sync: training waits for the write; async: it overlaps.")
+
+
+class StragglersSpec(_Spec):
+    """Slow ranks."""
+
+    fraction: float = Field(ge=0, le=1, description="Fraction of instances that straggle (0..1).")
+    slowdown: float = Field(ge=1, description="Compute-time multiplier of a straggler (ratio >= 1).")
+
+
+class FaultsSpec(_Spec):
+    """Stragglers and instance failures."""
+
+    stragglers: StragglersSpec | None = Field(None, description="Slow instances; absent = none.")
+    instance_mtbf_hours: float | None = Field(
+        None, gt=0, description="Mean time between failures of one instance, hours; absent = no failures."
+    )
+    restart_minutes: float = Field(10.0, ge=0, description="Time to restart the job after a failure, minutes [10].")
+
+
+class EmulationSpec(_Spec):
+    """How the emulator runs; never changes a predicted number."""
+
+    instances_per_actor: Annotated[Literal["auto"] | int, PlainValidator(_auto_or_count)] = Field(
+        "auto", description="Instances folded into one Ray actor: auto or a count [auto]."
+    )
+    payload_scale: float = Field(
+        1e-6, gt=0, le=1, description="Fraction of real gradient bytes moved between actors (0..1] [1e-6]."
+    )
+
+
+class Scenario(_Spec):
+    """A resolved, validated scenario: every default filled, every derived value computed."""
+
+    name: str = Field(pattern=r"^[a-z0-9._-]+$", description="Scenario name; names the output folder.")
+    seed: int = Field(0, ge=0, description="Seed of every random draw (jitter, stragglers, faults) [0].")
+    model: ModelSpec = Field(description="The transformer.")
+    training: TrainingSpec = Field(description="Batch, precision and steps.")
+    parallelism: ParallelismSpec = Field(description="Parallel layout over ranks.")
+    cluster: ClusterSpec = Field(description="Instances and links.")
+    storage: StorageSpec | None = Field(None, description="Shared storage; absent = data and checkpoints are free.")
+    checkpoint: CheckpointSpec | None = Field(None, description="Periodic checkpoints; absent = none.")
+    faults: FaultsSpec | None = Field(None, description="Stragglers and failures; absent = none.")
+    emulation: EmulationSpec = Field(default_factory=EmulationSpec, description="How the emulator runs.")
+
+    @property
+    def ranks(self) -> int:
+        """Ranks (logical NeuronCores): instances x physical NeuronCores per instance / lnc."""
+        return self.cluster.instances * ranks_per_instance(INSTANCES[self.cluster.instance], self.cluster.lnc)
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens per optimizer step: global_batch x seq_len."""
+        return self.training.global_batch * self.training.seq_len
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved scenario as a plain JSON-able dict (the YAML's keys, every default filled)."""
+        return self.model_dump(mode="json")
