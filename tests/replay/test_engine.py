@@ -107,3 +107,27 @@ def test_trace_slices_cover_every_op_of_the_critical_replica():
     compute = [x for x in slices if x.stream == "compute" and x.step == 1]
     assert len(compute) == 4 * 2 * m
     assert max(x.end_s for x in compute) == pytest.approx(steps[0].step_time_s + (m + 3) * (F + B), rel=1e-9)
+
+
+def test_storage_costs_add_to_the_step_and_its_breakdown():
+    sc = scenario(pp=2)
+    cl = build_cluster(sc, 1)
+    m = 4
+    progs = stage_programs("1f1b", 2, m)
+    seen = []
+
+    def costs(step, busy):
+        seen.append(busy)
+        return (0.3, 0.0) if step == 0 else (0.0, 1.5)
+
+    steps, slices = replay_steps(sc, cl, UniformShards(cl), comm(2), progs, step_costs=costs)
+    base = (m + 1) * (F + B) + OPT
+    assert seen == pytest.approx([base, base], rel=1e-9)
+    assert steps[0].step_time_s == pytest.approx(base + 0.3) and steps[0].data_stall_s == 0.3
+    assert steps[1].step_time_s == pytest.approx(base + 1.5) and steps[1].checkpoint_s == 1.5
+    for s in steps:
+        assert sum(s.breakdown().values()) == pytest.approx(s.step_time_s, rel=1e-12)
+    storage = [x for x in slices if x.stream == "storage"]
+    assert [(x.name, x.step) for x in storage] == [("data stall", 0), ("checkpoint", 1)]
+    first_f = min(x.start_s for x in slices if x.stream == "compute" and x.step == 0)
+    assert first_f == pytest.approx(0.3)

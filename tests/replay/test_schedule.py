@@ -62,3 +62,12 @@ def test_sends_never_speed_up_and_busy_bounds(p, m, F, B, c, schedule):
     t_more = run(schedule, p, m + 1, F, B).stage_end.max()
     bubble = lambda t, k: (t - k * (F + B)) / t  # noqa: E731  bubble fraction of the step
     assert bubble(t_more, m + 1) <= bubble(t0, m) + 1e-9  # more microbatches never a larger bubble fraction
+
+
+def test_start_plus_duration_is_end_for_every_op():
+    fwd = np.array([[1.0, 2.0, 1.5]])
+    ex = execute(stage_programs("1f1b", 3, 4), fwd, 2 * fwd, np.full(3, 0.1), np.full(3, 0.1))
+    for (kind, k, c), t1 in ex.end.items():
+        dur = (fwd if kind == "F" else 2 * fwd)[0, c]
+        assert ex.start[(kind, k, c)][0] + dur == pytest.approx(t1[0], rel=1e-12)
+    assert ex.start[("F", 0, 0)][0] == 0.0 and ex.start[("F", 1, 0)][0] == 1.0

@@ -38,6 +38,13 @@ class ShardSet(Protocol):
         """Reduce the scaled gradient payload among shards; (bytes moved, every result exact)."""
 
 
+class StepCosts(Protocol):
+    """Storage costs of a step (data loading, checkpoints), supplied by the storage model."""
+
+    def __call__(self, step: int, busy_s: float) -> tuple[float, float]:
+        """(data_stall_s, checkpoint_s) of `step`, given the seconds the step computes and communicates."""
+
+
 @dataclass(frozen=True)
 class CommPlan:
     """Communication costs of one step that do not depend on rank speeds."""
@@ -133,7 +140,8 @@ def group_max(per_rank: np.ndarray, layout) -> np.ndarray:
 
 
 def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, programs: list,
-                 on_step: Callable[[StepRecord], None] | None = None) -> tuple[list[StepRecord], list[Slice]]:
+                 on_step: Callable[[StepRecord], None] | None = None,
+                 step_costs: StepCosts | None = None) -> tuple[list[StepRecord], list[Slice]]:
     """Replay warm-up and measured steps.
 
     Args:
@@ -143,6 +151,8 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         comm: from `plan_comm`.
         programs: from `stage_programs` for this scenario.
         on_step: called with each finished StepRecord (the run directory appends it to steps.csv).
+        step_costs: storage costs per step; the data stall comes before the step's compute, the
+            checkpoint stall after its optimizer. None: storage costs nothing.
 
     Returns:
         (steps, slices of the critical replica on the virtual clock).
@@ -174,15 +184,20 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         pipe = ex.stage_end[d_c, s_c]
         pipe0 = ex0.stage_end[d_c, s_c]
         overhead = cluster.calibration.step_overhead_s
+        stall, ckpt = step_costs(step, float(done[s_c] + overhead)) if step_costs else (0.0, 0.0)
         payload_bytes, payload_ok = shards.reduce_payload(step)
         rec = StepRecord(
-            step=step, warmup=step < t.warmup_steps, step_time_s=float(done[s_c] + overhead),
+            step=step, warmup=step < t.warmup_steps, step_time_s=float(stall + done[s_c] + overhead + ckpt),
             compute_s=float(compute + opt[s_c]), tp_comm_s=float(tp), pp_comm_s=float(pipe - pipe0),
-            dp_comm_s=float(comm.dp[s_c]), bubble_s=float(pipe0 - compute - tp), data_stall_s=0.0,
-            checkpoint_s=0.0, other_s=float(overhead), critical_replica=d_c, critical_stage=s_c,
+            dp_comm_s=float(comm.dp[s_c]), bubble_s=float(pipe0 - compute - tp), data_stall_s=float(stall),
+            checkpoint_s=float(ckpt), other_s=float(overhead), critical_replica=d_c, critical_stage=s_c,
             slowest_rank=int(np.argmax(fwd_r.sum(axis=1) + bwd_r.sum(axis=1))), payload_bytes=int(payload_bytes),
             payload_checked=bool(payload_ok), wall_s=time.perf_counter() - wall0)
-        slices += _slices(ex, d_c, comm, reduce_start, opt, clock, step, shard_of_rank0, layout)
+        slices += _slices(ex, d_c, comm, reduce_start, opt, clock + stall, step, shard_of_rank0, layout)
+        for name, t0, dur in (("data stall", clock, stall), ("checkpoint", clock + rec.step_time_s - ckpt, ckpt)):
+            if dur > 0:
+                slices.append(Slice(stage=0, stream="storage", name=name, start_s=t0, end_s=t0 + dur, step=step,
+                                    shard=shard_of_rank0[0]))
         if len(slices) > MAX_SLICES:
             slices = [s for s in slices if s.step == step]
         clock += rec.step_time_s

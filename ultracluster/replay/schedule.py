@@ -112,7 +112,7 @@ def execute(programs: list[list[Op]], fwd: np.ndarray, bwd: np.ndarray, send_fwd
                     dur = bwd[:, c]
                 if dep is not None and dep not in end:
                     break
-                t0 = free[s] if dep is None else np.maximum(free[s], end[dep] + delay)
+                t0 = free[s].copy() if dep is None else np.maximum(free[s], end[dep] + delay)
                 start[(kind, k, c)] = t0
                 end[(kind, k, c)] = free[s] = t0 + dur
                 busy[:, s] += dur
