@@ -16,7 +16,7 @@ def ray_session():
     """A real local Ray (2 CPUs, no dashboard) started once and shared by every test that needs Ray."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield ray
     ray.shutdown()
 

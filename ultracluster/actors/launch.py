@@ -96,7 +96,8 @@ def launch_actors(scenario, cluster, address: str | None = None) -> Iterator[Ray
             if address:
                 ray.init(address=address, logging_level="ERROR", log_to_driver=False)
             else:
-                ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+                # "local": always a new embedded Ray, never a `ray start` cluster that happens to run here
+                ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise ActorError(f"could not {'connect to Ray at ' + address if address else 'start a local Ray'}: "
                              f"{err}") from None
