@@ -17,35 +17,86 @@ from . import operators as opslib
 from .cluster import Cluster
 
 
+# TensorE is a 128 x 128 systolic array: the contraction dimension fills its 128 rows (partitions), the
+# stationary operand's free dimension its 128 columns, and the moving operand streams through in tiles
+# of up to 512 (H4/H8: NKI architecture guides). A dimension that is not a multiple of its tile leaves
+# part of the array idle in the last tile.
+PE_ROWS, PE_COLS, MOVING_TILE = 128, 128, 512
+# GpSimd: 8 general-purpose processors per NeuronCore (H4); their SIMD width is not in our reference, so
+# we assume 16 fp32 lanes each (512-bit): an assumption, used only by the embedding's index work.
+GPSIMD_LANES = 8 * 16
+
+
 @dataclass(frozen=True)
 class RankRates:
-    """Achievable rates of one rank, after calibration (per second)."""
+    """Achievable rates of one rank (one logical NeuronCore), after calibration (per second)."""
 
     tensor_flop_per_s: float
     vector_flop_per_s: float
     scalar_flop_per_s: float
-    hbm_bytes_per_s: float
+    gpsimd_flop_per_s: float
+    hbm_bytes_per_s: float          # min(HBM share, DMA share) of the chip, x hbm_efficiency
+    sbuf_bytes: float               # SBUF of the rank's physical cores
+    op_overhead_s: float            # fixed cost per operator instance (launch, semaphores, DMA descriptors)
 
 
 def rank_rates(cluster: Cluster, precision: str) -> RankRates:
     """Calibrated engine rates of one rank of `cluster` at a training precision."""
-    chip, cal, lnc = cluster.chip, cluster.calibration, cluster.lnc
+    chip, cal, lnc, per_chip = cluster.chip, cluster.calibration, cluster.lnc, cluster.ranks_per_chip
     return RankRates(
         tensor_flop_per_s=chip.tensor_flop_per_s_per_core[precision] * lnc * cal.tensor_efficiency,
         vector_flop_per_s=chip.vector_flop_per_s_per_core * lnc * cal.vector_efficiency,
         scalar_flop_per_s=chip.scalar_flop_per_s_per_core * lnc * cal.vector_efficiency,
-        hbm_bytes_per_s=chip.hbm_bytes_per_s / cluster.ranks_per_chip * cal.hbm_efficiency,
+        gpsimd_flop_per_s=chip.gpsimd_hz * GPSIMD_LANES * lnc * cal.vector_efficiency,
+        hbm_bytes_per_s=min(chip.hbm_bytes_per_s, chip.dma_bytes_per_s) / per_chip * cal.hbm_efficiency,
+        sbuf_bytes=chip.sbuf_bytes_per_core * lnc,
+        op_overhead_s=cal.op_overhead_s,
     )
 
 
-def op_seconds(work: dict[str, np.ndarray], rates: RankRates) -> np.ndarray:
-    """Roofline time of each operator: arrays of engine work in, array of seconds out."""
-    return np.maximum.reduce([
-        work["tensor"] / rates.tensor_flop_per_s,
+def _fill(dim: np.ndarray, tile: int) -> np.ndarray:
+    """Fraction of tiles of size `tile` that a dimension of size `dim` fills (1 where dim is 0)."""
+    dim = np.asarray(dim, dtype=float)
+    return np.where(dim > 0, dim / (tile * np.ceil(np.maximum(dim, 1) / tile)), 1.0)
+
+
+def tensor_utilization(m: np.ndarray, k: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Fraction of TensorE peak a matmul's shape can use: contraction over rows, stationary over columns,
+    moving dimension over its streaming tile."""
+    return _fill(k, PE_ROWS) * _fill(n, PE_COLS) * _fill(m, MOVING_TILE)
+
+
+def sbuf_rereads(m: np.ndarray, k: np.ndarray, n: np.ndarray, e: float, w: float, sbuf: float) -> np.ndarray:
+    """Extra HBM bytes when a matmul's stationary operand (k x n) does not fit in half the SBUF: the
+    moving operand (m x k) is streamed once more for every further SBUF-sized block of it."""
+    blocks = np.ceil(k * n * w / (sbuf / 2))
+    return np.maximum(blocks - 1, 0) * m * k * e
+
+
+def op_seconds(work: dict[str, np.ndarray], rates: RankRates, e: float = 2.0, w: float = 2.0) -> np.ndarray:
+    """Roofline time of each operator with its engines overlapping: arrays of engine work in, seconds out.
+
+    Args:
+        work: arrays "tensor", "vector", "scalar", "gpsimd" (FLOPs), "bytes" (HBM), and optionally the
+            matmul shape "m", "k", "n" (0 where the operator has no matmul).
+        rates: the rank's calibrated rates.
+        e, w: bytes per activation and per weight element (for SBUF re-reads).
+
+    Returns:
+        Seconds per operator, including the fixed per-operator overhead for operators that do any work.
+    """
+    zero = np.zeros_like(work["tensor"])
+    m, k, n = (work.get(d, zero) for d in ("m", "k", "n"))
+    util = tensor_utilization(m, k, n)
+    hbm = work["bytes"] + sbuf_rereads(m, k, n, e, w, rates.sbuf_bytes)
+    busy = np.maximum.reduce([
+        work["tensor"] / (rates.tensor_flop_per_s * util),
         work["vector"] / rates.vector_flop_per_s,
         work["scalar"] / rates.scalar_flop_per_s,
-        work["bytes"] / rates.hbm_bytes_per_s,
+        work.get("gpsimd", zero) / rates.gpsimd_flop_per_s,
+        hbm / rates.hbm_bytes_per_s,
     ])
+    return np.where(busy > 0, busy + rates.op_overhead_s, 0.0)
 
 
 @dataclass(frozen=True)
@@ -61,9 +112,9 @@ class ChunkTimes:
     optimizer_s: np.ndarray      # per stage: the optimizer step of its ranks
 
 
-def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]) -> ChunkTimes:
-    """Price every pipeline chunk of a scenario on the chip model."""
-    ops = opslib.applicable(library, scenario)
+def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...] | None = None) -> ChunkTimes:
+    """Price every pipeline chunk of a scenario on the chip model (library: default the scenario's)."""
+    ops = opslib.applicable(library if library is not None else opslib.library_for(scenario), scenario)
     layout = cluster.layout
     v = opslib.shape_variables(scenario, layout)
     rates = rank_rates(cluster, scenario.training.precision)
@@ -73,7 +124,7 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
 
     def secs(where: str, phase: str) -> tuple[np.ndarray, np.ndarray]:
         work = opslib.evaluate(ops, where, phase, v)
-        return op_seconds(work, rates), work["recompute"]
+        return op_seconds(work, rates, v["e"], v["w"]), work["recompute"]
 
     lf, marks = secs("layer", "forward")
     again = {"none": 0.0, "selective": lf[marks == "selective"].sum(), "full": lf.sum()}[recompute]
@@ -89,22 +140,24 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
     np.add.at(stage_params, np.arange(n_chunks) % layout.pp, params)
     shard = stage_params / (layout.dp if scenario.training.zero1 else 1)
     opt_work = opslib.evaluate(ops, "optimizer", "forward", dict(v, T=np.ones(layout.pp), P=shard))
-    opt = op_seconds(opt_work, rates).sum(axis=0)
+    opt = op_seconds(opt_work, rates, v["e"], v["w"]).sum(axis=0)
     return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt)
 
 
 
-def speed_factors(scenario, ranks: np.ndarray, total_ranks: int) -> np.ndarray:
-    """Per-rank slowdown factors (>= 1) of the given global ranks, drawn from the scenario seed.
+def stragglers(scenario, total_ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ranks that run slower than speed 1, and their slowdown factors, drawn from the scenario seed.
 
     `faults.stragglers` slows `round(fraction x ranks)` ranks, chosen once per run over the global rank
-    ids, so the draw is the same whichever shard asks (folding never changes it).
+    ids, so the draw is the same whichever shard asks (folding never changes it). Sparse: every other
+    rank runs at speed 1, so the cost does not grow with the number of cores.
+
+    Returns:
+        (sorted int64 global ranks, float slowdown factors >= 1).
     """
-    speed = np.ones(len(ranks))
     st = scenario.faults.stragglers if scenario.faults else None
-    if st is None or st.fraction == 0 or st.slowdown == 1:
-        return speed
-    k = int(round(st.fraction * total_ranks))
-    slow = np.random.default_rng([scenario.seed, 0x57A6]).choice(total_ranks, size=k, replace=False)
-    speed[np.isin(ranks, slow)] = st.slowdown
-    return speed
+    k = int(round(st.fraction * total_ranks)) if st is not None and st.slowdown != 1 else 0
+    if k == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    slow = np.sort(np.random.default_rng([scenario.seed, 0x57A6]).choice(total_ranks, size=k, replace=False))
+    return slow.astype(np.int64), np.full(k, float(st.slowdown))

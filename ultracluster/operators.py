@@ -8,6 +8,7 @@ Expressions are compiled once and evaluated on numpy arrays, so one call prices 
 from __future__ import annotations
 
 import ast
+import json
 import operator as _op
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,7 +21,8 @@ import yaml
 from .errors import Problem, ScenarioError
 
 LIBRARY_DIR = Path(__file__).resolve().parent.parent / "operators"
-ENGINES = ("tensor", "vector", "scalar", "bytes")
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "bytes")
+MATMUL_DIMS = ("m", "k", "n")
 VARIABLES = frozenset({"T", "Ts", "S", "h", "d", "hq", "hkv", "f", "up", "V", "e", "w", "causal", "P"})
 WHERE = ("layer", "embedding", "head", "optimizer")
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
@@ -74,6 +76,7 @@ class Operator:
     forward: Mapping[str, Callable[[Mapping[str, Any]], Any]]
     backward: Mapping[str, Callable[[Mapping[str, Any]], Any]]
     saved: Callable[[Mapping[str, Any]], Any]
+    matmul: Mapping[str, Callable[[Mapping[str, Any]], Any]] | None = None   # m, k, n of its largest matmul
 
 
 def parse_library(doc: object, source: str) -> list[Operator]:
@@ -82,7 +85,7 @@ def parse_library(doc: object, source: str) -> list[Operator]:
     if not isinstance(doc, dict) or not isinstance(doc.get("operators"), list):
         raise ScenarioError([Problem("operators", type(doc).__name__, "a mapping with an `operators` list")], source)
     ops: list[Operator] = []
-    keys = {"name", "where", "recompute", "mlp", "master_weights", "forward", "backward", "saved"}
+    keys = {"name", "where", "recompute", "mlp", "master_weights", "forward", "backward", "saved", "matmul"}
     for i, raw in enumerate(doc["operators"]):
         at = f"operators[{i}]"
         if not isinstance(raw, dict):
@@ -109,9 +112,15 @@ def parse_library(doc: object, source: str) -> list[Operator]:
             for k in sorted(set(work) - set(ENGINES)):
                 problems.append(Problem(f"{at}.{phase}.{k}", work[k], f"one of: {', '.join(ENGINES)}"))
             phases[phase] = {e: _compile(work.get(e, 0), f"{at}.{phase}.{e}", problems) for e in ENGINES}
+        matmul = raw.get("matmul")
+        if matmul is not None and (not isinstance(matmul, dict) or set(matmul) != set(MATMUL_DIMS)):
+            problems.append(Problem(f"{at}.matmul", matmul, "a mapping with exactly m, k and n (expressions)"))
+            matmul = None
         ops.append(Operator(name=str(name), where=str(where), recompute=raw.get("recompute"), mlp=raw.get("mlp"),
                             master_weights=raw.get("master_weights"), forward=phases["forward"],
-                            backward=phases["backward"], saved=_compile(raw.get("saved", 0), f"{at}.saved", problems)))
+                            backward=phases["backward"], saved=_compile(raw.get("saved", 0), f"{at}.saved", problems),
+                            matmul={d: _compile(matmul[d], f"{at}.matmul.{d}", problems) for d in MATMUL_DIMS}
+                            if matmul else None))
     names = [o.name for o in ops]
     for dup in sorted({n for n in names if names.count(n) > 1}):
         problems.append(Problem("operators", dup, "unique operator names"))
@@ -133,6 +142,20 @@ def load_library(path: str | None = None) -> tuple[Operator, ...]:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ScenarioError([Problem("(file)", f"{where}{getattr(err, 'problem', err)}", "well-formed YAML")], str(p))
     return tuple(parse_library(doc, str(p)))
+
+
+def library_for(scenario) -> tuple[Operator, ...]:
+    """The built-in library with the scenario's own libraries applied: same name replaces, new name adds."""
+    return _merged(json.dumps(list(scenario.operators), sort_keys=True, default=str))
+
+
+@lru_cache(maxsize=16)
+def _merged(docs_json: str) -> tuple[Operator, ...]:
+    ops = {o.name: o for o in load_library()}
+    for i, doc in enumerate(json.loads(docs_json)):
+        for o in parse_library(doc, f"operators[{i}]"):
+            ops[o.name] = o
+    return tuple(ops.values())
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -205,6 +228,10 @@ def evaluate(ops: list[Operator], where: str, phase: str, variables: Mapping[str
         vals = [np.broadcast_to(np.asarray(getattr(o, phase)[e](variables), dtype=float),
                                 np.shape(variables["T"])) for o in sel]
         out[e] = np.array(vals, dtype=float).reshape((len(sel),) + np.shape(variables["T"]))
+    for d in MATMUL_DIMS:
+        vals = [np.broadcast_to(np.asarray(o.matmul[d](variables) if o.matmul else 0.0, dtype=float),
+                                np.shape(variables["T"])) for o in sel]
+        out[d] = np.array(vals, dtype=float).reshape((len(sel),) + np.shape(variables["T"]))
     out["names"] = np.array([o.name for o in sel])
     out["recompute"] = np.array([o.recompute or "" for o in sel])
     return out

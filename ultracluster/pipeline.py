@@ -9,35 +9,69 @@ from typing import Callable
 
 from . import operators as opslib
 from .actors.launch import launch_actors, resolve_instances_per_actor
+from .actors.metrics import RunMetrics
 from .actors.shard import PAYLOAD_MAX_BYTES, payload_elements
 from .cluster import build_cluster
+from .cluster.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
 from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory
 from .replay.engine import microbatches, plan_comm, replay_steps
 from .replay.events import RunResult, StepRecord
 from .replay.schedule import stage_programs
 from .report import Report, StepWriter, build_report, write_run_dir
+from .report.ranks import RankTally, comm_records
 from .scenario import Scenario, load_scenario
 
 
 def run(scenario: Scenario | str | Path, out: str | Path | None = None, address: str | None = None,
-        shards_factory: Callable | None = None, on_step: Callable[[StepRecord], None] | None = None) -> Report:
+        shards_factory: Callable | None = None, on_step: Callable[[StepRecord], None] | None = None,
+        calibration: Calibration | None = None, progress=None) -> Report:
     """Emulate a scenario and return its Report; write the run directory when `out` is given.
 
     Args:
         scenario: a loaded Scenario, or the path of a scenario YAML.
         out: run directory to write (summary.json, steps.csv, ...); steps.csv grows one row per step.
         address: Ray cluster address (None: RAY_ADDRESS, a running Ray, or an embedded local Ray).
-        shards_factory: `(scenario, cluster) -> context manager of a shard set`; defaults to Ray actors.
+        shards_factory: `(scenario, cluster) -> context manager of a shard set`; defaults to Ray actors
+            (`ultracluster.actors.local.local_shards` runs them in this process).
         on_step: called with each finished step (progress display).
+        calibration: named calibration factors (default: the fitted ones in cluster/calibration.json).
+        progress: told when actors start and each step ends (`ultracluster.report.Progress`).
 
     Returns:
         The Report. An infeasible layout gives a Report whose summary has feasible False and a reason.
     """
+    writer = StepWriter(out) if out is not None else None
+
+    def step_done(rec: StepRecord) -> None:
+        if writer:
+            writer.append(rec)
+        if on_step:
+            on_step(rec)
+
+    factory = shards_factory or (lambda sc, cl: launch_actors(sc, cl, address))
+    report = build_report(replay(scenario, factory, step_done, calibration, progress))
+    if out is not None:
+        write_run_dir(report, out)
+    return report
+
+
+def predict(scenario: Scenario | str | Path, calibration: Calibration | None = None) -> dict:
+    """The summary of a scenario computed in this process, without Ray, files or pandas (for sweeps and
+    calibration fits). Same numbers as `run`."""
+    from .actors.local import local_shards
+    from .report.summary import summarize
+
+    return summarize(replay(scenario, local_shards, None, calibration))
+
+
+def replay(scenario: Scenario | str | Path, shards_factory: Callable, on_step: Callable | None = None,
+           calibration: Calibration | None = None, progress=None) -> RunResult:
+    """The stages up to the replayed steps: scenario → cluster → memory → shards → replay → RunResult."""
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    cluster = build_cluster(scenario, resolve_instances_per_actor(scenario))
-    library = opslib.load_library()
+    cluster = build_cluster(scenario, resolve_instances_per_actor(scenario), calibration or DEFAULT_CALIBRATION)
+    library = opslib.library_for(scenario)
     _check_model(scenario)
     layout, t = cluster.layout, scenario.training
     programs = stage_programs(scenario.parallelism.pp_schedule, layout.pp, microbatches(scenario),
@@ -57,22 +91,36 @@ def run(scenario: Scenario | str | Path, out: str | Path | None = None, address:
         _check_payload(scenario, cluster)
         comm = plan_comm(scenario, cluster)
         result.collectives = comm.records
-        writer = StepWriter(out) if out is not None else None
-
-        def step_done(rec: StepRecord) -> None:
-            if writer:
-                writer.append(rec)
-            if on_step:
-                on_step(rec)
-
-        factory = shards_factory or (lambda sc, cl: launch_actors(sc, cl, address))
-        with factory(scenario, cluster) as shards:
+        result.microbatches = microbatches(scenario)
+        result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,
+                                                            cluster.stage_layers(scenario.model.layers))
+        tally = RankTally(result.microbatches, t.warmup_steps)   # per-rank compute for the report
+        if progress:
+            progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)
+        with shards_factory(scenario, cluster) as shards:
             result.ray_nodes = shards.nodes
-            result.steps, result.slices = replay_steps(scenario, cluster, shards, comm, programs, step_done)
-    report = build_report(result)
-    if out is not None:
-        write_run_dir(report, out)
-    return report
+            metrics = RunMetrics.create(scenario.name, t.warmup_steps + t.steps)   # Ray metrics for Grafana
+            metrics.actors_alive(len(cluster.shards))
+            if progress:
+                progress.started(shards.nodes)
+            try:
+                result.steps, result.slices = replay_steps(scenario, cluster, tally.watch(shards), comm, programs,
+                                                           _each(metrics.step_done, progress and progress.step_done,
+                                                                 on_step))
+            finally:
+                metrics.actors_alive(0)
+        result.rank_compute_s = tally.mean_s()
+    return result
+
+
+def _each(*callbacks: Callable | None) -> Callable[[StepRecord], None]:
+    """One step callback that calls every given one in order."""
+    todo = [c for c in callbacks if c]
+
+    def call(rec: StepRecord) -> None:
+        for c in todo:
+            c(rec)
+    return call
 
 
 def _check_model(scenario: Scenario) -> None:

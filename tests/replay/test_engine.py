@@ -28,13 +28,14 @@ class UniformShards:
         self.cluster, self.slow, self.nodes = cluster, slow or {}, 1
 
     def profiles(self, step):
+        lay = self.cluster.layout
+        chunks = lay.pp * lay.virtual_stages
         out = []
         for sh in self.cluster.shards:
-            speed = np.ones(sh.ranks)
-            for r, k in self.slow.items():
-                if sh.first_rank <= r < sh.first_rank + sh.ranks:
-                    speed[r - sh.first_rank] = k
-            out.append({"fwd": F * speed[:, None], "bwd": B * speed[:, None], "opt": OPT * speed})
+            mine = sorted(r for r in self.slow if sh.first_rank <= r < sh.first_rank + sh.ranks)
+            out.append({"fwd": np.full(chunks, F), "bwd": np.full(chunks, B), "opt": np.full(lay.pp, OPT),
+                        "slow_ranks": np.array(mine, dtype=np.int64),
+                        "slow_factors": np.array([self.slow[r] for r in mine], dtype=float)})
         return out
 
     def reduce_payload(self, step):

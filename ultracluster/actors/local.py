@@ -1,6 +1,9 @@
 """In-process shard set with the same interface as the Ray one: for tests and determinism checks."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import numpy as np
 
 from .shard import ShardWorker
@@ -26,3 +29,9 @@ class LocalShards:
                 for i, data in enumerate(sent):
                     moved += self.workers[(i + 1) % n].recv(phase, k, data)
         return moved, all(w.check_payload() for w in self.workers)
+
+
+@contextmanager
+def local_shards(scenario, cluster) -> Iterator[LocalShards]:
+    """`shards_factory` for `pipeline.run`: the shards in this process, no Ray."""
+    yield LocalShards(scenario, cluster)

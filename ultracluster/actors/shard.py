@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import chip
 from .. import operators as opslib
-from ..cluster import Cluster, ShardSpec, rank_coords
+from ..cluster import Cluster, ShardSpec
 
 PAYLOAD_MAX_BYTES = 1 << 30   # per actor; beyond it `emulation.payload_scale` is too large for one machine
 
@@ -40,15 +40,10 @@ class ShardWorker:
 
     def __init__(self, scenario, cluster: Cluster, shard: ShardSpec):
         self.scenario, self.cluster, self.shard = scenario, cluster, shard
-        times = chip.chunk_times(scenario, cluster, opslib.load_library())
-        ranks = np.arange(shard.first_rank, shard.first_rank + shard.ranks)
-        stage = rank_coords(cluster.layout, ranks)["pp"]
-        pp, v = cluster.layout.pp, cluster.layout.virtual_stages
-        chunk_ids = np.arange(v)[None, :] * pp + stage[:, None]          # [ranks, v]
-        speed = chip.speed_factors(scenario, ranks, cluster.ranks)[:, None]
-        self._fwd = times.forward_s[chunk_ids] * speed
-        self._bwd = times.backward_s[chunk_ids] * speed
-        self._opt = times.optimizer_s[stage] * speed[:, 0]
+        self._times = chip.chunk_times(scenario, cluster)
+        slow, factor = chip.stragglers(scenario, cluster.ranks)
+        mine = (slow >= shard.first_rank) & (slow < shard.first_rank + shard.ranks)
+        self._slow, self._factor = slow[mine], factor[mine]
         self._n = payload_elements(scenario, cluster)
         self._bounds = ring_bounds(self._n, len(cluster.shards))
         self._buf = np.empty(0)
@@ -58,8 +53,16 @@ class ShardWorker:
         return self.shard.index
 
     def profile(self, step: int) -> dict[str, np.ndarray]:
-        """Per-rank seconds for one microbatch of each of the rank's chunks, and the optimizer step."""
-        return {"fwd": self._fwd, "bwd": self._bwd, "opt": self._opt}
+        """This shard's compute for one step, in a form whose size does not grow with its cores.
+
+        Returns:
+            "fwd", "bwd": [chunks] seconds of one microbatch of each pipeline chunk at speed 1;
+            "opt": [stages] seconds of the optimizer step; "slow_ranks" / "slow_factors": the global
+            ranks of this shard that run slower, and by how much (every other rank runs at speed 1).
+        """
+        t = self._times
+        return {"fwd": t.forward_s, "bwd": t.backward_s, "opt": t.optimizer_s,
+                "slow_ranks": self._slow, "slow_factors": self._factor}
 
     # --- ring all-reduce of the payload: reduce-scatter then all-gather, one chunk per step -----------
     def _chunk(self, i: int) -> slice:

@@ -6,7 +6,9 @@ nothing about it, an explicit documented assumption. A scenario never silently c
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import json
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,8 @@ class Calibration:
         hbm_efficiency: achieved fraction of HBM bandwidth on streaming operators.
         neuronlink_efficiency: achieved fraction of NeuronLink bandwidth in collectives.
         efa_efficiency: achieved fraction of EFA bandwidth in collectives and sends.
+        op_overhead_s: fixed cost of one operator instance on a NeuronCore (instruction issue, semaphore
+            waits, DMA descriptor set-up) added to its roofline time.
         step_overhead_s: fixed per-step host/runtime cost (launch, sync) on the critical path.
         runtime_reserve_gib: HBM per rank kept by the Neuron runtime and compiler scratch (assumption: not
             published; 1 GiB per rank).
@@ -29,6 +33,7 @@ class Calibration:
     hbm_efficiency: float = 0.8
     neuronlink_efficiency: float = 0.8
     efa_efficiency: float = 0.8
+    op_overhead_s: float = 0.0
     step_overhead_s: float = 0.0
     runtime_reserve_gib: float = 1.0
 
@@ -36,4 +41,15 @@ class Calibration:
         return replace(self, **changes)
 
 
-DEFAULT = Calibration()
+FITTED = Path(__file__).with_name("calibration.json")   # written by scripts/calibrate.py
+
+
+def fitted() -> Calibration:
+    """The documented defaults with the factors fitted by scripts/calibrate.py applied."""
+    if not FITTED.exists():
+        return Calibration()
+    values = json.loads(FITTED.read_text())
+    return Calibration(**{f.name: values[f.name] for f in fields(Calibration) if f.name in values})
+
+
+DEFAULT = fitted()

@@ -20,7 +20,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from .. import operators as opslib
-from ..cluster import Cluster
+from ..cluster import Cluster, rank_coords
 from ..network import Group, collective_time, group_of
 from .events import CollectiveRecord, Slice, StepRecord
 from .schedule import Execution, execute, stage_programs
@@ -32,7 +32,8 @@ class ShardSet(Protocol):
     """What the engine needs from the shards (Ray actors or in-process)."""
 
     def profiles(self, step: int) -> list[dict[str, np.ndarray]]:
-        """Per shard, in shard order: {"fwd": [ranks, v], "bwd": [ranks, v], "opt": [ranks]} seconds."""
+        """Per shard, in shard order: {"fwd": [chunks], "bwd": [chunks], "opt": [stages]} seconds at speed 1,
+        and "slow_ranks" / "slow_factors": the shard's ranks that run slower and by how much."""
 
     def reduce_payload(self, step: int) -> tuple[int, bool]:
         """Reduce the scaled gradient payload among shards; (bytes moved, every result exact)."""
@@ -132,11 +133,37 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
     return CommPlan(tp_fwd=tp_fwd, tp_bwd=tp_bwd, send_fwd=send_fwd, send_bwd=send_bwd, dp=dp, records=records)
 
 
-def group_max(per_rank: np.ndarray, layout) -> np.ndarray:
-    """[ranks, v] per-rank seconds → [dp, chunks] seconds of each replica's slowest tp/cp rank per chunk."""
-    v = per_rank.shape[1]
-    g = per_rank.reshape(layout.dp, layout.pp, layout.cp * layout.tp, v).max(axis=2)   # [dp, pp, v]
-    return g.transpose(0, 2, 1).reshape(layout.dp, v * layout.pp)                      # chunk = j*pp + s
+@dataclass(frozen=True)
+class ComputeProfile:
+    """One step's compute, per data-parallel replica and pipeline chunk (slowest tp/cp rank of each)."""
+
+    fwd: np.ndarray          # [dp, chunks] seconds per microbatch
+    bwd: np.ndarray          # [dp, chunks]
+    opt: np.ndarray          # [stages] optimizer seconds (slowest replica)
+    slowest_rank: int        # global rank with the largest slowdown (0 when all run at speed 1)
+
+
+def combine_profiles(profiles: list[dict[str, np.ndarray]], layout) -> ComputeProfile:
+    """Shards' profiles → per replica and chunk times. O(replicas x chunks + slow ranks), not O(ranks).
+
+    A tensor/context-parallel group runs at the pace of its slowest rank, so a slow rank raises its
+    replica's chunk times to base x its factor.
+    """
+    fwd = np.max([p["fwd"] for p in profiles], axis=0)
+    bwd = np.max([p["bwd"] for p in profiles], axis=0)
+    opt = np.max([p["opt"] for p in profiles], axis=0)
+    slow = np.concatenate([p["slow_ranks"] for p in profiles]).astype(np.int64)
+    factor = np.concatenate([p["slow_factors"] for p in profiles])
+    pp, v = layout.pp, layout.virtual_stages
+    speed = np.ones((layout.dp, pp))
+    if slow.size:
+        c = rank_coords(layout, slow)
+        np.maximum.at(speed, (c["dp"], c["pp"]), factor)
+    chunk_speed = np.tile(speed, (1, v))                        # chunk j*pp + s takes stage s's speed
+    opt = opt * speed.max(axis=0)
+    slowest = int(slow[np.argmax(factor)]) if slow.size else 0
+    return ComputeProfile(fwd=fwd[None, :] * chunk_speed, bwd=bwd[None, :] * chunk_speed, opt=opt,
+                          slowest_rank=slowest)
 
 
 def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, programs: list,
@@ -165,15 +192,12 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
     clock = 0.0
     for step in range(t.warmup_steps + t.steps):
         wall0 = time.perf_counter()
-        prof = shards.profiles(step)
-        fwd_r = np.concatenate([p["fwd"] for p in prof])
-        bwd_r = np.concatenate([p["bwd"] for p in prof])
-        opt_r = np.concatenate([p["opt"] for p in prof])
-        fc, bc = group_max(fwd_r, layout), group_max(bwd_r, layout)
+        prof = combine_profiles(shards.profiles(step), layout)
+        fc, bc = prof.fwd, prof.bwd
         fwd, bwd = fc + comm.tp_fwd, bc + comm.tp_bwd
         ex = execute(programs, fwd, bwd, comm.send_fwd, comm.send_bwd)
         ex0 = execute(programs, fwd, bwd, np.zeros_like(comm.send_fwd), np.zeros_like(comm.send_bwd))
-        opt = opt_r.reshape(layout.dp, layout.pp, -1).max(axis=(0, 2))                 # [pp]
+        opt = prof.opt                                                                    # [pp]
         reduce_start = ex.stage_end.max(axis=0)                                          # [pp]
         done = reduce_start + comm.dp + opt
         s_c = int(np.argmax(done))
@@ -183,15 +207,18 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         tp = m * (comm.tp_fwd[on_stage].sum() + comm.tp_bwd[on_stage].sum())
         pipe = ex.stage_end[d_c, s_c]
         pipe0 = ex0.stage_end[d_c, s_c]
+        bubble = pipe0 - compute - tp
+        assert bubble > -1e-9 * pipe0, "a stage cannot be busier than its pipeline is long"
+        bubble = max(bubble, 0.0)  # rounding only
         overhead = cluster.calibration.step_overhead_s
         stall, ckpt = step_costs(step, float(done[s_c] + overhead)) if step_costs else (0.0, 0.0)
         payload_bytes, payload_ok = shards.reduce_payload(step)
         rec = StepRecord(
             step=step, warmup=step < t.warmup_steps, step_time_s=float(stall + done[s_c] + overhead + ckpt),
             compute_s=float(compute + opt[s_c]), tp_comm_s=float(tp), pp_comm_s=float(pipe - pipe0),
-            dp_comm_s=float(comm.dp[s_c]), bubble_s=float(pipe0 - compute - tp), data_stall_s=float(stall),
+            dp_comm_s=float(comm.dp[s_c]), bubble_s=float(bubble), data_stall_s=float(stall),
             checkpoint_s=float(ckpt), other_s=float(overhead), critical_replica=d_c, critical_stage=s_c,
-            slowest_rank=int(np.argmax(fwd_r.sum(axis=1) + bwd_r.sum(axis=1))), payload_bytes=int(payload_bytes),
+            slowest_rank=prof.slowest_rank, payload_bytes=int(payload_bytes),
             payload_checked=bool(payload_ok), wall_s=time.perf_counter() - wall0)
         slices += _slices(ex, d_c, comm, reduce_start, opt, clock + stall, step, shard_of_rank0, layout)
         for name, t0, dur in (("data stall", clock, stall), ("checkpoint", clock + rec.step_time_s - ckpt, ckpt)):

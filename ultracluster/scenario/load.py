@@ -79,6 +79,7 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     if raw is None:
         raise ScenarioError(problems, where)
     problems += _apply_overrides(raw, overrides)
+    problems += _inline_operators(raw, where)
     preset_unknown = _apply_preset(raw)
     dp_given = _resolve(raw)
     try:
@@ -95,6 +96,50 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     if problems:
         raise ScenarioError(problems, where)
     return scenario
+
+
+def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
+    """Replace each `operators` file path by the library it holds, validated like the scenario itself.
+
+    Inlining carries the library inside the Scenario to every actor (on any node) and into scenario.json.
+    """
+    from ..operators import parse_library  # the operator library module owns its format
+
+    entries = raw.get("operators")
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        return [Problem("operators", entries, "a list of operator library files (YAML)")]
+    base = Path(where).parent if where else Path.cwd()
+    problems: list[Problem] = []
+    docs: list[Any] = []
+    for i, entry in enumerate(entries):
+        at = f"operators[{i}]"
+        if isinstance(entry, dict):
+            doc = entry
+        elif isinstance(entry, str):
+            path = (base / entry) if not Path(entry).is_absolute() else Path(entry)
+            try:
+                doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+            except OSError as exc:
+                problems.append(Problem(at, entry, f"a readable operator library file ({exc.strerror}: {path})"))
+                continue
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                given = f"{entry}: line {mark.line + 1}, column {mark.column + 1}" if mark else entry
+                problems.append(Problem(at, given, "well-formed YAML"))
+                continue
+        else:
+            problems.append(Problem(at, entry, "the path of an operator library file"))
+            continue
+        try:
+            parse_library(doc, str(entry))
+        except ScenarioError as err:
+            problems += [Problem(f"{at}: {p.path}", p.given, p.allowed) for p in err.problems]
+            continue
+        docs.append(doc)
+    raw["operators"] = docs
+    return problems
 
 
 def _read(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None, list[Problem]]:

@@ -132,6 +132,26 @@ class StorageSpec(_Spec):
     throughput_mbps_per_tib: float = Field(gt=0, description="Throughput per unit of capacity, MB/s per TiB.")
     bytes_per_token: float = Field(4.0, ge=0, description="Training data read per token, bytes [4].")
     prefetch_steps: int = Field(1, ge=0, description="Steps the data loader runs ahead of compute (count) [1].")
+    burst_bucket_s: float = Field(
+        600.0, ge=0, description="Burst credits of a full bucket, in seconds of full burst (AWS does not publish "
+        "the bucket size: an assumption, see docs/storage.md) [600]; 0 = never burst.")
+    burst_refill: float = Field(
+        1.0, ge=0, description="Credits earned per second of unused baseline throughput (ratio; AWS does not "
+        "publish the refill rate) [1.0].")
+    client_gbps: float | None = Field(
+        None, gt=0, description="Throughput limit of one client instance, Gbit/s [min(NIC, 100, 5 x file servers)].")
+    metadata_iops: float | None = Field(
+        None, gt=0, description="Metadata IOPS of the file system [the automatic-mode figure for the capacity].")
+
+    @field_validator("throughput_mbps_per_tib")
+    @classmethod
+    def _published_tier(cls, value: float, info: Any) -> float:
+        from ultracluster.storage import tier_allowed  # the storage model owns the FSx tables
+
+        allowed = tier_allowed(info.data.get("deployment"), value)
+        if allowed:
+            raise PydanticCustomError("uc_fsx_tier", allowed)
+        return value
 
 
 class CheckpointSpec(_Spec):
@@ -139,6 +159,8 @@ class CheckpointSpec(_Spec):
 
     every_steps: int = Field(ge=1, description="Steps between checkpoints (count).")
     mode: Literal["sync", "async"] = Field(description="sync: training waits for the write; async: it overlaps.")
+    d2h_gbps_per_chip: float = Field(
+        128.0, gt=0, description="Device-to-host copy rate per chip, Gbit/s (an assumption: no public figure) [128].")
 
 
 class StragglersSpec(_Spec):
@@ -156,6 +178,8 @@ class FaultsSpec(_Spec):
         None, gt=0, description="Mean time between failures of one instance, hours; absent = no failures."
     )
     restart_minutes: float = Field(10.0, ge=0, description="Time to restart the job after a failure, minutes [10].")
+    detect_minutes: float = Field(
+        5.0, ge=0, description="Time from a failure to its detection, minutes (an assumption) [5].")
 
 
 class EmulationSpec(_Spec):
@@ -182,6 +206,10 @@ class Scenario(_Spec):
     checkpoint: CheckpointSpec | None = Field(None, description="Periodic checkpoints; absent = none.")
     faults: FaultsSpec | None = Field(None, description="Stragglers and failures; absent = none.")
     emulation: EmulationSpec = Field(default_factory=EmulationSpec, description="How the emulator runs.")
+    operators: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Extra operator libraries (files, paths relative to the scenario file) whose operators add "
+                    "to or replace the built-in library by name; loaded and inlined when the scenario is read [].")
 
     @property
     def ranks(self) -> int:

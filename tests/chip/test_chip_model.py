@@ -1,0 +1,101 @@
+"""The chip model: golden roofline values with hand arithmetic, shape effects, LNC, and vectorization."""
+import numpy as np
+import pytest
+
+from ultracluster import load_scenario
+from ultracluster.chip import RankRates, chunk_times, op_seconds, rank_rates, sbuf_rereads, tensor_utilization
+from ultracluster.cluster import build_cluster
+from ultracluster.cluster.calibration import Calibration
+
+RATES = RankRates(tensor_flop_per_s=100e12, vector_flop_per_s=2e12, scalar_flop_per_s=1e12, gpsimd_flop_per_s=1e11,
+                  hbm_bytes_per_s=400e9, sbuf_bytes=24 << 20, op_overhead_s=0.0)
+
+
+def work(**kw):
+    base = {k: np.zeros(1) for k in ("tensor", "vector", "scalar", "gpsimd", "bytes", "m", "k", "n")}
+    base.update({k: np.array([float(v)]) for k, v in kw.items()})
+    return base
+
+
+def test_golden_roofline():
+    # 4096x4096x4096 matmul: 2*4096^3 = 137.4 GFLOP at 100 TFLOP/s = 1.374 ms; bytes 3 x 32 MiB at 400 GB/s
+    # = 0.25 ms -> compute bound. Stationary 4096x4096x2 B = 32 MiB > 12 MiB (half the SBUF): 3 blocks,
+    # the moving operand is re-read twice: +64 MiB, still compute bound.
+    w = work(tensor=2 * 4096**3, bytes=3 * 4096 * 4096 * 2, m=4096, k=4096, n=4096)
+    assert op_seconds(w, RATES)[0] == pytest.approx(2 * 4096**3 / 100e12, rel=1e-12)
+    # an elementwise op on 1 GB: memory bound, 1e9 / 400e9 = 2.5 ms; its 1e8 vector FLOPs take 50 us
+    assert op_seconds(work(vector=1e8, bytes=1e9), RATES)[0] == pytest.approx(2.5e-3, rel=1e-12)
+    # scalar-bound softmax exp: 5e9 / 1e12 = 5 ms
+    assert op_seconds(work(scalar=5e9, vector=1e9, bytes=1e6), RATES)[0] == pytest.approx(5e-3, rel=1e-12)
+    # the per-operator overhead is added to operators that do work, not to empty ones
+    slow = RankRates(**{**RATES.__dict__, "op_overhead_s": 1e-5})
+    assert op_seconds(work(bytes=4e5), slow)[0] == pytest.approx(1e-6 + 1e-5, rel=1e-12)
+    assert op_seconds(work(), slow)[0] == 0.0
+
+
+def test_small_and_ragged_matmuls_run_below_peak():
+    assert tensor_utilization(np.array([4096.0]), np.array([4096.0]), np.array([4096.0]))[0] == 1.0
+    # contraction 64 fills half of the 128 rows
+    assert tensor_utilization(np.array([4096.0]), np.array([64.0]), np.array([4096.0]))[0] == pytest.approx(0.5)
+    # vocabulary 50257 / 8 = 6282.125 columns: 50 tiles of 128 hold it, the last mostly empty
+    n = 50257 / 8
+    assert tensor_utilization(np.array([2048.0]), np.array([4096.0]), np.array([n]))[0] == pytest.approx(
+        n / (128 * 50))
+    small = work(tensor=2 * 64 * 64 * 64, m=64, k=64, n=64)
+    assert op_seconds(small, RATES)[0] == pytest.approx(2 * 64**3 / (100e12 * 0.5 * 0.5 * 64 / 512))
+
+
+def test_sbuf_rereads():
+    # stationary 1024 x 1024 x 2 B = 2 MiB fits in 12 MiB: no re-read; 8192 x 8192 x 2 = 128 MiB: 11 blocks
+    assert sbuf_rereads(np.array([512.0]), np.array([1024.0]), np.array([1024.0]), 2, 2, 24 << 20)[0] == 0
+    extra = sbuf_rereads(np.array([512.0]), np.array([8192.0]), np.array([8192.0]), 2, 2, 24 << 20)[0]
+    assert extra == 10 * 512 * 8192 * 2
+
+
+def scenario(instance="trn2.48xlarge", lnc=2, **training):
+    return load_scenario({
+        "name": "chip", "model": {"preset": "llama3.1-8b"},
+        "training": {"seq_len": 4096, "global_batch": 64, **training},
+        "parallelism": {"tp": 8}, "cluster": {"instance": instance, "instances": 1, "lnc": lnc},
+    })
+
+
+def test_lnc2_rank_owns_two_cores_and_a_share_of_hbm():
+    c2 = build_cluster(scenario(lnc=2), 1)
+    c1 = build_cluster(scenario(lnc=1), 1)
+    r2, r1 = rank_rates(c2, "bf16"), rank_rates(c1, "bf16")
+    assert r2.tensor_flop_per_s == pytest.approx(2 * r1.tensor_flop_per_s)
+    assert r2.hbm_bytes_per_s == pytest.approx(2 * r1.hbm_bytes_per_s)
+    # trn2: 8 physical cores per chip; at LNC=2 a rank gets 1/4 of the chip's 2.9 TB/s
+    assert r2.hbm_bytes_per_s == pytest.approx(2.9e12 / 4 * c2.calibration.hbm_efficiency)
+    assert r2.sbuf_bytes == 2 * 28 * (1 << 20)
+
+
+def test_fp8_is_faster_than_bf16_on_trn2_but_not_on_trn1():
+    def fwd(instance, precision, lnc):
+        sc = scenario(instance, lnc, precision=precision)
+        return chunk_times(sc, build_cluster(sc, 1)).forward_s.sum()
+
+    assert fwd("trn2.48xlarge", "fp8", 2) < 0.8 * fwd("trn2.48xlarge", "bf16", 2)
+    sc1 = load_scenario({"name": "c", "model": {"preset": "llama3.1-8b"}, "training": {"seq_len": 4096,
+                        "global_batch": 32}, "parallelism": {"tp": 8}, "cluster": {"instance": "trn1.32xlarge",
+                        "instances": 1}})
+    t_bf16 = chunk_times(sc1, build_cluster(sc1, 1)).forward_s.sum()
+    sc8 = load_scenario({**sc1.to_dict(), "training": {**sc1.to_dict()["training"], "precision": "fp8"},
+                         "operators": []})
+    assert chunk_times(sc8, build_cluster(sc8, 1)).forward_s.sum() <= t_bf16   # cFP8 runs at the bf16 rate
+
+
+def test_backward_is_about_twice_forward_and_recompute_adds():
+    base = {"calibration": Calibration(tensor_efficiency=0.5, op_overhead_s=0.0)}
+    t = {}
+    for mode in ("none", "selective", "full"):
+        sc = scenario(recompute=mode)
+        cl = build_cluster(sc, 1, **base)
+        t[mode] = chunk_times(sc, cl)
+    ratio = t["none"].backward_s.sum() / t["none"].forward_s.sum()
+    assert 1.8 < ratio < 2.6
+    assert t["none"].backward_s.sum() < t["selective"].backward_s.sum() < t["full"].backward_s.sum()
+    # full recomputation repeats every layer's forward (not the embedding's or the LM head's)
+    again = t["full"].backward_s.sum() - t["none"].backward_s.sum()
+    assert 0.8 * t["none"].forward_s.sum() < again < t["none"].forward_s.sum()

@@ -1,0 +1,71 @@
+"""The operator library format: validation with paths, scenario libraries that add and override."""
+import pytest
+
+from ultracluster import load_scenario
+from ultracluster.chip import chunk_times
+from ultracluster.cluster import build_cluster
+from ultracluster.errors import ScenarioError
+from ultracluster.operators import library_for, load_library, parse_library
+
+BASE = {
+    "name": "ops", "model": {"preset": "llama2-7b", "layers": 4},
+    "training": {"seq_len": 2048, "global_batch": 8}, "parallelism": {"tp": 8, "pp": 1},
+    "cluster": {"instance": "trn1.32xlarge", "instances": 1},
+}
+
+
+def test_builtin_library_has_the_transformer_operators():
+    names = {o.name for o in load_library()}
+    assert {"qkv_proj", "attention_core", "out_proj", "mlp_up", "mlp_down", "swiglu", "gelu", "norm_attn",
+            "rotary", "residual_attn", "embedding_lookup", "lm_head", "cross_entropy", "adamw_fp32_master",
+            "adamw_bf16_sr"} <= names
+
+
+def test_bad_library_reports_every_problem_with_its_path():
+    doc = {"operators": [
+        {"name": "a", "where": "layr", "forward": {"tensor": "2*T*h"}},
+        {"name": "b", "where": "layer", "forward": {"tensr": 1, "bytes": "T*import"}},
+        {"name": "c", "where": "layer", "forward": {"bytes": "__import__('os')"}, "matmul": {"m": "T"}},
+    ]}
+    with pytest.raises(ScenarioError) as err:
+        parse_library(doc, "custom.yaml")
+    paths = {p.path for p in err.value.problems}
+    assert {"operators[0].where", "operators[1].forward.tensr", "operators[1].forward.bytes",
+            "operators[2].forward.bytes", "operators[2].matmul"} <= paths
+
+
+def test_scenario_library_overrides_an_operator(tmp_path):
+    # a custom attention kernel twice as efficient in TensorE work
+    (tmp_path / "fast_attention.yaml").write_text("""
+operators:
+  - name: attention_core
+    where: layer
+    recompute: selective
+    matmul: {m: T, k: d, n: S}
+    forward:  {tensor: 2*T*S*hq*d*causal, bytes: (T*(hq + 2*hkv)*d + T*hq*d)*e}
+    backward: {tensor: 5*T*S*hq*d*causal, bytes: 2*(T*(hq + 2*hkv)*d + 2*T*hq*d)*e}
+    saved: T*(hq + 2*hkv)*d*e + T*hq*d*e
+  - name: my_extra_norm
+    where: layer
+    forward: {vector: 5*Ts*h, bytes: 2*Ts*h*e}
+""")
+    scen = tmp_path / "s.yaml"
+    import yaml
+    scen.write_text(yaml.safe_dump({**BASE, "operators": ["fast_attention.yaml"]}))
+    custom = load_scenario(scen)
+    plain = load_scenario(BASE)
+    assert custom.operators[0]["operators"][0]["name"] == "attention_core"   # inlined for the actors
+    names = [o.name for o in library_for(custom)]
+    assert names.count("attention_core") == 1 and "my_extra_norm" in names
+    t_custom = chunk_times(custom, build_cluster(custom, 1)).forward_s.sum()
+    t_plain = chunk_times(plain, build_cluster(plain, 1)).forward_s.sum()
+    assert t_custom != pytest.approx(t_plain)
+
+
+def test_scenario_library_errors_name_the_scenario_field(tmp_path):
+    (tmp_path / "bad.yaml").write_text("operators:\n  - {name: x, where: nowhere, forward: {bytes: T}}\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario({**BASE, "operators": [str(tmp_path / "bad.yaml"), str(tmp_path / "missing.yaml")]})
+    paths = [p.path for p in err.value.problems]
+    assert "operators[0]: operators[0].where" in paths
+    assert "operators[1]" in paths
