@@ -110,6 +110,8 @@ class ChunkTimes:
     forward_s: np.ndarray
     backward_s: np.ndarray       # including recomputation
     optimizer_s: np.ndarray      # per stage: the optimizer step of its ranks
+    attention_fwd_s: float = 0.0  # one layer's attention core per microbatch (context-parallel overlap)
+    attention_bwd_s: float = 0.0
 
 
 def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...] | None = None) -> ChunkTimes:
@@ -127,21 +129,29 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
         return op_seconds(work, rates, v["e"], v["w"]), work["recompute"]
 
     lf, marks = secs("layer", "forward")
+    lb, _ = secs("layer", "backward")
+    names = opslib.evaluate(ops, "layer", "forward", v)["names"]
     again = {"none": 0.0, "selective": lf[marks == "selective"].sum(), "full": lf.sum()}[recompute]
     fwd = layers * lf.sum()
-    bwd = layers * (secs("layer", "backward")[0].sum() + again)
+    bwd = layers * (lb.sum() + again)
     fwd[0] += secs("embedding", "forward")[0].sum()
     bwd[0] += secs("embedding", "backward")[0].sum()
     fwd[-1] += secs("head", "forward")[0].sum()
     bwd[-1] += secs("head", "backward")[0].sum()
 
-    params = opslib.chunk_params(scenario.model, layout.tp, layers, layout.pp)
-    stage_params = np.zeros(layout.pp)
-    np.add.at(stage_params, np.arange(n_chunks) % layout.pp, params)
-    shard = stage_params / (layout.dp if scenario.training.zero1 else 1)
+    ep = scenario.parallelism.ep
+    dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, ep)
+    on_stage = np.arange(n_chunks) % layout.pp
+    shard = np.zeros(layout.pp)
+    if scenario.training.zero1:   # ZeRO-1: dense state over dp ranks, expert state over the dp / ep replicas
+        np.add.at(shard, on_stage, dense / layout.dp + expert / (layout.dp // ep))
+    else:
+        np.add.at(shard, on_stage, dense + expert)
     opt_work = opslib.evaluate(ops, "optimizer", "forward", dict(v, T=np.ones(layout.pp), P=shard))
     opt = op_seconds(opt_work, rates, v["e"], v["w"]).sum(axis=0)
-    return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt)
+    attn = names == "attention_core"
+    return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt, attention_fwd_s=float(lf[attn].sum()),
+                      attention_bwd_s=float(lb[attn].sum()))
 
 
 
@@ -161,3 +171,47 @@ def stragglers(scenario, total_ranks: int) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
     slow = np.sort(np.random.default_rng([scenario.seed, 0x57A6]).choice(total_ranks, size=k, replace=False))
     return slow.astype(np.int64), np.full(k, float(st.slowdown))
+
+
+def jitter_sigma(scenario, calibration) -> float:
+    """Sigma of the per-rank, per-step log-normal compute noise: the scenario's `faults.jitter`, else the
+    documented default of the calibration."""
+    given = getattr(scenario.faults, "jitter", None) if scenario.faults else None
+    return float(calibration.compute_jitter if given is None else given)
+
+
+def group_jitter(seed: int, step: int, shape: tuple[int, ...], group_size: int, sigma: float) -> np.ndarray:
+    """Speed factors of groups of `group_size` ranks that wait for their slowest member.
+
+    Each rank's compute time is scaled by exp(sigma x N(0, 1)), independent per rank and step; a group
+    runs at its maximum, drawn directly: with U uniform, max of n standard normals = Phi^-1(U^(1/n)).
+    Cost O(groups), not O(ranks).
+    """
+    if sigma <= 0:
+        return np.ones(shape)
+    u = np.random.default_rng([seed, step, 0x717]).random(shape)
+    z = _norm_ppf(u ** (1.0 / group_size))
+    return np.exp(sigma * z)
+
+
+def _norm_ppf(p: np.ndarray) -> np.ndarray:
+    """Inverse standard normal CDF, vectorized (Acklam's rational approximation, |error| < 1.2e-9)."""
+    a = [-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
+         -3.066479806614716e01, 2.506628277459239e00]
+    b = [-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
+         -1.328068155288572e01]
+    c = [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
+         4.374664141464968e00, 2.938163982698783e00]
+    d = [7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00]
+    p = np.clip(np.asarray(p, dtype=float), 1e-300, 1 - 1e-16)
+    q = np.where(p < 0.5, p, 1 - p)
+    low = q < 0.02425
+    r = np.sqrt(-2 * np.log(np.where(low, q, 0.5)))
+    tail = (((((c[0] * r + c[1]) * r + c[2]) * r + c[3]) * r + c[4]) * r + c[5]) / \
+        ((((d[0] * r + d[1]) * r + d[2]) * r + d[3]) * r + 1)
+    qq = q - 0.5
+    t = qq * qq
+    mid = (((((a[0] * t + a[1]) * t + a[2]) * t + a[3]) * t + a[4]) * t + a[5]) * qq / \
+        (((((b[0] * t + b[1]) * t + b[2]) * t + b[3]) * t + b[4]) * t + 1)
+    z = np.where(low, tail, mid)             # z is Phi^-1(q) for q <= 0.5
+    return np.where(p < 0.5, z, -z)

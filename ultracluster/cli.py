@@ -3,6 +3,8 @@
 Exit codes: 0 ok; 2 bad input (every problem printed with its path); 3 the layout is infeasible
 (summary.json still written, with the reason); 4 a runtime failure (Ray, a dead actor); 130 interrupted
 (steps.csv keeps the finished steps).
+`report RUN_DIR` exits 0, 2 when the directory cannot be read, 3 when the run was infeasible; `compare`
+exits 0 or 2; `collectives` exits 0, or 2 for bad arguments (each printed with its flag).
 """
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, ScenarioError, \
-    UltraclusterError
+from .errors import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, Problem, \
+    ScenarioError, UltraclusterError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,7 +30,74 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a field")
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
     r.add_argument("--json", action="store_true", help="print summary.json instead of the table")
+    r.add_argument("--hours", type=float, metavar="H",
+                   help="then emulate H hours of wall-clock training with failures and checkpoints: goodput, "
+                        "time lost by cause, optimal checkpoint interval (goodput.json, failures.csv)")
+    rr = sub.add_parser("report", help="re-render report.html and trace.json of a run directory from its files")
+    rr.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `ultracluster run`")
+    rr.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    rr.add_argument("--json", action="store_true", help="print summary.json instead of the table")
+    c = sub.add_parser("compare", help="summaries of runs side by side, with differences; writes a comparison page")
+    c.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="two or more run directories; the first is the "
+                                                                     "baseline")
+    c.add_argument("--out", default="compare.html", help="comparison page to write (default compare.html)")
+    c.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    from .network.bench import add_arguments as _collective_flags
+    _collective_flags(sub.add_parser("collectives", help="time one collective over sizes on the emulated "
+                                                         "NeuronLink/EFA fabric (an nccom-test-like table)"))
     return p
+
+
+def _render(args) -> int:
+    """`report` and `compare`: read run directories back, render, print."""
+    from .report import Report, RunDirError, format_compare, format_summary, render_run_dir, write_compare_html
+
+    dirs = [args.run_dir] if args.command == "report" else list(args.run_dirs)
+    try:
+        if args.command == "compare" and len(dirs) < 2:
+            raise RunDirError([Problem("RUN_DIR", f"{len(dirs)} run directory", "two or more run directories")])
+        reports = [Report.from_run_dir(d) for d in dirs]
+    except RunDirError as err:
+        print(f"error: cannot read the run directory: {len(err.problems)} problem(s):", file=sys.stderr)
+        for prob in err.problems:
+            print(f"  - {prob}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.command == "report":
+        report = reports[0]
+        render_run_dir(report, dirs[0])
+        if not args.quiet:
+            print(json.dumps(report.summary, indent=2, default=str) if args.json
+                  else format_summary({**report.summary, **report.emulation}))
+            print(f"re-rendered: {Path(dirs[0]) / 'report.html'}, {Path(dirs[0]) / 'trace.json'}")
+        return EXIT_OK if report.summary.get("feasible", True) else EXIT_INFEASIBLE
+    names = [Path(d).resolve().name for d in dirs]
+    labels = names if len(set(names)) == len(names) else [str(d) for d in dirs]
+    page = write_compare_html(list(zip(labels, reports)), args.out)
+    if not args.quiet:
+        print(format_compare([(label, rep.summary) for label, rep in zip(labels, reports)]))
+        print(f"comparison page: {page}")
+    return EXIT_OK
+
+
+def _goodput(scenario, summary: dict, hours: float, out: Path, args) -> None:
+    """`run --hours H`: the long run after the replay; goodput.json, failures.csv, time_lost.csv in `out`."""
+    import pandas as pd
+
+    from .goodput import Failure, format_goodput, long_run
+    from .report.write import atomic_write_text
+
+    g = long_run(scenario, summary, hours)
+    s = g.summary()
+    atomic_write_text(out / "goodput.json", json.dumps(s, indent=2) + "\n")
+    cols = list(Failure.__dataclass_fields__)
+    atomic_write_text(out / "failures.csv", pd.DataFrame(g.failure_rows(), columns=cols).to_csv(index=False))
+    lost = pd.DataFrame({"cause": ["useful", *[k.removesuffix("_s") for k in s["lost_s"]]],
+                         "seconds": [s["useful_s"], *s["lost_s"].values()]})
+    lost["hours"], lost["fraction"] = lost["seconds"] / 3600, lost["seconds"] / s["wall_s"]
+    atomic_write_text(out / "time_lost.csv", lost.to_csv(index=False))
+    if not args.quiet:
+        print(json.dumps(s, indent=2) if args.json else format_goodput(s))
+        print(f"goodput: {out / 'goodput.json'}, {out / 'failures.csv'}, {out / 'time_lost.csv'}")
 
 
 def _print_problems(err: ScenarioError) -> None:
@@ -40,6 +109,16 @@ def _print_problems(err: ScenarioError) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("report", "compare"):
+        return _render(args)
+    if args.command == "collectives":
+        from .network.bench import run_cli
+        try:
+            return run_cli(args)
+        except ScenarioError as err:
+            for prob in err.problems:
+                print(f"error: {prob}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     from .scenario import load_scenario  # after parsing, so --help stays fast
     try:
         scenario = load_scenario(args.scenario, args.set)
@@ -48,25 +127,27 @@ def main(argv: list[str] | None = None) -> int:
                   f"pp {scenario.parallelism.pp} dp {scenario.parallelism.dp})")
             return EXIT_OK
         from .pipeline import run
-        from .report import format_summary
+        from .report import Progress, format_summary
         out = Path(args.out) if args.out else Path("runs") / scenario.name
         finished: list[int] = []
-
-        def progress(rec) -> None:
-            finished.append(rec.step)
-            if not args.quiet:
-                tag = "warm-up" if rec.warmup else "step"
-                print(f"  {tag} {rec.step}: {rec.step_time_s:.4g} s emulated ({rec.wall_s:.2f} s wall)",
-                      file=sys.stderr, flush=True)
-
+        # a bar on a terminal (runs over 2 s), plain lines elsewhere, nothing with --quiet
+        shown = None if args.quiet else Progress(scenario.name)
         try:
-            report = run(scenario, out=out, address=args.address, on_step=progress)
+            report = run(scenario, out=out, address=args.address, on_step=lambda rec: finished.append(rec.step),
+                         progress=shown)
         except KeyboardInterrupt:
+            if shown:
+                shown.finish()
             print(f"interrupted after {len(finished)} step(s); {out / 'steps.csv'} keeps them", file=sys.stderr)
             return EXIT_INTERRUPTED
+        finally:
+            if shown:
+                shown.finish()
         if not args.quiet:
             print(json.dumps(report.summary, indent=2, default=str) if args.json else format_summary({**report.summary, **report.emulation}))
             print(f"run directory: {out}")
+        if args.hours is not None and report.summary["feasible"]:
+            _goodput(scenario, report.summary, args.hours, out, args)
         if not report.summary["feasible"]:
             if args.quiet:
                 print(f"infeasible: {report.summary['reason']}", file=sys.stderr)

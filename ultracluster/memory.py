@@ -31,7 +31,12 @@ def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
     v = opslib.shape_variables(scenario, layout)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
     n_chunks = layers.size
-    params = opslib.chunk_params(scenario.model, layout.tp, layers, layout.pp)
+    ep = scenario.parallelism.ep
+    dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, ep)
+    params = dense + expert
+    # ZeRO-1 shards optimizer state over the data-parallel ranks that hold the same parameters:
+    # dp for dense parameters, dp / ep for experts
+    opt_params = dense / layout.dp + expert / (layout.dp // ep) if t.zero1 else params
     per_layer = opslib.saved_bytes(ops, "layer", v, t.recompute)
     act = layers * per_layer
     act[0] += opslib.saved_bytes(ops, "embedding", v, t.recompute)
@@ -41,14 +46,15 @@ def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
 
     w_bytes = 4.0 if t.precision == "fp32" else 2.0
     g_bytes = 4.0 if (t.master_weights == "fp32" or t.precision == "fp32") else 2.0
-    o_bytes = (12.0 if t.master_weights == "fp32" else 4.0) / (layout.dp if t.zero1 else 1)
+    o_bytes = 12.0 if t.master_weights == "fp32" else 4.0
     capacity = cluster.chip.hbm_bytes / cluster.ranks_per_chip / GIB
     reserve = cluster.calibration.runtime_reserve_gib
     out = []
     for s in range(layout.pp):
-        p = params[np.arange(n_chunks) % layout.pp == s].sum()
+        mine = np.arange(n_chunks) % layout.pp == s
+        p = params[mine].sum()
         acts = (in_flight_peak(programs[s], act) + working) / GIB
-        w, g, o = p * w_bytes / GIB, p * g_bytes / GIB, p * o_bytes / GIB
+        w, g, o = p * w_bytes / GIB, p * g_bytes / GIB, opt_params[mine].sum() * o_bytes / GIB
         out.append(StageMemory(stage=s, weights_gib=w, gradients_gib=g, optimizer_gib=o, activations_gib=acts,
                                reserve_gib=reserve, total_gib=w + g + o + acts + reserve, capacity_gib=capacity))
     return out

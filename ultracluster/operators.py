@@ -20,10 +20,13 @@ import yaml
 
 from .errors import Problem, ScenarioError
 
-LIBRARY_DIR = Path(__file__).resolve().parent.parent / "operators"
+LIBRARY_DIR = Path(__file__).resolve().parent / "operators_library"   # wheel installs: pyproject ships it here
+if not LIBRARY_DIR.is_dir():   # a source checkout or an editable install: the top-level operators/
+    LIBRARY_DIR = Path(__file__).resolve().parent.parent / "operators"
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "bytes")
 MATMUL_DIMS = ("m", "k", "n")
-VARIABLES = frozenset({"T", "Ts", "S", "h", "d", "hq", "hkv", "f", "up", "V", "e", "w", "causal", "P"})
+VARIABLES = frozenset({"T", "Ts", "S", "h", "d", "hq", "hkv", "f", "up", "V", "e", "w", "causal", "P",
+                       "E", "Er", "topk", "imb"})
 WHERE = ("layer", "embedding", "head", "optimizer")
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: _op.add, ast.Sub: _op.sub, ast.Mult: _op.mul, ast.Div: _op.truediv, ast.Pow: _op.pow,
@@ -73,6 +76,7 @@ class Operator:
     recompute: str | None
     mlp: str | None
     master_weights: str | None
+    moe: bool | None
     forward: Mapping[str, Callable[[Mapping[str, Any]], Any]]
     backward: Mapping[str, Callable[[Mapping[str, Any]], Any]]
     saved: Callable[[Mapping[str, Any]], Any]
@@ -85,7 +89,7 @@ def parse_library(doc: object, source: str) -> list[Operator]:
     if not isinstance(doc, dict) or not isinstance(doc.get("operators"), list):
         raise ScenarioError([Problem("operators", type(doc).__name__, "a mapping with an `operators` list")], source)
     ops: list[Operator] = []
-    keys = {"name", "where", "recompute", "mlp", "master_weights", "forward", "backward", "saved", "matmul"}
+    keys = {"name", "where", "recompute", "mlp", "master_weights", "moe", "forward", "backward", "saved", "matmul"}
     for i, raw in enumerate(doc["operators"]):
         at = f"operators[{i}]"
         if not isinstance(raw, dict):
@@ -102,6 +106,8 @@ def parse_library(doc: object, source: str) -> list[Operator]:
         for key, allowed in (("recompute", ("selective",)), ("mlp", ("swiglu", "gelu")), ("master_weights", ("fp32", "none"))):
             if key in raw and raw[key] not in allowed:
                 problems.append(Problem(f"{at}.{key}", raw[key], f"one of: {', '.join(allowed)}"))
+        if "moe" in raw and not isinstance(raw["moe"], bool):
+            problems.append(Problem(f"{at}.moe", raw["moe"], "true or false"))
         phases = {}
         for phase in ("forward", "backward"):
             work = raw.get(phase, {} if phase == "backward" else None)
@@ -117,7 +123,7 @@ def parse_library(doc: object, source: str) -> list[Operator]:
             problems.append(Problem(f"{at}.matmul", matmul, "a mapping with exactly m, k and n (expressions)"))
             matmul = None
         ops.append(Operator(name=str(name), where=str(where), recompute=raw.get("recompute"), mlp=raw.get("mlp"),
-                            master_weights=raw.get("master_weights"), forward=phases["forward"],
+                            master_weights=raw.get("master_weights"), moe=raw.get("moe"), forward=phases["forward"],
                             backward=phases["backward"], saved=_compile(raw.get("saved", 0), f"{at}.saved", problems),
                             matmul={d: _compile(matmul[d], f"{at}.matmul.{d}", problems) for d in MATMUL_DIMS}
                             if matmul else None))
@@ -176,34 +182,56 @@ def shape_variables(scenario, layout) -> dict[str, float]:
         "f": m.ffn / tp, "up": 2.0 if m.mlp == "swiglu" else 1.0, "V": m.vocab / tp,
         "e": 4.0 if t.precision == "fp32" else 2.0, "w": float(PRECISION_BYTES[t.precision]),
         "causal": 0.5, "P": 0.0,
+        "E": float(m.moe.experts) if m.moe else 0.0, "Er": m.moe.experts / scenario.parallelism.ep if m.moe else 1.0,
+        "topk": float(m.moe.top_k) if m.moe else 0.0, "imb": float(m.moe.imbalance) if m.moe else 1.0,
     }
 
 
-def layer_params(model, tp: int) -> float:
-    """Parameters of one transformer layer held by one tensor-parallel rank (norms replicated)."""
+def layer_params_split(model, tp: int, ep: int = 1) -> tuple[float, float]:
+    """Parameters of one transformer layer held by one rank: (dense, expert). Norms are replicated over
+    tensor-parallel ranks; under mixture of experts the rank holds experts / ep experts (each split over
+    tp) and the router, and the experts' gradients are reduced over the expert data-parallel group."""
     d = model.hidden / model.heads
     hq, hkv = model.heads / tp, max(model.kv_heads / tp, 1.0)
     up = 2 if model.mlp == "swiglu" else 1
-    return model.hidden * (hq + 2 * hkv) * d + hq * d * model.hidden + (up + 1) * model.hidden * model.ffn / tp \
-        + 2 * model.hidden
+    attn = model.hidden * (hq + 2 * hkv) * d + hq * d * model.hidden + 2 * model.hidden
+    mlp = (up + 1) * model.hidden * model.ffn / tp
+    if model.moe is None:
+        return attn + mlp, 0.0
+    return attn + model.hidden * model.moe.experts, mlp * model.moe.experts / ep
 
 
-def chunk_params(model, tp: int, layers: np.ndarray, pp: int) -> np.ndarray:
-    """Parameters per rank of each pipeline chunk: its layers, the embedding on chunk 0, LM head on the last."""
-    p = np.asarray(layers, dtype=float) * layer_params(model, tp)
-    p[0] += model.vocab * model.hidden / tp
+def layer_params(model, tp: int, ep: int = 1) -> float:
+    """Parameters of one transformer layer held by one rank."""
+    return sum(layer_params_split(model, tp, ep))
+
+
+def chunk_params_split(model, tp: int, layers: np.ndarray, pp: int, ep: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters per rank of each pipeline chunk: its layers, the embedding on chunk 0,
+    the LM head and final norm on the last."""
+    dense_l, expert_l = layer_params_split(model, tp, ep)
+    dense = np.asarray(layers, dtype=float) * dense_l
+    dense[0] += model.vocab * model.hidden / tp
     if not (model.tied_embeddings and pp == 1):
-        p[-1] += model.vocab * model.hidden / tp
-    p[-1] += model.hidden  # final norm
-    return p
+        dense[-1] += model.vocab * model.hidden / tp
+    dense[-1] += model.hidden  # final norm
+    return dense, np.asarray(layers, dtype=float) * expert_l
+
+
+def chunk_params(model, tp: int, layers: np.ndarray, pp: int, ep: int = 1) -> np.ndarray:
+    """Parameters per rank of each pipeline chunk (dense and expert)."""
+    return sum(chunk_params_split(model, tp, layers, pp, ep))
 
 
 def matmul_params(model) -> float:
-    """Matmul parameters of the whole model (attention, MLP, LM head), for the MFU formula of DESIGN.md."""
+    """Matmul parameters a token uses (attention, MLP or its top_k experts and router, LM head), for the
+    MFU formula of DESIGN.md: for mixture of experts the active parameters, so MFU stays a fraction."""
     d = model.hidden / model.heads
     up = 2 if model.mlp == "swiglu" else 1
-    per_layer = model.hidden * (model.heads + 2 * model.kv_heads) * d + model.heads * d * model.hidden \
-        + (up + 1) * model.hidden * model.ffn
+    mlp = (up + 1) * model.hidden * model.ffn
+    if model.moe is not None:
+        mlp = mlp * model.moe.top_k + model.hidden * model.moe.experts
+    per_layer = model.hidden * (model.heads + 2 * model.kv_heads) * d + model.heads * d * model.hidden + mlp
     return model.layers * per_layer + model.vocab * model.hidden
 
 
@@ -217,7 +245,8 @@ def model_flops_per_step(scenario) -> float:
 def applicable(ops: tuple[Operator, ...], scenario) -> list[Operator]:
     """The operators that exist for this model and optimizer."""
     m, t = scenario.model, scenario.training
-    return [o for o in ops if (o.mlp in (None, m.mlp)) and (o.master_weights in (None, t.master_weights))]
+    return [o for o in ops if (o.mlp in (None, m.mlp)) and (o.master_weights in (None, t.master_weights))
+            and (o.moe is None or o.moe == (m.moe is not None))]
 
 
 def evaluate(ops: list[Operator], where: str, phase: str, variables: Mapping[str, Any]) -> dict[str, np.ndarray]:

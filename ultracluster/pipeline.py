@@ -11,6 +11,7 @@ from . import operators as opslib
 from .actors.launch import launch_actors, resolve_instances_per_actor
 from .actors.metrics import RunMetrics
 from .actors.shard import PAYLOAD_MAX_BYTES, payload_elements
+from .actors.storage_actor import storage_service
 from .cluster import build_cluster
 from .cluster.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
 from .errors import Problem, ScenarioError
@@ -21,6 +22,7 @@ from .replay.schedule import stage_programs
 from .report import Report, StepWriter, build_report, write_run_dir
 from .report.ranks import RankTally, comm_records
 from .scenario import Scenario, load_scenario
+from .storage import StorageCosts, summary_keys
 
 
 def run(scenario: Scenario | str | Path, out: str | Path | None = None, address: str | None = None,
@@ -50,7 +52,10 @@ def run(scenario: Scenario | str | Path, out: str | Path | None = None, address:
             on_step(rec)
 
     factory = shards_factory or (lambda sc, cl: launch_actors(sc, cl, address))
+    if not isinstance(scenario, Scenario):
+        scenario = load_scenario(scenario)
     report = build_report(replay(scenario, factory, step_done, calibration, progress))
+    report.summary.update(summary_keys(scenario))   # storage: checkpoint size, write and restore times
     if out is not None:
         write_run_dir(report, out)
     return report
@@ -62,7 +67,9 @@ def predict(scenario: Scenario | str | Path, calibration: Calibration | None = N
     from .actors.local import local_shards
     from .report.summary import summarize
 
-    return summarize(replay(scenario, local_shards, None, calibration))
+    if not isinstance(scenario, Scenario):
+        scenario = load_scenario(scenario)
+    return {**summarize(replay(scenario, local_shards, None, calibration)), **summary_keys(scenario)}
 
 
 def replay(scenario: Scenario | str | Path, shards_factory: Callable, on_step: Callable | None = None,
@@ -72,7 +79,6 @@ def replay(scenario: Scenario | str | Path, shards_factory: Callable, on_step: C
         scenario = load_scenario(scenario)
     cluster = build_cluster(scenario, resolve_instances_per_actor(scenario), calibration or DEFAULT_CALIBRATION)
     library = opslib.library_for(scenario)
-    _check_model(scenario)
     layout, t = cluster.layout, scenario.training
     programs = stage_programs(scenario.parallelism.pp_schedule, layout.pp, microbatches(scenario),
                               layout.virtual_stages)
@@ -94,10 +100,10 @@ def replay(scenario: Scenario | str | Path, shards_factory: Callable, on_step: C
         result.microbatches = microbatches(scenario)
         result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,
                                                             cluster.stage_layers(scenario.model.layers))
-        tally = RankTally(result.microbatches, t.warmup_steps)   # per-rank compute for the report
+        tally = RankTally(layout, result.microbatches, t.warmup_steps)   # per-rank compute, for the report
         if progress:
             progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)
-        with shards_factory(scenario, cluster) as shards:
+        with shards_factory(scenario, cluster) as shards, storage_service(scenario, cluster) as fs:
             result.ray_nodes = shards.nodes
             metrics = RunMetrics.create(scenario.name, t.warmup_steps + t.steps)   # Ray metrics for Grafana
             metrics.actors_alive(len(cluster.shards))
@@ -106,10 +112,11 @@ def replay(scenario: Scenario | str | Path, shards_factory: Callable, on_step: C
             try:
                 result.steps, result.slices = replay_steps(scenario, cluster, tally.watch(shards), comm, programs,
                                                            _each(metrics.step_done, progress and progress.step_done,
-                                                                 on_step))
+                                                                 on_step),
+                                                           step_costs=StorageCosts(scenario, cluster, fs) if fs else None)
             finally:
                 metrics.actors_alive(0)
-        result.rank_compute_s = tally.mean_s()
+        result.stage_compute_s, result.slow_rank_compute_s = tally.result()
     return result
 
 
@@ -121,13 +128,6 @@ def _each(*callbacks: Callable | None) -> Callable[[StepRecord], None]:
         for c in todo:
             c(rec)
     return call
-
-
-def _check_model(scenario: Scenario) -> None:
-    """Model features this version does not emulate are refused by name, never silently dropped."""
-    if scenario.model.moe is not None:
-        raise ScenarioError([Problem("model.moe", scenario.model.moe.model_dump(),
-                                     "no mixture-of-experts yet: this version models dense transformers only")])
 
 
 def _check_payload(scenario: Scenario, cluster) -> None:

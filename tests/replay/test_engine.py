@@ -18,6 +18,7 @@ def scenario(pp=4, gb=8, schedule="1f1b"):
         "training": {"seq_len": 1024, "global_batch": gb, "steps": 2, "warmup_steps": 0},
         "parallelism": {"tp": 8, "pp": pp, "pp_schedule": schedule},
         "cluster": {"instance": "trn1.32xlarge", "instances": 1},
+        "faults": {"jitter": 0.0},       # closed forms need identical ranks
     })
 
 
@@ -44,7 +45,7 @@ class UniformShards:
 
 def comm(pp, tp_f=0.0, tp_b=0.0, send=0.0, dp=0.0):
     return CommPlan(tp_fwd=np.full(pp, tp_f), tp_bwd=np.full(pp, tp_b), send_fwd=np.full(pp, send),
-                    send_bwd=np.full(pp, send), dp=np.full(pp, dp), records=[])
+                    send_bwd=np.full(pp, send), dp=np.full(pp, dp), records=[], dp_after_s=np.full(pp, dp))
 
 
 def replay(sc, plan, slow=None):

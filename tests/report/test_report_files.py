@@ -17,7 +17,7 @@ from ultracluster.report.write import atomic_write_text
 
 CHECKER = Path(__file__).resolve().parents[2].parent / "shared" / "tools" / "check-run-dir"
 RUN_FILES = {"run.json", "summary.json", "steps.csv", "breakdown.csv", "memory.csv", "collectives.csv", "timeline.csv",
-             "trace.json", "report.html", "scenario.json"}
+             "ranks.csv", "stages.csv", "shards.csv", "trace.json", "report.html", "scenario.json"}
 
 
 def check_run_dir(run: Path) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from ultracluster.replay.events import (
-    BREAKDOWN_KEYS, CollectiveRecord, RunResult, Slice, StageMemory, StepRecord,
+    BREAKDOWN_KEYS, ChunkComm, CollectiveRecord, RunResult, Slice, StageComm, StageMemory, StepRecord,
 )
 from ultracluster.report import Report, build_report, format_summary
 from ultracluster.report.frames import bus_factor
@@ -29,19 +29,27 @@ def step(i: int, checked: bool = True) -> StepRecord:
                       slowest_rank=5, payload_bytes=1000 + i, payload_checked=checked, wall_s=0.01)
 
 
+# offsets of each step's slices as fractions of its step time (so no slice leaves its step)
+OPS = (  # stage, stream, name, start, end
+    (0, "compute", "F mb0 c0", 0.0, 0.2), (1, "compute", "F mb0 c0", 0.25, 0.45),
+    (1, "compute", "B mb0 c0", 0.45, 0.75),
+    (0, "compute", "B mb0 c0", 0.8, 0.9),
+    # two gradient buckets in flight at once: a partial overlap on the dp stream of stage 0
+    (0, "dp", "reduce_scatter b0", 0.9, 0.95), (0, "dp", "reduce_scatter b1", 0.92, 0.97),
+    (0, "optimizer", "optimizer", 0.97, 1.0))
+CHUNKS = [ChunkComm(0, 0, tp_fwd_s=0.01, tp_bwd_s=0.02, send_fwd_s=0.05, send_bwd_s=0.0),
+          ChunkComm(1, 1, tp_fwd_s=0.01, tp_bwd_s=0.02, send_fwd_s=0.0, send_bwd_s=0.05)]
+STAGE_COMM = [StageComm(0, 2, tp_comm_s=0.1, pp_send_s=0.02, dp_comm_s=0.15),
+              StageComm(1, 2, tp_comm_s=0.08, pp_send_s=0.01, dp_comm_s=0.1)]
+STAGE_COMPUTE = [0.5, 0.45]                   # s per step of a rank at speed 1, per stage
+SLOW = {5: 0.75, 20: 0.6, 30: 0.4}           # rank 30 runs faster than its stage
+
+
 def make_slices() -> list[Slice]:
     out = []
-    for st, t0 in ((1, 3.0), (2, 4.0)):
-        out += [Slice(0, "compute", "F mb0", t0, t0 + 0.2, st, 0),
-                Slice(1, "compute", "F mb0", t0 + 0.25, t0 + 0.45, st, 1),
-                Slice(1, "compute", "B mb0", t0 + 0.45, t0 + 0.85, st, 1),
-                Slice(0, "compute", "B mb0", t0 + 0.9, t0 + 1.3, st, 0),
-                Slice(0, "tp", "all_reduce attn", t0 + 0.05, t0 + 0.1, st, 0),
-                Slice(1, "pp", "send act", t0 + 0.2, t0 + 0.25, st, 1),
-                # two gradient buckets in flight at once: a partial overlap on the dp stream of stage 0
-                Slice(0, "dp", "reduce_scatter b0", t0 + 1.0, t0 + 1.2, st, 0),
-                Slice(0, "dp", "reduce_scatter b1", t0 + 1.1, t0 + 1.4, st, 0),
-                Slice(0, "optimizer", "optimizer", t0 + 1.4, t0 + 1.45, st, 0)]
+    for st, t0, span in ((1, 3.0, 1.0), (2, 4.0, 1.5)):
+        out += [Slice(stage, stream, name, t0 + a * span, t0 + b * span, st, 0) for stage, stream, name, a, b in OPS]
+    out.append(Slice(0, "storage", "data stall", 4.0, 4.2, 2, 0))
     return out
 
 
@@ -59,7 +67,8 @@ def make_result() -> RunResult:
         slices=make_slices(),
         collectives=[CollectiveRecord("tp", "all_reduce", 8, 1, 64 * 2**20, "ring", 1e-3, 160),
                      CollectiveRecord("dp", "reduce_scatter", 2, 2, 512 * 2**20, "ring", 0.02, 4)],
-        shard_instances=[(0, 0), (1, 1)], price_per_hour_usd=PRICE)
+        shard_instances=[(0, 0), (1, 1)], price_per_hour_usd=PRICE, microbatches=1, chunk_comm=CHUNKS,
+        stage_comm=STAGE_COMM, stage_compute_s=STAGE_COMPUTE, slow_rank_compute_s=SLOW)
 
 
 def make_infeasible() -> RunResult:
@@ -121,7 +130,7 @@ def test_frames_columns_and_values():
     assert (parts - rep.breakdown["step_time_s"]).abs().max() < 1e-12
     assert rep.steps["payload_bytes"].tolist() == [1000, 1001, 1002]
     assert rep.memory["total_gib"].tolist() == [20.5, 18.25]
-    assert rep.timeline["duration_s"].iloc[0] == pytest.approx(0.2)
+    assert rep.timeline["duration_s"].iloc[0] == pytest.approx(0.19)    # 0.2 s less its 0.01 s of tp collectives
     assert rep.summary["step_time_s"] == pytest.approx(1.25) and rep.scenario["name"] == "tiny-test"
 
 
@@ -146,15 +155,20 @@ def test_empty_lists_keep_columns_and_dtypes():
 
 
 def test_to_parquet_without_pyarrow_says_how(monkeypatch, tmp_path):
+    rep = build_report(make_result())   # built first: pandas' own string columns may use pyarrow when present
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # makes `import pyarrow` fail
     with pytest.raises(RuntimeError, match=r"pip install 'ultracluster\[parquet\]'"):
-        build_report(make_result()).to_parquet(tmp_path)
+        rep.to_parquet(tmp_path)
 
 
 def test_to_parquet_round_trip(tmp_path):
     pytest.importorskip("pyarrow")
-    build_report(make_result()).to_parquet(tmp_path / "pq")
+    rep = build_report(make_result())
+    rep.to_parquet(tmp_path / "pq")
     assert pd.read_parquet(tmp_path / "pq" / "steps.parquet")["step_time_s"].tolist() == [3.0, 1.0, 1.5]
+    for name in ("ranks", "stages", "shards", "timeline", "collectives"):
+        back = pd.read_parquet(tmp_path / "pq" / f"{name}.parquet")
+        pd.testing.assert_frame_equal(back, getattr(rep, name), check_dtype=False)
 
 
 def no_partial_overlap(trace: dict) -> list:
@@ -172,24 +186,82 @@ def no_partial_overlap(trace: dict) -> list:
     return bad
 
 
+def test_timeline_split_and_critical_shard():
+    tl = build_report(make_result()).timeline
+    assert list(tl.columns) == ["stage", "stream", "name", "start_s", "end_s", "step", "shard", "replica", "duration_s"]
+    s1 = tl[tl["step"] == 1]
+    # critical replica 1: stage 0 is ranks 16-23 and stage 1 ranks 24-31, both on instance 1 = shard 1
+    assert set(tl["shard"]) == {1} and set(tl["replica"]) == {1}
+    f0 = s1[(s1["stage"] == 0) & (s1["name"] == "F mb0 c0")].iloc[0]
+    assert (f0["start_s"], f0["end_s"]) == pytest.approx((3.0, 3.19))           # 0.2 s less 0.01 s of tp
+    tp = s1[(s1["stream"] == "tp") & (s1["stage"] == 0)]
+    assert tp["name"].tolist() == ["collectives F mb0 c0", "collectives B mb0 c0"]
+    assert tp["duration_s"].tolist() == pytest.approx([0.01, 0.02]) and tp["end_s"].iloc[0] == pytest.approx(3.2)
+    pp = s1[s1["stream"] == "pp"]
+    assert pp["name"].tolist() == ["send F mb0 c0", "send B mb0 c0"]           # chunk 0 forward, chunk 1 backward
+    assert pp["stage"].tolist() == [0, 1] and pp["start_s"].tolist() == pytest.approx([3.2, 3.75])
+    assert pp["duration_s"].tolist() == pytest.approx([0.05, 0.05])
+    # the split keeps the total: compute + tp of every forward/backward equals the replay's slice
+    ops = s1[s1["name"].str.match(r"^[FB] mb")]
+    tp_total = s1[s1["stream"] == "tp"]["duration_s"].sum()
+    assert ops["duration_s"].sum() + tp_total == pytest.approx(0.2 + 0.2 + 0.3 + 0.1)
+
+
 def test_trace_tracks_and_names():
     result = make_result()
     tr = chrome_trace(build_report(result))
     assert tr == chrome_trace(result) and tr["displayTimeUnit"] == "ms"
     assert no_partial_overlap(tr) == []
     meta = {(e["pid"], e["tid"], e["name"]): e["args"] for e in tr["traceEvents"] if e["ph"] == "M"}
-    assert meta[(0, 0, "process_name")] == {"name": "shard 0: instances 0-0"}
     assert meta[(1, 0, "process_name")] == {"name": "shard 1: instances 1-1"}
-    threads = {a["name"]: tid for (pid, tid, n), a in meta.items() if n == "thread_name"}
-    assert threads == {"stage 0 compute": 1, "stage 0 tp": 2, "stage 0 dp": 3, "stage 0 dp #2": 4,
-                       "stage 0 optimizer": 5, "stage 1 compute": 6, "stage 1 pp": 7}
-    x = [e for e in tr["traceEvents"] if e["ph"] == "X"]
-    assert len(x) == len(result.slices)
+    assert meta[(2, 0, "process_name")] == {"name": "other shards (aggregated): 1 shards, 16 ranks"}
+    threads = {a["name"]: tid for (pid, tid, n), a in meta.items() if n == "thread_name" and pid == 1}
+    assert threads == {"storage": 1, "stage 0 compute": 2, "stage 0 tp": 3, "stage 0 pp": 4, "stage 0 dp": 5,
+                       "stage 0 dp #2": 6, "stage 1 compute": 7, "stage 1 tp": 8, "stage 1 pp": 9}
+    x = [e for e in tr["traceEvents"] if e["ph"] == "X" and e["pid"] == 1]
+    assert len(x) == 2 * (len(OPS) + 4 + 2) + 1          # slices + tp parts + sends, per step; the data stall
     first = x[0]
-    assert (first["name"], first["pid"], first["tid"], first["ts"], first["dur"]) == ("F mb0", 0, 1, 3e6, 2e5)
+    assert (first["name"], first["pid"], first["tid"], first["ts"], first["dur"]) == ("F mb0 c0", 1, 2, 3e6, 1.9e5)
     assert first["args"] == {"step": 1, "stage": 0}
     b1 = [e for e in x if e["name"] == "reduce_scatter b1"]
-    assert {e["tid"] for e in b1} == {4}  # the overlapping bucket moved to its own lane
+    assert {e["tid"] for e in b1} == {6}  # the overlapping bucket moved to its own lane
+    assert {e["tid"] for e in x if e["name"] == "optimizer"} == {2}  # the optimizer runs on the compute thread
+    assert tr["otherData"] == {"scenario": "tiny-test", "full_shards": [1], "aggregated_shards": 1,
+                               "condensed_steps": []}
+
+
+def test_trace_aggregates_other_shards():
+    tr = chrome_trace(build_report(make_result()))
+    agg = [e for e in tr["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
+    by = {(e["args"]["step"], e["cat"]): e for e in agg}
+    assert {s for s, _ in by} == {0, 1, 2} and {c for _, c in by} == {"compute", "tp", "dp", "idle"}
+    # shard 0: ranks 0-7 on stage 0 (rank 5 at 0.75 s), ranks 8-15 on stage 1 at 0.45 s
+    c1 = by[(1, "compute")]
+    assert c1["dur"] == pytest.approx((7 * 0.5 + 0.75 + 8 * 0.45) / 16 * 1e6)
+    assert c1["ts"] == pytest.approx(3.0e6)                 # steps start at the summed earlier step times
+    assert (c1["args"]["min_s"], c1["args"]["max_s"]) == (0.45, 0.75)
+    dp0 = (0.07 * 1.0 + 0.07 * 1.5) / 2     # stage 0's exposed reduction on the timeline; stage 1: the plan's
+    assert by[(2, "tp")]["dur"] == pytest.approx(0.09e6)
+    assert by[(2, "dp")]["dur"] == pytest.approx((dp0 + 0.1) / 2 * 1e6)
+
+
+def test_trace_condenses_steps_past_the_budget(monkeypatch):
+    import ultracluster.report.trace as trace_mod
+
+    monkeypatch.setattr(trace_mod, "MAX_TRACE_SLICES", 10)
+    tr = chrome_trace(build_report(make_result()))
+    assert tr["otherData"]["condensed_steps"] == [1]
+    x = [e for e in tr["traceEvents"] if e["ph"] == "X" and e["pid"] == 1]
+    step1 = [e for e in x if e["args"]["step"] == 1]
+    # one slice per thread: stage 0 compute (F, B, optimizer), tp (2), pp (1), dp (2 buckets); stage 1 compute
+    # (2), tp (2), pp (1)
+    assert sorted(e["name"] for e in step1) == \
+        ["step 1: 1 slices"] * 2 + ["step 1: 2 slices"] * 4 + ["step 1: 3 slices"]
+    assert no_partial_overlap(tr) == []
+    s0 = [e for e in step1 if e["args"]["stage"] == 0 and e["cat"] == "compute"][0]
+    assert s0["ts"] == 3e6 and s0["dur"] == pytest.approx(1e6) and s0["args"]["slices"] == 3
+    assert s0["args"]["busy_s"] == pytest.approx(0.19 + 0.08 + 0.03)
+    assert len([e for e in x if e["args"]["step"] == 2]) == len(OPS) + 4 + 2 + 1   # the last step in full
 
 
 def test_trace_nested_and_equal_start_slices():
@@ -206,9 +278,17 @@ def test_trace_nested_and_equal_start_slices():
 
 def test_html_offline_escaped_with_sections():
     page = render_html(build_report(make_result()))
-    assert "http://" not in page and "https://" not in page
+    assert "http://" not in page and "https://" not in page and "<script src" not in page
     assert "<title>ultracluster: tiny-test</title>" in page
-    assert page.count("<svg") == 2 and page.count("<rect") == 7 + 6 + 8 + 9  # parts > 0 per step + step-2 slices
+    for section in ("Summary", "Step time breakdown", "Pipeline timeline", "HBM per rank", "Stages", "Slowest ranks",
+                    "Collectives", "Emulation", "Scenario"):
+        assert f"<h2>{section}</h2>" in page, section
+    assert page.count("<svg") == 3
+    # breakdown: parts > 0 of the mean (8) and of each step (7, 6, 8); timeline of step 2: 7 + 4 tp + 2 pp
+    # + 1 storage slices;
+    # memory: 5 kinds x 2 stages
+    assert page.count("<rect") == 8 + 7 + 6 + 8 + 14 + 10
+    assert "step 2, data-parallel replica 1 (the critical one)" in page
     assert "&quot;global_batch&quot;: 8" in page
     bad = render_html(build_report(make_infeasible()))
     assert '<div class="infeasible"><b>Infeasible:</b> stage 0 needs &lt;41.2 GiB&gt; &amp; HBM holds 32 GiB' in bad

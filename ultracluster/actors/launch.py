@@ -1,23 +1,43 @@
 """Cluster → running Ray actors (one per shard) behind the engine's ShardSet interface.
 
 The only module that imports Ray. With no address and no running Ray it starts an embedded local Ray
-and stops it afterwards; `address` (or RAY_ADDRESS) connects to an existing cluster. Actors never claim
-`neuron_cores` (Ray's resource for real Trainium): they take no CPU for scheduling, so any number of
-them fit a laptop, and are spread over the cluster's nodes by Ray.
+and stops it afterwards; `address` (or RAY_ADDRESS, which Ray sets inside `ray job submit` jobs)
+connects to an existing cluster.
+
+Placement: one placement-group bundle per shard, SPREAD over the cluster's nodes. A bundle asks for one
+unit of `ultracluster_shard`, our own logical resource (never `neuron_cores`, which Ray reserves for
+real Trainium), when the cluster advertises enough of it: the embedded Ray does, and cluster nodes opt in
+with `ray start --resources='{"ultracluster_shard": N}'`. Otherwise (a cluster that does not advertise
+it) bundles ask for one byte of `memory`, which every node has, so they take no CPU and are spread
+best-effort over every node. The actors themselves claim nothing: any number of them fit a laptop. A
+placement group that cannot be placed within the timeout is an ActorError naming what was asked. See
+docs/ray-clusters.md.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import numpy as np
 import ray
 from ray.exceptions import RayActorError, RayError
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ..errors import ActorError
+from ..errors import ActorError, Problem, ScenarioError
 from .shard import ShardWorker
+
+log = logging.getLogger(__name__)
+
+SHARD_RESOURCE = "ultracluster_shard"   # one unit per shard actor; advertised by nodes that host them
+FALLBACK_BUNDLE = {"memory": 1}         # one byte: a placement token every node offers, no CPU taken
+PLACEMENT_STRATEGY = "SPREAD"           # best-effort even spread: more shards than nodes is the usual case
+PLACEMENT_TIMEOUT_S = 120.0             # bounded wait for the placement group (an autoscaler may add nodes)
+PLACEMENT_TIMEOUT_ENV = "ULTRACLUSTER_PLACEMENT_TIMEOUT_S"
+PROBE_TIMEOUT_S = 10.0                  # how long a liveness probe of the actors may take after a failure
 
 AUTO_ACTORS_PER_CPU = 2     # enough actors to keep every core busy while some wait on the payload ring
 MAX_AUTO_ACTORS = 16
@@ -42,72 +62,210 @@ def resolve_instances_per_actor(scenario, cpus: int | None = None) -> int:
 class ShardActor(ShardWorker):
     """A Ray actor standing for one instance, UltraServer or folded shard of instances."""
 
-    def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id()
+    def where(self) -> tuple[str, str]:
+        """(Ray node id, Ray actor id) of this actor."""
+        ctx = ray.get_runtime_context()
+        return ctx.get_node_id(), ctx.get_actor_id()
 
 
 class RayShards:
-    """The engine's ShardSet over live actors; every call batches one `ray.get` over all shards."""
+    """The engine's ShardSet over live actors; every call batches one `ray.get` over all shards.
 
-    def __init__(self, cluster, actors):
-        self.cluster, self.actors = cluster, actors
-        self.nodes = len(set(self._get([a.node_id.remote() for a in actors])))
+    Attributes:
+        node_ids: the Ray node each actor runs on, in shard order.
+        nodes: how many distinct Ray nodes the actors run on (summary.json `ray_nodes`).
+        placement: what each actor's placement-group bundle asked for (`ultracluster_shard` or fallback).
+    """
+
+    def __init__(self, cluster, actors, placement: str = ""):
+        self.cluster, self.actors, self.placement = cluster, actors, placement
+        self._actor_ids: list[str] = []          # empty until the actors answer; _dead_shards then pings
+        where = self._get([a.where.remote() for a in actors])
+        self.node_ids = [node for node, _ in where]
+        self._actor_ids = [actor for _, actor in where]
+        self.nodes = len(set(self.node_ids))
 
     def _get(self, refs: list) -> list:
         """ray.get that turns a dead actor into an ActorError naming its shard and instances."""
         try:
             return ray.get(refs)
-        except RayActorError:
-            for shard, ref in zip(self.cluster.shards, refs):
-                try:
-                    ray.get(ref, timeout=0)
-                except (RayActorError, ray.exceptions.GetTimeoutError) as err:
-                    if isinstance(err, RayActorError):
-                        raise ActorError(f"the actor for {shard.label} died; the run stops here") from None
-            raise ActorError("an actor died; the run stops here") from None
         except RayError as err:
-            raise ActorError(f"Ray failed: {type(err).__name__}: {err}") from None
+            dead = self._dead_shards(err)
+            if dead:
+                raise ActorError(dead_actor_message(dead)) from None
+            raise ActorError(f"Ray failed: {type(err).__name__}: {_last_line(err)}") from None
+
+    def _dead_shards(self, err: RayError) -> list[tuple[str, str]]:
+        """(shard label, reason) of every dead actor: the one the error names, else those a ping finds dead."""
+        ids = self._actor_ids
+        dead = {ids.index(err.actor_id): _last_line(err)} if isinstance(err, RayActorError) \
+            and err.actor_id in ids else {}
+        try:
+            pings = [a.ping.remote() for a in self.actors]
+            ready, _ = ray.wait(pings, num_returns=len(pings), timeout=PROBE_TIMEOUT_S)
+        except RayError:   # Ray itself is gone: name what the error named
+            pings, ready = [], []
+        for i, ref in enumerate(pings):
+            if ref in ready and i not in dead:
+                try:
+                    ray.get(ref)
+                except RayError as probe:
+                    dead[i] = _last_line(probe)
+        return [(self.cluster.shards[i].label, dead[i]) for i in sorted(dead)]
 
     def profiles(self, step: int) -> list[dict[str, np.ndarray]]:
         return self._get([a.profile.remote(step) for a in self.actors])
 
     def reduce_payload(self, step: int) -> tuple[int, bool]:
-        """Ring all-reduce between actors: each step every actor sends one chunk to the next (actor to
-        actor through Ray's object store, never via the driver); one ray.get at the end."""
-        n = len(self.actors)
-        calls = [a.start_payload.remote(step) for a in self.actors]
-        for phase in ("rs", "ag"):
-            for k in range(n - 1):
-                sent = [a.send.remote(phase, k) for a in self.actors]
-                calls += [self.actors[(i + 1) % n].recv.remote(phase, k, ref) for i, ref in enumerate(sent)]
+        """All-reduce the payload between actors in the steps of the DP group's algorithm (ring, RDH or
+        mesh, as the network model picks it: `shard.payload_algorithm`). Every message goes actor to actor
+        through Ray's object store (the sender's returned ref is the receiver's argument), never via the
+        driver; each actor runs its sends of a step before its receives; one ray.get at the end, which
+        also collects every actor's check against the exact sum."""
+        from ..network.algorithms import schedule
+
+        if getattr(self, "_payload_algorithm", None) is None:
+            self._payload_algorithm = self._get([self.actors[0].payload_algorithm.remote()])[0]
+        alg, n = self._payload_algorithm, len(self.actors)
+        calls = [a.start_payload.remote(step, alg) for a in self.actors]
+        receives = []
+        for k, st in enumerate(schedule(alg, "all_reduce", n).steps):
+            pairs = sorted(set(zip(st.src.tolist(), st.dst.tolist())))
+            sent = [(s, d, self.actors[s].send_chunks.remote(k, d)) for s, d in pairs]
+            receives += [self.actors[d].recv_chunks.remote(k, s, ref) for s, d, ref in sent]
         checks = [a.check_payload.remote() for a in self.actors]
-        done = self._get(calls + checks)
-        moved = sum(done[n:len(calls)])
-        return int(moved), all(done[len(calls):])
+        done = self._get(calls + receives + checks)
+        moved = sum(done[n:n + len(receives)])
+        return int(moved), all(done[n + len(receives):])
+
+
+def dead_actor_message(dead: list[tuple[str, str]]) -> str:
+    """The error of a run whose actors died: every dead shard with its instances and Ray's reason."""
+    if len(dead) == 1:
+        lead = f"the actor for {dead[0][0]} died ({dead[0][1]})"
+    else:
+        lead = f"{len(dead)} actors died: " + "; ".join(f"{label} ({reason})" for label, reason in dead)
+    return f"{lead}; the run stops here (steps.csv keeps the steps that finished)"
+
+
+def _last_line(err: BaseException) -> str:
+    """The last non-empty line of an error: Ray's reason, or the exception of a failed actor __init__."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(err).__name__)[:300]
+
+
+def placement_timeout_s() -> float:
+    """Seconds to wait for the placement group: ULTRACLUSTER_PLACEMENT_TIMEOUT_S, else the default."""
+    raw = os.environ.get(PLACEMENT_TIMEOUT_ENV)
+    if raw is None:
+        return PLACEMENT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise ScenarioError([Problem(PLACEMENT_TIMEOUT_ENV, raw, "a number of seconds > 0")])
+    return value
+
+
+def shard_bundles(shards: int, cluster_resources: Mapping[str, float]) -> list[dict[str, float]]:
+    """One placement-group bundle per shard: `ultracluster_shard` when the cluster offers enough of it,
+    else the CPU-less fallback (one byte of `memory`)."""
+    if cluster_resources.get(SHARD_RESOURCE, 0) >= shards:
+        return [{SHARD_RESOURCE: 1}] * shards
+    return [dict(FALLBACK_BUNDLE)] * shards
+
+
+def place_shards(bundles: list[dict[str, float]], timeout_s: float) -> PlacementGroup:
+    """Reserve the shards' bundles, SPREAD over the nodes; an ActorError if not placed within timeout_s.
+
+    Args:
+        bundles: one bundle per shard actor (`shard_bundles`).
+        timeout_s: seconds to wait for the placement group to be placed.
+
+    Returns:
+        The ready placement group (the caller removes it).
+
+    Raises:
+        ActorError: the placement group could not be placed in time; names the bundles asked for and
+            what the cluster offers.
+    """
+    total, shards = ray.cluster_resources(), len(bundles)
+    kind = next(iter(bundles[0]))
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    if kind != SHARD_RESOURCE and nodes > 1:
+        log.warning("ultracluster: the cluster advertises %g %s (%d needed): spreading %d actors best-effort "
+                    "over %d nodes (see docs/ray-clusters.md)", total.get(SHARD_RESOURCE, 0), SHARD_RESOURCE,
+                    shards, shards, nodes)
+    pg = placement_group(bundles, strategy=PLACEMENT_STRATEGY)
+    if not pg.wait(timeout_s):
+        free = ray.available_resources().get(kind, 0)
+        remove_placement_group(pg)
+        raise ActorError(
+            f"could not place {shards} shard actors within {timeout_s:g} s: asked for a placement group of "
+            f"{shards} bundles of {bundles[0]} ({PLACEMENT_STRATEGY}); the cluster's {nodes} node(s) offer "
+            f"{kind} {total.get(kind, 0):g} in total, {free:g} free. Advertise more {SHARD_RESOURCE} "
+            f"(`ray start --resources='{{\"{SHARD_RESOURCE}\": N}}'`), fold more instances per actor "
+            f"(--set emulation.instances_per_actor=...), or wait longer ({PLACEMENT_TIMEOUT_ENV})")
+    return pg
+
+
+def _connect(address: str | None, shards: int) -> bool:
+    """Attach to Ray (True when this call started it): a running Ray in the process, else `address` or
+    RAY_ADDRESS, else a new embedded local Ray that advertises one `ultracluster_shard` per shard."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    try:
+        if address:
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        else:
+            # "local": always a new embedded Ray, never a `ray start` cluster that happens to run here
+            ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+                     resources={SHARD_RESOURCE: shards})
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise ActorError(f"could not {'connect to Ray at ' + address if address else 'start a local Ray'}: "
+                         f"{err}") from None
+    return True
 
 
 @contextmanager
-def launch_actors(scenario, cluster, address: str | None = None) -> Iterator[RayShards]:
-    """Start one actor per shard; stop them (and an embedded Ray) on exit."""
-    started = False
-    if not ray.is_initialized():
-        address = address or os.environ.get("RAY_ADDRESS")
-        try:
-            if address:
-                ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-            else:
-                # "local": always a new embedded Ray, never a `ray start` cluster that happens to run here
-                ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as err:
-            raise ActorError(f"could not {'connect to Ray at ' + address if address else 'start a local Ray'}: "
-                             f"{err}") from None
-        started = True
-    actors = [ShardActor.options(name=None).remote(scenario, cluster, shard) for shard in cluster.shards]
+def launch_actors(scenario, cluster, address: str | None = None,
+                  timeout_s: float | None = None) -> Iterator[RayShards]:
+    """Place and start one actor per shard; stop them, their placement group and an embedded Ray on exit.
+
+    Args:
+        scenario: the resolved Scenario.
+        cluster: its Cluster (one actor per `cluster.shards`).
+        address: Ray address (None: a Ray already running in this process, RAY_ADDRESS, or an embedded
+            local Ray).
+        timeout_s: seconds to wait for the placement group (None: ULTRACLUSTER_PLACEMENT_TIMEOUT_S or 120).
+
+    Raises:
+        ActorError: Ray could not start or be reached, the actors could not be placed in time, or an
+            actor died (the message names the shard and its instances).
+    """
+    timeout_s = placement_timeout_s() if timeout_s is None else timeout_s
+    started = _connect(address, len(cluster.shards))
+    pg, actors = None, []
     try:
-        shards = RayShards(cluster, actors)
-        yield shards
+        bundles = shard_bundles(len(cluster.shards), ray.cluster_resources())
+        pg = place_shards(bundles, timeout_s)
+        placement = f"{bundles[0]} x {len(bundles)} ({PLACEMENT_STRATEGY})"
+        actors = [ShardActor.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                      pg, placement_group_bundle_index=i)).remote(scenario, cluster, shard)
+                  for i, shard in enumerate(cluster.shards)]
+        yield RayShards(cluster, actors, placement)
     finally:
         for a in actors:
-            ray.kill(a)
+            try:
+                ray.kill(a)
+            except RayError:   # already gone with its node
+                pass
+        if pg is not None:
+            try:
+                remove_placement_group(pg)
+            except RayError:
+                pass
         if started:
             ray.shutdown()

@@ -6,28 +6,35 @@ from typing import Iterator
 
 import numpy as np
 
+from ..network.algorithms import schedule
 from .shard import ShardWorker
 
 
 class LocalShards:
-    """ShardWorkers called directly; the payload ring runs the same send/recv steps as between actors."""
+    """ShardWorkers called directly; the payload moves in the same steps, and messages, as between actors."""
 
     def __init__(self, scenario, cluster):
         self.workers = [ShardWorker(scenario, cluster, s) for s in cluster.shards]
         self.nodes = 1
+        self._algorithm: str | None = None
 
     def profiles(self, step: int) -> list[dict[str, np.ndarray]]:
         return [w.profile(step) for w in self.workers]
 
     def reduce_payload(self, step: int) -> tuple[int, bool]:
+        """All-reduce the payload in the steps of the DP group's algorithm (`payload_algorithm`): in each
+        step every shard first sends, to each peer the schedule names, the chunks it owes it, then every
+        receiver adds or stores them. Returns (bytes moved, every shard holds the exact sum)."""
+        if self._algorithm is None:
+            self._algorithm = self.workers[0].payload_algorithm()
         for w in self.workers:
-            w.start_payload(step)
-        n, moved = len(self.workers), 0
-        for phase in ("rs", "ag"):
-            for k in range(n - 1):
-                sent = [w.send(phase, k) for w in self.workers]
-                for i, data in enumerate(sent):
-                    moved += self.workers[(i + 1) % n].recv(phase, k, data)
+            w.start_payload(step, self._algorithm)
+        moved = 0
+        for k, st in enumerate(schedule(self._algorithm, "all_reduce", len(self.workers)).steps):
+            pairs = sorted(set(zip(st.src.tolist(), st.dst.tolist())))
+            sent = [(s, d, self.workers[s].send_chunks(k, d)) for s, d in pairs]
+            for s, d, data in sent:
+                moved += self.workers[d].recv_chunks(k, s, data)
         return moved, all(w.check_payload() for w in self.workers)
 
 

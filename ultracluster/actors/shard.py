@@ -1,4 +1,4 @@
-"""One shard of the cluster → per-rank compute times and its part of the gradient payload ring.
+"""One shard of the cluster → per-rank compute times and its part of the gradient payload exchange.
 
 `ShardWorker` is plain Python over numpy: Ray wraps it as an actor (`actors.launch`), tests and the
 in-process runner call it directly (`actors.local`). It prices its pipeline chunks once on the chip
@@ -11,18 +11,20 @@ import numpy as np
 from .. import chip
 from .. import operators as opslib
 from ..cluster import Cluster, ShardSpec
+from ..network.algorithms import schedule
 
 PAYLOAD_MAX_BYTES = 1 << 30   # per actor; beyond it `emulation.payload_scale` is too large for one machine
 
 
 def payload_elements(scenario, cluster: Cluster) -> int:
-    """Float64 elements each shard reduces: the cluster's gradient bytes x payload_scale / shards / 8."""
+    """Float64 elements of the buffer every shard contributes to the reduction: one model replica's
+    gradient bytes (what each data-parallel group reduces) x payload_scale / 8. Independent of dp, so a
+    131k-chip scenario moves no more than a small one of the same model."""
     layout, t = cluster.layout, scenario.training
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
-    params = opslib.chunk_params(scenario.model, layout.tp, layers, layout.pp).sum() * layout.tp * layout.cp \
-        * layout.dp
+    params = opslib.chunk_params(scenario.model, layout.tp, layers, layout.pp).sum() * layout.tp
     g_bytes = 4.0 if (t.master_weights == "fp32" or t.precision == "fp32") else 2.0
-    return max(1, int(params * g_bytes * scenario.emulation.payload_scale / len(cluster.shards) / 8))
+    return max(1, int(params * g_bytes * scenario.emulation.payload_scale / 8))
 
 
 def payload(seed: int, shard: int, step: int, n: int) -> np.ndarray:
@@ -57,38 +59,82 @@ class ShardWorker:
 
         Returns:
             "fwd", "bwd": [chunks] seconds of one microbatch of each pipeline chunk at speed 1;
-            "opt": [stages] seconds of the optimizer step; "slow_ranks" / "slow_factors": the global
+            "opt": [stages] seconds of the optimizer step; "attn_fwd", "attn_bwd": one layer's attention
+            core per microbatch (context-parallel overlap); "slow_ranks" / "slow_factors": the global
             ranks of this shard that run slower, and by how much (every other rank runs at speed 1).
         """
         t = self._times
-        return {"fwd": t.forward_s, "bwd": t.backward_s, "opt": t.optimizer_s,
-                "slow_ranks": self._slow, "slow_factors": self._factor}
+        return {"fwd": t.forward_s, "bwd": t.backward_s, "opt": t.optimizer_s, "attn_fwd": t.attention_fwd_s,
+                "attn_bwd": t.attention_bwd_s, "slow_ranks": self._slow, "slow_factors": self._factor}
 
-    # --- ring all-reduce of the payload: reduce-scatter then all-gather, one chunk per step -----------
-    def _chunk(self, i: int) -> slice:
-        n = len(self.cluster.shards)
-        i %= n
-        return slice(int(self._bounds[i]), int(self._bounds[i + 1]))
+    # --- the payload all-reduce between shards, in the steps of the DP group's algorithm --------------
+    def payload_algorithm(self) -> str:
+        """The algorithm the actors use to all-reduce the payload (see `payload_algorithm`)."""
+        return payload_algorithm(self.scenario, self.cluster)
 
-    def start_payload(self, step: int) -> int:
+    def _chunk(self, c: int) -> slice:
+        return slice(int(self._bounds[c]), int(self._bounds[c + 1]))
+
+    def start_payload(self, step: int, algorithm: str = "ring") -> int:
+        """This shard's contribution for `step` (its instances' gradients, already reduced inside the
+        shard), and the schedule the exchange will follow. Returns its bytes."""
         self._buf = payload(self.scenario.seed, self.shard.index, step, self._n)
         self._step = step
+        self._schedule = schedule(algorithm, "all_reduce", len(self.cluster.shards))
         return self._buf.nbytes
 
-    def send(self, phase: str, k: int) -> np.ndarray:
-        i = self.shard.index
-        return self._buf[self._chunk(i - k if phase == "rs" else i + 1 - k)].copy()
+    def _entries(self, k: int, src: int, dst: int) -> np.ndarray:
+        st = self._schedule.steps[k]
+        return st.chunk[(st.src == src) & (st.dst == dst)]
 
-    def recv(self, phase: str, k: int, data: np.ndarray) -> int:
-        j = self.shard.index
-        if phase == "rs":
-            self._buf[self._chunk(j - 1 - k)] += data
-        else:
-            self._buf[self._chunk(j - k)] = data
-        return data.nbytes
+    def send_chunks(self, k: int, dst: int) -> np.ndarray:
+        """Step k's chunks from this shard to shard `dst`, concatenated in schedule order."""
+        chunks = self._entries(k, self.shard.index, dst)
+        return np.concatenate([self._buf[self._chunk(int(c))] for c in chunks])
+
+    def recv_chunks(self, k: int, src: int, data: np.ndarray) -> int:
+        """Apply step k's message from shard `src`: add (reduce-scatter steps) or store (gather steps).
+        Returns the bytes received."""
+        reduce = self._schedule.steps[k].reduce
+        at = 0
+        for c in self._entries(k, src, self.shard.index):
+            sl = self._chunk(int(c))
+            size = sl.stop - sl.start
+            if reduce:
+                self._buf[sl] += data[at:at + size]
+            else:
+                self._buf[sl] = data[at:at + size]
+            at += size
+        if at != data.size:
+            raise ValueError(f"shard {self.shard.index}: step {k} message from shard {src} has {data.size} "
+                             f"elements, the schedule expects {at}")
+        return int(data.nbytes)
 
     def check_payload(self) -> bool:
         """Is the reduced buffer the exact sum of every shard's payload?"""
         shards = len(self.cluster.shards)
         exact = sum(payload(self.scenario.seed, s, self._step, self._n) for s in range(shards))
         return bool(np.array_equal(self._buf, exact))
+
+
+def payload_algorithm(scenario, cluster: Cluster) -> str:
+    """How the shards all-reduce the payload: the algorithm the network model picks for the outermost tier
+    of the data-parallel group's gradient all-reduce (shards stand for the instances it spans), "ring"
+    when the model picks ring or KangaRing, when there is no data parallelism, or when RDH would need a
+    power-of-two number of shards that the run does not have.
+    """
+    from ..network import collective_time, group_of
+    from ..network.algorithms import is_pow2
+
+    shards = len(cluster.shards)
+    lay = cluster.layout
+    if shards <= 1 or lay.dp <= 1:
+        return "ring"
+    per_rank = payload_elements(scenario, cluster) * 8 / max(scenario.emulation.payload_scale, 1e-30) \
+        / (lay.tp * lay.cp * lay.pp)
+    name = collective_time(cluster, "all_reduce", per_rank, group_of(cluster, lay.dp, lay.tp * lay.cp * lay.pp))[1]
+    outer = name[len("hierarchical("):-1].split("+")[-1] if name.startswith("hierarchical(") else name
+    outer = outer.removeprefix("z-")
+    if outer == "mesh" or (outer == "rdh" and is_pow2(shards)):
+        return outer
+    return "ring"

@@ -19,11 +19,11 @@ class Calibration:
         tensor_efficiency: achieved fraction of TensorE peak on large, well-tiled matmuls.
         vector_efficiency: achieved fraction of VectorE/ScalarE peak on elementwise and reduction work.
         hbm_efficiency: achieved fraction of HBM bandwidth on streaming operators.
-        neuronlink_efficiency: achieved fraction of NeuronLink bandwidth in collectives.
-        efa_efficiency: achieved fraction of EFA bandwidth in collectives and sends.
         op_overhead_s: fixed cost of one operator instance on a NeuronCore (instruction issue, semaphore
             waits, DMA descriptor set-up) added to its roofline time.
         step_overhead_s: fixed per-step host/runtime cost (launch, sync) on the critical path.
+        compute_jitter: sigma of the log-normal per-rank, per-step compute-time noise (assumption: not
+            published; 1 %; a scenario sets its own with faults.jitter).
         runtime_reserve_gib: HBM per rank kept by the Neuron runtime and compiler scratch (assumption: not
             published; 1 GiB per rank).
     """
@@ -31,11 +31,10 @@ class Calibration:
     tensor_efficiency: float = 0.75
     vector_efficiency: float = 0.6
     hbm_efficiency: float = 0.8
-    neuronlink_efficiency: float = 0.8
-    efa_efficiency: float = 0.8
     op_overhead_s: float = 0.0
     step_overhead_s: float = 0.0
     runtime_reserve_gib: float = 1.0
+    compute_jitter: float = 0.01
 
     def with_(self, **changes: float) -> "Calibration":
         return replace(self, **changes)

@@ -14,18 +14,23 @@ bubble (idle time with sends free) and exposed pipeline sends (the extra time se
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from .. import chip
 from .. import operators as opslib
 from ..cluster import Cluster, rank_coords
 from ..network import Group, collective_time, group_of
+from ..network.collectives import concurrent_time
 from .events import CollectiveRecord, Slice, StepRecord
 from .schedule import Execution, execute, stage_programs
 
 MAX_SLICES = 200_000  # keep the trace bounded: past this, only the last step's slices are kept
+# Gradients are reduced in buckets as backward produces them; 25 MiB is PyTorch DDP's default bucket_cap_mb
+# (an assumption for NxD's ZeRO-1 reduce-scatter buckets, which it does not document).
+DP_BUCKET_BYTES = 25 * (1 << 20)
 
 
 class ShardSet(Protocol):
@@ -54,8 +59,15 @@ class CommPlan:
     tp_bwd: np.ndarray            # [chunks] backward (including recomputed forwards)
     send_fwd: np.ndarray          # [chunks] activation send to the next chunk
     send_bwd: np.ndarray          # [chunks] gradient send to the previous chunk
-    dp: np.ndarray                # [stages] exposed data-parallel reduction seconds
+    dp: np.ndarray                # [stages] data-parallel reduction seconds if nothing overlapped it
     records: list[CollectiveRecord]
+    dp_bucket_s: np.ndarray = field(default_factory=lambda: np.zeros(0))   # [chunks] seconds per gradient bucket
+    dp_buckets: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # [chunks] buckets per chunk
+    dp_after_s: np.ndarray = field(default_factory=lambda: np.zeros(0))    # [stages] after the optimizer (ZeRO-1 all-gather)
+    cp_block_fwd_s: float = 0.0   # one K/V block passed to the next context-parallel rank (forward)
+    cp_block_bwd_s: float = 0.0   # K/V block and its gradient (backward)
+    send_bwd_last: np.ndarray | None = None   # [chunks] gradient sends of the last microbatch, sharing links
+                                              # with the overlapping gradient reduction
 
 
 def microbatches(scenario) -> int:
@@ -96,41 +108,120 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
         per_layer = 2 * (priced("tp", "all_gather", act, tpg, n_tp) + priced("tp", "reduce_scatter", act, tpg, n_tp))
     else:
         per_layer = 2 * priced("tp", "all_reduce", act, tpg, n_tp)
-    # context parallel: gather the sequence's K and V forward, reduce-scatter their gradients backward
-    cpg = group_of(cluster, layout.cp, layout.tp)
-    kv = 2 * v["T"] * v["hkv"] * v["d"] * v["e"] * layout.cp
-    cp_fwd = priced("cp", "all_gather", kv, cpg, layer_mbs * (1 + again))
-    cp_bwd = priced("cp", "reduce_scatter", kv, cpg, layer_mbs)
-    tp_fwd = layers * (per_layer + cp_fwd)
-    tp_bwd = layers * ((per_layer + cp_fwd) * again + per_layer + cp_bwd)
+    # context parallel: ring attention passes each rank's K/V block to the next cp rank, cp - 1 times per
+    # layer, overlapped with the attention on the block in hand; backward passes K/V and their gradients.
+    # The exposed part depends on the attention time, so the replay decides it per step.
+    cp_fwd = cp_bwd = 0.0
+    if layout.cp > 1:
+        cpg = group_of(cluster, 2, layout.tp)
+        kv = 2 * v["T"] * v["hkv"] * v["d"] * v["e"]
+        n_blocks = layer_mbs * (layout.cp - 1)
+        cp_fwd = priced("cp", "send_recv", kv, cpg, n_blocks * (1 + again))
+        cp_bwd = priced("cp", "send_recv", 2 * kv, cpg, n_blocks)
+    # mixture of experts: an all-to-all dispatches each token's hidden state to its top_k experts' ranks and
+    # another combines the results, forward and (transposed) backward; the busiest rank moves imb x more
+    moe = scenario.model.moe
+    a2a = 0.0
+    if moe is not None and par.ep > 1:
+        epg = group_of(cluster, par.ep, layout.tp * layout.cp * layout.pp)
+        a2a_bytes = v["T"] * moe.top_k * moe.imbalance * v["h"] * v["e"] / (layout.tp if par.sequence_parallel else 1)
+        a2a = 2 * priced("ep", "all_to_all", a2a_bytes, epg, layer_mbs * (4 + 2 * again))
+    tp_fwd = layers * (per_layer + a2a)
+    tp_bwd = layers * ((per_layer + a2a) * (1 + again))
 
-    # pipeline sends: chunk c lives on stage c % pp; the send leaves the instance when the stages' first
-    # ranks sit on different instances (placement is tp, cp, then pp inside a replica)
-    stride, rpi = layout.tp * layout.cp, cluster.ranks_per_instance
+    # pipeline sends: chunk c lives on stage c % pp; placement is tp, cp, then pp inside a replica, so the
+    # two stages' ranks share an instance, an UltraServer (NeuronLink Z links) or neither (EFA)
     send_bytes = act / layout.tp if par.sequence_parallel else act
     n_chunks = layers.size
+    send_groups = [_send_group(cluster, c % layout.pp, (c + 1) % layout.pp) for c in range(n_chunks - 1)]
     send_fwd = np.zeros(n_chunks)
-    for c in range(n_chunks - 1):
-        crosses = (c % layout.pp) * stride // rpi != ((c + 1) % layout.pp) * stride // rpi
-        grp = Group(per_instance=1, instances=2) if crosses else Group(per_instance=2, instances=1)
-        count = 2 * microbatches(scenario) if c == 0 else 0
-        send_fwd[c] = priced("pp", "send_recv", send_bytes, grp, count)
+    for c, grp in enumerate(send_groups):
+        send_fwd[c] = priced("pp", "send_recv", send_bytes, grp, 2 * microbatches(scenario) if c == 0 else 0)
     send_bwd = np.concatenate([[0.0], send_fwd[:-1]])  # chunk c's input gradient returns over the c-1 -> c link
 
     # data-parallel reduction per stage: ZeRO-1 reduce-scatters gradients and all-gathers updated weights
-    stage_params = _stage_sum(opslib.chunk_params(scenario.model, layout.tp, layers, layout.pp), layout.pp)
     g_bytes = 4.0 if (t.master_weights == "fp32" or t.precision == "fp32") else 2.0
     w_bytes = 4.0 if t.precision == "fp32" else 2.0
-    dpg = group_of(cluster, layout.dp, layout.tp * layout.cp * layout.pp)
-    dp = np.zeros(layout.pp)
-    for s in range(layout.pp):
-        count = 1 if s == 0 else 0   # one stage's collectives in the table (stage 0 carries the embedding)
+    # Expert parameters are replicated over dp / ep replicas only: their gradients reduce over that group.
+    stride = layout.tp * layout.cp * layout.pp
+    dpg = group_of(cluster, layout.dp, stride)
+    xpg = group_of(cluster, layout.dp // par.ep, stride * par.ep)
+    reduce_op = "reduce_scatter" if t.zero1 else "all_reduce"
+    dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, par.ep)
+    chunk_grad = (dense + expert) * g_bytes
+    buckets = np.maximum(1, np.ceil(chunk_grad / DP_BUCKET_BYTES)).astype(int)
+    # a bucket holds dense and expert gradients in the chunk's proportion; each part reduces over its group
+    bucket_s = np.array([collective_time(cluster, reduce_op, gd / n, dpg)[0] + collective_time(
+        cluster, reduce_op, ge / n, xpg)[0] for gd, ge, n in zip(dense * g_bytes, expert * g_bytes, buckets)])
+    after = np.zeros(layout.pp)
+    if layout.dp > 1:
+        priced("dp", reduce_op, dense[0] * g_bytes / buckets[0], dpg, buckets[0])   # the table: chunk 0's buckets
+        if expert.any():
+            priced("dp-expert", reduce_op, expert[0] * g_bytes / buckets[0], xpg, buckets[0])
         if t.zero1:
-            dp[s] = priced("dp", "reduce_scatter", stage_params[s] * g_bytes, dpg, count) \
-                + priced("dp", "all_gather", stage_params[s] * w_bytes, dpg, count)
-        else:
-            dp[s] = priced("dp", "all_reduce", stage_params[s] * g_bytes, dpg, count)
-    return CommPlan(tp_fwd=tp_fwd, tp_bwd=tp_bwd, send_fwd=send_fwd, send_bwd=send_bwd, dp=dp, records=records)
+            stage_dense, stage_expert = _stage_sum(dense, layout.pp), _stage_sum(expert, layout.pp)
+            for s in range(layout.pp):
+                n = 1 if s == 0 else 0
+                after[s] = priced("dp", "all_gather", stage_dense[s] * w_bytes, dpg, n) + priced(
+                    "dp-expert", "all_gather", stage_expert[s] * w_bytes, xpg, n)
+    dp = _stage_sum(bucket_s * buckets, layout.pp) + after
+    # a gradient send leaving a stage's last backward runs while that stage's buckets are reduced: both
+    # share the links and NICs (max-min fair), so it takes longer than alone
+    send_bwd_last = send_bwd.copy()
+    if layout.dp > 1:
+        for c in range(1, n_chunks):
+            if send_bwd[c] > 0:
+                send_bwd_last[c] = concurrent_time(cluster, [
+                    ("send_recv", send_bytes, send_groups[c - 1]),
+                    (reduce_op, dense[c] * g_bytes / buckets[c], dpg)])[0]
+    return CommPlan(tp_fwd=tp_fwd, tp_bwd=tp_bwd, send_fwd=send_fwd, send_bwd=send_bwd, dp=dp, records=records,
+                    dp_bucket_s=bucket_s, dp_buckets=buckets, dp_after_s=after, cp_block_fwd_s=cp_fwd,
+                    cp_block_bwd_s=cp_bwd, send_bwd_last=send_bwd_last)
+
+
+def _send_group(cluster: Cluster, a: int, b: int) -> Group:
+    """The two members of a send from stage a to stage b of replica 0, placed where they sit: the first
+    ranks of the two stages (placement is tp, cp, then pp inside a replica). The network model routes
+    it over the chip, NeuronLink, the UltraServer's Z links or EFA accordingly."""
+    stride = cluster.layout.tp * cluster.layout.cp
+    lo, hi = sorted((a * stride, b * stride))
+    rpi = cluster.ranks_per_instance
+    if lo // rpi == hi // rpi:
+        return Group(per_instance=2, instances=1, stride=hi - lo, first_rank=lo)
+    return Group(per_instance=1, instances=2, instance_step=hi - lo, first_rank=lo)
+
+
+def gradient_reduction(ex: Execution, comm: CommPlan, pp: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """When each stage's bucketed gradient reduction ends, overlapped with its last backward.
+
+    A chunk's gradients become final, bucket by bucket, during its last microbatch's backward (evenly over
+    that backward); a bucket's collective can start when every replica has it and the stage's previous
+    bucket is through (one queue per stage). With t_i the ready time and d the bucket time, the queue
+    ends at D_k + max_{i<=k}(t_i - D_{i-1}) (D the running sum of d), computed with one accumulate.
+
+    Returns:
+        (end of the reduction [stages], seconds of it that ran while the stage still computed [stages]).
+    """
+    end = np.zeros(pp)
+    hidden = np.zeros(pp)
+    if comm.dp_buckets.size == 0:
+        return end, hidden
+    for s in range(pp):
+        ready, dur = [], []
+        for c in range(s, comm.dp_buckets.size, pp):
+            key = ("B", m - 1, c)
+            t0, t1 = ex.start[key], ex.end[key]                           # [replicas]
+            frac = np.arange(1, comm.dp_buckets[c] + 1) / comm.dp_buckets[c]
+            ready.append((t0[:, None] + (t1 - t0)[:, None] * frac[None, :]).max(axis=0))
+            dur.append(np.full(comm.dp_buckets[c], comm.dp_bucket_s[c]))
+        r, d = np.concatenate(ready), np.concatenate(dur)
+        order = np.argsort(r, kind="stable")
+        r, d = r[order], d[order]
+        cum = np.cumsum(d)
+        end[s] = cum[-1] + (r - (cum - d)).max()
+        pipe_end = ex.stage_end[:, s].max()
+        hidden[s] = d.sum() - max(end[s] - pipe_end, 0.0)
+    return end, hidden
 
 
 @dataclass(frozen=True)
@@ -140,30 +231,44 @@ class ComputeProfile:
     fwd: np.ndarray          # [dp, chunks] seconds per microbatch
     bwd: np.ndarray          # [dp, chunks]
     opt: np.ndarray          # [stages] optimizer seconds (slowest replica)
-    slowest_rank: int        # global rank with the largest slowdown (0 when all run at speed 1)
+    attn_fwd: float          # attention core of one layer and microbatch, seconds (context-parallel overlap)
+    attn_bwd: float
+    slowest_rank: int        # global rank of the slowest straggler (-1 when there is none)
 
 
-def combine_profiles(profiles: list[dict[str, np.ndarray]], layout) -> ComputeProfile:
+def combine_profiles(profiles: list[dict[str, np.ndarray]], layout, step: int = 0, seed: int = 0,
+                     jitter: float = 0.0, with_stragglers: bool = True) -> ComputeProfile:
     """Shards' profiles → per replica and chunk times. O(replicas x chunks + slow ranks), not O(ranks).
 
-    A tensor/context-parallel group runs at the pace of its slowest rank, so a slow rank raises its
-    replica's chunk times to base x its factor.
+    A tensor/context-parallel group runs at the pace of its slowest rank: a straggler raises its replica's
+    chunk times to base x its factor, and per-rank jitter (log-normal, sigma `jitter`, drawn per step
+    from the seed) enters as the maximum over the group's tp x cp ranks, drawn directly per group.
     """
     fwd = np.max([p["fwd"] for p in profiles], axis=0)
     bwd = np.max([p["bwd"] for p in profiles], axis=0)
     opt = np.max([p["opt"] for p in profiles], axis=0)
+    pp, v = layout.pp, layout.virtual_stages
+    speed = chip.group_jitter(seed, step, (layout.dp, pp), layout.tp * layout.cp, jitter)
     slow = np.concatenate([p["slow_ranks"] for p in profiles]).astype(np.int64)
     factor = np.concatenate([p["slow_factors"] for p in profiles])
-    pp, v = layout.pp, layout.virtual_stages
-    speed = np.ones((layout.dp, pp))
-    if slow.size:
+    slowest = -1
+    if slow.size and with_stragglers:
         c = rank_coords(layout, slow)
         np.maximum.at(speed, (c["dp"], c["pp"]), factor)
+        slowest = int(slow[np.argmax(factor)])
     chunk_speed = np.tile(speed, (1, v))                        # chunk j*pp + s takes stage s's speed
-    opt = opt * speed.max(axis=0)
-    slowest = int(slow[np.argmax(factor)]) if slow.size else 0
-    return ComputeProfile(fwd=fwd[None, :] * chunk_speed, bwd=bwd[None, :] * chunk_speed, opt=opt,
-                          slowest_rank=slowest)
+    return ComputeProfile(fwd=fwd[None, :] * chunk_speed, bwd=bwd[None, :] * chunk_speed,
+                          opt=opt * speed.max(axis=0), attn_fwd=float(max(p.get("attn_fwd", 0.0) for p in profiles)),
+                          attn_bwd=float(max(p.get("attn_bwd", 0.0) for p in profiles)), slowest_rank=slowest)
+
+
+def cp_exposed(comm: CommPlan, prof: ComputeProfile, cp: int) -> tuple[float, float]:
+    """Seconds per layer and microbatch that the context-parallel ring adds: cp - 1 block passes, each
+    hidden behind the attention on the block in hand (attention / cp) where it is shorter."""
+    if cp <= 1:
+        return 0.0, 0.0
+    return ((cp - 1) * max(0.0, comm.cp_block_fwd_s - prof.attn_fwd / cp),
+            (cp - 1) * max(0.0, comm.cp_block_bwd_s - prof.attn_bwd / cp))
 
 
 def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, programs: list,
@@ -186,25 +291,33 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
     """
     t, layout = scenario.training, cluster.layout
     m = microbatches(scenario)
-    shard_of_rank0 = _stage_shards(cluster)
+    layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
+    jitter = chip.jitter_sigma(scenario, cluster.calibration)
     steps: list[StepRecord] = []
     slices: list[Slice] = []
     clock = 0.0
     for step in range(t.warmup_steps + t.steps):
         wall0 = time.perf_counter()
-        prof = combine_profiles(shards.profiles(step), layout)
+        profiles = shards.profiles(step)
+        prof = combine_profiles(profiles, layout, step, scenario.seed, jitter)
         fc, bc = prof.fwd, prof.bwd
-        fwd, bwd = fc + comm.tp_fwd, bc + comm.tp_bwd
-        ex = execute(programs, fwd, bwd, comm.send_fwd, comm.send_bwd)
+        cp_f, cp_b = cp_exposed(comm, prof, layout.cp)
+        tp_f, tp_b = comm.tp_fwd + layers * cp_f, comm.tp_bwd + layers * cp_b
+        fwd, bwd = fc + tp_f, bc + tp_b
+        last = {("B", m - 1, c): comm.send_bwd_last[c] for c in range(fc.shape[1])} \
+            if comm.send_bwd_last is not None else None
+        ex = execute(programs, fwd, bwd, comm.send_fwd, comm.send_bwd, last)
         ex0 = execute(programs, fwd, bwd, np.zeros_like(comm.send_fwd), np.zeros_like(comm.send_bwd))
         opt = prof.opt                                                                    # [pp]
-        reduce_start = ex.stage_end.max(axis=0)                                          # [pp]
-        done = reduce_start + comm.dp + opt
+        pipe_end = ex.stage_end.max(axis=0)                                               # [pp]
+        rs_end, dp_hidden = gradient_reduction(ex, comm, layout.pp, m)
+        reduce_start = np.maximum(pipe_end, rs_end)
+        done = reduce_start + opt + comm.dp_after_s
         s_c = int(np.argmax(done))
         d_c = int(np.argmax(ex.stage_end[:, s_c]))
         on_stage = np.arange(fc.shape[1]) % layout.pp == s_c
         compute = m * (fc[d_c, on_stage].sum() + bc[d_c, on_stage].sum())
-        tp = m * (comm.tp_fwd[on_stage].sum() + comm.tp_bwd[on_stage].sum())
+        tp = m * (tp_f[on_stage].sum() + tp_b[on_stage].sum())
         pipe = ex.stage_end[d_c, s_c]
         pipe0 = ex0.stage_end[d_c, s_c]
         bubble = pipe0 - compute - tp
@@ -212,19 +325,27 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         bubble = max(bubble, 0.0)  # rounding only
         overhead = cluster.calibration.step_overhead_s
         stall, ckpt = step_costs(step, float(done[s_c] + overhead)) if step_costs else (0.0, 0.0)
+        straggle = 0.0
+        if prof.slowest_rank >= 0:   # what the slow ranks cost: the same step with them at speed 1
+            base = combine_profiles(profiles, layout, step, scenario.seed, jitter, with_stragglers=False)
+            ex_b = execute(programs, base.fwd + tp_f, base.bwd + tp_b, comm.send_fwd, comm.send_bwd, last)
+            end_b = np.maximum(ex_b.stage_end.max(axis=0), gradient_reduction(ex_b, comm, layout.pp, m)[0])
+            straggle = float(done.max() - (end_b + base.opt + comm.dp_after_s).max())
         payload_bytes, payload_ok = shards.reduce_payload(step)
         rec = StepRecord(
             step=step, warmup=step < t.warmup_steps, step_time_s=float(stall + done[s_c] + overhead + ckpt),
             compute_s=float(compute + opt[s_c]), tp_comm_s=float(tp), pp_comm_s=float(pipe - pipe0),
-            dp_comm_s=float(comm.dp[s_c]), bubble_s=float(bubble), data_stall_s=float(stall),
+            dp_comm_s=float(reduce_start[s_c] - pipe + comm.dp_after_s[s_c]), bubble_s=float(bubble), data_stall_s=float(stall),
             checkpoint_s=float(ckpt), other_s=float(overhead), critical_replica=d_c, critical_stage=s_c,
-            slowest_rank=prof.slowest_rank, payload_bytes=int(payload_bytes),
-            payload_checked=bool(payload_ok), wall_s=time.perf_counter() - wall0)
-        slices += _slices(ex, d_c, comm, reduce_start, opt, clock + stall, step, shard_of_rank0, layout)
+            slowest_rank=max(prof.slowest_rank, 0), payload_bytes=int(payload_bytes),
+            payload_checked=bool(payload_ok), wall_s=time.perf_counter() - wall0,
+            dp_comm_hidden_s=float(dp_hidden[s_c]), straggler_cost_s=straggle)
+        shard_of = _stage_shards(cluster, d_c)
+        slices += _slices(ex, d_c, comm, rs_end, reduce_start, opt, clock + stall, step, shard_of, layout)
         for name, t0, dur in (("data stall", clock, stall), ("checkpoint", clock + rec.step_time_s - ckpt, ckpt)):
             if dur > 0:
                 slices.append(Slice(stage=0, stream="storage", name=name, start_s=t0, end_s=t0 + dur, step=step,
-                                    shard=shard_of_rank0[0]))
+                                    shard=shard_of[0]))
         if len(slices) > MAX_SLICES:
             slices = [s for s in slices if s.step == step]
         clock += rec.step_time_s
@@ -234,28 +355,36 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
     return steps, slices
 
 
-def _stage_shards(cluster: Cluster) -> list[int]:
-    """Shard holding the first rank of each stage of replica 0."""
-    firsts = [s * cluster.layout.tp * cluster.layout.cp for s in range(cluster.layout.pp)]
+def _stage_shards(cluster: Cluster, replica: int) -> list[int]:
+    """Shard holding the first rank of each stage of a data-parallel replica."""
+    lay = cluster.layout
+    firsts = [(replica * lay.pp + s) * lay.tp * lay.cp for s in range(lay.pp)]
     bounds = np.array([sh.first_rank for sh in cluster.shards])
     return [int(np.searchsorted(bounds, r, side="right") - 1) for r in firsts]
 
 
-def _slices(ex: Execution, d: int, comm: CommPlan, reduce_start: np.ndarray, opt: np.ndarray, clock: float,
-            step: int, shard_of: Sequence[int], layout) -> list[Slice]:
-    """Timeline of replica d: every forward/backward, then each stage's reduction and optimizer."""
+def _slices(ex: Execution, d: int, comm: CommPlan, rs_end: np.ndarray, reduce_start: np.ndarray, opt: np.ndarray,
+            clock: float, step: int, shard_of: Sequence[int], layout) -> list[Slice]:
+    """Timeline of replica d: every forward/backward, each stage's gradient reduction (its busy span
+    ending when the last bucket is through), optimizer and parameter all-gather."""
     out = []
+    reduce_s = _stage_sum(comm.dp_bucket_s * comm.dp_buckets, layout.pp) if comm.dp_buckets.size else np.zeros(
+        layout.pp)
     for s, prog in enumerate(ex.programs):
         for kind, k, c in prog:
             key = (kind, k, c)
             out.append(Slice(stage=s, stream="compute", name=f"{kind} mb{k} c{c // layout.pp}",
                              start_s=clock + float(ex.start[key][d]), end_s=clock + float(ex.end[key][d]),
                              step=step, shard=shard_of[s]))
+        if reduce_s[s] > 0:
+            t1 = clock + float(rs_end[s])
+            out.append(Slice(stage=s, stream="dp", name="gradient reduction (bucketed, overlaps backward)",
+                             start_s=t1 - float(reduce_s[s]), end_s=t1, step=step, shard=shard_of[s]))
         t0 = clock + float(reduce_start[s])
-        if comm.dp[s] > 0:
-            out.append(Slice(stage=s, stream="dp", name="gradient reduction", start_s=t0, end_s=t0 + float(comm.dp[s]),
-                             step=step, shard=shard_of[s]))
-        t1 = t0 + float(comm.dp[s])
-        out.append(Slice(stage=s, stream="optimizer", name="optimizer", start_s=t1, end_s=t1 + float(opt[s]),
+        out.append(Slice(stage=s, stream="optimizer", name="optimizer", start_s=t0, end_s=t0 + float(opt[s]),
                          step=step, shard=shard_of[s]))
+        if comm.dp_after_s[s] > 0:
+            t2 = t0 + float(opt[s])
+            out.append(Slice(stage=s, stream="dp", name="parameter all-gather", start_s=t2,
+                             end_s=t2 + float(comm.dp_after_s[s]), step=step, shard=shard_of[s]))
     return out

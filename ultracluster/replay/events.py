@@ -34,6 +34,8 @@ class StepRecord:
     payload_bytes: int             # real bytes moved between actors for the gradient reduction this step
     payload_checked: bool          # every participant's reduced payload equalled the exact sum
     wall_s: float                  # wall-clock seconds the emulator spent on this step
+    dp_comm_hidden_s: float = 0.0  # gradient reduction that ran behind backward compute (not in the breakdown)
+    straggler_cost_s: float = 0.0  # how much longer the step took because of the stragglers
 
     def breakdown(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in BREAKDOWN_KEYS}
@@ -80,6 +82,33 @@ class StageMemory:
     capacity_gib: float
 
 
+@dataclass(frozen=True)
+class ChunkComm:
+    """Communication of one pipeline chunk per microbatch, as the replay costed it (seconds).
+
+    The report draws it on the timeline's tp and pp tracks: the in-layer collectives at the end of each
+    forward/backward slice (they are part of its duration), the sends after it.
+    """
+
+    chunk: int           # chunk id = virtual stage x pp + stage
+    stage: int
+    tp_fwd_s: float      # in-layer tensor/context-parallel collectives of one forward
+    tp_bwd_s: float      # the same for one backward (including recomputed forwards)
+    send_fwd_s: float    # activation send to the next chunk's stage (0 for the last chunk)
+    send_bwd_s: float    # input-gradient send to the previous chunk's stage (0 for chunk 0)
+
+
+@dataclass(frozen=True)
+class StageComm:
+    """Communication every rank of a pipeline stage does in one step (seconds per step)."""
+
+    stage: int
+    layers: int
+    tp_comm_s: float     # in-layer tensor/context-parallel collectives, all microbatches
+    pp_send_s: float     # pipeline sends the stage issues (what they delay shows as idle time)
+    dp_comm_s: float     # data-parallel gradient reduction (exposed: not overlapped with backward)
+
+
 @dataclass
 class RunResult:
     """Everything the report needs. Filled by the pipeline, consumed by `ultracluster.report`."""
@@ -104,3 +133,12 @@ class RunResult:
     collectives: list[CollectiveRecord] = field(default_factory=list)
     shard_instances: list[tuple[int, int]] = field(default_factory=list)  # per shard: [first, last] instance
     price_per_hour_usd: float | None = None                               # per instance, when the catalog has it
+    # per-rank and per-stage detail for the report (empty/None when the run was not replayed)
+    microbatches: int = 0                                                 # per replica per step
+    chunk_comm: list[ChunkComm] = field(default_factory=list)
+    stage_comm: list[StageComm] = field(default_factory=list)
+    # a rank's own compute seconds per step (forward + backward of every microbatch + optimizer), mean over
+    # the measured steps, sparse so that it never grows with the number of ranks: every rank of stage s
+    # takes stage_compute_s[s], except the ranks listed in slow_rank_compute_s (global rank -> seconds)
+    stage_compute_s: list[float] = field(default_factory=list)
+    slow_rank_compute_s: dict[int, float] = field(default_factory=dict)

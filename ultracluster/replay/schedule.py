@@ -75,7 +75,7 @@ class Execution:
 
 
 def execute(programs: list[list[Op]], fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray,
-            send_bwd: np.ndarray) -> Execution:
+            send_bwd: np.ndarray, send_after: dict[Op, float] | None = None) -> Execution:
     """Run stage programs on the virtual clock.
 
     Args:
@@ -83,6 +83,8 @@ def execute(programs: list[list[Op]], fwd: np.ndarray, bwd: np.ndarray, send_fwd
         fwd, bwd: [replicas, chunks] seconds of one microbatch's forward/backward of each chunk.
         send_fwd: [chunks] seconds to send a chunk's output activation to the next chunk's stage.
         send_bwd: [chunks] seconds to send a chunk's input gradient to the previous chunk's stage.
+        send_after: optional send seconds that replace the above for the output of particular ops (a send
+            that shares its links with other traffic at that moment).
 
     Returns:
         The Execution.
@@ -110,6 +112,8 @@ def execute(programs: list[list[Op]], fwd: np.ndarray, bwd: np.ndarray, send_fwd
                     dep = ("B", k, c + 1) if c < n_chunks - 1 else ("F", k, c)
                     delay = send_bwd[c + 1] if c < n_chunks - 1 else 0.0
                     dur = bwd[:, c]
+                if send_after and dep in send_after and delay > 0:
+                    delay = send_after[dep]
                 if dep is not None and dep not in end:
                     break
                 t0 = free[s].copy() if dep is None else np.maximum(free[s], end[dep] + delay)

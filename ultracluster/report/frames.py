@@ -10,21 +10,48 @@ multiplied by the group size.
 from __future__ import annotations
 
 import io
+import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from ultracluster.errors import Problem, UltraclusterError
 from ultracluster.replay.events import (
     BREAKDOWN_KEYS, CollectiveRecord, RunResult, Slice, StageMemory, StepRecord,
 )
+from ultracluster.report import accessor  # noqa: F401  (registers df.uc)
+from ultracluster.report.ranks import geometry, group_first_rank, rank_tables, shard_of_instance
 from ultracluster.report.summary import emulation_info, summarize
 from ultracluster.report.write import atomic_write_bytes, atomic_write_text
 
 _DTYPES = {"int": "int64", "float": "float64", "bool": "bool", "str": "str"}
-TABLES = ("steps", "breakdown", "memory", "collectives", "timeline")
+TABLES = ("steps", "breakdown", "memory", "collectives", "timeline", "ranks", "stages", "shards")
+# a compute slice the replay names "F mb3 c0": forward (F) or backward (B), microbatch 3, virtual chunk 0
+OP_NAME = re.compile(r"^([FB]) mb(\d+) c(\d+)$")
+STREAM_ORDER = {"storage": 0, "compute": 1, "tp": 2, "pp": 3, "dp": 4, "optimizer": 5}
+
+
+class RunDirError(UltraclusterError):
+    """A run directory cannot be read back (missing or malformed files); lists every problem.
+
+    Args:
+        problems: path of the file, what was found, what is needed.
+    """
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        super().__init__(self.problems)
+
+    def __reduce__(self):
+        return (type(self), (self.problems,))
+
+    def __str__(self) -> str:
+        return "\n".join(map(str, self.problems))
 
 
 def records_frame(records: list, cls: type) -> pd.DataFrame:
@@ -54,12 +81,23 @@ def collectives_frame(records: list[CollectiveRecord]) -> pd.DataFrame:
 class Report:
     """One run as pandas tables.
 
+    Column names carry their unit (`_s` seconds, `_us` microseconds, `_gib` GiB, `_gb_s` 10^9 B/s, `bytes`);
+    time columns of the per-rank, per-stage and per-shard tables are seconds per step, means over the
+    measured steps. `df.uc` adds derived metrics (see `ultracluster.report.accessor`).
+
     Attributes:
         steps: one row per replayed step, every StepRecord field (times in s, payload in bytes).
         breakdown: `step`, `warmup`, the eight critical-path parts in s and `step_time_s`.
         memory: HBM footprint of one rank per pipeline stage, in GiB.
         collectives: one row per costed collective kind (see the module docstring for bandwidths).
-        timeline: Slice rows of the critical replica plus `duration_s`.
+        timeline: slices of each step's critical replica on the virtual clock, plus `replica` and
+            `duration_s`: compute (forward/backward, optimizer), tp (in-layer collectives), pp (sends),
+            dp (gradient reduction), storage.
+        ranks: bounded per-rank table: each (replica, stage) group's pacing rank plus the stragglers
+            (see `ultracluster.report.ranks`): compute, exposed comm, idle, HBM.
+        stages: one row per pipeline stage: compute min/mean/max over its ranks, comm, idle, HBM.
+        shards: one row per actor shard: its instances and ranks, compute and idle over them, and whether
+            trace.json shows it in full (`in_trace`).
         summary: the summary.json dict.
         scenario: the resolved scenario dict.
         shard_instances: per actor shard, its [first, last] instance index.
@@ -68,12 +106,18 @@ class Report:
 
     def __init__(self, steps: pd.DataFrame, breakdown: pd.DataFrame, memory: pd.DataFrame,
                  collectives: pd.DataFrame, timeline: pd.DataFrame, summary: dict, scenario: dict,
-                 shard_instances: list[tuple[int, int]] | None = None, emulation: dict | None = None):
+                 shard_instances: list[tuple[int, int]] | None = None, emulation: dict | None = None,
+                 ranks: pd.DataFrame | None = None, stages: pd.DataFrame | None = None,
+                 shards: pd.DataFrame | None = None):
         self.steps, self.breakdown, self.memory = steps, breakdown, memory
         self.collectives, self.timeline = collectives, timeline
         self.summary, self.scenario = summary, scenario
         self.shard_instances = list(shard_instances or [])
         self.emulation = dict(emulation or {})
+        blank = _blank() if ranks is None or stages is None or shards is None else None
+        self.ranks = ranks if ranks is not None else blank.ranks
+        self.stages = stages if stages is not None else blank.stages
+        self.shards = shards if shards is not None else blank.shards
 
     def __repr__(self) -> str:
         return f"Report({self.summary.get('scenario')!r}, steps={len(self.steps)})"
@@ -82,7 +126,8 @@ class Report:
         return ((name, getattr(self, name)) for name in TABLES)
 
     def to_csv(self, directory: str | os.PathLike) -> Path:
-        """Write steps, breakdown, memory, collectives and timeline as `<name>.csv`, atomically.
+        """Write every table (steps, breakdown, memory, collectives, timeline, ranks, stages, shards) as
+        `<name>.csv`, atomically.
 
         Args:
             directory: created with its parents when missing.
@@ -120,6 +165,152 @@ class Report:
             atomic_write_bytes(out / f"{name}.parquet", buf.getvalue())
         return out
 
+    @classmethod
+    def from_run_dir(cls, run_dir: str | os.PathLike) -> Report:
+        """Read a run directory back into a Report (what `ultracluster report` and `compare` render).
+
+        Tables missing from an older run directory come back empty, with their columns.
+
+        Args:
+            run_dir: a directory written by `ultracluster run` (it has summary.json).
+
+        Returns:
+            The Report; rendering it gives the same trace.json and report.html as the run wrote.
+
+        Raises:
+            RunDirError: the directory or summary.json is missing, or a file is malformed.
+        """
+        run = Path(run_dir)
+        if not run.is_dir():
+            raise RunDirError([Problem(str(run), "no such directory" if not run.exists() else "a file",
+                                       "a run directory written by `ultracluster run`")])
+        problems: list[Problem] = []
+
+        def read_json(name: str, required: bool):
+            path = run / name
+            if not path.exists():
+                if required:
+                    problems.append(Problem(str(path), "<missing>", "the summary.json that `ultracluster run` "
+                                                                    "writes last (is the run finished?)"))
+                return None
+            try:
+                return json.loads(path.read_text())
+            except (OSError, ValueError) as err:
+                problems.append(Problem(str(path), f"unreadable JSON ({err})", "the file as `ultracluster run` "
+                                                                                "wrote it"))
+                return None
+
+        summary, scenario, emulation = (read_json("summary.json", True), read_json("scenario.json", False),
+                                        read_json("run.json", False))
+        if summary is not None and not isinstance(summary, dict):
+            problems.append(Problem(str(run / "summary.json"), type(summary).__name__, "a JSON object"))
+        blank, tables = _blank(), {}
+        for name in TABLES:
+            path = run / f"{name}.csv"
+            empty = getattr(blank, name)
+            if not path.exists() or path.stat().st_size == 0:
+                tables[name] = empty
+                continue
+            try:
+                frame = pd.read_csv(path)
+            except (OSError, ValueError) as err:
+                problems.append(Problem(str(path), f"unreadable CSV ({err})", "the file as `ultracluster run` "
+                                                                               "wrote it"))
+                continue
+            tables[name] = empty if frame.empty else _like(frame, empty)
+        if problems:
+            raise RunDirError(problems)
+        emulation = emulation if isinstance(emulation, dict) else {}
+        return cls(tables["steps"], tables["breakdown"], tables["memory"], tables["collectives"],
+                   tables["timeline"], summary, scenario if isinstance(scenario, dict) else {},
+                   shard_instances=[tuple(s) for s in emulation.get("shard_instances", [])], emulation=emulation,
+                   ranks=tables["ranks"], stages=tables["stages"], shards=tables["shards"])
+
+
+def _like(frame: pd.DataFrame, schema: pd.DataFrame) -> pd.DataFrame:
+    """Cast the columns a frame shares with the schema to the schema's dtypes, where they fit."""
+    for col in frame.columns.intersection(schema.columns):
+        try:
+            frame[col] = frame[col].astype(schema[col].dtype)
+        except (TypeError, ValueError):
+            pass  # e.g. NaN in an int column of a hand-edited file: keep what pandas read
+    return frame
+
+
+_BLANK: Report | None = None
+
+
+def _blank() -> Report:
+    """A Report of nothing: every table with its columns and dtypes, no rows."""
+    global _BLANK
+    if _BLANK is None:
+        _BLANK = build_report(RunResult(
+            scenario={}, scenario_name="", chips=0, neuron_cores=0, ranks=0, instances=0, instance_type="",
+            actors=0, ray_nodes=0, model_flops_per_step=0.0, peak_flop_per_s=0.0, tokens_per_step=0,
+            feasible=False, reason="blank"))
+    return _BLANK
+
+
+def timeline_frame(result: RunResult, steps: pd.DataFrame) -> pd.DataFrame:
+    """The replay's slices as a frame, each step on the shards of its critical replica, with the in-layer
+    collectives and pipeline sends on their own streams.
+
+    A forward/backward slice of chunk c spans its compute and its in-layer collectives (the replay adds
+    them): the last `tp_fwd_s`/`tp_bwd_s` of it becomes a "collectives ..." slice on the tp stream (they
+    really interleave layer by layer; the total is exact). Each forward of a non-last chunk is followed by
+    a "send ..." slice of `send_fwd_s` on the pp stream, each backward of a non-first chunk by one of
+    `send_bwd_s`, as the replay delays the receiving op.
+
+    Args:
+        result: the replayed run.
+        steps: its steps frame (critical replica per step).
+
+    Returns:
+        Columns stage, stream, name, start_s, end_s, step, shard, replica, duration_s; sorted by step,
+        stage, start.
+    """
+    df = records_frame(result.slices, Slice)
+    crit = dict(zip(steps["step"].tolist(), steps["critical_replica"].tolist()))
+    df["replica"] = df["step"].map(crit).fillna(-1).astype("int64")
+    g = geometry(result)
+    if g is not None and result.shard_instances and len(df):
+        # the slices belong to the critical replica: name the shard that holds its stage's ranks
+        known = (df["replica"] >= 0).to_numpy()
+        instance = group_first_rank(g, df["replica"].to_numpy(), df["stage"].to_numpy()) // g["ranks_per_instance"]
+        df["shard"] = np.where(known, shard_of_instance(result.shard_instances, instance), df["shard"].to_numpy())
+    if g is not None and result.chunk_comm and len(df):
+        df = _split_ops(df, result, g["pp"])
+    df["duration_s"] = df["end_s"] - df["start_s"]
+    order = df["stream"].map(STREAM_ORDER).fillna(len(STREAM_ORDER))
+    df = df.assign(_o=order).sort_values(["step", "stage", "start_s", "_o"], kind="stable").drop(columns="_o")
+    return df.reset_index(drop=True).astype({"replica": "int64", "shard": "int64"})
+
+
+def _split_ops(df: pd.DataFrame, result: RunResult, pp: int) -> pd.DataFrame:
+    """Carve the in-layer collectives out of forward/backward slices and add the pipeline sends."""
+    n = len(result.chunk_comm)
+    by_chunk = {c.chunk: c for c in result.chunk_comm}
+    arr = {k: np.array([getattr(by_chunk[c], k) if c in by_chunk else 0.0 for c in range(n)])
+           for k in ("tp_fwd_s", "tp_bwd_s", "send_fwd_s", "send_bwd_s")}
+    parts = df["name"].str.extract(OP_NAME)
+    is_op = (parts[0].notna() & (df["stream"] == "compute")).to_numpy()
+    fwd = (parts[0] == "F").to_numpy()
+    chunk = np.where(is_op, pd.to_numeric(parts[2], errors="coerce").fillna(0).to_numpy(dtype=np.int64) * pp
+                     + df["stage"].to_numpy(), -1)
+    is_op = is_op & (chunk >= 0) & (chunk < n)
+    c = np.clip(chunk, 0, max(n - 1, 0))
+    start, end = df["start_s"].to_numpy(), df["end_s"].to_numpy()
+    tp = np.where(is_op, np.minimum(np.where(fwd, arr["tp_fwd_s"][c], arr["tp_bwd_s"][c]), end - start), 0.0)
+    send = np.where(is_op, np.where(fwd, arr["send_fwd_s"][c], arr["send_bwd_s"][c]), 0.0)
+    names = df["name"].to_numpy(dtype=object)
+    out = [df.assign(end_s=end - tp)]
+    has_tp, has_send = tp > 0, send > 0
+    out.append(df[has_tp].assign(stream="tp", name=["collectives " + x for x in names[has_tp]],
+                                 start_s=(end - tp)[has_tp], end_s=end[has_tp]))
+    out.append(df[has_send].assign(stream="pp", name=["send " + x for x in names[has_send]],
+                                   start_s=end[has_send], end_s=(end + send)[has_send]))
+    return pd.concat(out, ignore_index=True)
+
 
 def build_report(result: RunResult) -> Report:
     """Turn a replayed run into a Report.
@@ -131,8 +322,9 @@ def build_report(result: RunResult) -> Report:
         The Report; every table has its columns even when the run produced no rows.
     """
     steps = records_frame(result.steps, StepRecord)
-    timeline = records_frame(result.slices, Slice)
-    timeline["duration_s"] = timeline["end_s"] - timeline["start_s"]
+    timeline = timeline_frame(result, steps)
+    ranks, stages, shards = rank_tables(result, steps)
+    shards["in_trace"] = shards["shard"].isin(set(timeline["shard"].tolist()))
     return Report(
         steps=steps,
         breakdown=steps[["step", "warmup", *BREAKDOWN_KEYS, "step_time_s"]].copy(),
@@ -143,4 +335,5 @@ def build_report(result: RunResult) -> Report:
         scenario=result.scenario,
         shard_instances=result.shard_instances,
         emulation=emulation_info(result),
+        ranks=ranks, stages=stages, shards=shards,
     )

@@ -85,4 +85,8 @@ def summarize(result: RunResult) -> dict:
         "usd_per_million_tokens": None if cost_s is None else float(
             cost_s / result.tokens_per_step * 1e6 if result.tokens_per_step else NAN),
         "payload_checked": bool(result.steps) and all(s.payload_checked for s in result.steps),
+        # beside the breakdown (not part of it): reduction hidden behind backward, what stragglers cost
+        "dp_comm_hidden_s": float(math.fsum(s.dp_comm_hidden_s for s in measured) / len(measured)) if ok else NAN,
+        "straggler_cost_s": float(math.fsum(s.straggler_cost_s for s in measured) / len(measured)) if ok else NAN,
+        "slowest_ranks": sorted({int(s.slowest_rank) for s in measured if s.straggler_cost_s > 0}) if ok else [],
     }

@@ -45,3 +45,33 @@ def format_summary(summary: dict) -> str:
                                  f"${_num(s.get('usd_per_million_tokens'), ',.4f')} per million tokens"))
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}".rstrip() for label, value in rows)
+
+
+def format_compare(runs: list[tuple[str, dict]]) -> str:
+    """Summaries side by side: one row per field, one column per run, and for every run after the first a
+    column with its difference against the first ("+0.012 (+4.5 %)", "=" when equal).
+
+    Args:
+        runs: (label, summary dict) pairs; the first is the baseline.
+
+    Returns:
+        Lines of an aligned table without a trailing newline.
+    """
+    from ultracluster.report.html import COMPARE_KEYS, difference, fmt
+
+    header = ["field"]
+    for i, (label, _) in enumerate(runs):
+        header += [label] + ([f"vs {runs[0][0]}"] if i else [])
+    rows = [header]
+    base = runs[0][1]
+    for key in COMPARE_KEYS:
+        row = [key]
+        for i, (_, s) in enumerate(runs):
+            v = s.get(key)
+            row.append(fmt(v))
+            if i:
+                row.append(difference(key, base.get(key), v)[0])
+        rows.append(row)
+    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) if c == 0 else cell.rjust(w) for c, (cell, w) in
+                               enumerate(zip(r, widths))).rstrip() for r in rows)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ultracluster.replay.events import StepRecord
-from ultracluster.report.html import render_html
+from ultracluster.report.html import render_compare_html, render_html
 from ultracluster.report.trace import chrome_trace
 
 if TYPE_CHECKING:
@@ -70,10 +70,40 @@ def write_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:
     report.to_csv(out)
     atomic_write_text(out / "run.json", json.dumps(report.emulation, indent=2) + "\n")
     atomic_write_text(out / "scenario.json", json.dumps(report.scenario, indent=2, default=str) + "\n")
-    atomic_write_text(out / "trace.json", json.dumps(chrome_trace(report)))
-    atomic_write_text(out / "report.html", render_html(report))
+    render_run_dir(report, out)
     atomic_write_text(out / "summary.json", json.dumps(report.summary, indent=2) + "\n")
     return out
+
+
+def render_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:
+    """(Re)write the rendered views of a run directory, trace.json and report.html, from the report.
+
+    Args:
+        report: the built report, or one read back with `Report.from_run_dir` (`ultracluster report`).
+        out_dir: the run directory; it must exist.
+
+    Returns:
+        The run directory.
+    """
+    out = Path(out_dir)
+    atomic_write_text(out / "trace.json", json.dumps(chrome_trace(report)))
+    atomic_write_text(out / "report.html", render_html(report))
+    return out
+
+
+def write_compare_html(runs: list, path: str | os.PathLike) -> Path:
+    """Write the comparison page of several runs (see `render_compare_html`), atomically.
+
+    Args:
+        runs: (label, Report) pairs; the first is the baseline.
+        path: the HTML file; its directory is created when missing.
+
+    Returns:
+        The file's path.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, render_compare_html(runs))
 
 
 class StepWriter:

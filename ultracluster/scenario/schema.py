@@ -178,6 +178,9 @@ class FaultsSpec(_Spec):
         None, gt=0, description="Mean time between failures of one instance, hours; absent = no failures."
     )
     restart_minutes: float = Field(10.0, ge=0, description="Time to restart the job after a failure, minutes [10].")
+    jitter: float | None = Field(
+        None, ge=0, le=0.5, description="Sigma of the log-normal per-rank, per-step compute-time noise "
+        "[the calibration's compute_jitter, 0.01].")
     detect_minutes: float = Field(
         5.0, ge=0, description="Time from a failure to its detection, minutes (an assumption) [5].")
 

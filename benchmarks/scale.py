@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""UltraCluster scale on this machine: wall seconds per emulated step with real Ray actors.
+
+For each scenario: start a local Ray (not timed), launch the shard actors, replay the steps, and print
+wall seconds per step (Ray start and actor start excluded), peak RSS of the driver and of all actors
+(VmHWM from /proc), actors, Ray calls per step (actor method invocations the driver makes) and bytes
+moved between actors per step (the gradient payload ring).
+
+Usage: python benchmarks/scale.py [SCENARIO.yaml ...] [--steps N]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from pathlib import Path
+
+import ray
+
+from ultracluster import load_scenario
+from ultracluster.actors.launch import launch_actors, resolve_instances_per_actor
+from ultracluster.cluster import build_cluster
+from ultracluster.memory import infeasible_reason, stage_memory
+from ultracluster.operators import library_for
+from ultracluster.replay.engine import microbatches, plan_comm, replay_steps
+from ultracluster.replay.schedule import stage_programs
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT = ["smoke.yaml", "llama3.1-405b-trn2-16k.yaml", "rainier-131k.yaml"]
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Counted:
+    """Counts `.remote` calls made on an actor handle's methods."""
+
+    def __init__(self, handle, counter: list):
+        self._h, self._c = handle, counter
+
+    def __getattr__(self, name):
+        method = getattr(self._h, name)
+
+        class _M:
+            def remote(_self, *a, **k):  # noqa: N805
+                self._c[0] += 1
+                return method.remote(*a, **k)
+        return _M()
+
+
+def bench(path: Path, steps: int) -> dict:
+    sc = load_scenario(path, [f"training.steps={steps}", "training.warmup_steps=0"])
+    cluster = build_cluster(sc, resolve_instances_per_actor(sc))
+    layout = cluster.layout
+    programs = stage_programs(sc.parallelism.pp_schedule, layout.pp, microbatches(sc), layout.virtual_stages)
+    assert infeasible_reason(stage_memory(sc, cluster, library_for(sc), programs)) is None
+    comm = plan_comm(sc, cluster)
+    with launch_actors(sc, cluster) as shards:
+        calls = [0]
+        shards.actors = [Counted(a, calls) for a in shards.actors]
+        moved = []
+        orig = shards.reduce_payload
+
+        def counting(step):
+            out = orig(step)
+            moved.append(out[0])
+            return out
+        shards.reduce_payload = counting
+        t0 = time.perf_counter()
+        recs, _ = replay_steps(sc, cluster, shards, comm, programs)
+        wall = (time.perf_counter() - t0) / len(recs)
+        pids = ray.get([a._h.__ray_call__.remote(lambda self: os.getpid()) for a in shards.actors])
+        actor_rss = sum(peak_rss_mib(p) for p in pids)
+    return {"scenario": sc.name, "chips": cluster.chips, "ranks": cluster.ranks, "actors": len(cluster.shards),
+            "wall_s_per_step": wall, "driver_rss_mib": peak_rss_mib(os.getpid()), "actors_rss_mib": actor_rss,
+            "calls_per_step": calls[0] / len(recs), "bytes_per_step": sum(moved) / len(moved),
+            "step_time_s": recs[-1].step_time_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scenarios", nargs="*", default=[str(REPO / "scenarios" / s) for s in DEFAULT])
+    ap.add_argument("--steps", type=int, default=2)
+    args = ap.parse_args()
+    ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, "
+          f"ray {ray.__version__}")
+    cols = ["scenario", "chips", "ranks", "actors", "wall_s_per_step", "driver_rss_mib", "actors_rss_mib",
+            "calls_per_step", "bytes_per_step", "step_time_s"]
+    print(" | ".join(cols))
+    for s in args.scenarios:
+        r = bench(Path(s), args.steps)
+        print(" | ".join(f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols), flush=True)
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()

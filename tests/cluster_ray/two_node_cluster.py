@@ -1,0 +1,96 @@
+"""A real 2-node Ray cluster on this machine's loopback → ultracluster runs against it → cluster shut down.
+
+Run by test_cluster_multinode.py in a subprocess, never in the pytest process (whose shared Ray must not
+be disturbed). It starts a head and a second node with `ray.cluster_utils.Cluster`, each advertising
+`ultracluster_shard`, in a private temp dir with private ports; runs `python -m ultracluster run --address
+<cluster>` as a driver process; with --job also submits `ultracluster run` through `ray job submit`
+(dashboard on the head); then shuts down exactly the nodes it started (never `ray stop`). Prints one JSON
+object with the exit codes and outputs.
+
+usage: python two_node_cluster.py OUT_DIR SCENARIO [--job JOB_SCENARIO] [--set key=value ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SHARD_SLOTS_PER_NODE = 8
+STEP_TIMEOUT_S = 150
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("scenario")
+    ap.add_argument("--job", help="scenario (path relative to the repo) to submit with `ray job submit`")
+    ap.add_argument("--set", action="append", default=[])
+    args = ap.parse_args()
+
+    import ray._common.utils
+    import ray._private.utils
+    from ray.cluster_utils import Cluster
+
+    # Cluster() writes /tmp/ray/ray_current_cluster, which would make a bare `ray.init()` anywhere on this
+    # machine attach to this test cluster (and removes it on shutdown, whoever wrote it): keep it private.
+    write_ray_address = ray._private.utils.write_ray_address
+    ray._private.utils.write_ray_address = lambda *a, **k: None
+    ray._common.utils.reset_ray_address = lambda *a, **k: None
+    os.environ.pop("RAY_ADDRESS", None)
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+    temp_dir = tempfile.mkdtemp(prefix="ucray-", dir="/tmp")   # short: Unix socket paths are limited
+    out = Path(args.out)
+    result: dict = {}
+    dashboard_port = free_port()
+    # both nodes on this machine's own address (Ray maps 127.0.0.1 in a driver's address to it anyway)
+    node = dict(num_cpus=1, resources={"ultracluster_shard": SHARD_SLOTS_PER_NODE}, object_store_memory=200 * 1024**2)
+    cluster = None
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args=dict(
+            node, temp_dir=temp_dir, include_dashboard=bool(args.job), dashboard_host="127.0.0.1",
+            dashboard_port=dashboard_port, dashboard_agent_listen_port=free_port(),
+            ray_client_server_port=free_port()))
+        # as `ray start --temp-dir` does: a job's driver finds its cluster by this file in the head's temp
+        # dir (without it Ray guesses among every Ray running on the machine)
+        write_ray_address(cluster.address, temp_dir)
+        cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        result["address"] = cluster.address
+        sets = [x for s in args.set for x in ("--set", s)]
+        cli = subprocess.run([sys.executable, "-m", "ultracluster", "run", args.scenario, "--out",
+                              str(out / "cluster"), "--address", cluster.address, *sets],
+                             capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO)
+        result["cli"] = {"rc": cli.returncode, "stdout": cli.stdout, "stderr": cli.stderr[-4000:]}
+        if args.job:
+            ray_cli = Path(sys.executable).parent / "ray"
+            job = subprocess.run([str(ray_cli), "job", "submit", "--address", f"http://127.0.0.1:{dashboard_port}",
+                                  "--working-dir", str(REPO), "--", "ultracluster", "run", args.job, "--out",
+                                  str(out / "job")],
+                                 capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO)
+            result["job"] = {"rc": job.returncode, "stdout": job.stdout, "stderr": job.stderr[-4000:]}
+    except Exception as err:   # reported to the test, which fails with it
+        result["error"] = f"{type(err).__name__}: {err}"
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

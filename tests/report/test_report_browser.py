@@ -1,0 +1,253 @@
+"""report.html and compare.html in a real headless Chromium: a non-blank screenshot, no console errors,
+no network request (no Ray).
+
+Chromium is Debian's `chromium` package; the set-up installs it with apt-get when /usr/bin/chromium is
+absent (CI runs as root with Debian's registry) and fails, never skips, when that does not work. The
+page is driven over the DevTools protocol on a pipe (--remote-debugging-pipe: NUL-separated JSON on fds
+3 and 4), with the standard library only.
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_report_frames import make_infeasible, make_result
+from ultracluster.report import build_report, write_compare_html, write_run_dir
+from ultracluster.report.html import PART_COLORS, PHASE_COLORS, STREAM_COLORS
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
+         "--disable-dev-shm-usage", "--remote-debugging-pipe", "about:blank"]
+TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Path of a working Chromium, installed from Debian's registry when missing."""
+    if not os.path.exists(CHROMIUM):
+        apt = "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium"
+        done = subprocess.run(["bash", "-c", apt], capture_output=True, text=True, timeout=900)
+        if done.returncode != 0 or not os.path.exists(CHROMIUM):
+            pytest.fail(f"the browser test needs Debian's chromium and could not install it ({apt!r} exited "
+                        f"{done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}", pytrace=False)
+    return CHROMIUM
+
+
+class Browser:
+    """Just enough of the DevTools protocol over --remote-debugging-pipe to load a page and watch it."""
+
+    def __init__(self, binary: str):
+        self.profile = tempfile.mkdtemp(prefix="uc-chromium-")
+        to_child, self._w = os.pipe()      # the browser reads commands on its fd 3
+        self._r, from_child = os.pipe()    # and writes answers and events on its fd 4
+        # the child's ends, moved above 9, become its fds 3 and 4 through bash's redirections (no
+        # preexec_fn: this process runs Ray's threads)
+        hi = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_child, from_child)]
+        os.close(to_child)
+        os.close(from_child)
+        shell = f'exec "$0" "$@" 3<&{hi[0]} 4>&{hi[1]} {hi[0]}<&- {hi[1]}>&-'
+        self.proc = subprocess.Popen(["bash", "-c", shell, binary, f"--user-data-dir={self.profile}", *FLAGS],
+                                     pass_fds=tuple(hi), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for fd in hi:
+            os.close(fd)
+        self._buf, self._id, self.events = b"", 0, []
+
+    def _read(self, deadline: float) -> dict:
+        while b"\0" not in self._buf:
+            if time.monotonic() > deadline:
+                raise TimeoutError("chromium did not answer in time")
+            chunk = os.read(self._r, 1 << 20)
+            if not chunk:
+                raise RuntimeError(f"chromium closed the pipe: {self.proc.stderr.read().decode()[-2000:]}")
+            self._buf += chunk
+        msg, self._buf = self._buf.split(b"\0", 1)
+        return json.loads(msg)
+
+    def call(self, method: str, session: str | None = None, **params) -> dict:
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        os.write(self._w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            got = self._read(deadline)
+            if got.get("id") == self._id:
+                if "error" in got:
+                    raise RuntimeError(f"{method}: {got['error']}")
+                return got.get("result", {})
+            self.events.append(got)
+
+    def wait_for(self, method: str) -> dict:
+        for e in self.events:
+            if e.get("method") == method:
+                return e
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            got = self._read(deadline)
+            self.events.append(got)
+            if got.get("method") == method:
+                return got
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close")
+        except Exception:  # noqa: BLE001 - closing anyway
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._w)
+        os.close(self._r)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def load(binary: str, page: Path) -> tuple[bytes, list[str], list[str]]:
+    """Open a local page; return (PNG screenshot, console/JS errors, URLs requested besides the page)."""
+    b = Browser(binary)
+    try:
+        target = b.call("Target.createTarget", url="about:blank")["targetId"]
+        s = b.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            b.call(f"{domain}.enable", s)
+        b.call("Emulation.setDeviceMetricsOverride", s, width=1200, height=1600, deviceScaleFactor=1, mobile=False)
+        b.call("Page.navigate", s, url=page.resolve().as_uri())
+        b.wait_for("Page.loadEventFired")
+        # run the page's script once more through a click on a sortable header: its errors count too
+        b.call("Runtime.evaluate", s, expression="var th=document.querySelector('table.sortable th');"
+                                                 "if(th){th.click();th.click();}")
+        png = base64.b64decode(b.call("Page.captureScreenshot", s, format="png", optimizeForSpeed=True)["data"])
+        errors, requests = [], []
+        for e in b.events:
+            m, p = e.get("method"), e.get("params", {})
+            if m == "Runtime.exceptionThrown":
+                d = p["exceptionDetails"]
+                errors.append(f"{d.get('text')} {d.get('exception', {}).get('description', '')} at {d.get('url')}")
+            elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                errors.append(json.dumps(p.get("args"))[:500])
+            elif m == "Log.entryAdded" and p["entry"].get("level") == "error":
+                errors.append(p["entry"].get("text", "")[:500])
+            elif m == "Network.requestWillBeSent" and p["request"]["url"] != page.resolve().as_uri():
+                requests.append(p["request"]["url"])
+        return png, errors, requests
+    finally:
+        b.close()
+
+
+def png_pixels(png: bytes) -> np.ndarray:
+    """Decode an 8-bit RGB/RGBA, non-interlaced PNG (what Chromium writes) into an [height, width, 3] array.
+
+    Rows filtered with None, Sub or Up (all of them with optimizeForSpeed) are undone with numpy; Average
+    and Paeth rows byte by byte.
+    """
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, ihdr = 8, b"", None
+    while pos < len(png):
+        n, kind = struct.unpack(">I4s", png[pos:pos + 8])
+        data = png[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            ihdr = struct.unpack(">IIBBBBB", data)
+        elif kind == b"IDAT":
+            idat += data
+        pos += 12 + n
+    width, height, depth, color, _, _, interlace = ihdr
+    assert depth == 8 and color in (2, 6) and interlace == 0, ihdr
+    bpp, stride = (3 if color == 2 else 4), width * (3 if color == 2 else 4)
+    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(height, stride + 1)
+    out = np.zeros((height, stride), dtype=np.uint8)
+    prev = np.zeros(stride, dtype=np.uint8)
+    for y in range(height):
+        f, line = raw[y, 0], raw[y, 1:]
+        if f == 0:
+            cur = line.copy()
+        elif f == 1:
+            cur = (line.reshape(width, bpp).astype(np.int64).cumsum(axis=0) % 256).astype(np.uint8).ravel()
+        elif f == 2:
+            cur = line + prev   # uint8 arithmetic wraps modulo 256
+        else:
+            cur, b = bytearray(line.tobytes()), prev.tobytes()
+            for i in range(stride):
+                a = cur[i - bpp] if i >= bpp else 0
+                c = b[i - bpp] if i >= bpp else 0
+                if f == 3:
+                    cur[i] = (cur[i] + (a + b[i]) // 2) & 255
+                else:
+                    p = a + b[i] - c
+                    pa, pb, pc = abs(p - a), abs(p - b[i]), abs(p - c)
+                    cur[i] = (cur[i] + (a if pa <= pb and pa <= pc else b[i] if pb <= pc else c)) & 255
+            cur = np.frombuffer(bytes(cur), dtype=np.uint8)
+        out[y], prev = cur, cur
+    return out.reshape(height, width, bpp)[:, :, :3]
+
+
+def colours(png: bytes) -> dict[str, int]:
+    """How many pixels of each colour ("rrggbb") the screenshot has."""
+    px = png_pixels(png).astype(np.int64)
+    keys, counts = np.unique((px[..., 0] << 16) | (px[..., 1] << 8) | px[..., 2], return_counts=True)
+    return {f"{k:06x}": int(n) for k, n in zip(keys.tolist(), counts.tolist())}
+
+
+def test_png_decoder_against_a_known_image():
+    """The decoder itself: a 3 x 2 image, one row Sub-filtered, one Paeth-filtered."""
+    rgb = [[(255, 0, 0), (0, 255, 0), (0, 0, 255)], [(10, 20, 30), (40, 50, 60), (70, 80, 90)]]
+    row0 = bytes(sum(rgb[0], ()))
+    sub = bytes([row0[i] - (row0[i - 3] if i >= 3 else 0) & 255 for i in range(9)])
+    row1 = bytes(sum(rgb[1], ()))
+
+    def paeth(a, b, c):
+        p = a + b - c
+        return a if abs(p - a) <= abs(p - b) and abs(p - a) <= abs(p - c) else b if abs(p - b) <= abs(p - c) else c
+    pae = bytes([(row1[i] - paeth(row1[i - 3] if i >= 3 else 0, row0[i], row0[i - 3] if i >= 3 else 0)) & 255
+                 for i in range(9)])
+    chunk = lambda kind, data: struct.pack(">I", len(data)) + kind + data + struct.pack(">I", 0)  # noqa: E731
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 3, 2, 8, 2, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(b"\x01" + sub + b"\x04" + pae)) + chunk(b"IEND", b""))
+    assert png_pixels(png).tolist() == [[list(p) for p in r] for r in rgb]
+    assert colours(png)["ff0000"] == 1
+
+
+def test_report_html_renders_in_chromium(chromium, tmp_path):
+    run = write_run_dir(build_report(make_result()), tmp_path / "run")
+    png, errors, requests = load(chromium, run / "report.html")
+    assert errors == [] and requests == []
+    seen = colours(png)
+    assert png_pixels(png).shape == (1600, 1200, 3)
+    assert len(seen) > 20                                   # text, bars, legend: not a blank page
+    assert seen.get("ffffff", 0) < 0.98 * 1600 * 1200
+    # drawn: the breakdown's and timeline's compute colour, the timeline's backward and tp colours
+    assert seen.get(PART_COLORS["compute_s"][1:], 0) > 2000
+    assert seen.get(PHASE_COLORS["B"][1:], 0) > 200 and seen.get(STREAM_COLORS["tp"][1:], 0) > 50
+
+
+def test_infeasible_report_and_compare_page_render(chromium, tmp_path):
+    bad = write_run_dir(build_report(make_infeasible()), tmp_path / "bad")
+    png, errors, requests = load(chromium, bad / "report.html")
+    assert errors == [] and requests == [] and len(colours(png)) > 20
+    assert colours(png).get("fdecea", 0) > 1000            # the red "Infeasible" banner
+    page = write_compare_html([("a", build_report(make_result())), ("b", build_report(make_infeasible()))],
+                              tmp_path / "cmp" / "compare.html")
+    png, errors, requests = load(chromium, page)
+    assert errors == [] and requests == [] and len(colours(png)) > 20
+
+
+def test_the_check_sees_script_errors_and_network(chromium, tmp_path):
+    """The same check fails a page with a script error and one that loads from the network."""
+    page = tmp_path / "broken.html"
+    page.write_text('<!DOCTYPE html><html><body><p>x</p><img src="http://192.0.2.1/x.png">'
+                    "<script>undefinedFunction();</script></body></html>")
+    _, errors, requests = load(chromium, page)
+    assert any("undefinedFunction" in e for e in errors)
+    assert requests == ["http://192.0.2.1/x.png"]

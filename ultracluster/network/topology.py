@@ -1,0 +1,309 @@
+"""Cluster → the emulated fabric: where every rank sits, which links a transfer crosses, and what they carry.
+
+Tiers (reference trainium.md §2b, network-storage-ray.md §3.1, §3.8):
+
+- **chip**: the NeuronCores of one chip exchange data through the chip's DMA engines (one shared resource
+  per chip, `dma_bytes_per_s` of the catalog).
+- **NeuronLink**: the 16 chips of an instance form a `torus` (4x4) whose chip ``c`` sits at
+  ``x = c % 4, y = c // 4`` (assumption: chip index in row-major torus order). Each chip has 4 ports
+  (+x, -x, +y, -y); a port carries ``neuronlink_bytes_per_s_per_chip / 4`` in each direction (derived
+  per-link figure of network-storage-ray.md §3.1: the per-chip figure split over 4 neighbours).
+- **Z** (Trn2 UltraServer only): the chips with the same (x, y) in the 4 instances of an UltraServer form a
+  ring; each chip has 2 Z ports of ``z_link_bytes_per_s_per_chip / 2`` each.
+- **EFA**: every instance has `efa_nics` NICs of ``efa_bytes_per_s / efa_nics`` each, egress and ingress
+  counted separately; chip ``c`` uses NIC ``c * nics // chips`` (one NIC per chip on Trn2, one per two
+  chips on trn1.32xlarge). The EFA fabric itself is non-blocking (SRD sprays packets over many paths;
+  reference §3.3), so only the NICs are shared.
+
+Routing is dimension-ordered (x, then y, then z) along the shorter way round each ring; when both ways are
+equally short (distance 2 on a ring of 4) the bytes are split evenly between them. A flow between
+instances that are not in the same UltraServer goes out of its chip's NIC and into the peer chip's NIC.
+
+Rank placement follows NxD (cluster/placement.py): rank ``r`` lives on instance ``r // ranks_per_instance``,
+chip ``(r % ranks_per_instance) // ranks_per_chip``, so tensor-parallel groups (innermost) stay inside a
+chip or a NeuronLink domain, pipeline stages come next and data parallelism spans instances.
+
+Pure numpy: no Ray, no I/O. Every function is vectorized over flows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cluster import Cluster, rank_coords
+
+US_INSTANCES = 4        # instances per Trn2 UltraServer (reference trainium.md §2b, H6)
+PORTS = 4               # NeuronLink ports per chip inside an instance: +x, -x, +y, -y (H4, H8, H10)
+Z_PORTS = 2             # +z, -z ports per chip in an UltraServer (H6)
+
+# Resource kinds, for reports and tests.
+CHIP, PORT, ZPORT, NIC_OUT, NIC_IN = "chip", "neuronlink", "z", "efa_out", "efa_in"
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The link tiers of one cluster, raw (uncalibrated) bandwidths in bytes/s per direction.
+
+    Attributes:
+        generation: the chip, "trainium" (Trn1, NeuronLink-v2) or "trainium2" (Trn2, NeuronLink-v3).
+        torus: chips per dimension of the intra-instance torus (4, 4).
+        chips: chips per instance.
+        ranks_per_chip: ranks (logical NeuronCores) per chip.
+        ranks_per_instance: ranks per instance.
+        instances: instances in the cluster.
+        nics: EFA NICs per instance.
+        ultraserver: instances are joined 4 at a time by Z rings.
+        chip_bytes_per_s: one chip's DMA bandwidth, shared by its ranks' intra-chip transfers.
+        port_bytes_per_s: one NeuronLink port, one direction.
+        z_port_bytes_per_s: one Z port, one direction (0 without UltraServer).
+        nic_bytes_per_s: one EFA NIC, one direction.
+        hop_s: NeuronLink latency per hop.
+        z_hop_s: Z latency per hop.
+        efa_s: EFA latency of one transfer (point to point, HBM to HBM).
+    """
+
+    generation: str
+    torus: tuple[int, int]
+    chips: int
+    ranks_per_chip: int
+    ranks_per_instance: int
+    instances: int
+    nics: int
+    ultraserver: bool
+    chip_bytes_per_s: float
+    port_bytes_per_s: float
+    z_port_bytes_per_s: float
+    nic_bytes_per_s: float
+    hop_s: float
+    z_hop_s: float
+    efa_s: float
+
+    @property
+    def resources_per_instance(self) -> int:
+        """Resource slots per instance: chips, ports, Z ports, NIC egress, NIC ingress."""
+        return self.chips * (1 + PORTS + Z_PORTS) + 2 * self.nics
+
+    def local_kinds(self) -> np.ndarray:
+        """[resources_per_instance] kind name of every resource slot of an instance."""
+        c, n = self.chips, self.nics
+        return np.array([CHIP] * c + [PORT] * (PORTS * c) + [ZPORT] * (Z_PORTS * c) + [NIC_OUT] * n
+                        + [NIC_IN] * n)
+
+    def local_tiers(self) -> np.ndarray:
+        """[resources_per_instance] tier of every resource slot: 0 chip DMA, 1 NeuronLink or Z port, 2 NIC."""
+        c, n = self.chips, self.nics
+        return np.concatenate([np.zeros(c), np.ones((PORTS + Z_PORTS) * c), np.full(2 * n, 2)]).astype(np.int64)
+
+    def local_bandwidth(self, neuronlink_efficiency: float = 1.0, chip_efficiency: float = 1.0,
+                        efa_efficiency: float = 1.0) -> np.ndarray:
+        """[resources_per_instance] achievable bytes/s of every resource slot of an instance.
+
+        Args:
+            neuronlink_efficiency: achieved fraction of a NeuronLink (and Z) port's bandwidth.
+            chip_efficiency: achieved fraction of the chip's DMA bandwidth for intra-chip transfers.
+            efa_efficiency: achieved fraction of a NIC's bandwidth.
+        """
+        c, n = self.chips, self.nics
+        return np.concatenate([
+            np.full(c, self.chip_bytes_per_s * chip_efficiency),
+            np.full(PORTS * c, self.port_bytes_per_s * neuronlink_efficiency),
+            np.full(Z_PORTS * c, self.z_port_bytes_per_s * neuronlink_efficiency),
+            np.full(2 * n, self.nic_bytes_per_s * efa_efficiency),
+        ])
+
+
+def fabric(cluster: Cluster) -> Fabric:
+    """The fabric of a cluster (catalog numbers after `cluster.network` overrides)."""
+    spec, links = cluster.instance, cluster.links
+    return Fabric(
+        generation=spec.chip.name, torus=tuple(spec.torus), chips=spec.chips, ranks_per_chip=cluster.ranks_per_chip,
+        ranks_per_instance=cluster.ranks_per_instance, instances=cluster.instances, nics=spec.efa_nics,
+        ultraserver=bool(cluster.ultraserver), chip_bytes_per_s=spec.chip.dma_bytes_per_s,
+        port_bytes_per_s=links.neuronlink_bytes_per_s_per_chip / PORTS,
+        z_port_bytes_per_s=links.z_link_bytes_per_s_per_chip / Z_PORTS,
+        nic_bytes_per_s=links.efa_bytes_per_s / spec.efa_nics,
+        hop_s=links.neuronlink_latency_s, z_hop_s=links.z_latency_s, efa_s=links.efa_latency_s,
+    )
+
+
+def locate(fab: Fabric, ranks: np.ndarray) -> dict[str, np.ndarray]:
+    """Where global ranks sit.
+
+    Returns:
+        int arrays shaped like `ranks`: "instance", "chip" (in its instance), "slot" (rank on its chip),
+        "x", "y" (torus coordinates), "z" (position in the UltraServer, 0 without one), "server"
+        (UltraServer index, or the instance index without UltraServers).
+    """
+    r = np.asarray(ranks, dtype=np.int64)
+    inst, local = np.divmod(r, fab.ranks_per_instance)
+    chip, slot = np.divmod(local, fab.ranks_per_chip)
+    tx = fab.torus[0]
+    if fab.ultraserver:
+        server, z = np.divmod(inst, US_INSTANCES)
+    else:
+        server, z = inst, np.zeros_like(inst)
+    return {"instance": inst, "chip": chip, "slot": slot, "x": chip % tx, "y": chip // tx, "z": z,
+            "server": server}
+
+
+def snake_position(fab: Fabric, chip: np.ndarray) -> np.ndarray:
+    """Position of a chip along the snake Hamiltonian cycle of the torus (row 0 left to right, row 1 right
+    to left, ...), which Neuron's rings follow so that consecutive ring members are torus neighbours."""
+    tx = fab.torus[0]
+    x, y = chip % tx, chip // tx
+    return y * tx + np.where(y % 2 == 0, x, tx - 1 - x)
+
+
+@dataclass(frozen=True)
+class Routed:
+    """Flows mapped onto resources: one entry per (flow, resource) crossing.
+
+    Attributes:
+        resource: [entries] global resource id (instance * resources_per_instance + local slot).
+        nbytes: [entries] bytes the flow puts on that resource.
+        latency_s: [flows] wire latency of each flow's path (hops x per-hop latency, or the EFA latency).
+        tier: [flows] 0 same chip, 1 NeuronLink (incl. Z), 2 EFA.
+    """
+
+    resource: np.ndarray
+    nbytes: np.ndarray
+    latency_s: np.ndarray
+    tier: np.ndarray
+
+
+def _ways(a: np.ndarray, b: np.ndarray, size: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """The two ways round a ring of `size` from a to b: ((hops, weight) positive way, (hops, weight)
+    negative way). The shorter way gets weight 1, the other 0; equally short ways get 0.5 each."""
+    d = (b - a) % size
+    back = (size - d) % size
+    w_pos = np.where(d < back, 1.0, np.where(d == back, 0.5, 0.0))
+    w_pos = np.where(d == 0, 1.0, w_pos)
+    return (d, w_pos), (back, 1.0 - w_pos)
+
+
+def route(fab: Fabric, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> Routed:
+    """Map flows (global rank → global rank, bytes) onto the resources they cross.
+
+    Args:
+        fab: the fabric.
+        src, dst: [flows] global ranks (src != dst).
+        nbytes: [flows] bytes of each flow.
+
+    Returns:
+        The routed entries and each flow's latency and tier.
+    """
+    src = np.asarray(src, dtype=np.int64).ravel()
+    dst = np.asarray(dst, dtype=np.int64).ravel()
+    nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), src.shape).astype(float)
+    s, d = locate(fab, src), locate(fab, dst)
+    rpi = fab.resources_per_instance
+    c, tx, ty = fab.chips, fab.torus[0], fab.torus[1]
+    port0 = c
+    z0 = c * (1 + PORTS)
+    nic_out0 = c * (1 + PORTS + Z_PORTS)
+    nic_in0 = nic_out0 + fab.nics
+    latency = np.zeros(src.size)
+    tier = np.zeros(src.size, dtype=np.int64)
+    res_parts: list[np.ndarray] = []
+    byte_parts: list[np.ndarray] = []
+
+    same_inst = s["instance"] == d["instance"]
+    same_chip = same_inst & (s["chip"] == d["chip"])
+    z_link = fab.ultraserver & (s["server"] == d["server"]) & ~same_inst
+    efa = ~same_inst & ~z_link
+
+    # same chip: the chip's DMA engines
+    i = np.flatnonzero(same_chip)
+    res_parts.append(s["instance"][i] * rpi + s["chip"][i])
+    byte_parts.append(nbytes[i])
+
+    # NeuronLink: x then y inside the source instance, then z round the UltraServer at the target (x, y)
+    i = np.flatnonzero((same_inst & ~same_chip) | z_link)
+    tier[i] = 1
+    if i.size:
+        x, y, xd, yd = s["x"][i], s["y"][i], d["x"][i], d["y"][i]
+        inst, w = s["instance"][i], nbytes[i]
+        x_ways = _ways(x, xd, tx)
+        y_ways = _ways(y, yd, ty)
+        z_ways = _ways(s["z"][i], d["z"][i], US_INSTANCES) if fab.ultraserver else \
+            ((np.zeros_like(x), np.ones(i.size)),)
+        lat = np.zeros(i.size)
+        for sx, (hx, wx) in zip((1, -1), x_ways):
+            for sy, (hy, wy) in zip((1, -1), y_ways):
+                for sz, (hz, wz) in zip((1, -1), z_ways):
+                    weight = wx * wy * wz
+                    used = weight > 0
+                    b = w * weight
+                    for j in range(tx // 2 + 1):
+                        m = used & (hx > j)
+                        chip = y[m] * tx + (x[m] + sx * j) % tx
+                        res_parts.append(inst[m] * rpi + port0 + chip * PORTS + (0 if sx > 0 else 1))
+                        byte_parts.append(b[m])
+                    for j in range(ty // 2 + 1):
+                        m = used & (hy > j)
+                        chip = ((y[m] + sy * j) % ty) * tx + xd[m]
+                        res_parts.append(inst[m] * rpi + port0 + chip * PORTS + (2 if sy > 0 else 3))
+                        byte_parts.append(b[m])
+                    if fab.ultraserver:
+                        server, zs, chip_d = s["server"][i], s["z"][i], d["chip"][i]
+                        for j in range(US_INSTANCES // 2 + 1):
+                            m = used & (hz > j)
+                            zz = (zs[m] + sz * j) % US_INSTANCES
+                            res_parts.append((server[m] * US_INSTANCES + zz) * rpi + z0 + chip_d[m] * Z_PORTS
+                                             + (0 if sz > 0 else 1))
+                            byte_parts.append(b[m])
+                    path = (hx + hy) * fab.hop_s + hz * fab.z_hop_s
+                    lat = np.where(used, np.maximum(lat, path), lat)
+        latency[i] = lat
+
+    # EFA: the source chip's NIC out, the destination chip's NIC in
+    i = np.flatnonzero(efa)
+    tier[i] = 2
+    latency[i] = fab.efa_s
+    res_parts.append(s["instance"][i] * rpi + nic_out0 + s["chip"][i] * fab.nics // c)
+    res_parts.append(d["instance"][i] * rpi + nic_in0 + d["chip"][i] * fab.nics // c)
+    byte_parts += [nbytes[i], nbytes[i]]
+
+    return Routed(resource=np.concatenate(res_parts).astype(np.int64), nbytes=np.concatenate(byte_parts),
+                  latency_s=latency, tier=tier)
+
+
+def placement_records(cluster: Cluster, max_rows: int = 64) -> list[dict]:
+    """Where ranks sit and which parallel groups they belong to, for a sample of ranks (report table).
+
+    The sample is every rank when there are at most `max_rows`, else evenly spaced ranks (always the first
+    and last). Columns: rank, instance, ultraserver (index or -1), chip, core (first physical NeuronCore of
+    the rank on its chip), x, y, z (torus coordinates; z is the position in the UltraServer or 0), nic
+    (EFA NIC of the rank's chip), tp, cp, pp, dp (the rank's index in each parallel dimension), tp_group,
+    pp_group, dp_group (index of the group of each kind the rank belongs to).
+
+    Args:
+        cluster: the cluster (its layout gives the parallel coordinates).
+        max_rows: at most this many rows.
+
+    Returns:
+        A list of flat records (one dict per sampled rank) for `pd.DataFrame`.
+    """
+    fab = fabric(cluster)
+    n = cluster.ranks
+    ranks = np.arange(n) if n <= max_rows else np.unique(np.linspace(0, n - 1, max(2, max_rows)).round().astype(
+        np.int64))
+    loc = locate(fab, ranks)
+    lay = cluster.layout
+    co = rank_coords(lay, ranks)
+    tp_group = ranks // lay.tp
+    dp_group = co["tp"] + lay.tp * (co["cp"] + lay.cp * co["pp"])
+    pp_group = co["tp"] + lay.tp * (co["cp"] + lay.cp * co["dp"])
+    rows = []
+    for j, r in enumerate(ranks):
+        rows.append({
+            "rank": int(r), "instance": int(loc["instance"][j]),
+            "ultraserver": int(loc["server"][j]) if fab.ultraserver else -1,
+            "chip": int(loc["chip"][j]), "core": int(loc["slot"][j] * cluster.lnc),
+            "x": int(loc["x"][j]), "y": int(loc["y"][j]), "z": int(loc["z"][j]),
+            "nic": int(loc["chip"][j] * fab.nics // fab.chips),
+            "tp": int(co["tp"][j]), "cp": int(co["cp"][j]), "pp": int(co["pp"][j]), "dp": int(co["dp"][j]),
+            "tp_group": int(tp_group[j]), "pp_group": int(pp_group[j]), "dp_group": int(dp_group[j]),
+        })
+    return rows
