@@ -77,6 +77,8 @@ class Operator:
     mlp: str | None
     master_weights: str | None
     moe: bool | None
+    norm: str | None
+    position: str | None
     forward: Mapping[str, Callable[[Mapping[str, Any]], Any]]
     backward: Mapping[str, Callable[[Mapping[str, Any]], Any]]
     saved: Callable[[Mapping[str, Any]], Any]
@@ -89,7 +91,8 @@ def parse_library(doc: object, source: str) -> list[Operator]:
     if not isinstance(doc, dict) or not isinstance(doc.get("operators"), list):
         raise ScenarioError([Problem("operators", type(doc).__name__, "a mapping with an `operators` list")], source)
     ops: list[Operator] = []
-    keys = {"name", "where", "recompute", "mlp", "master_weights", "moe", "forward", "backward", "saved", "matmul"}
+    keys = {"name", "where", "recompute", "mlp", "master_weights", "moe", "norm", "position", "forward", "backward",
+            "saved", "matmul"}
     for i, raw in enumerate(doc["operators"]):
         at = f"operators[{i}]"
         if not isinstance(raw, dict):
@@ -103,7 +106,8 @@ def parse_library(doc: object, source: str) -> list[Operator]:
         where = raw.get("where")
         if where not in WHERE:
             problems.append(Problem(f"{at}.where", where if where is not None else "<missing>", f"one of: {', '.join(WHERE)}"))
-        for key, allowed in (("recompute", ("selective",)), ("mlp", ("swiglu", "gelu")), ("master_weights", ("fp32", "none"))):
+        for key, allowed in (("recompute", ("selective",)), ("mlp", ("swiglu", "gelu")), ("master_weights", ("fp32", "none")),
+                             ("norm", ("rmsnorm", "layernorm")), ("position", ("rotary", "learned"))):
             if key in raw and raw[key] not in allowed:
                 problems.append(Problem(f"{at}.{key}", raw[key], f"one of: {', '.join(allowed)}"))
         if "moe" in raw and not isinstance(raw["moe"], bool):
@@ -123,7 +127,8 @@ def parse_library(doc: object, source: str) -> list[Operator]:
             problems.append(Problem(f"{at}.matmul", matmul, "a mapping with exactly m, k and n (expressions)"))
             matmul = None
         ops.append(Operator(name=str(name), where=str(where), recompute=raw.get("recompute"), mlp=raw.get("mlp"),
-                            master_weights=raw.get("master_weights"), moe=raw.get("moe"), forward=phases["forward"],
+                            master_weights=raw.get("master_weights"), moe=raw.get("moe"), norm=raw.get("norm"),
+                            position=raw.get("position"), forward=phases["forward"],
                             backward=phases["backward"], saved=_compile(raw.get("saved", 0), f"{at}.saved", problems),
                             matmul={d: _compile(matmul[d], f"{at}.matmul.{d}", problems) for d in MATMUL_DIMS}
                             if matmul else None))
@@ -194,7 +199,8 @@ def layer_params_split(model, tp: int, ep: int = 1) -> tuple[float, float]:
     d = model.hidden / model.heads
     hq, hkv = model.heads / tp, max(model.kv_heads / tp, 1.0)
     up = 2 if model.mlp == "swiglu" else 1
-    attn = model.hidden * (hq + 2 * hkv) * d + hq * d * model.hidden + 2 * model.hidden
+    norms = 2 * model.hidden * (2 if model.norm == "layernorm" else 1)     # gain (+ bias for LayerNorm)
+    attn = model.hidden * (hq + 2 * hkv) * d + hq * d * model.hidden + norms
     mlp = (up + 1) * model.hidden * model.ffn / tp
     if model.moe is None:
         return attn + mlp, 0.0
@@ -214,7 +220,7 @@ def chunk_params_split(model, tp: int, layers: np.ndarray, pp: int, ep: int = 1)
     dense[0] += model.vocab * model.hidden / tp
     if not (model.tied_embeddings and pp == 1):
         dense[-1] += model.vocab * model.hidden / tp
-    dense[-1] += model.hidden  # final norm
+    dense[-1] += model.hidden * (2 if model.norm == "layernorm" else 1)   # final norm
     return dense, np.asarray(layers, dtype=float) * expert_l
 
 
@@ -246,7 +252,8 @@ def applicable(ops: tuple[Operator, ...], scenario) -> list[Operator]:
     """The operators that exist for this model and optimizer."""
     m, t = scenario.model, scenario.training
     return [o for o in ops if (o.mlp in (None, m.mlp)) and (o.master_weights in (None, t.master_weights))
-            and (o.moe is None or o.moe == (m.moe is not None))]
+            and (o.moe is None or o.moe == (m.moe is not None)) and o.norm in (None, m.norm)
+            and o.position in (None, m.position)]
 
 
 def evaluate(ops: list[Operator], where: str, phase: str, variables: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -69,3 +69,25 @@ def test_scenario_library_errors_name_the_scenario_field(tmp_path):
     paths = [p.path for p in err.value.problems]
     assert "operators[0]: operators[0].where" in paths
     assert "operators[1]" in paths
+
+
+def test_gpt_uses_layernorm_and_learned_positions_llama_rmsnorm_and_rotary():
+    from ultracluster.operators import applicable
+    gpt = load_scenario({**BASE, "model": {"preset": "gpt3-6.7b", "layers": 4}})
+    llama = load_scenario(BASE)
+    g = {o.name for o in applicable(library_for(gpt), gpt)}
+    l_ = {o.name for o in applicable(library_for(llama), llama)}
+    assert {"layernorm_attn", "layernorm_mlp", "layernorm_final", "position_embedding", "gelu"} <= g
+    assert not {"rotary", "norm_attn", "swiglu"} & g
+    assert {"norm_attn", "norm_mlp", "norm_final", "rotary", "swiglu"} <= l_
+    assert not {"layernorm_attn", "position_embedding", "gelu"} & l_
+    # LayerNorm does more VectorE work than RMSNorm; both are HBM-bound here, so the time does not drop
+    from ultracluster.cluster import build_cluster as bc
+    from ultracluster.operators import evaluate, shape_variables
+    ln = load_scenario({**BASE, "model": {**BASE["model"], "norm": "layernorm"}})
+    work = {}
+    for name, sc in (("ln", ln), ("rms", llama)):
+        ops = applicable(library_for(sc), sc)
+        work[name] = evaluate(ops, "layer", "forward", shape_variables(sc, bc(sc, 1).layout))["vector"].sum()
+    assert work["ln"] > work["rms"]
+    assert chunk_times(ln, bc(ln, 1)).forward_s.sum() >= chunk_times(llama, bc(llama, 1)).forward_s.sum()

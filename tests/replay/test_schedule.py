@@ -71,3 +71,15 @@ def test_start_plus_duration_is_end_for_every_op():
         dur = (fwd if kind == "F" else 2 * fwd)[0, c]
         assert ex.start[(kind, k, c)][0] + dur == pytest.approx(t1[0], rel=1e-12)
     assert ex.start[("F", 0, 0)][0] == 0.0 and ex.start[("F", 1, 0)][0] == 1.0
+
+
+def test_uneven_split_of_llama_405b():
+    from ultracluster.cluster import stage_layers
+
+    # 126 layers on 16 stages: the first and last stages, which also carry the embedding and the LM head,
+    # get one layer fewer (as Llama 3.1 405B trains)
+    assert stage_layers(126, 16).tolist() == [7] + [8] * 14 + [7]
+    assert stage_layers(126, 32).tolist() == [3] + [4] * 30 + [3]
+    assert stage_layers(80, 8).tolist() == [10] * 8
+    with pytest.raises(ValueError):
+        stage_layers(4, 8)

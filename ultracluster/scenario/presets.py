@@ -15,20 +15,22 @@ from typing import Any
 def _llama(config: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int) -> dict[str, Any]:
     return {
         "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "ffn": ffn, "mlp": "swiglu",
-        "vocab": vocab, "tied_embeddings": False,
+        "vocab": vocab, "tied_embeddings": False, "norm": "rmsnorm", "position": "rotary",
         "source": f"{config} config.json (num_hidden_layers {layers}, hidden_size {hidden}, num_attention_heads "
         f"{heads}, num_key_value_heads {kv_heads}, intermediate_size {ffn}, vocab_size {vocab}, "
-        "hidden_act silu, tie_word_embeddings false)",
+        "hidden_act silu, tie_word_embeddings false; RMSNorm, rotary position embeddings)",
     }
 
 
 def _gpt3(source: str, layers: int, hidden: int, heads: int) -> dict[str, Any]:
     return {
         "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": heads, "ffn": 4 * hidden, "mlp": "gelu",
-        "vocab": 50257, "tied_embeddings": True,
+        "vocab": 50257, "tied_embeddings": True, "norm": "layernorm", "position": "learned",
         "source": f"{source} (n_layers {layers}, d_model {hidden}, n_heads {heads}); ffn 4 x d_model and "
         "GPT-2 BPE vocab 50257 as in neuronx-nemo-megatron test.sh (FFN_HS=$(($HS*4)), gpt2-vocab.json); "
-        "tied embeddings: Megatron GPTModel share_embeddings_and_output_weights=True",
+        "tied embeddings: Megatron GPTModel share_embeddings_and_output_weights=True; LayerNorm and learned "
+        "absolute position embeddings (Brown et al. 2020 follow GPT-2; Megatron position_embedding_type "
+        "learned_absolute)",
     }
 
 

@@ -57,6 +57,11 @@ class ModelSpec(_Spec):
     mlp: Literal["swiglu", "gelu"] = Field(description="MLP kind: swiglu (3 matrices) or gelu (2 matrices).")
     vocab: int = Field(ge=1, description="Vocabulary size (tokens).")
     tied_embeddings: bool = Field(False, description="Input embedding shared with the output layer [false].")
+    norm: Literal["rmsnorm", "layernorm"] = Field(
+        "rmsnorm", description="Normalization: rmsnorm (Llama) or layernorm with bias (GPT) [rmsnorm, or the preset's].")
+    position: Literal["rotary", "learned"] = Field(
+        "rotary", description="Positions: rotary (Llama) or a learned absolute embedding (GPT) [rotary, or the "
+        "preset's].")
     moe: MoESpec | None = Field(None, description="Mixture of experts; absent = dense model.")
 
     @field_validator("preset")
