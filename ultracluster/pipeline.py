@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import operators as opslib
-from .actors.launch import launch_actors, resolve_instances_per_actor
+from .actors.launch import attached, launch_actors, resolve_instances_per_actor
 from .actors.metrics import RunMetrics
 from .actors.shard import PAYLOAD_MAX_BYTES, payload_elements
 from .actors.storage_actor import storage_service
@@ -51,10 +51,16 @@ def run(scenario: Scenario | str | Path, out: str | Path | None = None, address:
         if on_step:
             on_step(rec)
 
-    factory = shards_factory or (lambda sc, cl: launch_actors(sc, cl, address))
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    report = build_report(replay(scenario, factory, step_done, calibration, progress))
+    if shards_factory is not None:
+        result = replay(scenario, shards_factory, step_done, calibration, progress)
+    else:
+        opslib.library_for(scenario)      # read the library before Ray may move this process into a job's
+        with attached(address) as cpus:   # working dir; size `auto` folding for the cluster that runs the actors
+            result = replay(scenario, lambda sc, cl: launch_actors(sc, cl, address), step_done, calibration,
+                            progress, cpus)
+    report = build_report(result)
     report.summary.update(summary_keys(scenario))   # storage: checkpoint size, write and restore times
     if out is not None:
         write_run_dir(report, out)
@@ -73,11 +79,15 @@ def predict(scenario: Scenario | str | Path, calibration: Calibration | None = N
 
 
 def replay(scenario: Scenario | str | Path, shards_factory: Callable, on_step: Callable | None = None,
-           calibration: Calibration | None = None, progress=None) -> RunResult:
-    """The stages up to the replayed steps: scenario → cluster → memory → shards → replay → RunResult."""
+           calibration: Calibration | None = None, progress=None, cpus: int | None = None) -> RunResult:
+    """The stages up to the replayed steps: scenario → cluster → memory → shards → replay → RunResult.
+
+    `cpus`: CPUs of the Ray cluster the shards run on, for `instances_per_actor: auto` (None: this machine).
+    """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    cluster = build_cluster(scenario, resolve_instances_per_actor(scenario), calibration or DEFAULT_CALIBRATION)
+    cluster = build_cluster(scenario, resolve_instances_per_actor(scenario, cpus),
+                            calibration or DEFAULT_CALIBRATION)
     library = opslib.library_for(scenario)
     layout, t = cluster.layout, scenario.training
     programs = stage_programs(scenario.parallelism.pp_schedule, layout.pp, microbatches(scenario),

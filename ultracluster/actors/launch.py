@@ -230,6 +230,26 @@ def _connect(address: str | None, shards: int) -> bool:
 
 
 @contextmanager
+def attached(address: str | None = None) -> Iterator[int | None]:
+    """Attach to the Ray cluster a run is sent to, for the length of the run, yielding its CPUs.
+
+    `emulation.instances_per_actor: auto` sizes the actors for the cluster that will run them, not for the
+    driver's machine. Yields None when no cluster is named (no running Ray, no address, no RAY_ADDRESS):
+    the embedded Ray, started later by `launch_actors`, runs on this machine.
+    """
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not ray.is_initialized() and not address:
+        yield None
+        return
+    started = _connect(address, 0)
+    try:
+        yield int(ray.cluster_resources().get("CPU", 0)) or None
+    finally:
+        if started:
+            ray.shutdown()
+
+
+@contextmanager
 def launch_actors(scenario, cluster, address: str | None = None,
                   timeout_s: float | None = None) -> Iterator[RayShards]:
     """Place and start one actor per shard; stop them, their placement group and an embedded Ray on exit.
