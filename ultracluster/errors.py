@@ -70,7 +70,3 @@ class ScenarioError(UltraclusterError):
 
 class ActorError(UltraclusterError):
     """A Ray actor (one emulated instance, UltraServer or folded shard) failed or timed out."""
-
-
-class RunInterrupted(UltraclusterError):
-    """The run was interrupted (Ctrl-C, SIGTERM); the steps finished so far are kept."""

@@ -44,8 +44,7 @@ def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
     # full recomputation rebuilds one layer's activations at a time during backward
     working = opslib.saved_bytes(ops, "layer", v, "none") if t.recompute == "full" else 0.0
 
-    w_bytes = 4.0 if t.precision == "fp32" else 2.0
-    g_bytes = 4.0 if (t.master_weights == "fp32" or t.precision == "fp32") else 2.0
+    w_bytes, g_bytes = opslib.weight_bytes(t), opslib.grad_bytes(t)
     o_bytes = 12.0 if t.master_weights == "fp32" else 4.0
     capacity = cluster.chip.hbm_bytes / cluster.ranks_per_chip / GIB
     reserve = cluster.calibration.runtime_reserve_gib

@@ -175,6 +175,17 @@ def _merged(docs_json: str) -> tuple[Operator, ...]:
 PRECISION_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
 
 
+def weight_bytes(training) -> float:
+    """Bytes of a stored weight: fp32 training keeps fp32 weights, bf16 and fp8 training bf16 ones."""
+    return 4.0 if training.precision == "fp32" else 2.0
+
+
+def grad_bytes(training) -> float:
+    """Bytes of a gradient: fp32 when fp32 master weights are kept (Megatron-LM accumulates bf16 gradients
+    in fp32) or in fp32 training, else bf16."""
+    return 4.0 if (training.master_weights == "fp32" or training.precision == "fp32") else 2.0
+
+
 def shape_variables(scenario, layout) -> dict[str, float]:
     """Per-rank shape variables of the operator library for one microbatch."""
     m, t = scenario.model, scenario.training
@@ -205,11 +216,6 @@ def layer_params_split(model, tp: int, ep: int = 1) -> tuple[float, float]:
     if model.moe is None:
         return attn + mlp, 0.0
     return attn + model.hidden * model.moe.experts, mlp * model.moe.experts / ep
-
-
-def layer_params(model, tp: int, ep: int = 1) -> float:
-    """Parameters of one transformer layer held by one rank."""
-    return sum(layer_params_split(model, tp, ep))
 
 
 def chunk_params_split(model, tp: int, layers: np.ndarray, pp: int, ep: int = 1) -> tuple[np.ndarray, np.ndarray]:

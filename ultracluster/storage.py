@@ -490,7 +490,7 @@ def _rank_state(scenario, cluster) -> tuple[dict[str, np.ndarray], np.ndarray, n
     np.add.at(stage, np.arange(chunk.size) % layout.pp, chunk)
     c = rank_coords(layout, np.arange(cluster.ranks))
     params = stage[c["pp"]]
-    w_bytes = 4.0 if t.precision == "fp32" else 2.0
+    w_bytes = opslib.weight_bytes(t)
     o_bytes = 12.0 if t.master_weights == "fp32" else 4.0
     return c, params * w_bytes, params * o_bytes / (layout.dp if t.zero1 else 1)
 

@@ -23,7 +23,7 @@ def payload_elements(scenario, cluster: Cluster) -> int:
     layout, t = cluster.layout, scenario.training
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
     params = opslib.chunk_params(scenario.model, layout.tp, layers, layout.pp).sum() * layout.tp
-    g_bytes = 4.0 if (t.master_weights == "fp32" or t.precision == "fp32") else 2.0
+    g_bytes = opslib.grad_bytes(t)
     return max(1, int(params * g_bytes * scenario.emulation.payload_scale / 8))
 
 

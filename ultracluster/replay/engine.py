@@ -140,8 +140,7 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
     send_bwd = np.concatenate([[0.0], send_fwd[:-1]])  # chunk c's input gradient returns over the c-1 -> c link
 
     # data-parallel reduction per stage: ZeRO-1 reduce-scatters gradients and all-gathers updated weights
-    g_bytes = 4.0 if (t.master_weights == "fp32" or t.precision == "fp32") else 2.0
-    w_bytes = 4.0 if t.precision == "fp32" else 2.0
+    g_bytes, w_bytes = opslib.grad_bytes(t), opslib.weight_bytes(t)
     # Expert parameters are replicated over dp / ep replicas only: their gradients reduce over that group.
     stride = layout.tp * layout.cp * layout.pp
     dpg = group_of(cluster, layout.dp, stride)
