@@ -1,4 +1,4 @@
-"""Shared fixtures: one local Ray session for the whole test run, paths to shared/ and scenarios/."""
+"""Shared fixtures: one local Ray session for the whole test run, paths to the calibration data and scenarios/."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+CALIBRATION_DATA = REPO / "data" / "calibration"
 SCENARIOS = REPO / "scenarios"
 
 
@@ -22,8 +22,9 @@ def ray_session():
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    return SHARED
+def calibration_dir() -> Path:
+    """The published measurements the fits use (the repository's own copy, with sources)."""
+    return CALIBRATION_DATA
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,10 @@ def load_script(repo):
     return mod
 
 
-def test_fit_is_reproducible_and_not_stale(shared_dir):
+def test_fit_is_reproducible_and_not_stale(calibration_dir):
     repo = FITTED.parents[2]
     cal = load_script(repo)
-    fitted, doc = cal.outputs(shared_dir)
+    fitted, doc = cal.outputs(calibration_dir)
     assert FITTED.read_text() == fitted, "ultracluster/cluster/calibration.json is stale: run scripts/calibrate.py"
     assert (repo / "docs" / "calibration.md").read_text() == doc, "docs/calibration.md is stale"
     values = json.loads(fitted)

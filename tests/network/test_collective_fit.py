@@ -14,21 +14,21 @@ def load_script():
     return mod
 
 
-def test_fit_is_reproducible_and_not_stale(shared_dir):
+def test_fit_is_reproducible_and_not_stale(calibration_dir):
     fc = load_script()
-    fitted = fc.fit(shared_dir)
+    fitted = fc.fit(calibration_dir)
     committed = json.loads(FITTED.read_text())
     for name, value in fitted.to_dict().items():
         assert abs(value - committed["factors"][name]) <= 2e-3 * abs(value), (name, value, committed["factors"][name])
-    text, section = fc.render(shared_dir, NetworkCalibration(**committed["factors"]))
+    text, section = fc.render(calibration_dir, NetworkCalibration(**committed["factors"]))
     assert FITTED.read_text() == text, "collectives_fit.json is stale: run python scripts/fit_collectives.py"
     doc = (REPO / "docs" / "collectives.md").read_text()
     assert fc.splice(doc, section) == doc, "docs/collectives.md is stale: run python scripts/fit_collectives.py"
     assert DEFAULT == NetworkCalibration(**committed["factors"])
 
 
-def test_every_row_within_its_band(shared_dir):
-    rows = load_script().predictions(shared_dir, DEFAULT)
+def test_every_row_within_its_band(calibration_dir):
+    rows = load_script().predictions(calibration_dir, DEFAULT)
     assert len(rows) == 19
     for r in rows:
         assert abs(r["error_pct"]) <= r["tolerance_pct"], r
