@@ -34,7 +34,7 @@ import numpy as np
 
 from ..cluster import Cluster, group_span
 from . import algorithms as algs
-from .calibration import DEFAULT as DEFAULT_CALIBRATION, NetworkCalibration
+from .calibration import NetworkCalibration
 from .topology import Fabric, fabric, locate, route, snake_position
 
 MIB = 1 << 20
@@ -548,7 +548,7 @@ def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
     Raises:
         ValueError: an unknown op, or a group that does not fit the cluster.
     """
-    cal = calibration or DEFAULT_CALIBRATION
+    cal = calibration or cluster.calibration.network
     if group.together:  # inside a training step: the collective is issued from the compiled graph
         cal = cal.with_(launch_s_trn1=min(cal.launch_s_trn1, IN_GRAPH_LAUNCH_MAX_S),
                         launch_s_trn2=min(cal.launch_s_trn2, IN_GRAPH_LAUNCH_MAX_S))
@@ -576,7 +576,7 @@ def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,
             all-to-all data a rank sends in total, send/recv message).
         group: the group shape; with `group.together` every group of that shape on the same instances
             runs at the same time and shares links and NICs.
-        calibration: collective factors (default: the fitted ones).
+        calibration: collective factors (default: the cluster's, `cluster.calibration.network`).
 
     Returns:
         (seconds, algorithm name): "mesh", "rdh", "ring", "kangaring", "pairwise",
@@ -604,13 +604,13 @@ def concurrent_time(cluster: Cluster, transfers: Sequence[tuple[str, float, Grou
         cluster: the cluster.
         transfers: (op, nbytes, group) per transfer, e.g. a stage's data-parallel reduce-scatter and the
             pipeline sends overlapping it.
-        calibration: collective factors (default: the fitted ones).
+        calibration: collective factors (default: the cluster's, `cluster.calibration.network`).
 
     Returns:
         [transfers] seconds from the common start to each transfer's end: never less than the transfer
         alone, never more than all of them one after the other.
     """
-    cal = calibration or DEFAULT_CALIBRATION
+    cal = calibration or cluster.calibration.network
     fab = fabric(cluster)
     n = len(transfers)
     work, other = np.zeros(n), np.zeros(n)
