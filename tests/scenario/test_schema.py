@@ -16,8 +16,6 @@ from ultracluster.cluster.catalog import INSTANCES
 from ultracluster.errors import ScenarioError
 from ultracluster.scenario import PRESETS, Scenario, load_scenario, preset_names
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-CALIBRATION = SHARED / "calibration" / "training.csv"
 
 MINIMAL_YAML = """
 name: tiny
@@ -152,14 +150,13 @@ def test_every_preset_validates_in_a_valid_layout(preset: str) -> None:
     assert (s.ranks, s.parallelism.dp, s.model.preset) == (256, 8, preset)
 
 
-def _calibration_rows() -> list[dict[str, str]]:
-    with CALIBRATION.open(newline="", encoding="utf-8") as f:
+def _calibration_rows(calibration_dir: Path) -> list[dict[str, str]]:
+    with (calibration_dir / "training.csv").open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.skipif(not CALIBRATION.exists(), reason=f"{CALIBRATION} not found")
-def test_presets_agree_with_calibration_shapes() -> None:
-    rows = _calibration_rows()
+def test_presets_agree_with_calibration_shapes(calibration_dir: Path) -> None:
+    rows = _calibration_rows(calibration_dir)
     assert {row["model"] for row in rows} >= {"llama3.1-8b", "llama2-7b", "gpt3-23b", "gpt3-6.7b"}
     for row in rows:
         preset = PRESETS[row["model"]]
@@ -168,9 +165,10 @@ def test_presets_agree_with_calibration_shapes() -> None:
         assert preset["mlp"] == row["mlp"], row["id"]
 
 
-@pytest.mark.skipif(not CALIBRATION.exists(), reason=f"{CALIBRATION} not found")
-def test_calibration_layouts_are_valid_scenarios() -> None:
-    for row in _calibration_rows():
+def test_calibration_layouts_are_valid_scenarios(calibration_dir: Path) -> None:
+    rows = _calibration_rows(calibration_dir)
+    assert len(rows) >= 20
+    for row in rows:
         s = load_scenario(
             {
                 "name": row["id"],
