@@ -4,7 +4,9 @@ Exit codes: 0 ok; 2 bad input (every problem printed with its path); 3 the layou
 (summary.json still written, with the reason); 4 a runtime failure (Ray, a dead actor); 130 interrupted
 (steps.csv keeps the finished steps).
 `report RUN_DIR` exits 0, 2 when the directory cannot be read, 3 when the run was infeasible; `compare`
-exits 0 or 2; `collectives` exits 0, or 2 for bad arguments (each printed with its flag).
+exits 0 or 2; `collectives` exits 0, or 2 for bad arguments (each printed with its flag). `check RUN_DIR` exits 0
+when the directory meets the output contract, 1 with every problem printed, 2 when it is not a directory;
+`schema` prints the scenario files' JSON Schema.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from pathlib import Path
 
 from .errors import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, Problem, \
     ScenarioError, UltraclusterError
+
+EXIT_CONTRACT = 1   # `check`: the run directory breaks the output contract
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                                                                      "baseline")
     c.add_argument("--out", default="compare.html", help="comparison page to write (default compare.html)")
     c.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    k = sub.add_parser("check", help="check a run directory against the output contract (docs/design.md)")
+    k.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `ultracluster run`")
+    sub.add_parser("schema", help="print the JSON Schema of scenario files (for editors; scenario.schema.json)")
     from .network.bench import add_arguments as _collective_flags
     _collective_flags(sub.add_parser("collectives", help="time one collective over sizes on the emulated "
                                                          "NeuronLink/EFA fabric (an nccom-test-like table)"))
@@ -79,6 +86,25 @@ def _render(args) -> int:
     return EXIT_OK
 
 
+def _check(run_dir: str) -> int:
+    """`check RUN_DIR`: every way the directory breaks the output contract; 0 none, 1 some, 2 no directory."""
+    from .report.check import check_run_dir
+
+    try:
+        problems = check_run_dir(run_dir)
+    except NotADirectoryError:
+        given = f"{run_dir} ({'a file' if Path(run_dir).exists() else 'no such directory'})"
+        print(f"error: {Problem('RUN_DIR', given, 'a run directory written by `ultracluster run`')}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not problems:
+        print(f"ok: {run_dir} meets the output contract")
+        return EXIT_OK
+    print(f"{run_dir}: {len(problems)} problem(s) with the output contract:")
+    for prob in problems:
+        print(f"  - {prob}")
+    return EXIT_CONTRACT
+
+
 def _goodput(scenario, summary: dict, hours: float, out: Path, args) -> None:
     """`run --hours H`: the long run after the replay; goodput.json, failures.csv, time_lost.csv in `out`."""
     import pandas as pd
@@ -111,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("report", "compare"):
         return _render(args)
+    if args.command == "check":
+        return _check(args.run_dir)
+    if args.command == "schema":
+        from .scenario.file_schema import render
+        sys.stdout.write(render())
+        return EXIT_OK
     if args.command == "collectives":
         from .network.bench import run_cli
         try:

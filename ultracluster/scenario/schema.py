@@ -171,14 +171,16 @@ class CheckpointSpec(_Spec):
 class StragglersSpec(_Spec):
     """Slow ranks."""
 
-    fraction: float = Field(ge=0, le=1, description="Fraction of instances that straggle (0..1).")
+    fraction: float = Field(
+        ge=0, le=1, description="Fraction of ranks (logical NeuronCores) that straggle, drawn from the seed: "
+        "round(fraction x ranks) of them (0..1).")
     slowdown: float = Field(ge=1, description="Compute-time multiplier of a straggler (ratio >= 1).")
 
 
 class FaultsSpec(_Spec):
     """Stragglers and instance failures."""
 
-    stragglers: StragglersSpec | None = Field(None, description="Slow instances; absent = none.")
+    stragglers: StragglersSpec | None = Field(None, description="Slow ranks; absent = none.")
     instance_mtbf_hours: float | None = Field(
         None, gt=0, description="Mean time between failures of one instance, hours; absent = no failures."
     )

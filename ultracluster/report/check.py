@@ -1,0 +1,285 @@
+"""Run directory → the problems that break the output contract of docs/design.md ("Output contract").
+
+`ultracluster check RUN_DIR` and the tests call `check_run_dir`. It reads the files as any other tool would
+(`json` and `csv`, not the report package's readers), so it checks what a run wrote, not what the package
+believes it wrote. Every finding is a `Problem`: the file and field, what
+was found, what the contract allows.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+from ultracluster.errors import Problem
+
+#: Files every run directory holds, feasible or not; summary.json is written last.
+RUN_FILES = ("summary.json", "steps.csv", "breakdown.csv", "memory.csv", "collectives.csv", "timeline.csv",
+             "ranks.csv", "stages.csv", "shards.csv", "trace.json", "report.html", "scenario.json", "run.json")
+
+#: The parts of a step's time; each is exposed time on the critical path and together they make step_time_s.
+BREAKDOWN = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s", "data_stall_s", "checkpoint_s",
+             "other_s")
+
+#: summary.json fields: name -> kind. "number" is an int or float (NaN allowed only in an infeasible run);
+#: "number?" may also be null (costs, when the instance price is unknown).
+SUMMARY_FIELDS = {
+    "scenario": "str", "feasible": "bool", "reason": "str?", "chips": "int", "neuron_cores": "int",
+    "ranks": "int", "ray_nodes": "int", "steps_replayed": "int", "steps_measured": "int",
+    "step_time_s": "number", "tokens_per_s": "number", "seq_per_s": "number", "mfu": "number",
+    "hbm_peak_gib": "number", "tokens_per_step": "int", **{k: "number" for k in BREAKDOWN},
+    "dp_comm_hidden_s": "number", "straggler_cost_s": "number", "slowest_ranks": "list",
+    "cost_per_step_usd": "number?", "usd_per_million_tokens": "number?",
+}
+
+#: Columns of steps.csv the contract names (a run writes more); breakdown.csv has the same less the ids.
+STEP_COLUMNS = ("step", "warmup", "step_time_s", *BREAKDOWN)
+
+REL = 1e-6       # relative tolerance of the sums (they are exact up to float rounding)
+EPS_US = 1e-6    # tolerance of the trace's nesting rule, in microseconds
+NETWORK = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//|@import\s""",
+                     re.IGNORECASE)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _close(a: float, b: float, rel: float = REL) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
+
+
+def _check_summary(s: dict, problems: list[Problem]) -> None:
+    for key, kind in SUMMARY_FIELDS.items():
+        path = f"summary.json: {key}"
+        if key not in s:
+            problems.append(Problem(path, "<missing>", f"a {kind.rstrip('?')} field"))
+            continue
+        v = s[key]
+        if kind == "str?":
+            ok = v is None or isinstance(v, str)
+        elif kind == "number?":
+            ok = v is None or _is_number(v)
+        else:
+            ok = {"str": isinstance(v, str), "bool": isinstance(v, bool), "list": isinstance(v, list),
+                  "int": isinstance(v, int) and not isinstance(v, bool), "number": _is_number(v)}[kind]
+        if not ok:
+            allowed = {"str?": "a string or null", "number?": "a number or null", "str": "a string",
+                       "bool": "true or false", "list": "a list", "int": "an integer",
+                       "number": "a number"}[kind]
+            problems.append(Problem(path, v, allowed))
+
+
+def _check_feasible_summary(s: dict, problems: list[Problem]) -> None:
+    numbers = [k for k, kind in SUMMARY_FIELDS.items() if kind.startswith("number") and _is_number(s.get(k))]
+    for k in numbers:
+        if not math.isfinite(s[k]):
+            problems.append(Problem(f"summary.json: {k}", s[k], "a finite number in a feasible run"))
+    if s.get("reason") is not None:
+        problems.append(Problem("summary.json: reason", s["reason"], "null in a feasible run"))
+    step = s.get("step_time_s")
+    if not (_is_number(step) and math.isfinite(step) and step > 0):
+        return  # reported above; the rules below divide by it
+    mfu = s.get("mfu")
+    if _is_number(mfu) and not 0 < mfu <= 1:
+        problems.append(Problem("summary.json: mfu", mfu, "a fraction of peak in (0, 1]"))
+    parts = [s.get(k) for k in BREAKDOWN]
+    if all(_is_number(p) and math.isfinite(p) for p in parts):
+        for k, p in zip(BREAKDOWN, parts):
+            if p < 0:
+                problems.append(Problem(f"summary.json: {k}", p, "a time >= 0"))
+        if not _close(math.fsum(parts), step):
+            problems.append(Problem("summary.json: " + " + ".join(BREAKDOWN), math.fsum(parts),
+                                    f"the sum step_time_s = {step!r}"))
+    tokens, step_tokens = s.get("tokens_per_s"), s.get("tokens_per_step")
+    if _is_number(tokens) and isinstance(step_tokens, int) and not _close(tokens * step, step_tokens):
+        problems.append(Problem("summary.json: tokens_per_s", tokens,
+                                f"tokens_per_step / step_time_s = {step_tokens / step!r}"))
+    measured, replayed = s.get("steps_measured"), s.get("steps_replayed")
+    if isinstance(measured, int) and isinstance(replayed, int) and not 1 <= measured <= replayed:
+        problems.append(Problem("summary.json: steps_measured", measured,
+                                f"between 1 and steps_replayed ({replayed}) in a feasible run"))
+
+
+def _read_csv(run: Path, name: str, problems: list[Problem]) -> tuple[list[str], list[dict]] | None:
+    try:
+        with open(run / name, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            return list(reader.fieldnames or []), rows
+    except (OSError, UnicodeError, csv.Error) as err:
+        problems.append(Problem(name, f"unreadable ({err})", "a CSV file with a header row"))
+        return None
+
+
+def _floats(row: dict, cols: tuple[str, ...], where: str, problems: list[Problem]) -> list[float] | None:
+    try:
+        return [float(row[c]) for c in cols]
+    except (TypeError, ValueError):
+        problems.append(Problem(where, {c: row.get(c) for c in cols}, "numbers"))
+        return None
+
+
+def _check_steps(run: Path, s: dict, problems: list[Problem]) -> None:
+    tables = {}
+    for name, cols in (("steps.csv", STEP_COLUMNS), ("breakdown.csv", STEP_COLUMNS)):
+        read = _read_csv(run, name, problems)
+        if read is None:
+            continue
+        header, rows = read
+        missing = [c for c in cols if c not in header]
+        if missing:
+            problems.append(Problem(f"{name}: columns", missing, "present: " + ", ".join(cols)))
+            continue
+        tables[name] = rows
+        replayed = s.get("steps_replayed")
+        if isinstance(replayed, int) and len(rows) != replayed:
+            problems.append(Problem(f"{name}: rows", len(rows), f"one per replayed step (steps_replayed = {replayed})"))
+        for i, row in enumerate(rows):
+            where = f"{name}: row {i + 1} (step {row.get('step')})"
+            values = _floats(row, ("step_time_s", *BREAKDOWN), where, problems)
+            if values is None:
+                continue
+            step, parts = values[0], values[1:]
+            if any(p < 0 for p in parts):
+                problems.append(Problem(where, dict(zip(BREAKDOWN, parts)), "every part >= 0"))
+            if not _close(math.fsum(parts), step):
+                problems.append(Problem(f"{where}: sum of the breakdown", math.fsum(parts),
+                                        f"step_time_s = {step!r}"))
+            if row.get("warmup") not in ("True", "False"):
+                problems.append(Problem(f"{where}: warmup", row.get("warmup"), "True or False"))
+    steps, breakdown = tables.get("steps.csv"), tables.get("breakdown.csv")
+    if steps is not None and breakdown is not None and len(steps) == len(breakdown):
+        for a, b in zip(steps, breakdown):
+            if any(a[c] != b[c] for c in STEP_COLUMNS):
+                problems.append(Problem(f"breakdown.csv: step {b.get('step')}", {c: b[c] for c in STEP_COLUMNS},
+                                        "the same values as its row of steps.csv"))
+                break
+    if steps and s.get("feasible") is True and _is_number(s.get("step_time_s")):
+        measured = [r for r in steps if r.get("warmup") == "False"] or steps
+        try:
+            mean = math.fsum(float(r["step_time_s"]) for r in measured) / len(measured)
+        except ValueError:
+            return  # reported per row above
+        if not _close(mean, s["step_time_s"]):
+            problems.append(Problem("summary.json: step_time_s", s["step_time_s"],
+                                    f"the mean of the measured steps of steps.csv = {mean!r}"))
+
+
+def _check_trace(run: Path, feasible: bool, problems: list[Problem]) -> None:
+    try:
+        trace = json.loads((run / "trace.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeError, ValueError) as err:
+        problems.append(Problem("trace.json", f"unreadable ({err})", "Chrome trace-event JSON"))
+        return
+    events = trace.get("traceEvents") if isinstance(trace, dict) else trace
+    if not isinstance(events, list):
+        problems.append(Problem("trace.json: traceEvents", type(events).__name__, "a list of trace events"))
+        return
+    tracks: dict[tuple, list[tuple[float, float]]] = {}
+    for i, e in enumerate(events):
+        if not isinstance(e, dict) or "ph" not in e:
+            problems.append(Problem(f"trace.json: traceEvents[{i}]", e, "an event object with a 'ph' phase"))
+            return
+        if e["ph"] != "X":
+            continue
+        ts, dur = e.get("ts"), e.get("dur", 0)
+        if not (_is_number(ts) and _is_number(dur) and math.isfinite(ts) and math.isfinite(dur) and dur >= 0):
+            problems.append(Problem(f"trace.json: traceEvents[{i}] ({e.get('name')})", {"ts": ts, "dur": dur},
+                                    "a finite ts (us) and a duration >= 0"))
+            return
+        tracks.setdefault((e.get("pid"), e.get("tid")), []).append((ts, ts + dur))
+    if feasible and not tracks:
+        problems.append(Problem("trace.json", "no complete ('X') slices", "the slices of the replayed steps"))
+    for (pid, tid), spans in tracks.items():
+        # Perfetto draws one track per (pid, tid): slices on it must nest or be disjoint, never cross.
+        spans.sort(key=lambda sp: (sp[0], -sp[1]))
+        open_spans: list[tuple[float, float]] = []
+        for start, end in spans:
+            while open_spans and open_spans[-1][1] <= start + EPS_US:
+                open_spans.pop()
+            if open_spans and end > open_spans[-1][1] + EPS_US:
+                outer = open_spans[-1]
+                problems.append(Problem(f"trace.json: track pid {pid} tid {tid}",
+                                        f"slice [{start}, {end}] us crosses [{outer[0]}, {outer[1]}] us",
+                                        "slices on one track nested or disjoint"))
+                break
+            open_spans.append((start, end))
+
+
+def _check_html(run: Path, scenario: object, problems: list[Problem]) -> None:
+    try:
+        html = (run / "report.html").read_text(encoding="utf-8")
+    except (OSError, UnicodeError) as err:
+        problems.append(Problem("report.html", f"unreadable ({err})", "an HTML page"))
+        return
+    if not html.lstrip().lower().startswith("<!doctype html"):
+        problems.append(Problem("report.html", html.lstrip()[:40], "an HTML page starting with <!DOCTYPE html>"))
+    found = NETWORK.search(html)
+    if found:
+        problems.append(Problem("report.html", html[max(0, found.start() - 20):found.end() + 40],
+                                "an offline page: no script, style, image or link loaded from the network"))
+    if isinstance(scenario, str) and scenario not in html:
+        problems.append(Problem("report.html", "no scenario name", f"a page naming the scenario {scenario!r}"))
+
+
+def _read_json(run: Path, name: str, problems: list[Problem]) -> dict | None:
+    try:
+        value = json.loads((run / name).read_text(encoding="utf-8"))
+    except (OSError, UnicodeError, ValueError) as err:
+        problems.append(Problem(name, f"unreadable ({err})", "a JSON object"))
+        return None
+    if not isinstance(value, dict):
+        problems.append(Problem(name, type(value).__name__, "a JSON object"))
+        return None
+    return value
+
+
+def check_run_dir(run_dir: str | os.PathLike) -> list[Problem]:
+    """Check a run directory against the output contract.
+
+    Args:
+        run_dir: a directory written by `ultracluster run` (or by `write_run_dir`).
+
+    Returns:
+        Every problem found, in file order; empty when the directory meets the contract.
+
+    Raises:
+        NotADirectoryError: `run_dir` is not a directory (bad input, not a finding).
+    """
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise NotADirectoryError(str(run))
+    problems: list[Problem] = []
+    missing = [f for f in RUN_FILES if not (run / f).is_file()]
+    if missing:
+        problems.append(Problem("files", "missing: " + ", ".join(missing), "every file of: " + ", ".join(RUN_FILES)))
+    if "summary.json" in missing:
+        return problems
+    s = _read_json(run, "summary.json", problems)
+    if s is None:
+        return problems
+    _check_summary(s, problems)
+    feasible = s.get("feasible") is True
+    if feasible:
+        _check_feasible_summary(s, problems)
+    elif s.get("feasible") is False and not (isinstance(s.get("reason"), str) and s["reason"].strip()):
+        problems.append(Problem("summary.json: reason", s.get("reason"), "why the layout cannot run, in an "
+                                                                         "infeasible run"))
+    if "steps.csv" not in missing and "breakdown.csv" not in missing:
+        _check_steps(run, s, problems)
+    if "trace.json" not in missing:
+        _check_trace(run, feasible, problems)
+    if "report.html" not in missing:
+        _check_html(run, s.get("scenario"), problems)
+    if "scenario.json" not in missing:
+        sc = _read_json(run, "scenario.json", problems)
+        if sc is not None and sc.get("name") != s.get("scenario"):
+            problems.append(Problem("scenario.json: name", sc.get("name"),
+                                    f"the summary's scenario {s.get('scenario')!r}"))
+    if "run.json" not in missing:
+        _read_json(run, "run.json", problems)
+    return problems
