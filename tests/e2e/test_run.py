@@ -8,6 +8,7 @@ import pytest
 
 from ultracluster import load_scenario, run
 from ultracluster.errors import EXIT_INFEASIBLE
+from ultracluster.report.check import check_run_dir
 
 PREDICTIONS = ("step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "compute_s", "tp_comm_s", "pp_comm_s",
                "dp_comm_s", "bubble_s", "data_stall_s", "checkpoint_s", "other_s", "seq_per_s")
@@ -42,7 +43,7 @@ def test_same_seed_same_report_and_stragglers_cost_time(ray_session, scenarios_d
     assert base.steps["slowest_rank"].iloc[-1] >= 0
 
 
-def test_every_shipped_scenario_runs(ray_session, scenarios_dir, shared_dir, tmp_path):
+def test_every_shipped_scenario_runs(ray_session, scenarios_dir, tmp_path):
     files = sorted(scenarios_dir.glob("*.yaml"))
     assert len(files) >= 5
     for f in files:
@@ -52,9 +53,7 @@ def test_every_shipped_scenario_runs(ray_session, scenarios_dir, shared_dir, tmp
         assert 0 < rep.summary["mfu"] <= 1
         assert rep.summary["step_time_s"] * rep.summary["tokens_per_s"] == pytest.approx(
             rep.summary["tokens_per_step"], rel=1e-9)
-        done = subprocess.run([sys.executable, str(shared_dir / "tools" / "check-run-dir"), str(out),
-                               "--need-trace", "--need-html"], capture_output=True, text=True)
-        assert done.returncode == 0, (f.name, done.stdout)
+        assert check_run_dir(out) == [], f.name
 
 
 LLAMA70B_TRN1 = {
@@ -64,7 +63,7 @@ LLAMA70B_TRN1 = {
 }
 
 
-def test_llama70b_tp32_pp8_fits_and_tp8_pp1_does_not(ray_session, tmp_path, shared_dir):
+def test_llama70b_tp32_pp8_fits_and_tp8_pp1_does_not(ray_session, tmp_path):
     fits = run(load_scenario({**LLAMA70B_TRN1, "parallelism": {"tp": 32, "pp": 8, "dp": 4}}))
     assert fits.summary["feasible"]
     assert fits.summary["hbm_peak_gib"] <= 16.0
@@ -74,9 +73,7 @@ def test_llama70b_tp32_pp8_fits_and_tp8_pp1_does_not(ray_session, tmp_path, shar
     assert "does not fit in HBM" in nofit.summary["reason"] and "weights" in nofit.summary["reason"]
     assert nofit.summary["hbm_peak_gib"] > 16.0
     assert math.isnan(nofit.summary["step_time_s"])
-    done = subprocess.run([sys.executable, str(shared_dir / "tools" / "check-run-dir"), str(out)],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout
+    assert check_run_dir(out) == []
 
 
 def test_interrupted_run_keeps_finished_steps(ray_session, scenarios_dir, tmp_path):
@@ -95,12 +92,15 @@ def test_interrupted_run_keeps_finished_steps(ray_session, scenarios_dir, tmp_pa
     assert not list(tmp_path.glob("*.tmp*"))
 
 
-def test_cli_run_infeasible_exit_code_and_smoke(tmp_path, shared_dir, scenarios_dir):
+def test_cli_run_infeasible_exit_code_and_smoke(tmp_path, scenarios_dir):
     """The CLI in its own process (its own embedded Ray): smoke runs, an infeasible layout exits 3."""
     smoke = subprocess.run([sys.executable, "-m", "ultracluster", "run", str(scenarios_dir / "smoke.yaml"),
                             "--out", str(tmp_path / "smoke")], capture_output=True, text=True, timeout=300)
     assert smoke.returncode == 0, smoke.stderr
     assert "step time" in smoke.stdout and "Traceback" not in smoke.stderr
+    check = subprocess.run([sys.executable, "-m", "ultracluster", "check", str(tmp_path / "smoke")],
+                           capture_output=True, text=True, timeout=120)
+    assert (check.returncode, check.stdout.split(":")[0]) == (0, "ok"), check.stdout + check.stderr
     bad = subprocess.run([sys.executable, "-m", "ultracluster", "run", str(scenarios_dir / "smoke.yaml"),
                           "--set", "model.hidden=65536", "--set", "model.ffn=262144", "--quiet",
                           "--out", str(tmp_path / "bad")], capture_output=True, text=True, timeout=300)

@@ -1,28 +1,19 @@
-"""Report → run directory: check-run-dir contract, atomic writes, StepWriter (no Ray)."""
+"""Report → run directory: the output contract (`ultracluster check`), atomic writes, StepWriter (no Ray)."""
 from __future__ import annotations
 
 import csv
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from test_report_frames import make_infeasible, make_result, step
+from ultracluster.cli import main
 from ultracluster.report import StepWriter, build_report, write_run_dir
+from ultracluster.report.check import RUN_FILES, check_run_dir
 from ultracluster.report.write import atomic_write_text
-
-CHECKER = Path(__file__).resolve().parents[2].parent / "shared" / "tools" / "check-run-dir"
-RUN_FILES = {"run.json", "summary.json", "steps.csv", "breakdown.csv", "memory.csv", "collectives.csv", "timeline.csv",
-             "ranks.csv", "stages.csv", "shards.csv", "trace.json", "report.html", "scenario.json"}
-
-
-def check_run_dir(run: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(CHECKER), str(run), "--need-trace", "--need-html"],
-                          capture_output=True, text=True)
 
 
 def rows(path: Path) -> list[dict]:
@@ -32,10 +23,8 @@ def rows(path: Path) -> list[dict]:
 
 def test_run_dir_passes_contract(tmp_path):
     run = write_run_dir(build_report(make_result()), tmp_path / "runs" / "tiny-test")
-    done = check_run_dir(run)
-    assert done.returncode == 0, done.stdout
-    assert done.stdout.strip() == "ok"
-    assert {p.name for p in run.iterdir()} == RUN_FILES
+    assert check_run_dir(run) == []
+    assert {p.name for p in run.iterdir()} == set(RUN_FILES)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["step_time_s"] == pytest.approx(1.25) and summary["compute_s"] == pytest.approx(0.65)
     assert [float(r["step_time_s"]) for r in rows(run / "steps.csv")] == [3.0, 1.0, 1.5]
@@ -43,23 +32,92 @@ def test_run_dir_passes_contract(tmp_path):
     assert json.loads((run / "scenario.json").read_text())["training"]["global_batch"] == 8
 
 
-def test_checker_catches_a_broken_breakdown(tmp_path):
+def edit_json(path: Path, **changes) -> None:
+    data = json.loads(path.read_text())
+    data.update(changes)
+    atomic_write_text(path, json.dumps(data))
+
+
+def found(run: Path) -> str:
+    return "\n".join(map(str, check_run_dir(run)))
+
+
+def test_check_catches_a_broken_breakdown(tmp_path):
     run = write_run_dir(build_report(make_result()), tmp_path)
     summary = json.loads((run / "summary.json").read_text())
-    summary["compute_s"] += 0.5
-    atomic_write_text(run / "summary.json", json.dumps(summary))
-    assert check_run_dir(run).returncode == 1  # the checker (and so the test above) can fail
+    edit_json(run / "summary.json", compute_s=summary["compute_s"] + 0.5)
+    assert "summary.json: compute_s + tp_comm_s" in found(run)      # the parts no longer add up
+
+
+def test_check_catches_summary_fields(tmp_path):
+    run = write_run_dir(build_report(make_result()), tmp_path)
+    data = json.loads((run / "summary.json").read_text())
+    del data["chips"]
+    data.update(mfu=1.5, feasible="yes", tokens_per_s=data["tokens_per_s"] * 2)
+    atomic_write_text(run / "summary.json", json.dumps(data))
+    problems = check_run_dir(run)
+    paths = {p.path for p in problems}
+    assert {"summary.json: chips", "summary.json: feasible"} <= paths
+    assert next(p for p in problems if p.path == "summary.json: chips").given == "<missing>"
+    edit_json(run / "summary.json", chips=32, feasible=True)
+    text = found(run)
+    assert "summary.json: mfu: given 1.5; allowed: a fraction of peak in (0, 1]" in text
+    assert "summary.json: tokens_per_s" in text
+
+
+def test_check_catches_steps_that_disagree(tmp_path):
+    run = write_run_dir(build_report(make_result()), tmp_path)
+    lines = (run / "steps.csv").read_text().splitlines()
+    atomic_write_text(run / "steps.csv", "\n".join(lines[:-1]) + "\n")        # a step lost
+    text = found(run)
+    assert "steps.csv: rows: given 2; allowed: one per replayed step (steps_replayed = 3)" in text
+    assert "summary.json: step_time_s" in text                                  # no longer the mean
+
+
+def test_check_catches_crossing_trace_slices_network_pages_and_missing_files(tmp_path):
+    run = write_run_dir(build_report(make_result()), tmp_path)
+    trace = json.loads((run / "trace.json").read_text())
+    x = [e for e in trace["traceEvents"] if e["ph"] == "X"][0]
+    nested = {**x, "ts": x["ts"] + x["dur"] / 4, "dur": x["dur"] / 2, "name": "inside"}
+    trace["traceEvents"].append(nested)
+    atomic_write_text(run / "trace.json", json.dumps(trace))
+    assert check_run_dir(run) == []                                             # nesting is allowed
+    crossing = {**x, "ts": x["ts"] + x["dur"] / 2, "dur": x["dur"], "name": "across"}
+    trace["traceEvents"].append(crossing)
+    atomic_write_text(run / "trace.json", json.dumps(trace))
+    assert f"trace.json: track pid {x['pid']} tid {x['tid']}" in found(run)
+    html = (run / "report.html").read_text()
+    atomic_write_text(run / "report.html", html.replace("</head>", '<script src="https://cdn.example/x.js"></script>'
+                                                                   "</head>"))
+    assert "report.html: given" in found(run) and "offline page" in found(run)
+    (run / "memory.csv").unlink()
+    assert "files: given 'missing: memory.csv'" in found(run)
 
 
 def test_infeasible_run_dir_passes_contract(tmp_path):
     run = write_run_dir(build_report(make_infeasible()), tmp_path / "bad")
-    done = check_run_dir(run)
-    assert done.returncode == 0, done.stdout
+    assert check_run_dir(run) == []
     text = (run / "summary.json").read_text()
     assert '"step_time_s": NaN' in text and '"hbm_peak_gib": 41.2' in text
     summary = json.loads(text)
     assert summary["feasible"] is False and math.isnan(summary["mfu"]) and "41.2 GiB" in summary["reason"]
     assert rows(run / "steps.csv") == [] and "Infeasible" in (run / "report.html").read_text()
+    edit_json(run / "summary.json", reason="")
+    assert [str(p) for p in check_run_dir(run)] == [
+        "summary.json: reason: given ''; allowed: why the layout cannot run, in an infeasible run"]
+
+
+def test_check_command_exit_codes(tmp_path, capsys):
+    run = write_run_dir(build_report(make_result()), tmp_path / "run")
+    assert main(["check", str(run)]) == 0
+    assert capsys.readouterr().out.startswith(f"ok: {run} meets the output contract")
+    edit_json(run / "summary.json", mfu=0.0)
+    assert main(["check", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "1 problem(s)" in out and "summary.json: mfu: given 0.0" in out
+    assert main(["check", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "RUN_DIR: given" in err and "nowhere (no such directory)" in err and "Traceback" not in err
 
 
 def test_step_writer_keeps_finished_steps(tmp_path):
