@@ -1,6 +1,6 @@
 """Failure kinds of ultracluster: bad input, actor failures, interruptions -> exceptions and exit codes.
 
-Three kinds of failure are kept apart (see DESIGN.md "Principles"):
+Three kinds of failure are kept apart (see docs/design.md "Principles"):
 
 * ``ScenarioError``: bad input. It carries every ``Problem`` found (field path, what was given, what is
   allowed) so that ``ultracluster validate`` prints them all at once, never a traceback.

@@ -15,7 +15,7 @@ Wall time is split into parts that add up to it exactly:
 Steps completed but not yet covered by a durable checkpoint when the window ends count as kept (the run goes
 on); the step under way at the end counts as useful.
 
-Closed forms (ref network-storage-ray.md §2.4): Young's optimal interval sqrt(2 delta M) and Daly's
+Closed forms (docs/sources.md §2.4): Young's optimal interval sqrt(2 delta M) and Daly's
 refinement; Daly's expected wall time per checkpoint period for exponential failures,
 M e^(R/M) (e^((tau+delta)/M) - 1), gives the goodput tau / that (`daly_goodput`). goodput.json's
 `closed_form_goodput` takes tau = every_steps x the mean step (with its data stall), delta = the mean blocking

@@ -1,12 +1,12 @@
 """Shared storage: an FSx for Lustre file system → data-loading stalls, checkpoint stalls, restore times.
 
 Pure (numpy, no Ray). Layers, each usable alone (formulas and sources in docs/storage.md; every number
-is from ../shared/reference/network-storage-ray.md §1-2, "ref §x" below):
+is from docs/sources.md §1-2, "ref §x" below):
 
 * `TIERS` / `FsxSpec`: what a file system can do: per-TiB network and disk baselines and bursts of its
   deployment type (ref §1.2), per-client limits (ref §1.4), metadata IOPS (ref §1.6), latency (ref §1.7).
 * `max_min_fair`: progressive filling of concurrent flows under per-flow, per-client and file-system limits
-  (ref §1.5: AWS documents no fairness algorithm; max-min is the model the reference proposes).
+  (ref §1.5: AWS documents no fairness algorithm; max-min is a modelling choice).
 * `StorageServer`: one file system's state on a virtual clock: two burst-credit buckets (network, disk) and
   the transfers in flight, advanced from event to event (a fluid model: rates are constant between events).
   AWS publishes neither the bucket size nor its refill rate: both are scenario settings.

@@ -1,4 +1,4 @@
-"""Hardware catalog -> the published numbers of shared/reference/trainium.md, each with a source."""
+"""Hardware catalog -> the published numbers of docs/sources.md, each with a source."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def test_published_tiers_and_their_errors():
     sc = load_scenario(_smoke(), base + ["storage.deployment=PERSISTENT_2", "storage.throughput_mbps_per_tib=250"])
     spec = fsx_spec(sc.storage)
     cap = 48.0                                               # TiB
-    # reference §1.9 worked example: 250 MB/s/TiB at ~47 TiB: disk 11.7 GB/s, burst 23.4; network 30.0
+    # docs/sources.md §1.9 worked example: 250 MB/s/TiB at ~47 TiB: disk 11.7 GB/s, burst 23.4; network 30.0
     assert spec.disk_write == pytest.approx(250 * cap * MB) and spec.disk_burst_write == pytest.approx(500 * cap * MB)
     assert spec.net == pytest.approx(640 * cap * MB) and spec.net_burst == pytest.approx(1300 * cap * MB)
     assert spec.servers == 20 and spec.client == pytest.approx(100e9 / 8)     # 100 Gbps, 20 x 5 Gbps

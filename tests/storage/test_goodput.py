@@ -74,7 +74,7 @@ def test_no_failures_no_checkpoints_and_no_checkpoint_config():
 
 
 def test_optimal_interval_formulas():
-    # reference §2.4 worked example: delta = 72 s, MTBF = 24 h give about 59 min
+    # docs/sources.md §2.4 worked example: delta = 72 s, MTBF = 24 h give about 59 min
     assert young_interval(72, 24 * 3600) / 60 == pytest.approx(58.8, abs=0.1)
     assert daly_interval(72, 24 * 3600) < young_interval(72, 24 * 3600)
     # the closed form is maximal near the optimal interval

@@ -1,7 +1,7 @@
 """Run events → Prometheus metrics through `ray.util.metrics`, exported while the emulator runs.
 
 Ray exports each metric with a `ray_` prefix (a Counter also gets `_total`) from the metrics agent of
-every node; `dashboards/ultracluster.json` is the Grafana dashboard over them (reference §4.6). Every
+every node; `dashboards/ultracluster.json` is the Grafana dashboard over them (docs/sources.md §4.6). Every
 metric carries the tag `scenario` (the scenario's name); the breakdown gauge also `part`.
 
 | metric (as exported)                             | kind    | meaning                                         |
@@ -26,7 +26,7 @@ import ray
 
 from ..replay.events import BREAKDOWN_KEYS
 
-NAME_RULE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")   # Ray drops a metric whose name breaks it (§4.6)
+NAME_RULE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")   # Ray drops a metric whose name breaks it (sources §4.6)
 PREFIX = "ray_"                                          # what Ray puts before every exported name
 TAGS = ("scenario",)
 

@@ -1,7 +1,7 @@
 """Hardware catalog: instance type name -> chip, instance and UltraServer specs, each number with its source.
 
 Every constant is a public figure; ``sources`` on each spec maps a field name to the source id (H1 ... H20
-as in ``shared/reference/trainium.md``) and the document it comes from. Where sources disagree, one value
+as listed in ``docs/sources.md``) and the document it comes from. Where sources disagree, one value
 is picked here, the other is named in its source entry, and a scenario can override the network numbers
 (``cluster.network``: EFA bandwidth and latency, NeuronLink bandwidth and latency) for what-if studies.
 
@@ -239,7 +239,7 @@ def _instance_sources(neuronlink: str, efa: str, nics: str, price: str, trn2: bo
     }
 
 
-_NO_PRICE = "not found in the public sources read (shared/reference/trainium.md): None"
+_NO_PRICE = "not found in the public sources read (docs/sources.md §5.2): None"
 
 
 def _trn1(name: str, neuronlink_gib: int, efa_gbit: int, nics: int, price: float | None) -> InstanceSpec:

@@ -8,7 +8,7 @@ either adds it into its own copy (`reduce`, reduce-scatter phases) or stores it 
 The same schedules drive the cost model (`collectives.py` maps members onto ranks and links) and the
 payload that Ray actors really exchange (`actors/shard.py`): a ring between actors is a ring of sends.
 
-Algorithms (reference network-storage-ray.md §3.4, §3.5; trainium.md §2c):
+Algorithms (docs/sources.md §3.4, §3.5, §5.3):
 
 - ``ring``: reduce-scatter in p-1 steps (member i sends chunk i-k-1 to i+1 at step k), all-gather in p-1
   steps (chunk i-k); all-reduce = both. Bandwidth optimal, O(p) steps.
@@ -192,7 +192,7 @@ def patterns(algorithm: str, op: str, p: int, channels: int = 1) -> tuple[int, l
     Args:
         algorithm, op, p: as for `schedule`.
         channels: 2 splits every ring step into two half-chunks going opposite ways round the ring
-            (Neuron drives disjoint cycles at once; reference §3.4 "Multiple cycles on disjoint wires").
+            (Neuron drives several cycles on disjoint wires at once; docs/sources.md §3.4).
 
     Returns:
         (chunks the buffer is split into, patterns in step order).

@@ -5,7 +5,7 @@ of `--ranks` ranks spread evenly over `--instances` instances (consecutive ranks
 as nccom-test runs it) → a table of size, time, algbw, busbw and the algorithm Neuron would pick.
 
 Units: sizes in bytes (K/M/G suffixes are powers of two); bandwidths in GB/s = 10^9 bytes/s (nccl-tests'
-convention; the Neuron nccom-test tool prints GiB/s, reference network-storage-ray.md §3.6).
+convention; the Neuron nccom-test tool prints GiB/s, docs/sources.md §3.6).
 """
 from __future__ import annotations
 

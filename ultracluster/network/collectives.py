@@ -1,6 +1,6 @@
 """Collective op + bytes + group → virtual seconds, the algorithm Neuron would pick, and the link loads.
 
-How a collective is costed (reference network-storage-ray.md §3.4-3.8, trainium.md §2c):
+How a collective is costed (docs/sources.md §3.4-3.8, §5.3):
 
 1. **Members.** The group's ranks are placed by `topology.locate`. With ``Group.together`` (the default)
    every group of the same shape on the same instances runs at once (all TP groups of an instance, all DP
@@ -100,7 +100,7 @@ def group_of(cluster: Cluster, size: int, stride: int) -> Group:
 
 
 def bus_factor(op: str, ranks: int) -> float:
-    """nccl-tests bus-bandwidth factor (reference §3.6): AR 2(n-1)/n; RS, AG, A2A (n-1)/n; send/recv 1."""
+    """nccl-tests bus-bandwidth factor (docs/sources.md §3.6): AR 2(n-1)/n; RS, AG, A2A (n-1)/n; send/recv 1."""
     if op == "all_reduce":
         return 2 * (ranks - 1) / ranks
     if op in ("reduce_scatter", "all_gather", "all_to_all"):

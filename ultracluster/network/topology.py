@@ -1,19 +1,19 @@
 """Cluster → the emulated fabric: where every rank sits, which links a transfer crosses, and what they carry.
 
-Tiers (reference trainium.md §2b, network-storage-ray.md §3.1, §3.8):
+Tiers (docs/sources.md §5.2, §3.1, §3.8):
 
 - **chip**: the NeuronCores of one chip exchange data through the chip's DMA engines (one shared resource
   per chip, `dma_bytes_per_s` of the catalog).
 - **NeuronLink**: the 16 chips of an instance form a `torus` (4x4) whose chip ``c`` sits at
   ``x = c % 4, y = c // 4`` (assumption: chip index in row-major torus order). Each chip has 4 ports
   (+x, -x, +y, -y); a port carries ``neuronlink_bytes_per_s_per_chip / 4`` in each direction (derived
-  per-link figure of network-storage-ray.md §3.1: the per-chip figure split over 4 neighbours).
+  per-link figure of docs/sources.md §3.1: the per-chip figure split over 4 neighbours).
 - **Z** (Trn2 UltraServer only): the chips with the same (x, y) in the 4 instances of an UltraServer form a
   ring; each chip has 2 Z ports of ``z_link_bytes_per_s_per_chip / 2`` each.
 - **EFA**: every instance has `efa_nics` NICs of ``efa_bytes_per_s / efa_nics`` each, egress and ingress
   counted separately; chip ``c`` uses NIC ``c * nics // chips`` (one NIC per chip on Trn2, one per two
   chips on trn1.32xlarge). The EFA fabric itself is non-blocking (SRD sprays packets over many paths;
-  reference §3.3), so only the NICs are shared.
+  docs/sources.md §3.3), so only the NICs are shared.
 
 Routing is dimension-ordered (x, then y, then z) along the shorter way round each ring; when both ways are
 equally short (distance 2 on a ring of 4) the bytes are split evenly between them. A flow between
@@ -33,7 +33,7 @@ import numpy as np
 
 from ..cluster import Cluster, rank_coords
 
-US_INSTANCES = 4        # instances per Trn2 UltraServer (reference trainium.md §2b, H6)
+US_INSTANCES = 4        # instances per Trn2 UltraServer (docs/sources.md §5.2, H6)
 PORTS = 4               # NeuronLink ports per chip inside an instance: +x, -x, +y, -y (H4, H8, H10)
 Z_PORTS = 2             # +z, -z ports per chip in an UltraServer (H6)
 

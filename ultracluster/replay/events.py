@@ -122,7 +122,7 @@ class RunResult:
     instance_type: str
     actors: int
     ray_nodes: int
-    model_flops_per_step: float          # DESIGN.md formula, recompute not counted
+    model_flops_per_step: float          # docs/design.md formula, recompute not counted
     peak_flop_per_s: float               # chips x chip dense peak at the scenario's precision
     tokens_per_step: int
     feasible: bool

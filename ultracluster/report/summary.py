@@ -1,4 +1,4 @@
-"""RunResult → summary dict: the fields of summary.json (DESIGN.md "Interfaces other tools rely on").
+"""RunResult → summary dict: the fields of summary.json (docs/design.md "Output contract").
 
 Means are over the measured (non-warmup) steps, or over all steps when every step is warmup. An infeasible
 run reports every measured float as NaN (JSON `NaN`), keeps `hbm_peak_gib` when the memory model ran, and

@@ -1,4 +1,4 @@
-"""Scenario schema: resolved scenario dict -> frozen, strictly typed ``Scenario`` (DESIGN.md "The scenario file").
+"""Scenario schema: resolved scenario dict -> frozen, strictly typed ``Scenario`` (docs/scenarios.md).
 
 Every model forbids unknown keys, is frozen and strict: an integer must be a YAML integer (not ``"8"``, not
 ``true``, not ``8.0``); a number may be an integer or a float, never a string, infinity or NaN. Derived
