@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
-import yaml
 
 from .errors import Problem, ScenarioError
 
@@ -144,14 +143,13 @@ def parse_library(doc: object, source: str) -> list[Operator]:
 def load_library(path: str | None = None) -> tuple[Operator, ...]:
     """Load an operator library YAML (default: the shipped `operators/transformer.yaml`)."""
     p = Path(path) if path else LIBRARY_DIR / "transformer.yaml"
+    from .scenario.yaml_input import InputError, read_yaml_file   # bounded: a regular file under the cap
+
     try:
-        doc = yaml.safe_load(p.read_text())
-    except OSError as err:
-        raise ScenarioError([Problem("(file)", str(p), f"a readable operator library ({err.strerror})")], str(p))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ScenarioError([Problem("(file)", f"{where}{getattr(err, 'problem', err)}", "well-formed YAML")], str(p))
+        doc = read_yaml_file(p)
+    except InputError as err:
+        allowed = err.allowed if err.in_document else f"an operator library: {err.allowed}"
+        raise ScenarioError([Problem("(file)", err.given, allowed)], str(p)) from None
     return tuple(parse_library(doc, str(p)))
 
 

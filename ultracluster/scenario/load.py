@@ -12,13 +12,11 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
-import re
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
@@ -28,36 +26,12 @@ from ultracluster.errors import Problem, ScenarioError
 from .checks import check
 from .presets import PRESETS
 from .schema import ClusterSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
+from .yaml_input import InputError, load_yaml, read_yaml_file
 
 MISSING = "<missing>"
 _SECTIONS: dict[str, type[BaseModel]] = {  # the sections the cross-field rules read
     "model": ModelSpec, "training": TrainingSpec, "parallelism": ParallelismSpec, "cluster": ClusterSpec,
 }
-
-
-class _Loader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that also reads ``1e-6`` as a float (YAML 1.2) and rejects duplicate keys."""
-
-    yaml_implicit_resolvers = {key: list(value) for key, value in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                if key_node.value in seen:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark,
-                        f"found duplicate key {key_node.value!r}", key_node.start_mark,
-                    )
-                seen.add(key_node.value)
-        return super().construct_mapping(node, deep=deep)
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
 
 
 def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Scenario:
@@ -120,14 +94,11 @@ def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
         elif isinstance(entry, str):
             path = (base / entry) if not Path(entry).is_absolute() else Path(entry)
             try:
-                doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
-            except OSError as exc:
-                problems.append(Problem(at, entry, f"a readable operator library file ({exc.strerror}: {path})"))
-                continue
-            except yaml.YAMLError as exc:
-                mark = getattr(exc, "problem_mark", None)
-                given = f"{entry}: line {mark.line + 1}, column {mark.column + 1}" if mark else entry
-                problems.append(Problem(at, given, "well-formed YAML"))
+                doc = read_yaml_file(path)
+            except InputError as err:   # bounded: a FIFO, /dev/zero or a huge file is refused, never read
+                given = f"{entry}: {err.given}" if err.in_document else err.given
+                allowed = err.allowed if err.in_document else f"an operator library: {err.allowed}"
+                problems.append(Problem(at, given, allowed))
                 continue
         else:
             problems.append(Problem(at, entry, "the path of an operator library file"))
@@ -148,16 +119,10 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any] | None
         return copy.deepcopy(dict(source)), None, []
     where = str(source)
     try:
-        data = yaml.load(Path(source).read_text(encoding="utf-8"), Loader=_Loader)
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        return None, where, [Problem("(file)", where, f"a readable YAML file ({reason})")]
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        given = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}" if mark else str(exc)
-        return None, where, [Problem("(file)", given, "well-formed YAML")]
-    except yaml.YAMLError as exc:
-        return None, where, [Problem("(file)", str(exc), "well-formed YAML")]
+        data = read_yaml_file(source)
+    except InputError as err:
+        allowed = err.allowed if err.in_document else f"a scenario: {err.allowed}"
+        return None, where, [Problem("(file)", err.given, allowed)]
     if not isinstance(data, dict):
         keys = ", ".join(Scenario.model_fields)
         return None, where, [Problem("(file)", data, f"a mapping of scenario keys ({keys})")]
@@ -175,9 +140,10 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> list[Prob
             continue
         key = ".".join(parts)
         try:
-            value = yaml.load(text, Loader=_Loader)
-        except yaml.YAMLError:
-            problems.append(Problem(key, text, "a YAML value: a number, true/false, a string, {k: v, ...}"))
+            value = load_yaml(text)
+        except InputError as err:
+            problems.append(Problem(key, text, "a YAML value: a number, true/false, a string, {k: v, ...}"
+                                               + ("" if err.allowed == "well-formed YAML" else f"; {err.allowed}")))
             continue
         node = raw
         for depth, part in enumerate(parts[:-1]):
@@ -228,7 +194,7 @@ def _resolve(raw: dict[str, Any]) -> bool:
     name = cluster.get("instance")
     spec = INSTANCES.get(name) if isinstance(name, str) else None
     cluster.setdefault("lnc", spec.default_lnc if spec else 1)
-    cluster.setdefault("ultraserver", spec.ultraserver_capable if spec else False)
+    cluster.setdefault("ultraserver", spec.ultraserver_default if spec else False)
     par = raw.setdefault("parallelism", {})
     if not isinstance(par, dict):
         return True

@@ -1,0 +1,216 @@
+"""Bounded input: a file path → its bytes (a regular file under a size cap) → one YAML document, with
+aliases expanded under a budget.
+
+Every file the scenario loader reads (the scenario, its operator libraries) and every ``--set`` value goes
+through here, as does every file ``Report.from_run_dir`` reads. What is refused, and why:
+
+* anything but a regular file (a FIFO, a device such as /dev/zero, a directory, a socket): reading it could
+  block or never end. It is opened without blocking and checked before a byte is read.
+* a file over ``MAX_INPUT_BYTES`` (4 MiB; a scenario is a few KiB): read with that bound, never whole.
+* a document nested deeper than ``MAX_DEPTH`` levels, or holding more than ``MAX_VALUES`` values or
+  ``MAX_TEXT_CHARS`` characters of text once its aliases (``*name``, repeating an ``&name`` anchor) are
+  expanded, or an alias inside its own anchor: eight lines of anchors each repeating the previous one nine
+  times are 43 million values. The budget is counted on the composed node graph, before any Python value is
+  built, in time proportional to the file.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from typing import Any
+
+import yaml
+
+from ultracluster.errors import shorten_text
+
+MIB = 2**20
+MAX_INPUT_BYTES = 4 * MIB       # scenario files and operator libraries
+MAX_VALUES = 100_000            # scalars, lists and mappings after expanding aliases
+MAX_TEXT_CHARS = 16 * MIB       # characters of scalars after expanding aliases
+MAX_DEPTH = 64                  # lists and mappings inside one another
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+class InputError(Exception):
+    """A file or a YAML text that cannot be read as input: what was given and what is allowed, in words.
+
+    Args:
+        given: the path, or ``"line L, column C: what"`` for a problem inside the document.
+        allowed: what is allowed, with the reason it was refused.
+        in_document: True when the file was read and its YAML is at fault.
+    """
+
+    def __init__(self, given: str, allowed: str, in_document: bool = False) -> None:
+        self.given, self.allowed, self.in_document = given, allowed, in_document
+        super().__init__(given, allowed, in_document)
+
+
+def size_text(n: int) -> str:
+    """Bytes in words: ``"512 bytes"``, ``"4.0 MiB"``, ``"3.2 GiB"``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", MIB), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def read_bounded(path: str | os.PathLike, limit: int = MAX_INPUT_BYTES, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, read with that bound.
+
+    Args:
+        path: the file.
+        limit: the largest size accepted, in bytes.
+        what: the kind of file, for the message (``"YAML file"``, ``"JSON file"``).
+
+    Returns:
+        The file's bytes.
+
+    Raises:
+        InputError: it is missing or unreadable, not a regular file, or larger than ``limit``.
+    """
+    allowed = f"a regular {what} of at most {size_text(limit)}"
+    shown = shorten_text(os.fspath(path))
+    try:   # O_NONBLOCK: opening a FIFO that has no writer returns at once instead of waiting for one
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as err:
+        raise InputError(shown, f"{allowed} ({err.strerror or err})") from None
+    try:
+        info = os.fstat(fd)
+        kind = next((name for test, name in _KINDS if test(info.st_mode)), None)
+        if kind or not stat.S_ISREG(info.st_mode):
+            raise InputError(shown, f"{allowed} (it is {kind or 'not a regular file'})")
+        if info.st_size > limit:
+            raise InputError(shown, f"{allowed} (it is {size_text(info.st_size)})")
+        chunks, left = [], limit + 1          # a file that grows while it is read is caught too
+        while left > 0:
+            try:
+                chunk = os.read(fd, min(left, MIB))
+            except OSError as err:
+                if err.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    raise InputError(shown, f"{allowed} (reading it would block)") from None
+                raise InputError(shown, f"{allowed} ({err.strerror or err})") from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise InputError(shown, f"{allowed} (it grew past the cap while read)")
+        return data
+    finally:
+        os.close(fd)
+
+
+def read_yaml_file(path: str | os.PathLike) -> Any:
+    """One YAML document read from a file with ``read_bounded`` and ``load_yaml``.
+
+    Raises:
+        InputError: the file cannot be read (``in_document`` False) or its YAML is bad or too big (True).
+    """
+    data = read_bounded(path, what="YAML file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(shorten_text(os.fspath(path)), f"a YAML file in UTF-8 (byte {err.start} is not UTF-8)") \
+            from None
+    return load_yaml(text)
+
+
+def load_yaml(text: str) -> Any:
+    """One YAML document (``yaml.safe_load`` rules, plus ``1e-6`` as a float and no duplicate keys), its
+    aliases expanded within the budget.
+
+    Raises:
+        InputError: malformed YAML (with line and column), or a document over the budget.
+    """
+    loader = Loader(text)
+    try:
+        return loader.get_single_data()
+    except _Budget as err:
+        raise InputError(err.given, err.allowed, in_document=True) from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        problem = shorten_text(err.problem or err.context or "malformed YAML")
+        given = f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
+        raise InputError(given, "well-formed YAML", in_document=True) from None
+    except yaml.YAMLError as err:
+        raise InputError(shorten_text(str(err)), "well-formed YAML", in_document=True) from None
+    except (ValueError, OverflowError) as err:   # e.g. an integer of more than 4300 digits, a 13th month
+        raise InputError(f"a value that cannot be read ({shorten_text(str(err), 120)})",
+                         "numbers and dates Python can hold", in_document=True) from None
+    finally:
+        loader.dispose()
+
+
+class _Budget(Exception):
+    def __init__(self, mark: yaml.Mark | None, what: str, allowed: str) -> None:
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        self.given, self.allowed = where + what, allowed
+        super().__init__(self.given)
+
+
+class Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads ``1e-6`` as a float (YAML 1.2), rejects duplicate keys, and keeps
+    each document within ``MAX_DEPTH``, ``MAX_VALUES`` and ``MAX_TEXT_CHARS`` (aliases expanded)."""
+
+    yaml_implicit_resolvers = {key: list(value) for key, value in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0                                # nodes composed, each once (aliases not repeated)
+        self._sizes: dict[int, tuple[int, int]] = {}   # id(node) -> (values, text characters), aliases expanded
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        start = self.peek_event().start_mark
+        if self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            if id(node) not in self._sizes:            # its anchor is still being composed: a cycle
+                raise _Budget(start, "an alias inside its own anchor", "aliases that do not contain themselves")
+            return node
+        if self._depth >= MAX_DEPTH:
+            raise _Budget(start, f"lists and mappings nested more than {MAX_DEPTH} deep",
+                          f"at most {MAX_DEPTH} levels of nesting")
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if isinstance(node, yaml.ScalarNode):
+            size = (1, len(node.value))
+        else:   # an alias child counts as the whole of its anchor
+            children = node.value if isinstance(node, yaml.SequenceNode) else [x for kv in node.value for x in kv]
+            size = (1 + sum(self._sizes[id(c)][0] for c in children), sum(self._sizes[id(c)][1] for c in children))
+        self._sizes[id(node)] = size
+        self._nodes += 1
+        if self._nodes > MAX_VALUES or size[0] > MAX_VALUES:
+            what = (f"more than {MAX_VALUES:,} values" if self._nodes > MAX_VALUES else
+                    f"aliases that expand to more than {MAX_VALUES:,} values")
+        elif size[1] > MAX_TEXT_CHARS:
+            what = f"aliases that expand to more than {size_text(MAX_TEXT_CHARS)} of text"
+        else:
+            return node
+        raise _Budget(start, what, f"at most {MAX_VALUES:,} values and {size_text(MAX_TEXT_CHARS)} of text, "
+                                   f"*aliases expanded")
+        return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key {shorten_text(key_node.value)!r}", key_node.start_mark,
+                    )
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
+Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
