@@ -3,7 +3,7 @@ the loader on real scenario files, on what the loader derives and on what it rej
 from __future__ import annotations
 
 import copy
-import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -71,7 +71,7 @@ def test_derived_values_and_preset_shape_are_optional(validator):
 @pytest.mark.parametrize(("path", "value", "field"), [
     (("model", "preset"), "llama9-1t", "model.preset"),
     (("training", "precision"), "fp16", "training.precision"),
-    (("cluster", "instance"), "trn3.48xlarge", "cluster.instance"),
+    (("cluster", "instance"), "p5.48xlarge", "cluster.instance"),
     (("cluster", "typo"), 1, "cluster"),
     (("parallelism", "tp"), "8", "parallelism.tp"),
     (("emulation", "instances_per_actor"), 0, "emulation.instances_per_actor"),
@@ -93,7 +93,15 @@ def test_schema_refuses_what_the_loader_refuses(validator, path, value, field):
     assert any(p.path.startswith(field) for p in err.value.problems), err.value.problems
 
 
-def test_docs_show_the_editor_comment():
+def test_docs_show_the_editor_comment_and_a_valid_example(validator, scenarios_dir):
     doc = (REPO / "docs" / "scenarios.md").read_text(encoding="utf-8")
-    assert f"# yaml-language-server: $schema=" in doc and SCHEMA_FILE in doc
-    assert json.loads((REPO / SCHEMA_FILE).read_text())["title"] == "ultracluster scenario"
+    comment = f"# yaml-language-server: $schema=../{SCHEMA_FILE}"
+    assert comment in doc
+    assert (scenarios_dir / "smoke.yaml").read_text().splitlines()[0] == comment        # the path resolves
+    assert (scenarios_dir / ".." / SCHEMA_FILE).resolve() == REPO / SCHEMA_FILE
+    examples = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", doc, re.S)]
+    full = [e for e in examples if isinstance(e, dict) and "name" in e]
+    assert len(full) == 1
+    assert errors(validator, full[0]) == []
+    scenario = load_scenario(full[0])
+    assert (scenario.ranks, scenario.parallelism.dp) == (1024, 4)
