@@ -27,12 +27,14 @@ BREAKDOWN = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s", "da
 #: summary.json fields: name -> kind. "number" is an int or float (NaN allowed only in an infeasible run);
 #: "number?" may also be null (costs, when the instance price is unknown).
 SUMMARY_FIELDS = {
-    "scenario": "str", "feasible": "bool", "reason": "str?", "chips": "int", "neuron_cores": "int",
-    "ranks": "int", "ray_nodes": "int", "steps_replayed": "int", "steps_measured": "int",
-    "step_time_s": "number", "tokens_per_s": "number", "seq_per_s": "number", "mfu": "number",
-    "hbm_peak_gib": "number", "tokens_per_step": "int", **{k: "number" for k in BREAKDOWN},
-    "dp_comm_hidden_s": "number", "straggler_cost_s": "number", "slowest_ranks": "list",
-    "cost_per_step_usd": "number?", "usd_per_million_tokens": "number?",
+    "scenario": "str", "feasible": "bool", "reason": "str?", "instance_type": "str", "instances": "int",
+    "chips": "int", "neuron_cores": "int", "ranks": "int", "layout": "str", "ray_nodes": "int",
+    "steps_replayed": "int", "steps_measured": "int", "step_time_s": "number", "tokens_per_s": "number",
+    "seq_per_s": "number", "tokens_per_step": "int", "mfu": "number", "hbm_peak_gib": "number",
+    **{k: "number" for k in BREAKDOWN}, "dp_comm_hidden_s": "number", "straggler_cost_s": "number",
+    "slowest_ranks": "list", "model_flops_per_step": "number", "peak_flop_per_s": "number",
+    "price_per_hour_usd": "number?", "cost_per_step_usd": "number?", "usd_per_million_tokens": "number?",
+    "payload_checked": "bool",
 }
 
 #: Columns of steps.csv the contract names (a run writes more); breakdown.csv has the same less the ids.
