@@ -55,7 +55,7 @@ def test_minimal_scenario_resolves_every_default(tmp_path: Path) -> None:
                         "pp_schedule": "1f1b", "virtual_stages": 1},
         "cluster": {"instance": "trn1.32xlarge", "instances": 2, "lnc": 1, "ultraserver": False,
                     "network": {"efa_gbps": None, "efa_latency_us": None, "neuronlink_gbps_per_chip": None,
-                                "neuronlink_latency_us": None}},
+                                "neuronlink_latency_us": None, "calibration": "default"}},
         "storage": None,
         "checkpoint": None,
         "faults": None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
+from .calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration, with_network_profile
 from .catalog import INSTANCES, ULTRASERVER, ChipSpec, InstanceSpec
 from .placement import Layout, group_span, rank_coords, stage_layers
 
@@ -102,7 +102,8 @@ def build_cluster(scenario, instances_per_actor: int, calibration: Calibration =
     Args:
         scenario: a resolved `ultracluster.scenario.Scenario`.
         instances_per_actor: instances folded into one actor (already resolved from "auto").
-        calibration: the named calibration factors.
+        calibration: the named calibration factors; `cluster.network.calibration` applies a named collective
+            calibration on top of them.
 
     Returns:
         The Cluster. The last shard may hold fewer instances than the others.
@@ -120,6 +121,8 @@ def build_cluster(scenario, instances_per_actor: int, calibration: Calibration =
         z_link_bytes_per_s_per_chip=ULTRASERVER.z_link_bytes_per_s_per_chip if c.ultraserver else 0.0,
         z_latency_s=ULTRASERVER.z_hop_latency_s if c.ultraserver else 0.0,
     )
+    if net is not None and net.calibration != "default":     # a named collective calibration on top
+        calibration = with_network_profile(calibration, net.calibration)
     layout = Layout(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, virtual_stages=p.virtual_stages)
     rpi = spec.neuron_cores // c.lnc
     ipa = max(1, min(int(instances_per_actor), c.instances))

@@ -27,14 +27,20 @@ class CalibrationMissing(RuntimeError):
 class NetworkCalibration:
     """Achieved fractions of link peaks and fixed costs of the collective model.
 
+    The default is fitted to the Trn1 rows of collectives.csv; its Trn2 factors are the Trn1 ones (the four
+    Trn2 rows are dated examples: they fit only the `trn2-nccom-examples` profile, `NETWORK_PROFILES`).
+    See docs/collectives.md "Calibration".
+
     Attributes:
-        neuronlink_efficiency_trn1: achieved fraction of a NeuronLink-v2 port's bandwidth (Trn1).
-        neuronlink_efficiency_trn2: achieved fraction of a NeuronLink-v3 port's (and Z port's) bandwidth (Trn2).
+        neuronlink_efficiency_trn1: achieved fraction of a NeuronLink-v2 port's bandwidth (Trn1; an
+            assumption inside the range the Trn1 rows allow).
+        neuronlink_efficiency_trn2: achieved fraction of a NeuronLink-v3 port's (and Z port's) bandwidth
+            (Trn2; default: the Trn1 value).
         chip_efficiency: achieved fraction of a chip's DMA bandwidth for data moved between the NeuronCores
             of that chip (the reduction's extra HBM passes included).
         efa_efficiency: achieved fraction of an EFA NIC's bandwidth.
         launch_s_trn1: fixed cost of one collective on Trn1 (runtime launch, final synchronisation).
-        launch_s_trn2: the same on Trn2.
+        launch_s_trn2: the same on Trn2 (default: the Trn1 value).
         reduce_step_s: fixed cost of one reducing step of a collective inside one instance (the received
             chunk is summed by the collective engine before the next step may start); gather steps cost
             their wire latency only.
@@ -42,14 +48,14 @@ class NetworkCalibration:
             the intra-instance ones included, are sequenced through the runtime's network proxy).
     """
 
-    neuronlink_efficiency_trn1: float = 0.66
-    neuronlink_efficiency_trn2: float = 0.16
+    neuronlink_efficiency_trn1: float = 0.75
+    neuronlink_efficiency_trn2: float = 0.75
     chip_efficiency: float = 0.12
-    efa_efficiency: float = 0.41
-    launch_s_trn1: float = 6e-6
-    launch_s_trn2: float = 460e-6
-    reduce_step_s: float = 43e-6
-    efa_step_s: float = 97e-6
+    efa_efficiency: float = 0.45
+    launch_s_trn1: float = 7e-6
+    launch_s_trn2: float = 7e-6
+    reduce_step_s: float = 42e-6
+    efa_step_s: float = 99e-6
 
     def neuronlink_efficiency(self, generation: str) -> float:
         """The NeuronLink efficiency of a chip generation ("trainium" or "trainium2")."""
@@ -82,6 +88,31 @@ def fitted_network() -> NetworkCalibration:
 
 
 NETWORK_DEFAULT = fitted_network()
+
+
+def network_profiles() -> dict[str, dict[str, float]]:
+    """Named collective calibrations: name -> the factors it changes from the default ("default": none).
+
+    `trn2-nccom-examples` fits the Trn2 NeuronLink efficiency and launch cost to the four dated Trn2
+    nccom-test examples of collectives.csv (the reading before issue 13; the pessimistic end of Trn2).
+    A scenario picks one with `cluster.network.calibration`, `ultracluster collectives` with `--calibration`.
+    """
+    profiles = _read(NETWORK_FITTED).get("profiles", {})
+    return {"default": {}, **{name: {k: float(v) for k, v in changes.items()} for name, changes in profiles.items()}}
+
+
+NETWORK_PROFILES = network_profiles()
+
+
+def with_network_profile(calibration: "Calibration", name: str) -> "Calibration":
+    """`calibration` with the collective factors of a named profile (`NETWORK_PROFILES`) applied on top.
+
+    Raises:
+        ValueError: an unknown profile name (the message lists the known ones).
+    """
+    if name not in NETWORK_PROFILES:
+        raise ValueError(f"unknown network calibration {name!r}; known: {', '.join(NETWORK_PROFILES)}")
+    return calibration.with_(**NETWORK_PROFILES[name]) if NETWORK_PROFILES[name] else calibration
 
 
 @dataclass(frozen=True)
@@ -130,3 +161,51 @@ def fitted() -> Calibration:
 
 
 DEFAULT = fitted()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Collective factors the published rows do not pin, with their plausible ranges (docs/collectives.md
+# "Trn2 from evidence"). Central values are the defaults above; the ranges follow from the fit's own output
+# (collectives_fit.json) or from the argument given in `why`.
+
+def _register_network_factors() -> None:
+    from .uncertain import FACTORS, UncertainFactor
+
+    fit = _read(NETWORK_FITTED)
+    net, dated = NETWORK_DEFAULT, NETWORK_PROFILES.get("trn2-nccom-examples", {})
+    floor = float(fit.get("neuronlink_efficiency_trn1_floor", net.neuronlink_efficiency_trn1))
+
+    def span(central: float, low: float, high: float) -> tuple[float, float]:
+        return min(low, central), max(high, central)
+
+    entries = [
+        ("neuronlink_efficiency_trn1", (floor, 1.0), (TRN1,),
+         "the Trn1 rows keep every row in its band from this floor up to the full port rate and pin nothing "
+         "inside; the default is an assumption near the middle"),
+        ("neuronlink_efficiency_trn2", (dated.get("neuronlink_efficiency_trn2", net.neuronlink_efficiency_trn2), 1.0),
+         (TRN2,), "default: the Trn1 value; low: the four dated Trn2 nccom-test examples read as one torus row at "
+         "LNC=2 (profile trn2-nccom-examples); high: the full NeuronLink-v3 port rate"),
+        ("chip_efficiency", (net.chip_efficiency / 2, min(1.0, 2 * net.chip_efficiency)), (TRN2,),
+         "default: the Trn1 fit (same 16 DMA engines per physical core of about 27 GB/s each, H4, H8); no Trn2 row "
+         "isolates traffic inside a chip: a factor of two either way (assumption)"),
+        ("efa_efficiency", (net.efa_efficiency / 2, min(1.0, 2 * net.efa_efficiency)), (TRN2,),
+         "default: the Trn1 fit on 100 Gbit/s NICs; low: the same absolute rate per NIC on Trn2's 200 Gbit/s "
+         "EFAv3 NICs (H6); high: twice the Trn1 fraction (assumption)"),
+        ("launch_s_trn2", (1e-6, 10e-6), (TRN2,),
+         "default: the Trn1 fit; H11 gives the intra-node latency term on Trn2 as 10^0 to 10^1 us (the dated "
+         "examples' 0.46 ms floor is a standalone invocation of an older runtime)"),
+        ("reduce_step_s", (net.reduce_step_s / 2, 2 * net.reduce_step_s), (TRN2,),
+         "default: the Trn1 fit; Trn2 has 16 to 20 collective cores per chip against Trn1's 6 (H4, H5, H8) and no "
+         "Trn2 row isolates the step cost: a factor of two either way (assumption)"),
+        ("efa_step_s", (net.efa_step_s / 2, 2 * net.efa_step_s), (TRN2,),
+         "default: the Trn1 fit (two-instance rows); no multi-instance Trn2 row: a factor of two either way "
+         "(assumption)"),
+    ]
+    taken = {(f.name, g) for f in FACTORS for g in f.generations}
+    for name, (low, high), generations, why in entries:
+        if (name, generations[0]) not in taken:      # not registered already (a module reloaded)
+            low, high = span(getattr(net, name), low, high)
+            FACTORS.append(UncertainFactor(name, low, high, generations, why))
+
+
+_register_network_factors()

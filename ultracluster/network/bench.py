@@ -50,13 +50,19 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbps: float | None = None,
-                  neuronlink_gbps: float | None = None) -> Cluster:
-    """A Cluster for costing collectives alone (no model, no actors), with the what-if link overrides.
+                  neuronlink_gbps: float | None = None, calibration: str = "default") -> Cluster:
+    """A Cluster for costing collectives alone (no model, no actors), with the what-if link overrides and a
+    named collective calibration (`cluster.calibration.NETWORK_PROFILES`).
 
     Raises:
-        ScenarioError: an unknown instance type, an lnc it does not support, or non-positive numbers.
+        ScenarioError: an unknown instance type, an lnc it does not support, non-positive numbers, or an
+            unknown calibration name.
     """
+    from ..cluster.calibration import DEFAULT, NETWORK_PROFILES, with_network_profile
+
     problems = []
+    if calibration not in NETWORK_PROFILES:
+        problems.append(Problem("--calibration", calibration, "one of: " + ", ".join(NETWORK_PROFILES)))
     spec = INSTANCES.get(instance)
     if spec is None:
         problems.append(Problem("--instance", instance, "one of: " + ", ".join(INSTANCES)))
@@ -81,10 +87,10 @@ def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbp
         z_link_bytes_per_s_per_chip=ULTRASERVER.z_link_bytes_per_s_per_chip if ultraserver else 0.0,
         z_latency_s=ULTRASERVER.z_hop_latency_s if ultraserver else 0.0,
     )
-    from ..cluster.calibration import DEFAULT
     rpi = spec.neuron_cores // lnc
     return Cluster(instance=spec, instances=instances, lnc=lnc, ultraserver=ultraserver,
-                   layout=Layout(tp=1, cp=1, pp=1, dp=instances * rpi), links=links, shards=(), calibration=DEFAULT)
+                   layout=Layout(tp=1, cp=1, pp=1, dp=instances * rpi), links=links, shards=(),
+                   calibration=with_network_profile(DEFAULT, calibration))
 
 
 def bench_group(cluster: Cluster, ranks: int, op: str) -> Group:
@@ -183,13 +189,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lnc", type=int, default=None, help="what-if: physical NeuronCores per rank (trn2: 1 or 2)")
     p.add_argument("--efa-gbps", type=float, default=None, help="what-if: EFA Gbit/s per instance")
     p.add_argument("--neuronlink-gbps", type=float, default=None, help="what-if: NeuronLink Gbit/s per chip")
+    p.add_argument("--calibration", default="default",
+                   help="collective calibration: default, or trn2-nccom-examples (Trn2 links fitted to the dated "
+                        "nccom-test examples; docs/collectives.md)")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the rows as CSV")
 
 
 def run_cli(args: argparse.Namespace, out=None) -> int:
     """Run the subcommand; bad arguments raise ScenarioError (the CLI prints them and exits 2)."""
     sizes = parse_sizes(args.sizes)
-    cluster = bench_cluster(args.instance, args.instances, args.lnc, args.efa_gbps, args.neuronlink_gbps)
+    cluster = bench_cluster(args.instance, args.instances, args.lnc, args.efa_gbps, args.neuronlink_gbps,
+                            args.calibration)
     op = OP_ALIASES.get(args.op, args.op)
     ranks = args.ranks if args.ranks is not None else cluster.ranks
     rows = sweep(cluster, op, ranks, sizes, args.dtype)

@@ -83,6 +83,14 @@ def check_cluster(cluster: ClusterSpec) -> list[Problem]:
                 "cluster.instances", cluster.instances, "a multiple of 4 with cluster.ultraserver (4 per UltraServer)"
             )
         )
+    if cluster.network.calibration == "trn2-nccom-examples" and spec.chip.name != "trainium2":
+        problems.append(
+            Problem(
+                "cluster.network.calibration",
+                cluster.network.calibration,
+                f"default on {spec.name}: trn2-nccom-examples changes only Trainium2 factors",
+            )
+        )
     return problems
 
 

@@ -114,6 +114,12 @@ class NetworkSpec(_Spec):
         None, gt=0, description="NeuronLink bandwidth per chip inside an instance, Gbit/s."
     )
     neuronlink_latency_us: float | None = Field(None, gt=0, description="NeuronLink latency per hop, microseconds.")
+    calibration: Literal["default", "trn2-nccom-examples"] = Field(
+        "default",
+        description="Collective calibration: default (Trn2 links at the Trn1-fitted efficiencies) or "
+        "trn2-nccom-examples (Trn2 NeuronLink efficiency and launch cost fitted to the dated Trn2 nccom-test "
+        "examples; trn2 instances only); see docs/collectives.md [default].",
+    )
 
 
 class ClusterSpec(_Spec):
