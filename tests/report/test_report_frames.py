@@ -172,7 +172,7 @@ def test_to_parquet_round_trip(tmp_path):
 
 
 def no_partial_overlap(trace: dict) -> list:
-    """Tracks on which two slices partially overlap (same rule as check-run-dir, against every slice)."""
+    """Tracks on which two slices partially overlap (the rule of report/check.py, against every slice)."""
     tracks: dict = {}
     for e in trace["traceEvents"]:
         if e["ph"] == "X":

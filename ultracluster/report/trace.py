@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 STREAMS = ("compute", "tp", "pp", "dp", "storage")
 THREAD_OF = {"compute": "compute", "optimizer": "compute", "tp": "tp", "pp": "pp", "dp": "dp", "storage": "storage"}
 MAX_TRACE_SLICES = 100_000   # X events of the full shards (about 15 MB of JSON)
-EPS_US = 1e-6  # tolerance of the non-overlap rule, as in check-run-dir
+EPS_US = 1e-6  # tolerance of the non-overlap rule, as in report/check.py
 AGGREGATE_THREADS = (("compute", "compute_mean_s"), ("tp", "tp_comm_mean_s"), ("dp", "dp_comm_mean_s"),
                      ("idle", "idle_mean_s"))
 
@@ -48,8 +48,8 @@ def _lanes(spans: list[tuple[float, float]]) -> list[int]:
         for k, stack in enumerate(open_spans):
             while stack and stack[-1][1] <= start + EPS_US:
                 stack.pop()
-            # Nested means inside the top span; equal starts only for equal spans, because check-run-dir
-            # sorts slices by (start, end) and would read a shorter first slice as a partial overlap.
+            # Nested means inside the top span; equal starts only for equal spans, because a checker that
+            # sorts slices by (start, end) would read a shorter first slice as a partial overlap.
             if not stack or (end <= stack[-1][1] + EPS_US
                              and (start > stack[-1][0] + EPS_US or end >= stack[-1][1] - EPS_US)):
                 break

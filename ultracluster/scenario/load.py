@@ -1,7 +1,7 @@
 """Scenario loading: YAML file or dict (+ ``--set key.path=value`` overrides) -> validated, resolved ``Scenario``.
 
 Normalize, then validate, then check (Ciw's fill_out -> validify): read the YAML, apply the overrides, fill
-the model shape from its preset, derive the values DESIGN.md leaves to the emulator (``parallelism.dp``,
+the model shape from its preset, derive the values docs/scenarios.md leaves to the emulator (``parallelism.dp``,
 ``sequence_parallel``, ``cluster.lnc``, ``cluster.ultraserver``, ``model.kv_heads``), validate with the
 pydantic schema, then run the cross-field rules. Every problem of every stage is collected and raised
 together as one ``ScenarioError`` whose problems name the field path, the value given and what is allowed.
