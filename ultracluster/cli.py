@@ -1,9 +1,11 @@
 """Command line → pipeline → exit code. Thin: parse, call, print, exit.
 
-Exit codes: 0 ok; 2 bad input (every problem printed with its path); 3 the layout is infeasible
-(summary.json still written, with the reason); 4 a runtime failure (Ray, a dead actor); 130 interrupted
-(steps.csv keeps the finished steps).
-`report RUN_DIR` exits 0, 2 when the directory cannot be read, 3 when the run was infeasible; `compare`
+Exit codes: 0 ok; 2 bad input (every problem printed with its path; a run directory another run holds);
+3 the layout is infeasible (summary.json still written, with the reason); 4 a runtime failure (Ray, a dead
+actor); 130, 143, 129 interrupted by SIGINT, SIGTERM, SIGHUP (128 + the signal; steps.csv keeps the finished
+steps, no summary.json).
+`report RUN_DIR` exits 0, 2 when the directory cannot be read or a file in it is malformed, 3 when the run
+was infeasible; `compare`
 exits 0 or 2; `collectives` exits 0, or 2 for bad arguments (each printed with its flag). `check RUN_DIR` exits 0
 when the directory meets the output contract, 1 with every problem printed, 2 when it is not a directory;
 `schema` prints the scenario files' JSON Schema.
@@ -12,17 +14,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, Problem, \
-    ScenarioError, UltraclusterError
+from .errors import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, EXIT_RUNTIME, OutDirError, Problem, \
+    RunInterrupted, ScenarioError, UltraclusterError, shorten_text
 
 EXIT_CONTRACT = 1   # `check`: the run directory breaks the output contract
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with every long word of an error message (a flag's value echoed back) cut to 200 characters."""
+
+    def error(self, message: str):
+        super().error(re.sub(r"\S{201,}", lambda m: shorten_text(m.group()), message))
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ultracluster", description="Emulate AWS Trainium training clusters on Ray.")
+    p = _Parser(prog="ultracluster", description="Emulate AWS Trainium training clusters on Ray.")
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="check a scenario file; print every problem")
     v.add_argument("scenario", help="scenario YAML")
@@ -59,19 +73,29 @@ def _render(args) -> int:
     """`report` and `compare`: read run directories back, render, print."""
     from .report import Report, RunDirError, format_compare, format_summary, render_run_dir, write_compare_html
 
+    from .report.rundir import RunDirLock
+
     dirs = [args.run_dir] if args.command == "report" else list(args.run_dirs)
     try:
         if args.command == "compare" and len(dirs) < 2:
             raise RunDirError([Problem("RUN_DIR", f"{len(dirs)} run directory", "two or more run directories")])
-        reports = [Report.from_run_dir(d) for d in dirs]
+        if args.command == "report" and Path(dirs[0]).is_dir():
+            with RunDirLock(dirs[0]):   # no run may replace the directory while it is read and re-rendered
+                report = Report.from_run_dir(dirs[0])
+                render_run_dir(report, dirs[0])
+            reports = [report]
+        else:
+            reports = [Report.from_run_dir(d) for d in dirs]
     except RunDirError as err:
         print(f"error: cannot read the run directory: {len(err.problems)} problem(s):", file=sys.stderr)
         for prob in err.problems:
             print(f"  - {prob}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OutDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.command == "report":
         report = reports[0]
-        render_run_dir(report, dirs[0])
         if not args.quiet:
             print(json.dumps(report.summary, indent=2, default=str) if args.json
                   else format_summary({**report.summary, **report.emulation}))
@@ -105,8 +129,9 @@ def _check(run_dir: str) -> int:
     return EXIT_CONTRACT
 
 
-def _goodput(scenario, summary: dict, hours: float, out: Path, args) -> None:
-    """`run --hours H`: the long run after the replay; goodput.json, failures.csv, time_lost.csv in `out`."""
+def _goodput(scenario, summary: dict, hours: float, out: Path) -> dict:
+    """`run --hours H`: the long run after the replay; goodput.json, failures.csv, time_lost.csv in `out`;
+    returns goodput.json's content."""
     import pandas as pd
 
     from .goodput import Failure, format_goodput, long_run
@@ -121,13 +146,83 @@ def _goodput(scenario, summary: dict, hours: float, out: Path, args) -> None:
                          "seconds": [s["useful_s"], *s["lost_s"].values()]})
     lost["hours"], lost["fraction"] = lost["seconds"] / 3600, lost["seconds"] / s["wall_s"]
     atomic_write_text(out / "time_lost.csv", lost.to_csv(index=False))
+    return s
+
+
+@contextmanager
+def _signals_end_the_run():
+    """SIGINT, SIGTERM and SIGHUP raise RunInterrupted (a KeyboardInterrupt) in the main thread, once;
+    repeats are ignored while the run cleans up (actors, embedded Ray, the run directory)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame) -> None:
+        if not fired:
+            fired.append(signum)
+            raise RunInterrupted(signum)
+
+    wanted = [s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s]
+    previous = {s: signal.signal(s, handler) for s in wanted}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            if h is not None:
+                signal.signal(s, h)
+
+
+def _run(scenario, args) -> int:
+    """`run`: replay the scenario into its run directory (locked, staged, moved into place when it ends)."""
+    from .goodput import format_goodput
+    from .pipeline import run
+    from .report import Progress, format_summary
+    from .report.rundir import RunDirectory
+
+    if args.hours is not None and not (math.isfinite(args.hours) and args.hours > 0):
+        raise ScenarioError([Problem("--hours", args.hours, "a number of hours > 0")])
+    out = Path(args.out) if args.out else Path("runs") / scenario.name
+    finished: list[int] = []
+    # a bar on a terminal (runs over 2 s), plain lines elsewhere, nothing with --quiet
+    shown = None if args.quiet else Progress(scenario.name)
+    goodput = None
+    try:
+        with _signals_end_the_run(), RunDirectory(out) as run_dir:
+            if run_dir.stale:
+                print(f"note: took over the lock of {out} from pid {run_dir.stale.get('pid', '?')} on host "
+                      f"{run_dir.stale.get('host', '?')}, which is no longer running; removed what it left",
+                      file=sys.stderr)
+            report = run(scenario, out=run_dir, address=args.address, on_step=lambda rec: finished.append(rec.step),
+                         progress=shown)
+            if args.hours is not None and report.summary["feasible"]:
+                goodput = _goodput(scenario, report.summary, args.hours, run_dir.path)
+    except KeyboardInterrupt as stop:
+        stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
+        if shown:
+            shown.finish()
+        kept = f"{out / 'steps.csv'} keeps them" if finished else f"{out} is left as it was"
+        print(f"interrupted after {len(finished)} step(s) ({stop.signal_name}); {kept}", file=sys.stderr)
+        return stop.exit_code
+    finally:
+        if shown:
+            shown.finish()
     if not args.quiet:
-        print(json.dumps(s, indent=2) if args.json else format_goodput(s))
-        print(f"goodput: {out / 'goodput.json'}, {out / 'failures.csv'}, {out / 'time_lost.csv'}")
+        print(json.dumps(report.summary, indent=2, default=str) if args.json
+              else format_summary({**report.summary, **report.emulation}))
+        print(f"run directory: {out}")
+        if goodput is not None:
+            print(json.dumps(goodput, indent=2) if args.json else format_goodput(goodput))
+            print(f"goodput: {out / 'goodput.json'}, {out / 'failures.csv'}, {out / 'time_lost.csv'}")
+    if not report.summary["feasible"]:
+        if args.quiet:
+            print(f"infeasible: {report.summary['reason']}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    return EXIT_OK
 
 
 def _print_problems(err: ScenarioError) -> None:
-    src = f" {err.source}" if getattr(err, "source", None) else ""
+    src = f" {shorten_text(err.source)}" if getattr(err, "source", None) else ""
     print(f"error: scenario{src} has {len(err.problems)} problem(s):", file=sys.stderr)
     for prob in err.problems:
         print(f"  - {prob}", file=sys.stderr)
@@ -158,35 +253,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ok: {args.scenario} ({scenario.name}: {scenario.ranks} ranks, tp {scenario.parallelism.tp} "
                   f"pp {scenario.parallelism.pp} dp {scenario.parallelism.dp})")
             return EXIT_OK
-        from .pipeline import run
-        from .report import Progress, format_summary
-        out = Path(args.out) if args.out else Path("runs") / scenario.name
-        finished: list[int] = []
-        # a bar on a terminal (runs over 2 s), plain lines elsewhere, nothing with --quiet
-        shown = None if args.quiet else Progress(scenario.name)
-        try:
-            report = run(scenario, out=out, address=args.address, on_step=lambda rec: finished.append(rec.step),
-                         progress=shown)
-        except KeyboardInterrupt:
-            if shown:
-                shown.finish()
-            print(f"interrupted after {len(finished)} step(s); {out / 'steps.csv'} keeps them", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        finally:
-            if shown:
-                shown.finish()
-        if not args.quiet:
-            print(json.dumps(report.summary, indent=2, default=str) if args.json else format_summary({**report.summary, **report.emulation}))
-            print(f"run directory: {out}")
-        if args.hours is not None and report.summary["feasible"]:
-            _goodput(scenario, report.summary, args.hours, out, args)
-        if not report.summary["feasible"]:
-            if args.quiet:
-                print(f"infeasible: {report.summary['reason']}", file=sys.stderr)
-            return EXIT_INFEASIBLE
-        return EXIT_OK
+        return _run(scenario, args)
     except ScenarioError as err:
         _print_problems(err)
+        return EXIT_BAD_INPUT
+    except OutDirError as err:
+        print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except UltraclusterError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -19,20 +19,24 @@ from .memory import infeasible_reason, stage_memory
 from .replay.engine import microbatches, plan_comm, replay_steps
 from .replay.events import RunResult, StepRecord
 from .replay.schedule import stage_programs
-from .report import Report, StepWriter, build_report, write_run_dir
+from .report import Report, build_report, write_run_dir
 from .report.ranks import RankTally, comm_records
+from .report.rundir import RunDirectory
 from .scenario import Scenario, load_scenario
 from .storage import StorageCosts, summary_keys
 
 
-def run(scenario: Scenario | str | Path, out: str | Path | None = None, address: str | None = None,
+def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None = None, address: str | None = None,
         shards_factory: Callable | None = None, on_step: Callable[[StepRecord], None] | None = None,
         calibration: Calibration | None = None, progress=None) -> Report:
     """Emulate a scenario and return its Report; write the run directory when `out` is given.
 
     Args:
         scenario: a loaded Scenario, or the path of a scenario YAML.
-        out: run directory to write (summary.json, steps.csv, ...); steps.csv grows one row per step.
+        out: run directory to write (summary.json, steps.csv, ...), locked for the run, written beside it
+            and moved into place whole when the run ends (`ultracluster.report.rundir`); an interrupted run
+            leaves steps.csv with its finished steps and no summary.json. An open `RunDirectory` is written
+            and left to its owner to close (the CLI adds goodput files to it).
         address: Ray cluster address (None: RAY_ADDRESS, a running Ray, or an embedded local Ray).
         shards_factory: `(scenario, cluster) -> context manager of a shard set`; defaults to Ray actors
             (`ultracluster.actors.local.local_shards` runs them in this process).
@@ -43,7 +47,12 @@ def run(scenario: Scenario | str | Path, out: str | Path | None = None, address:
     Returns:
         The Report. An infeasible layout gives a Report whose summary has feasible False and a reason.
     """
-    writer = StepWriter(out) if out is not None else None
+    if not isinstance(scenario, Scenario):
+        scenario = load_scenario(scenario)
+    if out is not None and not isinstance(out, RunDirectory):
+        with RunDirectory(out) as run_dir:
+            return run(scenario, run_dir, address, shards_factory, on_step, calibration, progress)
+    writer = out.steps if out is not None else None
 
     def step_done(rec: StepRecord) -> None:
         if writer:
@@ -51,8 +60,6 @@ def run(scenario: Scenario | str | Path, out: str | Path | None = None, address:
         if on_step:
             on_step(rec)
 
-    if not isinstance(scenario, Scenario):
-        scenario = load_scenario(scenario)
     if shards_factory is not None:
         result = replay(scenario, shards_factory, step_done, calibration, progress)
     else:
@@ -63,7 +70,7 @@ def run(scenario: Scenario | str | Path, out: str | Path | None = None, address:
     report = build_report(result)
     report.summary.update(summary_keys(scenario))   # storage: checkpoint size, write and restore times
     if out is not None:
-        write_run_dir(report, out)
+        write_run_dir(report, out.path)
     return report
 
 

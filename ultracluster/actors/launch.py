@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
+import threading
 from contextlib import contextmanager
 from typing import Iterator, Mapping
 
@@ -27,6 +29,7 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from ..cluster.catalog import INSTANCES, ultraserver_of
 from ..errors import ActorError, Problem, ScenarioError
 from .shard import ShardWorker
 
@@ -46,10 +49,11 @@ MAX_AUTO_ACTORS = 16
 def resolve_instances_per_actor(scenario, cpus: int | None = None) -> int:
     """Instances per actor: the scenario's number, or for `auto` a count that suits this machine.
 
-    `auto` aims at 2 actors per CPU (at most 16), never splitting an UltraServer (4 instances).
+    `auto` aims at 2 actors per CPU (at most 16), never splitting an UltraServer (4 or 36 instances).
     """
     setting = scenario.emulation.instances_per_actor
-    unit = 4 if scenario.cluster.ultraserver else 1
+    us = ultraserver_of(INSTANCES[scenario.cluster.instance]) if scenario.cluster.ultraserver else None
+    unit = us.instances if us is not None else 1
     if setting != "auto":
         return int(setting)
     cpus = cpus or os.cpu_count() or 1
@@ -216,6 +220,9 @@ def _connect(address: str | None, shards: int) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
+    # ray.init replaces the driver's SIGTERM handler (sys.exit(15)) and its core worker adds one that dumps a
+    # stack: give back the handler the caller had (the CLI's, which stops the run cleanly with exit 143)
+    keep = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
     try:
         if address:
             ray.init(address=address, logging_level="ERROR", log_to_driver=False)
@@ -223,9 +230,17 @@ def _connect(address: str | None, shards: int) -> bool:
             # "local": always a new embedded Ray, never a `ray start` cluster that happens to run here
             ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
                      resources={SHARD_RESOURCE: shards})
+    except SystemExit as stop:   # SIGTERM during ray.init, seen by Ray's handler: the caller's decides
+        if callable(keep) and stop.code == signal.SIGTERM:
+            ray.shutdown()
+            keep(signal.SIGTERM, None)
+        raise
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise ActorError(f"could not {'connect to Ray at ' + address if address else 'start a local Ray'}: "
                          f"{err}") from None
+    finally:
+        if callable(keep):
+            signal.signal(signal.SIGTERM, keep)
     return True
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ultracluster.errors import Problem, UltraclusterError
+from ultracluster.errors import Problem, UltraclusterError, shorten, shorten_text
 from ultracluster.replay.events import (
     BREAKDOWN_KEYS, CollectiveRecord, RunResult, Slice, StageMemory, StepRecord,
 )
@@ -28,12 +28,16 @@ from ultracluster.report import accessor  # noqa: F401  (registers df.uc)
 from ultracluster.report.ranks import geometry, group_first_rank, rank_tables, shard_of_instance
 from ultracluster.report.summary import emulation_info, summarize
 from ultracluster.report.write import atomic_write_bytes, atomic_write_text
+from ultracluster.scenario.yaml_input import MIB, InputError, open_regular, read_bounded
 
 _DTYPES = {"int": "int64", "float": "float64", "bool": "bool", "str": "str"}
 TABLES = ("steps", "breakdown", "memory", "collectives", "timeline", "ranks", "stages", "shards")
 # a compute slice the replay names "F mb3 c0": forward (F) or backward (B), microbatch 3, virtual chunk 0
 OP_NAME = re.compile(r"^([FB]) mb(\d+) c(\d+)$")
 STREAM_ORDER = {"storage": 0, "compute": 1, "tp": 2, "pp": 3, "dp": 4, "optimizer": 5}
+JSON_MAX_BYTES = 64 * MIB        # summary.json, run.json, scenario.json as `Report.from_run_dir` reads them
+CSV_MAX_BYTES = 1024 * MIB       # each table
+HEADER_MAX_BYTES = 64 * 1024     # a CSV's first line
 
 
 class RunDirError(UltraclusterError):
@@ -169,7 +173,11 @@ class Report:
     def from_run_dir(cls, run_dir: str | os.PathLike) -> Report:
         """Read a run directory back into a Report (what `ultracluster report` and `compare` render).
 
-        Tables missing from an older run directory come back empty, with their columns.
+        Tables missing from an older run directory come back empty, with their columns. Everything read is
+        validated, so that nothing is rendered from garbage: each file must be a regular file (JSON up to
+        64 MiB, CSV up to 1 GiB); each CSV's header must be the columns the run writes, every row must have
+        them all, integers and booleans must parse, and numbers must be finite (a statistic the run could
+        not measure, in an infeasible run's stages.csv and shards.csv, is an empty cell).
 
         Args:
             run_dir: a directory written by `ultracluster run` (it has summary.json).
@@ -178,7 +186,8 @@ class Report:
             The Report; rendering it gives the same trace.json and report.html as the run wrote.
 
         Raises:
-            RunDirError: the directory or summary.json is missing, or a file is malformed.
+            RunDirError: the directory or summary.json is missing (for an interrupted run, the problem says
+                so, from run.json), or a file is malformed: each problem names the file.
         """
         run = Path(run_dir)
         if not run.is_dir():
@@ -194,30 +203,39 @@ class Report:
                                                                     "writes last (is the run finished?)"))
                 return None
             try:
-                return json.loads(path.read_text())
-            except (OSError, ValueError) as err:
-                problems.append(Problem(str(path), f"unreadable JSON ({err})", "the file as `ultracluster run` "
-                                                                                "wrote it"))
-                return None
+                return json.loads(read_bounded(path, JSON_MAX_BYTES, "JSON file"))
+            except InputError as err:
+                problems.append(_file_problem(path, err))
+            except ValueError as err:
+                problems.append(Problem(str(path), f"unreadable JSON ({shorten_text(str(err), 120)})",
+                                        "the file as `ultracluster run` wrote it"))
+            return None
 
-        summary, scenario, emulation = (read_json("summary.json", True), read_json("scenario.json", False),
-                                        read_json("run.json", False))
+        emulation = read_json("run.json", False)
+        unfinished = isinstance(emulation, dict) and emulation.get("finished") is False
+        if unfinished and not (run / "summary.json").exists():
+            ended = (f"interrupted by {emulation.get('signal')}" if emulation.get("interrupted")
+                     else f"failed ({shorten_text(str(emulation.get('error')), 160)})")
+            problems.append(Problem(str(run / "summary.json"), "<missing>",
+                                    f"the summary.json of a finished run; this run {ended} after "
+                                    f"{emulation.get('steps_finished', '?')} step(s) (run.json); steps.csv "
+                                    f"keeps them"))
+            raise RunDirError(problems)
+        summary, scenario = read_json("summary.json", True), read_json("scenario.json", False)
         if summary is not None and not isinstance(summary, dict):
             problems.append(Problem(str(run / "summary.json"), type(summary).__name__, "a JSON object"))
         blank, tables = _blank(), {}
+        infeasible = isinstance(summary, dict) and summary.get("feasible") is False
         for name in TABLES:
             path = run / f"{name}.csv"
             empty = getattr(blank, name)
-            if not path.exists() or path.stat().st_size == 0:
+            if not path.exists() and not path.is_symlink():
                 tables[name] = empty
                 continue
             try:
-                frame = pd.read_csv(path)
-            except (OSError, ValueError) as err:
-                problems.append(Problem(str(path), f"unreadable CSV ({err})", "the file as `ultracluster run` "
-                                                                               "wrote it"))
-                continue
-            tables[name] = empty if frame.empty else _like(frame, empty)
+                tables[name] = read_table(path, empty, empty_numbers=infeasible and name in ("stages", "shards"))
+            except InputError as err:
+                problems.append(_file_problem(path, err))
         if problems:
             raise RunDirError(problems)
         emulation = emulation if isinstance(emulation, dict) else {}
@@ -227,14 +245,80 @@ class Report:
                    ranks=tables["ranks"], stages=tables["stages"], shards=tables["shards"])
 
 
-def _like(frame: pd.DataFrame, schema: pd.DataFrame) -> pd.DataFrame:
-    """Cast the columns a frame shares with the schema to the schema's dtypes, where they fit."""
-    for col in frame.columns.intersection(schema.columns):
+def _file_problem(path: Path, err: InputError) -> Problem:
+    """A run directory's file that could not be read (why, and what is allowed) or that is malformed (where)."""
+    if err.reason:
+        return Problem(str(path), err.reason, err.allowed.removesuffix(f" ({err.reason})"))
+    return Problem(str(path), err.given, err.allowed)
+
+
+def read_table(path: Path, schema: pd.DataFrame, empty_numbers: bool = False) -> pd.DataFrame:
+    """One CSV table of a run directory, validated against the columns and dtypes the run writes.
+
+    Args:
+        path: the CSV file.
+        schema: an empty frame with the table's columns and dtypes (`_blank()`).
+        empty_numbers: whether a float cell may be empty (a statistic an infeasible run could not measure).
+
+    Returns:
+        The table with the schema's columns (in its order) and dtypes; an empty file or a header alone
+        gives the empty schema.
+
+    Raises:
+        InputError: not a regular file or over 1 GiB; a first line that is not the run's header; a row
+            without every column; a value that does not parse as its column's type, or a number that is not
+            finite: `given` names the line and column.
+    """
+    columns = list(schema.columns)
+    with open_regular(path, CSV_MAX_BYTES, "CSV file") as f:
+        first = f.readline(HEADER_MAX_BYTES + 1)
+        if not first:
+            return schema.copy()
+        if len(first) > HEADER_MAX_BYTES:
+            raise InputError(f"a first line of more than {HEADER_MAX_BYTES // 1024} KiB", f"the header line the "
+                             f"run writes: {', '.join(columns)}")
+        f.seek(0)
         try:
-            frame[col] = frame[col].astype(schema[col].dtype)
-        except (TypeError, ValueError):
-            pass  # e.g. NaN in an int column of a hand-edited file: keep what pandas read
-    return frame
+            raw = pd.read_csv(f, header=None, dtype=str, keep_default_na=False, encoding="utf-8")
+        except (ValueError, UnicodeDecodeError) as err:   # pandas' ParserError is a ValueError
+            raise InputError(f"unreadable CSV ({shorten_text(str(err), 160)})", "the file as `ultracluster run` "
+                             "wrote it") from None
+    header = raw.iloc[0].tolist()
+    if header != columns:
+        missing = [c for c in columns if c not in header]
+        unexpected = [c for c in header if c not in columns]
+        detail = "; ".join(x for x in (f"missing {shorten(missing)}" if missing else "",
+                                       f"unexpected {shorten(unexpected)}" if unexpected else "",
+                                       "" if missing or unexpected else "columns out of order or repeated") if x)
+        raise InputError(f"header {shorten(header)} ({detail})",
+                         f"the columns the run writes, in order: {', '.join(columns)}")
+    rows = raw.iloc[1:].reset_index(drop=True)
+    rows.columns = columns
+    short = rows.isna().any(axis=1).to_numpy()      # a row with fewer fields than the header
+    if short.any():
+        raise InputError(f"line {int(np.flatnonzero(short)[0]) + 2} has fewer fields than the header",
+                         f"every row with all {len(columns)} columns")
+    out = {}
+    for col in columns:
+        text, kind = rows[col], schema[col].dtype
+        if kind == bool:
+            ok, values, want = text.isin(["True", "False"]).to_numpy(), (text == "True").to_numpy(), "True or False"
+        elif pd.api.types.is_integer_dtype(kind):
+            ok = text.str.fullmatch(r"[-+]?[0-9]{1,18}").to_numpy(dtype=bool)
+            values, want = np.where(ok, text.where(ok, "0"), "0").astype(np.int64), "an integer"
+        elif pd.api.types.is_float_dtype(kind):
+            values = pd.to_numeric(text.where(text != "", "nan"), errors="coerce").to_numpy(dtype=np.float64)
+            ok = np.isfinite(values) | ((text == "").to_numpy() & empty_numbers)
+            want = "a finite number" + (" or an empty cell" if empty_numbers else "")
+        else:
+            ok, values, want = np.ones(len(text), dtype=bool), text.to_numpy(dtype=object), "text"
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise InputError(f"line {i + 2}, column {col}: {shorten(text.iloc[i])}", want)
+        out[col] = values
+    if not len(rows):
+        return schema.copy()
+    return pd.DataFrame(out, columns=columns).astype(schema.dtypes.to_dict())
 
 
 _BLANK: Report | None = None

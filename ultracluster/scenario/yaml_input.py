@@ -15,11 +15,10 @@ through here, as does every file ``Report.from_run_dir`` reads. What is refused,
 """
 from __future__ import annotations
 
-import errno
 import os
 import re
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -30,7 +29,7 @@ MAX_INPUT_BYTES = 4 * MIB       # scenario files and operator libraries
 MAX_VALUES = 100_000            # scalars, lists and mappings after expanding aliases
 MAX_TEXT_CHARS = 16 * MIB       # characters of scalars after expanding aliases
 MAX_DEPTH = 64                  # lists and mappings inside one another
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
@@ -40,12 +39,13 @@ class InputError(Exception):
     Args:
         given: the path, or ``"line L, column C: what"`` for a problem inside the document.
         allowed: what is allowed, with the reason it was refused.
-        in_document: True when the file was read and its YAML is at fault.
+        in_document: True when the file was read and its content is at fault.
+        reason: for a file that was not read, why (``"it is a FIFO"``); ``allowed`` ends with it.
     """
 
-    def __init__(self, given: str, allowed: str, in_document: bool = False) -> None:
-        self.given, self.allowed, self.in_document = given, allowed, in_document
-        super().__init__(given, allowed, in_document)
+    def __init__(self, given: str, allowed: str, in_document: bool = False, reason: str = "") -> None:
+        self.given, self.allowed, self.in_document, self.reason = given, allowed, in_document, reason
+        super().__init__(given, allowed, in_document, reason)
 
 
 def size_text(n: int) -> str:
@@ -56,51 +56,61 @@ def size_text(n: int) -> str:
     return f"{n} bytes"
 
 
-def read_bounded(path: str | os.PathLike, limit: int = MAX_INPUT_BYTES, what: str = "file") -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes, read with that bound.
+def open_regular(path: str | os.PathLike, limit: int, what: str = "file") -> BinaryIO:
+    """Open a regular file of at most ``limit`` bytes for reading, checked before a byte is read.
 
     Args:
         path: the file.
         limit: the largest size accepted, in bytes.
-        what: the kind of file, for the message (``"YAML file"``, ``"JSON file"``).
+        what: the kind of file, for the message (``"YAML file"``, ``"CSV file"``).
 
     Returns:
-        The file's bytes.
+        The open binary file (the caller closes it).
 
     Raises:
-        InputError: it is missing or unreadable, not a regular file, or larger than ``limit``.
+        InputError: it is missing or unreadable, not a regular file (a FIFO, a device, a directory, a
+            socket), or larger than ``limit``.
     """
     allowed = f"a regular {what} of at most {size_text(limit)}"
     shown = shorten_text(os.fspath(path))
+
+    def refuse(reason: str) -> InputError:
+        return InputError(shown, f"{allowed} ({reason})", reason=reason)
+
     try:   # O_NONBLOCK: opening a FIFO that has no writer returns at once instead of waiting for one
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as err:
-        raise InputError(shown, f"{allowed} ({err.strerror or err})") from None
+        raise refuse(err.strerror or str(err)) from None
     try:
         info = os.fstat(fd)
         kind = next((name for test, name in _KINDS if test(info.st_mode)), None)
         if kind or not stat.S_ISREG(info.st_mode):
-            raise InputError(shown, f"{allowed} (it is {kind or 'not a regular file'})")
+            raise refuse(f"it is {kind or 'not a regular file'}")
         if info.st_size > limit:
-            raise InputError(shown, f"{allowed} (it is {size_text(info.st_size)})")
-        chunks, left = [], limit + 1          # a file that grows while it is read is caught too
-        while left > 0:
-            try:
-                chunk = os.read(fd, min(left, MIB))
-            except OSError as err:
-                if err.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
-                    raise InputError(shown, f"{allowed} (reading it would block)") from None
-                raise InputError(shown, f"{allowed} ({err.strerror or err})") from None
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-        if len(data) > limit:
-            raise InputError(shown, f"{allowed} (it grew past the cap while read)")
-        return data
-    finally:
+            raise refuse(f"it is {size_text(info.st_size)}")
+        return os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
+        raise
+
+
+def read_bounded(path: str | os.PathLike, limit: int = MAX_INPUT_BYTES, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (see ``open_regular``), read with that bound.
+
+    Raises:
+        InputError: as ``open_regular``, or the file grew past ``limit`` while it was read.
+    """
+    with open_regular(path, limit, what) as f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as err:
+            reason = err.strerror or str(err)
+            raise InputError(shorten_text(os.fspath(path)), f"a readable {what} ({reason})", reason=reason) from None
+    if len(data) > limit:
+        reason = "it grew past that while read"
+        raise InputError(shorten_text(os.fspath(path)), f"a regular {what} of at most {size_text(limit)} ({reason})",
+                         reason=reason)
+    return data
 
 
 def read_yaml_file(path: str | os.PathLike) -> Any:

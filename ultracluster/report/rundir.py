@@ -1,0 +1,321 @@
+"""One run → one run directory: locked while the run writes, written beside it, moved into place whole.
+
+For a run directory ``<parent>/<name>``:
+
+* ``<parent>/.<name>.lock`` is the lock: a file held with ``flock`` by the process writing ``<name>`` and
+  holding its pid, host, start time and staging directory (JSON). A second run into ``<name>`` finds it
+  held and stops with ``OutDirError`` naming the holder. A lock whose process died (SIGKILL, a lost node)
+  is held by nobody: the next run takes it over, removes the dead run's staging directory and says so.
+* ``<parent>/.<name>.partial-<pid>-<hex>`` is the staging directory the run writes into: steps.csv as
+  steps finish, then the tables, report.html and summary.json.
+* When the run ends, the staging directory replaces ``<name>`` as a whole (an atomic exchange where the file
+  system offers one, else two renames), so ``<name>`` always holds the files of exactly one run: a finished
+  one (with summary.json) or an interrupted or failed one (steps.csv with the finished steps, run.json with
+  ``finished: false``, the signal or the error, and never a summary.json). A run that ends before it wrote
+  anything (bad input, interrupted before its first step) leaves ``<name>`` as it was.
+* An existing ``<name>`` is replaced only when it holds nothing but files a run writes (``*.csv``,
+  ``*.json``, ``*.html``, ``*.parquet``): never a directory with subdirectories or other files, never the
+  current directory or one above it.
+
+Only this module and ``write.py`` create files in run directories.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+from ultracluster.errors import OutDirError, RunInterrupted, shorten_text
+from ultracluster.report.write import StepWriter, atomic_write_text
+
+RUN_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.(csv|json|html|parquet)$|^\..+\.tmp$")
+_SIGNALS = tuple(s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s)
+_UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's process
+        return True
+    return True
+
+
+def _place(out: str | os.PathLike) -> Path:
+    """The directory a run would write, symlinks resolved, so that every spelling of it shares one lock."""
+    target = Path(os.path.realpath(os.fspath(out)))
+    if target.parent == target:
+        raise OutDirError(f"run directory {shorten_text(os.fspath(out))}: cannot be the file system root")
+    return target
+
+
+class RunDirLock:
+    """The lock of one run directory (``<parent>/.<name>.lock``), taken on enter, dropped on exit.
+
+    Args:
+        out: the run directory (it need not exist; its parent must).
+        staging: the staging directory's name, recorded for whoever finds the lock stale.
+
+    Attributes:
+        stale: the record of a dead holder whose lock this one replaced, else None.
+
+    Raises:
+        OutDirError: another live process holds it (naming its pid and host), or it cannot be created.
+    """
+
+    def __init__(self, out: str | os.PathLike, staging: str = "") -> None:
+        self.out = os.fspath(out)
+        self.target = _place(out)
+        self.path = self.target.parent / f".{self.target.name}.lock"
+        self.record = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": _now(),
+                       "staging": staging, "command": shorten_text(" ".join(sys.argv), 300)}
+        self.stale: dict | None = None
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunDirLock:
+        try:
+            while self._fd is None:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    if self._take(fd):
+                        self._fd = fd
+                except BaseException:
+                    os.close(fd)
+                    raise
+                if self._fd is None:
+                    os.close(fd)
+        except OSError as err:
+            raise OutDirError(f"run directory {shorten_text(self.out)}: cannot lock it with "
+                              f"{shorten_text(str(self.path))} ({err.strerror or err})") from None
+        return self
+
+    def _take(self, fd: int) -> bool:
+        """Lock `fd`; False when the file was removed meanwhile (try again), an error when it is held."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shared = True
+        except BlockingIOError:
+            raise self._busy(self._read(fd)) from None
+        except OSError as err:   # a file system without flock: fall back to the pid in the file
+            if err.errno not in _UNSUPPORTED:
+                raise
+            shared = False
+        try:
+            if os.stat(self.path).st_ino != os.fstat(fd).st_ino:
+                return False                 # its holder removed it as we opened it: take the new one
+        except FileNotFoundError:
+            return False
+        held = self._read(fd)
+        if held:
+            same_host = held.get("host") == self.record["host"]
+            if not shared and not (same_host and isinstance(held.get("pid"), int) and not _alive(held["pid"])):
+                raise self._busy(held)
+            self.stale = held
+        data = (json.dumps(self.record) + "\n").encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+        os.fsync(fd)
+        return True
+
+    def _read(self, fd: int) -> dict:
+        try:
+            held = json.loads(os.pread(fd, 65536, 0) or b"{}")
+        except ValueError:
+            return {"pid": "?", "host": "?"}
+        return held if isinstance(held, dict) else {"pid": "?", "host": "?"}
+
+    def _busy(self, held: dict) -> OutDirError:
+        return OutDirError(
+            f"run directory {shorten_text(self.out)} is in use by pid {shorten_text(held.get('pid', '?'), 20)} on "
+            f"host {shorten_text(held.get('host', '?'), 100)} (since {shorten_text(held.get('started_at', '?'), 40)}; lock "
+            f"{shorten_text(str(self.path))}): wait for that run to end or stop it, or choose another --out")
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._fd is not None:
+            try:
+                self.path.unlink()       # while still held: a waiter that opened it sees it gone and retries
+            except FileNotFoundError:
+                pass
+            os.close(self._fd)
+            self._fd = None
+
+
+class RunDirectory:
+    """The run directory a run writes: locked, staged beside it, moved into place whole when the run ends.
+
+    Use as a context manager around the run; write into ``path``; append finished steps to ``steps``.
+
+    Args:
+        out: the run directory.
+
+    Attributes:
+        target: the run directory (symlinks resolved).
+        path: the staging directory to write into (beside ``target``, on the same file system).
+        steps: the StepWriter of ``path``/steps.csv.
+        stale: the record of a dead run whose lock was taken over (its staging directory removed), or None.
+
+    Raises:
+        OutDirError: on enter, when another run holds the directory, it is a file, it holds files no run
+            writes, or it is the current directory or holds it.
+    """
+
+    def __init__(self, out: str | os.PathLike) -> None:
+        self.out = os.fspath(out)
+        self.target = _place(out)
+        token = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self.path = self.target.parent / f".{self.target.name}.partial-{token}"
+        self.lock = RunDirLock(out, self.path.name)
+        self.steps = StepWriter(self.path)
+        self.stale: dict | None = None
+        self._started = _now()
+
+    def __enter__(self) -> RunDirectory:
+        self._check_target()
+        try:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OutDirError(f"run directory {shorten_text(self.out)}: cannot create "
+                              f"{shorten_text(str(self.target.parent))} ({err.strerror or err})") from None
+        self.lock.__enter__()
+        try:
+            self.stale = self.lock.stale
+            if self.stale:
+                self._clean_after(self.stale)
+            self._check_target()       # again, under the lock
+            self.path.mkdir()
+        except BaseException:
+            self.lock.__exit__(None, None, None)
+            raise
+        return self
+
+    def _check_target(self) -> None:
+        shown = shorten_text(self.out)
+        cwd = Path.cwd().resolve()
+        if self.target == cwd or self.target in cwd.parents:
+            raise OutDirError(f"run directory {shown}: it is the current directory or holds it; a run replaces "
+                              f"its directory as a whole, so choose one below it (e.g. runs/NAME)")
+        if self.target.exists() and not self.target.is_dir():
+            raise OutDirError(f"run directory {shown}: it is a file, not a directory")
+        if self.target.is_dir():
+            foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in self.target.iterdir()
+                             if p.is_dir() or not RUN_FILE.match(p.name))
+            if foreign:
+                listed = ", ".join(shorten_text(f, 60) for f in foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+                raise OutDirError(f"run directory {shown}: it holds {len(foreign)} entr"
+                                  f"{'y' if len(foreign) == 1 else 'ies'} a run does not write ({listed}); a run "
+                                  f"replaces its directory as a whole, so choose an empty or new one, or a run "
+                                  f"directory")
+
+    def _clean_after(self, dead: dict) -> None:
+        """Remove what a dead run left beside the directory: its staging directory, a half-done swap."""
+        name = dead.get("staging")
+        prefix = f".{self.target.name}.partial-"
+        if isinstance(name, str) and name.startswith(prefix) and "/" not in name:
+            shutil.rmtree(self.target.parent / name, ignore_errors=True)
+            old = self.target.parent / (name + ".old")
+            if old.is_dir():
+                if not self.target.exists():
+                    os.rename(old, self.target)      # it died between the two renames: put the last run back
+                else:
+                    shutil.rmtree(old, ignore_errors=True)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        blocked = _block_signals()
+        try:
+            if kind is not None and not any(self.path.iterdir()):
+                shutil.rmtree(self.path, ignore_errors=True)     # nothing written: the directory stays as it was
+            else:
+                if kind is not None:
+                    self._record_unfinished(exc)
+                self._publish()
+        finally:
+            try:
+                self.lock.__exit__(kind, exc, tb)
+            finally:
+                _unblock_signals(blocked)
+
+    def _record_unfinished(self, exc: BaseException | None) -> None:
+        """An interrupted or failed run: no summary.json, and a run.json that says what ended it."""
+        (self.path / "summary.json").unlink(missing_ok=True)
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        record = {
+            "finished": False, "interrupted": interrupted,
+            "signal": (exc.signal_name if isinstance(exc, RunInterrupted) else "SIGINT") if interrupted else None,
+            "error": None if interrupted else shorten_text(f"{type(exc).__name__}: {exc}", 2000),
+            "steps_finished": len(self.steps.rows), "pid": os.getpid(), "host": socket.gethostname(),
+            "started_at": self._started, "ended_at": _now(),
+        }
+        atomic_write_text(self.path / "run.json", json.dumps(record, indent=2) + "\n")
+
+    def _publish(self) -> None:
+        """Move the staging directory into place, replacing the previous run's directory as a whole."""
+        if not self.target.exists():
+            os.rename(self.path, self.target)
+            return
+        if _exchange(self.path, self.target):
+            shutil.rmtree(self.path, ignore_errors=True)         # now the previous run's files
+            return
+        old = self.path.with_name(self.path.name + ".old")
+        os.rename(self.target, old)
+        try:
+            os.rename(self.path, self.target)
+        except BaseException:
+            os.rename(old, self.target)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+_libc = None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories atomically (Linux renameat2 RENAME_EXCHANGE); False where it is not offered."""
+    global _libc
+    if not sys.platform.startswith("linux"):
+        return False
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    renameat2 = getattr(_libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):   # a file system without it (NFS, ...)
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _block_signals() -> set | None:
+    """Hold SIGINT/SIGTERM/SIGHUP while the directory is swapped (they are delivered right after)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+
+
+def _unblock_signals(previous: set | None) -> None:
+    if previous is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
