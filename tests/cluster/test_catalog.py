@@ -11,7 +11,9 @@ from ultracluster.cluster.catalog import (
     INSTANCES,
     TRAINIUM,
     TRAINIUM2,
+    TRAINIUM3,
     ULTRASERVER,
+    ULTRASERVERS,
     ChipSpec,
     InstanceSpec,
     UltraServerSpec,
@@ -102,14 +104,15 @@ def test_lookup_errors_list_what_is_allowed() -> None:
 UNSOURCED = {"name", "chip", "instance", "sources"}
 
 
-@pytest.mark.parametrize("spec", [TRAINIUM, TRAINIUM2, *INSTANCES.values(), ULTRASERVER], ids=repr)
+@pytest.mark.parametrize("spec", [TRAINIUM, TRAINIUM2, TRAINIUM3, *INSTANCES.values(), *ULTRASERVERS.values()],
+                         ids=lambda spec: spec.name)
 def test_every_field_has_a_source(spec: ChipSpec | InstanceSpec | UltraServerSpec) -> None:
     """Every field but the name, the nested spec and the sources themselves: numbers, shapes, flags, price."""
     fields = {f.name for f in dataclasses.fields(spec)} - UNSOURCED
     assert fields <= spec.sources.keys(), fields - spec.sources.keys()
     for key, text in spec.sources.items():
         assert key in fields and len(text) > 20, key
-        assert text.startswith("H") or "not published" in text or "not found" in text, text
+        assert text.startswith(("H", "T")) or "not published" in text or "not found" in text, text
 
 
 def test_specs_are_frozen_hashable_and_picklable() -> None:

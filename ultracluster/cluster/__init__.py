@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration, with_network_profile
-from .catalog import INSTANCES, ULTRASERVER, ChipSpec, InstanceSpec
+from .catalog import INSTANCES, ChipSpec, InstanceSpec, ultraserver_of
 from .placement import Layout, group_span, rank_coords, stage_layers
 
 __all__ = [
     "Calibration", "Cluster", "Links", "Layout", "ShardSpec", "build_cluster", "group_span", "rank_coords",
-    "stage_layers",
+    "stage_layers", "z_links",
 ]
 
 GBPS = 1e9 / 8  # bytes per second in one Gbit/s
@@ -96,6 +96,18 @@ class Cluster:
         return stage_layers(layers, self.layout.pp * self.layout.virtual_stages).tolist()
 
 
+def z_links(spec: InstanceSpec, ultraserver: bool, neuronlink_bytes_per_s_per_chip: float) -> dict[str, float]:
+    """The UltraServer fields of `Links`: Trn2 Z links from the catalog; Trn3's direct links as their share
+    of the (possibly overridden) NeuronSwitch per-chip figure; zeros without an UltraServer."""
+    us = ultraserver_of(spec) if ultraserver else None
+    if us is None:
+        return {"z_link_bytes_per_s_per_chip": 0.0, "z_latency_s": 0.0}
+    if us.switched and spec.switch_level_shares is not None:
+        return {"z_link_bytes_per_s_per_chip": neuronlink_bytes_per_s_per_chip * spec.switch_level_shares[2],
+                "z_latency_s": us.z_hop_latency_s}
+    return {"z_link_bytes_per_s_per_chip": us.z_link_bytes_per_s_per_chip, "z_latency_s": us.z_hop_latency_s}
+
+
 def build_cluster(scenario, instances_per_actor: int, calibration: Calibration = DEFAULT_CALIBRATION) -> Cluster:
     """Build the Cluster of a validated scenario.
 
@@ -118,8 +130,8 @@ def build_cluster(scenario, instances_per_actor: int, calibration: Calibration =
         else spec.neuronlink_hop_latency_s,
         efa_bytes_per_s=(net.efa_gbps * GBPS) if net and net.efa_gbps else spec.efa_bytes_per_s,
         efa_latency_s=(net.efa_latency_us * 1e-6) if net and net.efa_latency_us else spec.efa_latency_s,
-        z_link_bytes_per_s_per_chip=ULTRASERVER.z_link_bytes_per_s_per_chip if c.ultraserver else 0.0,
-        z_latency_s=ULTRASERVER.z_hop_latency_s if c.ultraserver else 0.0,
+        **z_links(spec, c.ultraserver, net.neuronlink_gbps_per_chip * GBPS if net and net.neuronlink_gbps_per_chip
+                  else spec.neuronlink_bytes_per_s_per_chip),
     )
     if net is not None and net.calibration != "default":     # a named collective calibration on top
         calibration = with_network_profile(calibration, net.calibration)

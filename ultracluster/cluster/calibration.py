@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 TRN1, TRN2 = "trainium", "trainium2"
+TRN3 = "trainium3"
 
 FITTED = Path(__file__).with_name("calibration.json")                                  # scripts/calibrate.py
 NETWORK_FITTED = Path(__file__).parents[1] / "network" / "collectives_fit.json"       # scripts/fit_collectives.py
@@ -46,6 +47,13 @@ class NetworkCalibration:
             their wire latency only.
         efa_step_s: fixed cost of every step of a collective that spans instances over EFA (its steps,
             the intra-instance ones included, are sequenced through the runtime's network proxy).
+        neuronlink_efficiency_trn3: achieved fraction of a NeuronSwitch-v1 link level's bandwidth (Trn3).
+            No Trn3 collective is measured: borrowed from Trn1 (`BORROWED_TRN3`), range registered as
+            uncertain (docs/trainium3.md).
+        launch_s_trn3: fixed cost of one collective on Trn3 (borrowed from Trn1 likewise).
+        neuronswitch_scale_trn3: the NeuronSwitch per-chip bandwidth as a multiple of the catalog's figure
+            (2,048 GiB/s per chip, T4); the published figures span 704 GB/s to 2.56 TB/s (T1, T4), which
+            the uncertain-factor range covers. 1 = the catalog's (or the scenario's) figure.
     """
 
     neuronlink_efficiency_trn1: float = 0.75
@@ -56,13 +64,20 @@ class NetworkCalibration:
     launch_s_trn2: float = 7e-6
     reduce_step_s: float = 42e-6
     efa_step_s: float = 99e-6
+    neuronlink_efficiency_trn3: float = 0.75
+    launch_s_trn3: float = 7e-6
+    neuronswitch_scale_trn3: float = 1.0
 
     def neuronlink_efficiency(self, generation: str) -> float:
-        """The NeuronLink efficiency of a chip generation ("trainium" or "trainium2")."""
+        """The NeuronLink efficiency of a chip generation ("trainium", "trainium2" or "trainium3")."""
+        if generation == TRN3:
+            return self.neuronlink_efficiency_trn3
         return self.neuronlink_efficiency_trn2 if generation == TRN2 else self.neuronlink_efficiency_trn1
 
     def launch_s(self, generation: str) -> float:
         """The launch cost of one collective on a chip generation."""
+        if generation == TRN3:
+            return self.launch_s_trn3
         return self.launch_s_trn2 if generation == TRN2 else self.launch_s_trn1
 
     def with_(self, **changes: float) -> "NetworkCalibration":
@@ -80,9 +95,17 @@ def _read(path: Path) -> dict:
                                  f"the fitting script named in docs/calibration.md") from exc
 
 
+# Trn3 has no measured collective: its factors take the Trn1 fit's values (measured on a current Neuron
+# release; Trn2's default is the Trn1 value too) unless the fitted file gives its own.
+BORROWED_TRN3 = {"neuronlink_efficiency_trn3": "neuronlink_efficiency_trn1", "launch_s_trn3": "launch_s_trn1"}
+
+
 def fitted_network() -> NetworkCalibration:
     """The factors of `network/collectives_fit.json` (an error where it is missing)."""
-    values = _read(NETWORK_FITTED)["factors"]
+    values = dict(_read(NETWORK_FITTED)["factors"])
+    for trn3, source in BORROWED_TRN3.items():
+        if source in values:
+            values.setdefault(trn3, values[source])
     return NetworkCalibration(**{f.name: float(values[f.name]) for f in fields(NetworkCalibration)
                                  if f.name in values})
 
@@ -131,6 +154,14 @@ class Calibration:
         runtime_reserve_gib: HBM per rank kept by the Neuron runtime and compiler scratch (assumption: not
             published; 1 GiB per rank).
         network: the collective model's factors.
+        fp8_peak_scale_trn3: Trainium3 plain-FP8 TensorE peak as a multiple of the catalog's (2 x BF16,
+            inferred: unpublished; 0.5 = the BF16 rate). See docs/trainium3.md.
+        mx_peak_scale_trn3: Trainium3 MX TensorE rate as a multiple of the catalog's at the same fitted
+            tensor_efficiency. The catalog prices BF16 at the chip figure / 8 (83.9 TFLOPS per core), 6 %
+            above the 79 the core page gives, while its MX figure (2,517 / 8) is the core page's 315: if the
+            fit absorbs that BF16 excess, MX runs up to 671/632 faster (the NKI guide's "4x" BF16).
+        hbm_peak_scale_trn3: Trainium3 HBM bandwidth as a multiple of the catalog's 4.9 TB/s (the NKI guide
+            says 4.7).
     """
 
     tensor_efficiency: float = 0.75
@@ -141,6 +172,21 @@ class Calibration:
     runtime_reserve_gib: float = 1.0
     compute_jitter: float = 0.01
     network: NetworkCalibration = field(default_factory=lambda: NETWORK_DEFAULT)
+    fp8_peak_scale_trn3: float = 1.0
+    mx_peak_scale_trn3: float = 1.0
+    hbm_peak_scale_trn3: float = 1.0
+
+    def tensor_peak_scale(self, generation: str, precision: str) -> float:
+        """Multiplier of the catalog's TensorE peak for a chip generation and precision (1 but on Trainium3
+        FP8 and MX, whose rates the sources leave open)."""
+        if generation != TRN3:
+            return 1.0
+        return {"fp8": self.fp8_peak_scale_trn3, "mxfp8": self.mx_peak_scale_trn3,
+                "mxfp4": self.mx_peak_scale_trn3}.get(precision, 1.0)
+
+    def hbm_peak_scale(self, generation: str) -> float:
+        """Multiplier of the catalog's HBM bandwidth for a chip generation (1 but on Trainium3)."""
+        return self.hbm_peak_scale_trn3 if generation == TRN3 else 1.0
 
     def with_(self, **changes) -> "Calibration":
         """A copy with chip factors changed; network factors are given as `network=...` or by their names."""
@@ -209,3 +255,48 @@ def _register_network_factors() -> None:
 
 
 _register_network_factors()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Trainium3: no measured training run or collective is published (docs/trainium3.md). Every factor the
+# evidence leaves open is registered with the widest range the sources give; central values are the
+# defaults above (the Trn1 fit's values where borrowed).
+
+def _register_trainium3_factors() -> None:
+    from .catalog import NEURONSWITCH_BYTES_PER_S_PER_CHIP as SWITCH, NEURONSWITCH_RANGE_BYTES_PER_S as SPAN
+    from .uncertain import FACTORS, UncertainFactor
+
+    net, dated = NETWORK_DEFAULT, NETWORK_PROFILES.get("trn2-nccom-examples", {})
+    lowest_link = min(net.neuronlink_efficiency_trn1, net.neuronlink_efficiency_trn2,
+                      dated.get("neuronlink_efficiency_trn2", 1.0))
+    entries = [
+        ("neuronswitch_scale_trn3", SPAN[0] / SWITCH, SPAN[1] / SWITCH,
+         "NeuronSwitch per-chip bandwidth: 704 GB/s (256 + 320 + 128 per level, T4 PCIe section) to 2.56 TB/s "
+         "(T1), around the UltraServer table's 2,048 GiB/s (T4)"),
+        ("neuronlink_efficiency_trn3", lowest_link, 1.0,
+         "no Trn3 collective measured: the Trn1 fit's value; low: the lowest NeuronLink efficiency any published "
+         "row gives (dated Trn2 examples); high: the full link rate"),
+        ("launch_s_trn3", 1e-6, 10e-6,
+         "no Trn3 collective measured: the Trn1 fit's value; the 1-10 us latency term Neuron gives for Trn2 (H11)"),
+        ("chip_efficiency", net.chip_efficiency / 2, min(1.0, 2 * net.chip_efficiency),
+         "the Trn1 fit, borrowed: Trn3's DMA adds read-add-write at full rate (T3); a factor of two either way"),
+        ("efa_efficiency", net.efa_efficiency / 2, min(1.0, 2 * net.efa_efficiency),
+         "the Trn1 fit, borrowed: Trn3's EFA generation is not published (200 Gbit/s per chip, T4)"),
+        ("reduce_step_s", net.reduce_step_s / 2, 2 * net.reduce_step_s,
+         "the Trn1 fit, borrowed: 16 or 20 collective cores per Trn3 chip (T1, T3); a factor of two either way"),
+        ("efa_step_s", net.efa_step_s / 2, 2 * net.efa_step_s,
+         "the Trn1 fit, borrowed: EFA collectives on Trn3 arrived in SDK 2.29 (T8); a factor of two either way"),
+        ("fp8_peak_scale_trn3", 0.5, 1.0,
+         "plain FP8 is unpublished on Trn3: from the BF16 rate (no double_row mode) to 2 x BF16 (T9, T10)"),
+        ("mx_peak_scale_trn3", 1.0, 671 / 632,
+         "MX at 2,517/671 = 3.75x BF16 (chip figures, T1) to 4x (T3; 315 against 79 per core, T2)"),
+        ("hbm_peak_scale_trn3", 4.7 / 4.9, 1.0, "HBM 4.7 TB/s (T3) to 4.9 TB/s (T1, T4)"),
+    ]
+    taken = {(f.name, g) for f in FACTORS for g in f.generations}
+    for name, low, high, why in entries:
+        if (name, TRN3) not in taken:
+            central = getattr(net, name) if name in _NETWORK_FIELDS else getattr(DEFAULT, name)
+            FACTORS.append(UncertainFactor(name, min(low, central), max(high, central), (TRN3,), why))
+
+
+_register_trainium3_factors()

@@ -32,6 +32,23 @@ _DOCS = {
     "H12": "aws-neuron-sdk neuron-runtime/explore/internode-collective-comm.rst",
     "H13": "aws-neuron-sdk frameworks/torch/torch-neuronx/setup-trn1-multi-node-execution.rst",
     "H14": "aws-neuron-sdk general/benchmarks/trn1/trn1_instance_prices.csv at 7060a1c6 (2022-10-10)",
+    # Trainium3 (docs/sources.md §6): T ids are AWS documents, TS ids secondary (press) sources
+    "T1": "aws-neuron-sdk about-neuron/arch/neuron-hardware/trainium3.rst",
+    "T2": "aws-neuron-sdk about-neuron/arch/neuron-hardware/neuron-core-v4.rst",
+    "T3": "aws-neuron-sdk nki/guides/architecture/trainium3_arch.rst",
+    "T4": "aws-neuron-sdk about-neuron/arch/neuron-hardware/trn3-arch.rst (UltraServer table; PCIe section of "
+    "SDK 2.29, commit 539a73c5)",
+    "T5": "aws-neuron-sdk images/architecture/trn3/trn3-ultraserver-gen1.png, trn3-ultraserver-gen2.png",
+    "T6": "aws-neuron-sdk about-neuron/arch/neuron-features/logical-neuroncore-config.rst",
+    "T7": "aws-neuron-sdk libraries/nxd-inference/tutorials/trn3-gpt-oss-120b-tutorial.rst",
+    "T8": "aws-neuron-sdk release-notes/components/runtime.rst (SDK 2.27-2.32)",
+    "T9": "aws-neuron-sdk tools/neuron-explorer/profile-schema-reference.rst",
+    "T10": "aws-neuron-sdk nki/api/nki/isa/__init__.py (nc_matmul double_row mode)",
+    "T13": "github.com/aws-neuron/connected-device-maps-over-efa-for-neuron lookup/neuron/trn3.json",
+    "T15": "TorchNeuron platform code (GetPlatformConfig: trn3, trn3u at 2 logical cores)",
+    "TS2": "Tom's Hardware, Trainium3 launch (dual-chiplet, four NeuronCore-v4 per chiplet)",
+    "TS3": "Classmethod launch summary (NeuronSwitch-v1 latency under 10 us)",
+    "TS9": "third-party note quoting aws.amazon.com/ec2/instance-types/trn3 (no sizes, no prices listed)",
 }
 
 
@@ -46,10 +63,11 @@ class ChipSpec:
     """One Trainium chip.
 
     Attributes:
-        name: ``"trainium"`` | ``"trainium2"``.
-        core_version: ``"NeuronCore-v2"`` | ``"NeuronCore-v3"``.
+        name: ``"trainium"`` | ``"trainium2"`` | ``"trainium3"``.
+        core_version: ``"NeuronCore-v2"`` | ``"NeuronCore-v3"`` | ``"NeuronCore-v4"``.
         physical_cores: physical NeuronCores per chip.
-        dense_flop_per_s: dense TensorE peak per chip, flop/s, keyed by precision ``bf16``/``fp8``/``fp32``.
+        dense_flop_per_s: dense TensorE peak per chip, flop/s, keyed by precision ``bf16``/``fp8``/``fp32``
+            (and ``mxfp8``/``mxfp4`` on chips with MX matmul: a precision missing here is refused).
         tensor_flop_per_s_per_core: TensorE peak per physical core, flop/s, by precision.
         vector_flop_per_s_per_core: VectorE fp32 peak per physical core, flop/s.
         scalar_flop_per_s_per_core: ScalarE fp32 peak per physical core, flop/s.
@@ -61,6 +79,7 @@ class ChipSpec:
         psum_bytes_per_core: PSUM (partial-sum buffer) per physical core, bytes.
         cc_cores: collective-communication cores per chip.
         sources: field name -> source id and document.
+        vector_hz, scalar_hz: VectorE and ScalarE clocks, Hz (128 lanes each, one element per lane and cycle).
     """
 
     name: str
@@ -78,6 +97,14 @@ class ChipSpec:
     psum_bytes_per_core: int
     cc_cores: int
     sources: Mapping[str, str] = field(hash=False, compare=False, repr=False)
+    # VectorE and ScalarE stream 128 lanes x 1 element per cycle (H4: "128 input/output" elements/cycle; an
+    # instruction over N elements per partition takes about N cycles, 2N with two input tensors). The chip
+    # model prices their work in element passes at 128 x clock, not at the FP32 TFLOPS of the product pages.
+    vector_hz: float = 0.0
+    scalar_hz: float = 0.0
+    # Trainium3 (NeuronCore-v4) additions; the defaults describe the older chips.
+    dies: int = 1                    # compute dies per chip (Trainium3: 2, inferred from T8 and TS2)
+    fast_exp_speedup: float = 1.0    # VectorE exponential over ScalarE's exp throughput (Trainium3: 4, T3)
 
 
 @dataclass(frozen=True)
@@ -97,9 +124,15 @@ class InstanceSpec:
         efa_bytes_per_s: EFA bandwidth per instance, bytes/s.
         efa_nics: EFA devices per instance.
         efa_latency_s: EFA point-to-point latency per hop, seconds.
-        ultraserver_capable: whether 4 instances join into a Trn2 UltraServer.
+        ultraserver_capable: whether instances of this type join into an UltraServer (`ULTRASERVERS`).
         price_per_hour_usd: on-demand price, USD per instance-hour, or None where no public figure was found.
         sources: field name -> source id and document.
+        ultraserver_default: `cluster.ultraserver` when the scenario does not say (trn2u and the Trn3 Gen2
+            server: true; a trn3.48xlarge joins a Gen1 UltraServer only when asked).
+        switch_level_shares: None for a NeuronLink torus; for a NeuronSwitch fabric (Trainium3) the shares
+            of `neuronlink_bytes_per_s_per_chip` that the three link levels carry: intra-server (through
+            the switch), inter-server in the same switch domain, and direct links to the partner chip of
+            the other half of the UltraServer (T4: 256, 320 and 128 GB/s of 704 per chip).
     """
 
     name: str
@@ -117,19 +150,33 @@ class InstanceSpec:
     ultraserver_capable: bool
     price_per_hour_usd: float | None
     sources: Mapping[str, str] = field(hash=False, compare=False, repr=False)
+    ultraserver_default: bool = False
+    switch_level_shares: tuple[float, float, float] | None = None
+
+    @property
+    def switched(self) -> bool:
+        """Chips reach each other through NeuronSwitch-v1 (Trainium3), not a NeuronLink torus."""
+        return self.switch_level_shares is not None
 
 
 @dataclass(frozen=True, kw_only=True)
 class UltraServerSpec:
-    """A Trn2 UltraServer: 4 trn2u.48xlarge instances joined by NeuronLink Z-rings (4x4x4 torus).
+    """An UltraServer: instances joined by NeuronLink beyond EFA.
+
+    Trn2: 4 trn2u.48xlarge joined by NeuronLink Z-rings (4x4x4 torus). Trn3 (``switched``): servers in
+    two halves (Gen1: two server pairs, each pair on one NeuronSwitch-v1; Gen2: two racks of 18 servers);
+    a chip reaches the servers of its own half through the switches and chip i of server s has a direct
+    link to chip i of server s + instances/2 (T4, T5 diagrams).
 
     Attributes:
-        name: ``"trn2-ultraserver"``.
-        instance: the member instance type (trn2u.48xlarge).
+        name: ``"trn2-ultraserver"``, ``"trn3-gen1-ultraserver"``, ``"trn3-gen2-ultraserver"``.
+        instance: the member instance type.
         instances: instances per UltraServer.
-        z_link_bytes_per_s_per_chip: inter-instance (Z) NeuronLink bandwidth per chip, bytes/s.
-        z_hop_latency_s: latency per Z hop, seconds.
+        z_link_bytes_per_s_per_chip: inter-instance (Z) NeuronLink bandwidth per chip, bytes/s (Trn3: the
+            direct links' share of the instance's per-chip figure).
+        z_hop_latency_s: latency per Z hop (Trn3: per direct link), seconds.
         sources: field name -> source id and document.
+        switched: a NeuronSwitch fabric in two halves (Trn3) rather than Z-rings.
     """
 
     name: str = "trn2-ultraserver"
@@ -138,6 +185,7 @@ class UltraServerSpec:
     z_link_bytes_per_s_per_chip: float = 256e9
     z_hop_latency_s: float
     sources: Mapping[str, str] = field(hash=False, compare=False, repr=False)
+    switched: bool = False
 
 
 TRAINIUM = ChipSpec(
@@ -152,6 +200,8 @@ TRAINIUM = ChipSpec(
     vector_flop_per_s_per_core=2.3e12,
     scalar_flop_per_s_per_core=2.9e12,
     gpsimd_hz=1.4e9,
+    vector_hz=1.12e9,
+    scalar_hz=1.4e9,
     hbm_bytes=32 * GiB,
     hbm_bytes_per_s=820.0 * GiB,
     dma_bytes_per_s=1e12,
@@ -172,12 +222,16 @@ TRAINIUM = ChipSpec(
         "vector_flop_per_s_per_core": _src("H3", "VectorE 2.3 TFLOPS FP32"),
         "scalar_flop_per_s_per_core": _src("H3", "ScalarE 2.9 TFLOPS FP32"),
         "gpsimd_hz": _src("H4", "GpSimd 1.4 GHz"),
+        "vector_hz": _src("H4", "VectorE 1.12 GHz, 128 elements/cycle"),
+        "scalar_hz": _src("H4", "ScalarE 1.4 GHz, 128 elements/cycle"),
         "hbm_bytes": _src("H1", "32 GiB HBM per chip"),
         "hbm_bytes_per_s": _src("H1", '820 GiB/s ("0.8 TB/s" in the Trn2 comparison table)'),
         "dma_bytes_per_s": _src("H1", "1 TB/s DMA per chip"),
         "sbuf_bytes_per_core": _src("H4", "SBUF 24 MiB (128 partitions x 192 KiB)"),
         "psum_bytes_per_core": _src("H4", "PSUM 2 MiB (128 partitions x 16 KiB)"),
         "cc_cores": _src("H4", "6 collective-communication cores per chip"),
+        "dies": _src("H1", "no die split published: 1 (ranks per die are a Trainium3 runtime notion)"),
+        "fast_exp_speedup": _src("H4", "exp runs on ScalarE only (no VectorE exponential): 1"),
     },
 )
 
@@ -193,6 +247,8 @@ TRAINIUM2 = ChipSpec(
     vector_flop_per_s_per_core=1.0e12,
     scalar_flop_per_s_per_core=1.2e12,
     gpsimd_hz=1.2e9,
+    vector_hz=0.96e9,
+    scalar_hz=1.2e9,
     hbm_bytes=96 * GiB,
     hbm_bytes_per_s=2.9e12,
     dma_bytes_per_s=3.5e12,
@@ -209,12 +265,77 @@ TRAINIUM2 = ChipSpec(
         "vector_flop_per_s_per_core": _src("H7", "VectorE 1.0 TFLOPS FP32"),
         "scalar_flop_per_s_per_core": _src("H7", "ScalarE 1.2 TFLOPS FP32"),
         "gpsimd_hz": _src("H8", "GpSimd 1.2 GHz"),
+        "vector_hz": _src("H8", "VectorE 0.96 GHz, 128 elements/cycle"),
+        "scalar_hz": _src("H8", "ScalarE 1.2 GHz, 128 elements/cycle"),
         "hbm_bytes": _src("H5, H8", "96 GiB HBM per chip (4 stacks, each shared by 2 physical cores)"),
         "hbm_bytes_per_s": _src("H5, H8", '2.9 TB/s (NKI guide rounds to "3TB/s")'),
         "dma_bytes_per_s": _src("H5", "3.5 TB/s DMA per chip"),
         "sbuf_bytes_per_core": _src("H7, H8", "SBUF 28 MiB (128 partitions x 224 KiB)"),
         "psum_bytes_per_core": _src("H8", "PSUM 2 MiB"),
         "cc_cores": _src("H5, H8", "16 collective-communication cores (trainium2 page; the NKI guide says 20)"),
+        "dies": _src("H5", "no die split published: 1 (ranks per die are a Trainium3 runtime notion)"),
+        "fast_exp_speedup": _src("H8", "exp runs on ScalarE only (the VectorE exponential is new in NeuronCore-v4): 1"),
+    },
+)
+
+# Trainium3 (docs/trainium3.md). Per-core TensorE peaks follow the same rule as Trainium2 (chip figure / 8),
+# so that Trn3 and Trn2 are priced alike: the neuron-core-v4 page lists 79 BF16 and 20 FP32 per core (8 x 79
+# = 632, 6 % under the 671 chip figure, the same gap as Trainium2's 8 x 79 against 667) and 315 MXFP8, which
+# equals 2,517 / 8. Plain (non-MX) FP8 has no published rate on Trainium3: 2 x BF16 is inferred from the
+# double_row FP8 matmul mode documented for NeuronCore-v3 and v4 (T10) and Neuron Explorer's 0.5x FP8
+# weighting on Trn2 and Trn3 (T9); the calibration's `fp8_peak_scale_trn3` spans 1x to 2x BF16.
+TRAINIUM3 = ChipSpec(
+    name="trainium3",
+    core_version="NeuronCore-v4",
+    physical_cores=8,
+    dense_flop_per_s={"bf16": 671e12, "fp8": 2 * 671e12, "fp32": 183e12, "mxfp8": 2517e12, "mxfp4": 2517e12},
+    tensor_flop_per_s_per_core={"bf16": 671e12 / 8, "fp8": 2 * 671e12 / 8, "fp32": 183e12 / 8,
+                                "mxfp8": 2517e12 / 8, "mxfp4": 2517e12 / 8},
+    vector_flop_per_s_per_core=1.2e12,
+    scalar_flop_per_s_per_core=1.2e12,
+    gpsimd_hz=1.2e9,
+    vector_hz=1.2e9,
+    scalar_hz=1.2e9,
+    hbm_bytes=144 * GiB,
+    hbm_bytes_per_s=4.9e12,
+    dma_bytes_per_s=4.9e12,
+    sbuf_bytes_per_core=32 * MiB,
+    psum_bytes_per_core=2 * MiB,
+    cc_cores=16,
+    dies=2,
+    fast_exp_speedup=4.0,
+    sources={
+        "core_version": _src("T1, T2", "8 x NeuronCore-v4 per chip"),
+        "physical_cores": _src("T1, T3, T6", "8 physical NeuronCores per chip (4 logical at LNC=2)"),
+        "dense_flop_per_s": _src(
+            "T1, T9, T10",
+            "2,517 MXFP8/MXFP4, 671 BF16/FP16/TF32, 183 FP32 TFLOPS dense (T1); plain FP8 not published: "
+            "2 x BF16 inferred (double_row mode T10, 0.5x FP8 weighting T9), range in the calibration",
+        ),
+        "tensor_flop_per_s_per_core": _src(
+            "T1, T2, T3",
+            "chip figure / 8 cores (neuron-core-v4 page: 315 MXFP8/MXFP4, 79 BF16, 20 FP32 per core; MX matmul "
+            "at 4x the BF16 matmul throughput, T3)",
+        ),
+        "vector_flop_per_s_per_core": _src("T2, T3", "VectorE 1.2 TFLOPS FP32"),
+        "scalar_flop_per_s_per_core": _src("T3", "ScalarE 1.2 TFLOPS FP32"),
+        "gpsimd_hz": _src("T3", "GpSimd 1.2 GHz, 128 elements/cycle"),
+        "vector_hz": _src("T3", "VectorE 1.2 GHz (data path 512 BF16/FP16/FP8 or 256 other elements/cycle)"),
+        "scalar_hz": _src("T3", "ScalarE 1.2 GHz (data path 256 BF16/FP16/FP8 or 128 other elements/cycle)"),
+        "hbm_bytes": _src("T1, T3", "144 GiB HBM per chip (4 stacks)"),
+        "hbm_bytes_per_s": _src(
+            "T1, T3, T4",
+            "4.9 TB/s (chip page; UltraServer tables 313.6 TB/64 = 705.6 TB/144 = 4.9) picked over the NKI guide's "
+            "4.7 TB/s; the calibration's hbm_peak_scale_trn3 spans both",
+        ),
+        "dma_bytes_per_s": _src("T1", "4.9 TB/s DMA per chip, with inline computation; 128 DMA engines (T3)"),
+        "sbuf_bytes_per_core": _src("T2, T3", "SBUF 32 MiB (up from 28 MiB)"),
+        "psum_bytes_per_core": _src("T3", "PSUM 2 MiB (unchanged)"),
+        "cc_cores": _src("T1, T3", "16 collective-communication cores (trainium3 page; the NKI guide says 20)"),
+        "dies": _src("T8, TS2", "inferred: the runtime speaks of one rank per die, two per MLA; press: dual-chiplet, "
+                                "four NeuronCore-v4 per chiplet"),
+        "fast_exp_speedup": _src("T3", "VectorE fast exponential (nisa.exponential) at 4x the throughput of "
+                                       "ScalarE's exp activation, with the softmax's subtraction and row sum"),
     },
 )
 
@@ -236,6 +357,8 @@ def _instance_sources(neuronlink: str, efa: str, nics: str, price: str, trn2: bo
         "efa_latency_s": _src("H10, H12", "~15 us per hop (inter-node algorithm docs, ib_write_lat HBM to HBM)"),
         "ultraserver_capable": _src("H6", "only trn2u.48xlarge joins a Trn2 UltraServer"),
         "price_per_hour_usd": price,
+        "ultraserver_default": _src("H6", "trn2u.48xlarge is the UltraServer member type: in one by default"),
+        "switch_level_shares": _src(arch, "a NeuronLink torus, no switch: None"),
     }
 
 
@@ -284,6 +407,7 @@ def _trn2(name: str, ultraserver: bool) -> InstanceSpec:
         efa_latency_s=15e-6,
         ultraserver_capable=ultraserver,
         price_per_hour_usd=None,
+        ultraserver_default=ultraserver,
         sources=_instance_sources(
             "1,024 GB/s NeuronLink-v3 per chip inside the instance (of 1.28 TB/s total; 256 GB/s Z links)",
             "3,200 Gbps EFAv3 per instance (16 x 200 Gbps, one NIC per chip)",
@@ -294,6 +418,79 @@ def _trn2(name: str, ultraserver: bool) -> InstanceSpec:
     )
 
 
+# NeuronSwitch-v1 per-chip link levels (T4, PCIe section, written for the 4-chip sleds of Gen2): 4 PCIe Gen6
+# x8 links to the intra-server switch (256 GB/s), 5 to the inter-server switches (320 GB/s), 2 direct links
+# to the same-position chip of the other rack (128 GB/s); 704 GB/s in all. Each figure is called
+# "bidirectional", yet 4 x8 Gen6 links carry about 256 GB/s in each direction: we read them per direction.
+NEURONSWITCH_LEVELS_GB_S = (256.0, 320.0, 128.0)
+# The per-chip total is published three ways (T1: 2.56 TB/s; T4 UltraServer table: 2,048 GiB/s; T4 PCIe
+# section: 704 GB/s summed). The catalog takes the UltraServer table's figure (the one AWS gives for the
+# UltraServers modelled here, inside the range); the calibration's `neuronswitch_scale_trn3` moves it over
+# the whole published range and `cluster.network.neuronlink_gbps_per_chip` sets it. The levels keep their
+# published proportions.
+NEURONSWITCH_BYTES_PER_S_PER_CHIP = 2048.0 * GiB
+NEURONSWITCH_RANGE_BYTES_PER_S = (704e9, 2560e9)
+
+
+def _trn3(name: str, chips: int, gen2: bool) -> InstanceSpec:
+    """A Trainium3 server: trn3.48xlarge (Gen1, 16 chips, x86 host) or the Gen2 4-chip server.
+
+    AWS documents Trn3 only as UltraServers (T4): per-server figures are the UltraServer totals divided by
+    its servers (Gen1: 4, Gen2: 36). No AWS page names the Gen2 server's instance type; code names exist
+    (trn3pd98, trn3pds, trn3u: T11, T13, T15) without saying which is the Gen2 server, so we call it
+    trn3gen2.16xlarge: 2,304 vCPUs / 36 servers = 64 vCPUs, a 16xlarge in EC2's size names.
+    """
+    us = "Gen2 UltraServer (36 servers x 4 chips)" if gen2 else "Gen1 UltraServer (4 servers x 16 chips)"
+    efa_gbit = 200 * chips
+    return InstanceSpec(
+        name=name,
+        chip=TRAINIUM3,
+        chips=chips,
+        neuron_cores=8 * chips,
+        default_lnc=2,
+        allowed_lnc=(1, 2),
+        torus=(chips, 1),
+        neuronlink_bytes_per_s_per_chip=NEURONSWITCH_BYTES_PER_S_PER_CHIP,
+        neuronlink_hop_latency_s=2e-6,
+        efa_bytes_per_s=efa_gbit * 1e9 / 8,
+        efa_nics=chips,
+        efa_latency_s=15e-6,
+        ultraserver_capable=True,
+        price_per_hour_usd=None,
+        ultraserver_default=gen2,
+        switch_level_shares=tuple(g / sum(NEURONSWITCH_LEVELS_GB_S) for g in NEURONSWITCH_LEVELS_GB_S),
+        sources={
+            "chips": _src("T4", f"{chips} chips per server: {us}"),
+            "neuron_cores": _src("T1", "8 physical NeuronCore-v4 per chip"),
+            "default_lnc": _src("T6, T7, T15", "inferred LNC=2: TorchNeuron sets 2 logical cores for trn3 and "
+                                               "trn3u; the Trn3 tutorial runs LNC=2"),
+            "allowed_lnc": _src("T6", '"LNC can only be set to 1 or 2 ... applies only to Trn2 and Trn3"'),
+            "torus": _src("T4", "no torus: chips reach each other through NeuronSwitch-v1 (\"all-to-all "
+                                "connectivity ... replacing the previous 2D-torus\"); (chips, 1) = a row"),
+            "neuronlink_bytes_per_s_per_chip": _src(
+                "T1, T4", "2,048 GiB/s per chip (UltraServer table) picked inside the published range: 2.56 TB/s "
+                          "(chip page) to 704 GB/s (256 + 320 + 128, PCIe section); see neuronswitch_scale_trn3"),
+            "switch_level_shares": _src("T4", "256 : 320 : 128 GB/s per chip (intra-server, inter-server, "
+                                              "inter-rack direct), read per direction"),
+            "neuronlink_hop_latency_s": _src(
+                "TS3", "not published by AWS (press: under 10 us across NeuronSwitch-v1): 2 us per switch "
+                       "traversal assumed, the Trn2 Z hop assumption (top of H11's 1-2 us)"),
+            "efa_bytes_per_s": _src("T4", f"{'28,800' if gen2 else '12,800'} Gbps EFA per UltraServer / "
+                                          f"{36 if gen2 else 4} servers = {efa_gbit:,} Gbps (200 per chip); "
+                                          "EFA generation not published"),
+            "efa_nics": _src("T13", "one EFA device per Neuron device (device map of the trn3 and trn3pds "
+                                    "families): inferred one NIC per chip"),
+            "efa_latency_s": _src("H10, H12", "not published for Trn3: the Trn1/Trn2 ~15 us per hop"),
+            "ultraserver_capable": _src("T4", f"joins a {us}"),
+            "ultraserver_default": _src("T4", "the Gen2 server exists only in its UltraServer: true" if gen2 else
+                                        "a Gen1 UltraServer is 4 servers joined by NeuronSwitch: opt in with "
+                                        "cluster.ultraserver"),
+            "price_per_hour_usd": _src("TS9", "no Trn3 price published (On-Demand, Capacity Block or Savings "
+                                              "Plan): unknown"),
+        },
+    )
+
+
 INSTANCES: Mapping[str, InstanceSpec] = {
     spec.name: spec
     for spec in (
@@ -301,6 +498,8 @@ INSTANCES: Mapping[str, InstanceSpec] = {
         _trn1("trn1n.32xlarge", neuronlink_gib=768, efa_gbit=1600, nics=16, price=None),
         _trn2("trn2.48xlarge", ultraserver=False),
         _trn2("trn2u.48xlarge", ultraserver=True),
+        _trn3("trn3.48xlarge", chips=16, gen2=False),
+        _trn3("trn3gen2.16xlarge", chips=4, gen2=True),
     )
 }
 
@@ -312,8 +511,49 @@ ULTRASERVER = UltraServerSpec(
         "z_link_bytes_per_s_per_chip": _src("H5, H6", "256 GB/s inter-instance NeuronLink per chip"),
         "z_hop_latency_s": "not published (no latency figure found in H5, H6, H10, H11): 2 us assumed, "
         "the top of the intra-node 1-2 us per-hop range of H11; override with cluster.network",
+        "switched": _src("H6", "Z-rings of a 4x4x4 torus, no switch"),
     },
 )
+
+
+def _trn3_ultraserver(name: str, member: str, servers: int, layout: str) -> UltraServerSpec:
+    spec = INSTANCES[member]
+    assert spec.switch_level_shares is not None
+    return UltraServerSpec(
+        name=name,
+        instance=spec,
+        instances=servers,
+        z_link_bytes_per_s_per_chip=spec.neuronlink_bytes_per_s_per_chip * spec.switch_level_shares[2],
+        z_hop_latency_s=2e-6,
+        switched=True,
+        sources={
+            "instances": _src("T4, T5", layout),
+            "z_link_bytes_per_s_per_chip": _src("T4", "direct links: 128 of the 704 GB/s per chip, the same share "
+                                                      "of the catalog's per-chip figure"),
+            "z_hop_latency_s": _src("TS3", "not published: 2 us assumed, as a switch traversal"),
+            "switched": _src("T4", "NeuronSwitch-v1 all-to-all design replacing the 2D torus"),
+        },
+    )
+
+
+ULTRASERVERS: Mapping[str, UltraServerSpec] = {
+    "trn2u.48xlarge": ULTRASERVER,
+    "trn3.48xlarge": _trn3_ultraserver(
+        "trn3-gen1-ultraserver", "trn3.48xlarge", 4,
+        "Gen1: 4 servers x 16 chips = 64; servers 0 and 1 share one NeuronSwitch-v1, servers 2 and 3 another; "
+        "chip i of server 0 (1) has a direct link to chip i of server 2 (3)"),
+    "trn3gen2.16xlarge": _trn3_ultraserver(
+        "trn3-gen2-ultraserver", "trn3gen2.16xlarge", 36,
+        "Gen2: 36 servers x 4 chips = 144 in two racks of 18 (inferred from the diagram's numbering 0-17, "
+        "18-35); a first-level switch per server, two second-level switches per rack; chip i of server k has a "
+        "direct link to chip i of server k + 18"),
+}
+"""UltraServer of each instance type that joins one (`InstanceSpec.ultraserver_capable`)."""
+
+
+def ultraserver_of(spec: InstanceSpec) -> UltraServerSpec | None:
+    """The UltraServer an instance type joins, or None."""
+    return ULTRASERVERS.get(spec.name) if spec.ultraserver_capable else None
 
 
 def instance(name: str) -> InstanceSpec:

@@ -15,8 +15,8 @@ import re
 import sys
 from dataclasses import dataclass
 
-from ..cluster import Cluster, Layout, Links
-from ..cluster.catalog import INSTANCES, ULTRASERVER
+from ..cluster import Cluster, Layout, Links, z_links
+from ..cluster.catalog import INSTANCES, ultraserver_of
 from ..errors import Problem, ScenarioError
 from .algorithms import OPS
 from .collectives import Group, bus_factor, collective_time
@@ -77,15 +77,15 @@ def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbp
         raise ScenarioError(problems)
     assert spec is not None
     lnc = lnc or spec.default_lnc
-    ultraserver = spec.ultraserver_capable and instances % 4 == 0
+    us = ultraserver_of(spec)
+    ultraserver = us is not None and instances % us.instances == 0
+    nl_bytes = neuronlink_gbps * GBPS if neuronlink_gbps else spec.neuronlink_bytes_per_s_per_chip
     links = Links(
-        neuronlink_bytes_per_s_per_chip=neuronlink_gbps * GBPS if neuronlink_gbps
-        else spec.neuronlink_bytes_per_s_per_chip,
+        neuronlink_bytes_per_s_per_chip=nl_bytes,
         neuronlink_latency_s=spec.neuronlink_hop_latency_s,
         efa_bytes_per_s=efa_gbps * GBPS if efa_gbps else spec.efa_bytes_per_s,
         efa_latency_s=spec.efa_latency_s,
-        z_link_bytes_per_s_per_chip=ULTRASERVER.z_link_bytes_per_s_per_chip if ultraserver else 0.0,
-        z_latency_s=ULTRASERVER.z_hop_latency_s if ultraserver else 0.0,
+        **z_links(spec, ultraserver, nl_bytes),
     )
     rpi = spec.neuron_cores // lnc
     return Cluster(instance=spec, instances=instances, lnc=lnc, ultraserver=ultraserver,
@@ -93,22 +93,45 @@ def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbp
                    calibration=with_network_profile(DEFAULT, calibration))
 
 
-def bench_group(cluster: Cluster, ranks: int, op: str) -> Group:
-    """`ranks` ranks spread evenly over the cluster's instances, the first ranks of each (as nccom-test
-    places its workers), alone on the fabric.
+RANK_UNITS = ("core", "die", "chip")
+
+
+def rank_stride(cluster: Cluster, rank_per: str = "core") -> int:
+    """Global-rank spacing of a bench group's members: every logical core a rank ("core"), one rank per
+    die ("die", Trainium3: 2 dies per chip) or one rank per chip ("chip"), as Neuron's Trn3 runtime can lay
+    out a collective (T8).
 
     Raises:
-        ScenarioError: naming `--ranks`, when they do not split evenly or do not fit.
+        ScenarioError: naming `--rank-per`, an unknown unit or one the chip does not have.
     """
-    rpi, n = cluster.ranks_per_instance, cluster.instances
+    k, dies = cluster.ranks_per_chip, cluster.chip.dies
+    if rank_per not in RANK_UNITS:
+        raise ScenarioError([Problem("--rank-per", rank_per, "one of: " + ", ".join(RANK_UNITS))])
+    if rank_per == "die" and (dies < 2 or k % dies):
+        raise ScenarioError([Problem("--rank-per", rank_per, f"core or chip on {cluster.instance.name} "
+                                     f"({cluster.chip.name}: {dies} die(s) per chip, {k} rank(s) per chip at "
+                                     f"lnc {cluster.lnc})")])
+    return {"core": 1, "die": k // dies, "chip": k}[rank_per]
+
+
+def bench_group(cluster: Cluster, ranks: int, op: str, rank_per: str = "core") -> Group:
+    """`ranks` ranks spread evenly over the cluster's instances, the first ranks of each (as nccom-test
+    places its workers), alone on the fabric; with `rank_per` "die" or "chip" one rank per die or chip.
+
+    Raises:
+        ScenarioError: naming `--ranks`, when they do not split evenly or do not fit, or `--rank-per`.
+    """
+    stride = rank_stride(cluster, rank_per)
+    rpi, n = cluster.ranks_per_instance // stride, cluster.instances
     if ranks < 1 or ranks % n or ranks // n > rpi or (op == "send_recv" and ranks != 2):
         allowed = "2 (send/recv is between two ranks)" if op == "send_recv" else \
             f"a multiple of --instances ({n}) with at most {rpi} per instance " \
-            f"({cluster.instance.name}, lnc {cluster.lnc})"
+            f"({cluster.instance.name}, lnc {cluster.lnc}" + (f", one rank per {rank_per})" if stride > 1 else ")")
         raise ScenarioError([Problem("--ranks", ranks, allowed)])
     if op == "send_recv" and n == 2:
-        return Group(per_instance=1, instances=2, stride=rpi, together=False)
-    return Group(per_instance=ranks // n, instances=n, stride=1, together=False, instance_step=rpi)
+        return Group(per_instance=1, instances=2, stride=cluster.ranks_per_instance, together=False)
+    return Group(per_instance=ranks // n, instances=n, stride=stride, together=False,
+                 instance_step=cluster.ranks_per_instance)
 
 
 @dataclass(frozen=True)
@@ -123,7 +146,8 @@ class Row:
     algorithm: str
 
 
-def sweep(cluster: Cluster, op: str, ranks: int, sizes: list[int], dtype: str = "bf16") -> list[Row]:
+def sweep(cluster: Cluster, op: str, ranks: int, sizes: list[int], dtype: str = "bf16",
+          rank_per: str = "core") -> list[Row]:
     """One row per size: the collective's time and bandwidths (GB/s = 1e9 B/s, nccl-tests factors).
 
     Raises:
@@ -137,7 +161,7 @@ def sweep(cluster: Cluster, op: str, ranks: int, sizes: list[int], dtype: str = 
         problems.append(Problem("--dtype", dtype, "one of: " + ", ".join(DTYPES)))
     if problems:
         raise ScenarioError(problems)
-    group = bench_group(cluster, ranks, op)
+    group = bench_group(cluster, ranks, op, rank_per)
     unit = DTYPES[dtype] * (ranks if op in ("reduce_scatter", "all_gather", "all_to_all") else 1)
     bad = [s for s in sizes if s % unit]
     if bad:
@@ -192,6 +216,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", default="default",
                    help="collective calibration: default, or trn2-nccom-examples (Trn2 links fitted to the dated "
                         "nccom-test examples; docs/collectives.md)")
+    p.add_argument("--rank-per", default="core", choices=None,
+                   help="core (default: every logical NeuronCore a rank), die (Trainium3) or chip: one rank per die "
+                        "or per chip")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the rows as CSV")
 
 
@@ -201,8 +228,8 @@ def run_cli(args: argparse.Namespace, out=None) -> int:
     cluster = bench_cluster(args.instance, args.instances, args.lnc, args.efa_gbps, args.neuronlink_gbps,
                             args.calibration)
     op = OP_ALIASES.get(args.op, args.op)
-    ranks = args.ranks if args.ranks is not None else cluster.ranks
-    rows = sweep(cluster, op, ranks, sizes, args.dtype)
+    ranks = args.ranks if args.ranks is not None else cluster.ranks // rank_stride(cluster, args.rank_per)
+    rows = sweep(cluster, op, ranks, sizes, args.dtype, args.rank_per)
     print(format_table(rows, cluster, args.dtype), file=out or sys.stdout)
     if args.csv:
         try:

@@ -173,7 +173,12 @@ def _chips(fab: Fabric, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def pick_intra(fab: Fabric, local: np.ndarray, nbytes: float) -> str:
-    """Neuron's intra-instance algorithm (H11) for one instance's members and a buffer of `nbytes`."""
+    """Neuron's intra-instance algorithm (H11) for one instance's members and a buffer of `nbytes`.
+
+    On a NeuronSwitch server (Trn3) Neuron's notes name ring, mesh and RDH (T8) but publish no thresholds:
+    the Trn2 ones are used, and KangaRing, a torus algorithm, is not. The ring there is the intra-server
+    ("intra-JBOG") ring in chip order, the ranks (dies) of a chip next to each other.
+    """
     if local.size <= 1:
         return "none"
     chips, counts = _chips(fab, local)
@@ -183,8 +188,25 @@ def pick_intra(fab: Fabric, local: np.ndarray, nbytes: float) -> str:
         if algs.is_pow2(chips.size) and (counts == counts[0]).all() and algs.is_pow2(int(counts[0])):
             return "rdh"
         return "ring"
+    if fab.switched:
+        return _switch_ring(fab, local, chips, counts)
     if fab.ranks_per_chip > 1 and chips.size > 1 and (counts == fab.ranks_per_chip).all():
         return "kangaring"      # only for groups holding every rank of each chip they touch (H11)
+    return "ring"
+
+
+def _switch_ring(fab: Fabric, local: np.ndarray, chips: np.ndarray, counts: np.ndarray) -> str:
+    """The ring a NeuronSwitch server runs for large buffers (T8: one rank per chip or per die; no rule for
+    choosing is published): one member per chip when the group holds every rank of its chips, one per die
+    when it holds whole dies, else every rank. The other ranks of a chip (die) reach the ring through the
+    chip's DMA engines, as in KangaRing; fewer members mean fewer ring steps and fixed step costs."""
+    per_die = fab.ranks_per_chip // fab.dies
+    if fab.ranks_per_chip > 1 and chips.size > 1 and (counts == fab.ranks_per_chip).all():
+        return "chip-ring"
+    slots = locate(fab, local)["slot"]
+    dies, per = np.unique(locate(fab, local)["chip"] * fab.dies + slots // max(1, per_die), return_counts=True)
+    if per_die > 1 and dies.size > 1 and (per == per_die).all():
+        return "die-ring"
     return "ring"
 
 
@@ -295,13 +317,13 @@ def _ring_order(fab: Fabric, local: np.ndarray) -> np.ndarray:
     return np.take_along_axis(local, np.argsort(key, axis=-1, kind="stable"), axis=-1)
 
 
-def _kangaring_flows(fab: Fabric, local: np.ndarray, st: Stage) -> list[Flows]:
+def _kangaring_flows(fab: Fabric, local: np.ndarray, st: Stage, k: int = 0) -> list[Flows]:
     """KangaRing (H11): a ring over the chips' primary ranks, both ways round the snake cycle, carrying
     each chip's whole buffer. Its chip-mates take no part in the ring: in a reduce-scatter step the primary
     reads their copy of the chunk it forwards, in an all-gather step it writes the chunk it receives to
     them as well as to itself (1 read, 2 writes), so each step also moves one chunk per chip-mate through
     the chip's DMA engines, in the same step."""
-    k = fab.ranks_per_chip
+    k = k or fab.ranks_per_chip       # ranks per ring member: a chip's (KangaRing, chip-ring) or a die's
     g, y = local.shape
     chips = _ring_order(fab, local).reshape(g, y // k, k)               # [g, chips in ring order, k]
     primaries, mates = chips[:, :, 0], chips[:, :, 1:]
@@ -338,9 +360,14 @@ def _stage_flows(fab: Fabric, lv: Levels, st: Stage) -> list[Flows]:
             return _unit_flows(local, st.algorithm, st.op, st.fraction)
         if st.algorithm == "kangaring":
             return _kangaring_flows(fab, local, st)
+        if st.algorithm in ("chip-ring", "die-ring"):     # NeuronSwitch: one ring member per chip or die
+            per_die = max(1, fab.ranks_per_chip // fab.dies)
+            return _kangaring_flows(fab, local, st, fab.ranks_per_chip if st.algorithm == "chip-ring" else per_die)
         raise ValueError(st.algorithm)
     if st.tier == "z":
         units = r[:, 0].transpose(0, 2, 1).reshape(-1, r.shape[2])         # [g*y, u], first UltraServer
+        if fab.switched and st.algorithm == "ring":
+            units = units[:, _switch_ring_order(fab, units[0])]
         return _unit_flows(units, st.algorithm, st.op, st.fraction)
     if st.tier == "efa":
         # ring, RDH and mesh send and receive the same bytes on every instance: the flows leaving the
@@ -348,6 +375,16 @@ def _stage_flows(fab: Fabric, lv: Levels, st: Stage) -> list[Flows]:
         units = r.transpose(0, 2, 3, 1).reshape(-1, r.shape[1])            # [g*u*y, v], v in server order
         return _unit_flows(units, st.algorithm, st.op, st.fraction, first_only=True)
     raise ValueError(st.tier)
+
+
+def _switch_ring_order(fab: Fabric, members: np.ndarray) -> np.ndarray:
+    """Ring order of one lane's members over the servers of a NeuronSwitch UltraServer: the first half's
+    servers ascending, then the second half's descending, so that the ring crosses between the halves only
+    over direct links (Gen1: servers 0, 1, 3, 2; Gen2: 0..17, 35..18). Neuron's Trn3 notes speak of ring
+    paths that maximize intra-JBOG link use (T8); the exact path is not published."""
+    z = locate(fab, members)["z"]
+    half = max(1, fab.us_instances // 2)
+    return np.argsort(np.where(z < half, z, 3 * half - 1 - z), kind="stable")
 
 
 @dataclass(frozen=True)
@@ -450,7 +487,7 @@ class StepTable:
         row: [steps] index of the profile (collective) each step belongs to.
         tier_max, latency_s, repeat, reduce, pipelined: per step, as in StepLoad.
         spans_efa: [rows] the collective spans EFA.
-        trn2: [rows] the collective runs on Trn2.
+        generation: [rows] chip generation of each collective ("trainium", "trainium2", "trainium3").
     """
 
     row: np.ndarray
@@ -460,7 +497,7 @@ class StepTable:
     reduce: np.ndarray
     pipelined: np.ndarray
     spans_efa: np.ndarray
-    trn2: np.ndarray
+    generation: np.ndarray
 
 
 def step_table(profiles: Sequence[Profile]) -> StepTable:
@@ -473,7 +510,7 @@ def step_table(profiles: Sequence[Profile]) -> StepTable:
         reduce=np.array([s.reduce for _, s in steps], dtype=bool),
         pipelined=np.array([s.pipelined for _, s in steps], dtype=bool),
         spans_efa=np.array([p.spans_efa for p in profiles], dtype=bool),
-        trn2=np.array([p.generation == "trainium2" for p in profiles], dtype=bool),
+        generation=np.array([p.generation for p in profiles], dtype=object),
     )
 
 
@@ -485,10 +522,9 @@ def table_times(table: StepTable, nbytes: np.ndarray, cal: NetworkCalibration) -
     """
     rows = table.spans_efa.size
     r = table.row
-    trn2 = table.trn2[r]
-    eff = np.stack([np.full(r.size, cal.chip_efficiency),
-                    np.where(trn2, cal.neuronlink_efficiency_trn2, cal.neuronlink_efficiency_trn1),
-                    np.full(r.size, cal.efa_efficiency)], axis=1)
+    link_eff = np.array([cal.neuronlink_efficiency(g) for g in table.generation], dtype=float).reshape(rows)
+    eff = np.stack([np.full(r.size, cal.chip_efficiency), link_eff[r], np.full(r.size, cal.efa_efficiency)],
+                   axis=1)
     b = np.asarray(nbytes, dtype=float)[r] * (table.tier_max / eff).max(axis=1)
     fixed = np.where(table.spans_efa[r], cal.efa_step_s, np.where(table.reduce, cal.reduce_step_s, 0.0))
     lat = table.latency_s + fixed
@@ -499,7 +535,7 @@ def table_times(table: StepTable, nbytes: np.ndarray, cal: NetworkCalibration) -
     whole = np.zeros(rows)
     np.add.at(whole, r, total)
     has = np.bincount(r, minlength=rows) > 0
-    launch = np.where(table.trn2, cal.launch_s_trn2, cal.launch_s_trn1) * has
+    launch = np.array([cal.launch_s(g) for g in table.generation], dtype=float).reshape(rows) * has
     return busy, whole - busy + launch
 
 
@@ -551,7 +587,8 @@ def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
     cal = calibration or cluster.calibration.network
     if group.together:  # inside a training step: the collective is issued from the compiled graph
         cal = cal.with_(launch_s_trn1=min(cal.launch_s_trn1, IN_GRAPH_LAUNCH_MAX_S),
-                        launch_s_trn2=min(cal.launch_s_trn2, IN_GRAPH_LAUNCH_MAX_S))
+                        launch_s_trn2=min(cal.launch_s_trn2, IN_GRAPH_LAUNCH_MAX_S),
+                        launch_s_trn3=min(cal.launch_s_trn3, IN_GRAPH_LAUNCH_MAX_S))
     fab = fabric(cluster)
     _check(op, group, fab)
     if group.ranks <= 1 or nbytes <= 0:
@@ -678,13 +715,13 @@ def busbw_limit_bytes_per_s(cluster: Cluster, group: Group) -> float:
 
     Whatever the algorithm, every rank of an all-reduce sends 2(p-1)/p of its buffer ((p-1)/p for
     reduce-scatter, all-gather and all-to-all; the message for send/recv), which is busbw x time. Those
-    bytes leave through the resources of the rank's chip (its DMA engines, 4 NeuronLink and 2 Z ports, its
-    NIC), shared by the chip's busy ranks: busbw cannot exceed their summed bandwidth over those ranks.
+    bytes leave through the resources of the rank's chip (its DMA engines, its NeuronLink egress: 4 torus
+    and 2 Z ports, or the three NeuronSwitch levels; its NIC), shared by the chip's busy ranks: busbw cannot exceed their summed bandwidth over those ranks.
     """
     fab = fabric(cluster)
     members, _ = members_and_levels(fab, group)
     loc = locate(fab, members)
     _, per_chip = np.unique(loc["instance"] * fab.chips + loc["chip"], return_counts=True)
     nic_of_chip = fab.nic_bytes_per_s * max(1, fab.nics // fab.chips)
-    chip_out = fab.chip_bytes_per_s + 4 * fab.port_bytes_per_s + 2 * fab.z_port_bytes_per_s + nic_of_chip
+    chip_out = fab.chip_bytes_per_s + fab.link_egress_bytes_per_s() + nic_of_chip
     return float(chip_out / int(per_chip.max()))

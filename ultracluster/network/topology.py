@@ -19,6 +19,16 @@ Routing is dimension-ordered (x, then y, then z) along the shorter way round eac
 equally short (distance 2 on a ring of 4) the bytes are split evenly between them. A flow between
 instances that are not in the same UltraServer goes out of its chip's NIC and into the peer chip's NIC.
 
+**NeuronSwitch** (Trainium3, `Fabric.switched`; docs/trainium3.md): no torus. Each chip has three link
+levels, each with an egress and an ingress resource (the switches themselves are taken as non-blocking):
+level 1 to the chips of its own server through the switch, level 2 to the chips of the other servers of
+its half of the UltraServer (Gen1: the server pair on one NeuronSwitch-v1; Gen2: the rack), level 3 a
+direct link to the chip in the same position of the partner server in the other half (server s and
+s + instances/2). They sit in the same resource slots as the torus ports: the 4 port slots are level-1
+out, level-1 in, level-2 out, level-2 in; the 2 Z slots are level-3 out and in. A flow to the other half
+crosses its direct link first, then level 1 or 2 inside that half ("data and its semaphore always
+traverse the same physical path", T4: one path, no splitting).
+
 Rank placement follows NxD (cluster/placement.py): rank ``r`` lives on instance ``r // ranks_per_instance``,
 chip ``(r % ranks_per_instance) // ranks_per_chip``, so tensor-parallel groups (innermost) stay inside a
 chip or a NeuronLink domain, pipeline stages come next and data parallelism spans instances.
@@ -32,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cluster import Cluster, rank_coords
+from ..cluster.catalog import ultraserver_of
 
 US_INSTANCES = 4        # instances per Trn2 UltraServer (docs/sources.md §5.2, H6)
 PORTS = 4               # NeuronLink ports per chip inside an instance: +x, -x, +y, -y (H4, H8, H10)
@@ -39,6 +50,7 @@ Z_PORTS = 2             # +z, -z ports per chip in an UltraServer (H6)
 
 # Resource kinds, for reports and tests.
 CHIP, PORT, ZPORT, NIC_OUT, NIC_IN = "chip", "neuronlink", "z", "efa_out", "efa_in"
+SWITCH, DOMAIN, DIRECT = "neuronswitch", "neuronswitch_domain", "direct"     # NeuronSwitch link levels 1-3
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,12 @@ class Fabric:
         hop_s: NeuronLink latency per hop.
         z_hop_s: Z latency per hop.
         efa_s: EFA latency of one transfer (point to point, HBM to HBM).
+        switched: a NeuronSwitch fabric (Trainium3): `port_bytes_per_s` is level 1 (intra-server),
+            `domain_port_bytes_per_s` level 2, `z_port_bytes_per_s` level 3 (direct links), each per
+            direction; `hop_s` is one switch traversal, `z_hop_s` one direct link.
+        domain_port_bytes_per_s: level-2 bandwidth of a chip, one direction (switched fabrics only).
+        us_instances: instances per UltraServer.
+        dies: compute dies per chip (Trainium3: 2).
     """
 
     generation: str
@@ -78,6 +96,10 @@ class Fabric:
     hop_s: float
     z_hop_s: float
     efa_s: float
+    switched: bool = False
+    domain_port_bytes_per_s: float = 0.0
+    us_instances: int = US_INSTANCES
+    dies: int = 1
 
     @property
     def resources_per_instance(self) -> int:
@@ -87,6 +109,9 @@ class Fabric:
     def local_kinds(self) -> np.ndarray:
         """[resources_per_instance] kind name of every resource slot of an instance."""
         c, n = self.chips, self.nics
+        if self.switched:
+            return np.array([CHIP] * c + [SWITCH, SWITCH, DOMAIN, DOMAIN] * c + [DIRECT] * (Z_PORTS * c)
+                            + [NIC_OUT] * n + [NIC_IN] * n)
         return np.array([CHIP] * c + [PORT] * (PORTS * c) + [ZPORT] * (Z_PORTS * c) + [NIC_OUT] * n
                         + [NIC_IN] * n)
 
@@ -105,17 +130,50 @@ class Fabric:
             efa_efficiency: achieved fraction of a NIC's bandwidth.
         """
         c, n = self.chips, self.nics
+        ports = np.tile(self.port_slot_bytes_per_s(), c)
         return np.concatenate([
             np.full(c, self.chip_bytes_per_s * chip_efficiency),
-            np.full(PORTS * c, self.port_bytes_per_s * neuronlink_efficiency),
+            ports * neuronlink_efficiency,
             np.full(Z_PORTS * c, self.z_port_bytes_per_s * neuronlink_efficiency),
             np.full(2 * n, self.nic_bytes_per_s * efa_efficiency),
         ])
 
 
+    def port_slot_bytes_per_s(self) -> np.ndarray:
+        """[PORTS] raw bandwidth of a chip's 4 port slots (torus: +x, -x, +y, -y; switched: level-1 out and
+        in, level-2 out and in)."""
+        if self.switched:
+            l1, l2 = self.port_bytes_per_s, self.domain_port_bytes_per_s
+            return np.array([l1, l1, l2, l2])
+        return np.full(PORTS, self.port_bytes_per_s)
+
+    def link_egress_bytes_per_s(self) -> float:
+        """What one chip can send per second over NeuronLink (all ports and Z ports, one direction)."""
+        if self.switched:
+            return self.port_bytes_per_s + self.domain_port_bytes_per_s + self.z_port_bytes_per_s
+        return PORTS * self.port_bytes_per_s + Z_PORTS * self.z_port_bytes_per_s
+
+
 def fabric(cluster: Cluster) -> Fabric:
-    """The fabric of a cluster (catalog numbers after `cluster.network` overrides)."""
+    """The fabric of a cluster (catalog numbers after `cluster.network` overrides).
+
+    On a NeuronSwitch fabric the per-chip figure (`Links.neuronlink_bytes_per_s_per_chip`, times the
+    calibration's `neuronswitch_scale_trn3`) splits over the three levels in the catalog's proportions.
+    """
     spec, links = cluster.instance, cluster.links
+    us = ultraserver_of(spec) if cluster.ultraserver else None
+    if spec.switch_level_shares is not None:
+        per_chip = links.neuronlink_bytes_per_s_per_chip * cluster.calibration.network.neuronswitch_scale_trn3
+        l1, l2, l3 = (per_chip * share for share in spec.switch_level_shares)
+        return Fabric(
+            generation=spec.chip.name, torus=tuple(spec.torus), chips=spec.chips,
+            ranks_per_chip=cluster.ranks_per_chip, ranks_per_instance=cluster.ranks_per_instance,
+            instances=cluster.instances, nics=spec.efa_nics, ultraserver=us is not None,
+            chip_bytes_per_s=spec.chip.dma_bytes_per_s, port_bytes_per_s=l1,
+            z_port_bytes_per_s=l3 if us is not None else 0.0, nic_bytes_per_s=links.efa_bytes_per_s / spec.efa_nics,
+            hop_s=links.neuronlink_latency_s, z_hop_s=links.z_latency_s, efa_s=links.efa_latency_s,
+            switched=True, domain_port_bytes_per_s=l2 if us is not None else 0.0,
+            us_instances=us.instances if us is not None else US_INSTANCES, dies=spec.chip.dies)
     return Fabric(
         generation=spec.chip.name, torus=tuple(spec.torus), chips=spec.chips, ranks_per_chip=cluster.ranks_per_chip,
         ranks_per_instance=cluster.ranks_per_instance, instances=cluster.instances, nics=spec.efa_nics,
@@ -124,6 +182,7 @@ def fabric(cluster: Cluster) -> Fabric:
         z_port_bytes_per_s=links.z_link_bytes_per_s_per_chip / Z_PORTS,
         nic_bytes_per_s=links.efa_bytes_per_s / spec.efa_nics,
         hop_s=links.neuronlink_latency_s, z_hop_s=links.z_latency_s, efa_s=links.efa_latency_s,
+        us_instances=us.instances if us is not None else US_INSTANCES,
     )
 
 
@@ -140,7 +199,7 @@ def locate(fab: Fabric, ranks: np.ndarray) -> dict[str, np.ndarray]:
     chip, slot = np.divmod(local, fab.ranks_per_chip)
     tx = fab.torus[0]
     if fab.ultraserver:
-        server, z = np.divmod(inst, US_INSTANCES)
+        server, z = np.divmod(inst, fab.us_instances)
     else:
         server, z = inst, np.zeros_like(inst)
     return {"instance": inst, "chip": chip, "slot": slot, "x": chip % tx, "y": chip // tx, "z": z,
@@ -218,10 +277,14 @@ def route(fab: Fabric, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> 
     res_parts.append(s["instance"][i] * rpi + s["chip"][i])
     byte_parts.append(nbytes[i])
 
-    # NeuronLink: x then y inside the source instance, then z round the UltraServer at the target (x, y)
+    # NeuronLink: x then y inside the source instance, then z round the UltraServer at the target (x, y);
+    # on a NeuronSwitch fabric the switch levels instead
     i = np.flatnonzero((same_inst & ~same_chip) | z_link)
     tier[i] = 1
-    if i.size:
+    if i.size and fab.switched:
+        latency[i] = _switch_entries(fab, {k: v[i] for k, v in s.items()}, {k: v[i] for k, v in d.items()},
+                                     nbytes[i], res_parts, byte_parts)
+    elif i.size:
         x, y, xd, yd = s["x"][i], s["y"][i], d["x"][i], d["y"][i]
         inst, w = s["instance"][i], nbytes[i]
         x_ways = _ways(x, xd, tx)
@@ -267,6 +330,43 @@ def route(fab: Fabric, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> 
 
     return Routed(resource=np.concatenate(res_parts).astype(np.int64), nbytes=np.concatenate(byte_parts),
                   latency_s=latency, tier=tier)
+
+
+def _switch_entries(fab: Fabric, s: dict[str, np.ndarray], d: dict[str, np.ndarray], nbytes: np.ndarray,
+                    res_parts: list[np.ndarray], byte_parts: list[np.ndarray]) -> np.ndarray:
+    """Route flows between chips of one server or one UltraServer over the NeuronSwitch levels (module
+    docstring); appends their (resource, bytes) entries and returns each flow's latency."""
+    rpi, c = fab.resources_per_instance, fab.chips
+    port0, z0 = c, c * (1 + PORTS)
+
+    def port(inst: np.ndarray, chip: np.ndarray, slot: int) -> np.ndarray:
+        return inst * rpi + port0 + chip * PORTS + slot
+
+    def add(mask: np.ndarray, resource: np.ndarray) -> None:
+        res_parts.append(resource[mask])
+        byte_parts.append(nbytes[mask])
+
+    half = max(1, fab.us_instances // 2)
+    same_inst = s["instance"] == d["instance"]
+    same_half = ~same_inst & (s["z"] // half == d["z"] // half)
+    cross = ~same_inst & ~same_half
+    # level 1 inside the server, level 2 to another server of the same half
+    add(same_inst, port(s["instance"], s["chip"], 0))
+    add(same_inst, port(d["instance"], d["chip"], 1))
+    add(same_half, port(s["instance"], s["chip"], 2))
+    add(same_half, port(d["instance"], d["chip"], 3))
+    # the other half: the direct link to the partner chip, then level 1 or 2 from there
+    partner = s["server"] * fab.us_instances + (s["z"] + half) % (2 * half)
+    add(cross, s["instance"] * rpi + z0 + s["chip"] * Z_PORTS)
+    add(cross, partner * rpi + z0 + s["chip"] * Z_PORTS + 1)
+    there = cross & (partner == d["instance"])
+    onward = there & (s["chip"] != d["chip"])
+    beyond = cross & ~there
+    add(onward, port(partner, s["chip"], 0))
+    add(onward, port(d["instance"], d["chip"], 1))
+    add(beyond, port(partner, s["chip"], 2))
+    add(beyond, port(d["instance"], d["chip"], 3))
+    return np.where(cross, fab.z_hop_s + np.where(onward | beyond, fab.hop_s, 0.0), fab.hop_s)
 
 
 def placement_records(cluster: Cluster, max_rows: int = 64) -> list[dict]:

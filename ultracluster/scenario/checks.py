@@ -8,7 +8,7 @@ as an infeasible result.
 
 from __future__ import annotations
 
-from ultracluster.cluster.catalog import INSTANCES, ranks_per_instance
+from ultracluster.cluster.catalog import INSTANCES, ULTRASERVERS, ranks_per_instance, ultraserver_of
 from ultracluster.errors import Problem
 
 from .schema import ClusterSpec, ModelSpec, ParallelismSpec, TrainingSpec
@@ -40,9 +40,22 @@ def check(
         problems += check_model(model)
     if cluster is not None:
         problems += check_cluster(cluster)
+    if training is not None and cluster is not None:
+        problems += check_precision(training, cluster)
     if parallelism is not None:
         problems += check_layout(model, training, parallelism, cluster, dp_given=dp_given)
     return problems
+
+
+def check_precision(training: TrainingSpec, cluster: ClusterSpec) -> list[Problem]:
+    """The precision needs a TensorE rate on the chip: MXFP8/MXFP4 exist only on Trainium3 (NeuronCore-v4)."""
+    chip = INSTANCES[cluster.instance].chip
+    if training.precision in chip.dense_flop_per_s:
+        return []
+    mx = [n for n, s in INSTANCES.items() if training.precision in s.chip.dense_flop_per_s]
+    return [Problem("training.precision", training.precision,
+                    f"one of {', '.join(chip.dense_flop_per_s)} on {cluster.instance} ({chip.name}, {chip.core_version} "
+                    f"has no {training.precision} matmul; it runs on {', '.join(mx)})")]
 
 
 def check_model(model: ModelSpec) -> list[Problem]:
@@ -58,29 +71,43 @@ def check_model(model: ModelSpec) -> list[Problem]:
 
 
 def check_cluster(cluster: ClusterSpec) -> list[Problem]:
-    """Logical NeuronCore sizes the instance supports; UltraServers only from trn2u, 4 instances each."""
+    """Logical NeuronCore sizes the instance supports; UltraServers only from the instance types that join one
+    (trn2u: 4 per UltraServer; trn3.48xlarge: 4, Gen1; trn3gen2.16xlarge: 36, Gen2)."""
     spec = INSTANCES[cluster.instance]
     problems = []
     if cluster.lnc not in spec.allowed_lnc:
         why = (
-            "the logical NeuronCore configuration exists only on Trainium2"
+            "the logical NeuronCore configuration exists only on Trainium2 and Trainium3"
             if spec.allowed_lnc == (1,)
             else "1 or 2 physical NeuronCores per logical NeuronCore"
         )
         allowed = " or ".join(map(str, spec.allowed_lnc))
         problems.append(Problem("cluster.lnc", cluster.lnc, f"{allowed} on {spec.name}: {why}"))
-    if cluster.ultraserver and not spec.ultraserver_capable:
+    us = ultraserver_of(spec)
+    if cluster.ultraserver and us is None:
+        joining = ", ".join(ULTRASERVERS)
         problems.append(
             Problem(
                 "cluster.ultraserver",
                 True,
-                f"false on {spec.name}: only trn2u.48xlarge instances join into Trn2 UltraServers",
+                f"false on {spec.name}: only {joining} instances join into UltraServers",
             )
         )
-    elif cluster.ultraserver and cluster.instances % 4:
+    elif cluster.ultraserver and us is not None and cluster.instances % us.instances:
         problems.append(
             Problem(
-                "cluster.instances", cluster.instances, "a multiple of 4 with cluster.ultraserver (4 per UltraServer)"
+                "cluster.instances",
+                cluster.instances,
+                f"a multiple of {us.instances} with cluster.ultraserver ({us.instances} {spec.name} per {us.name})",
+            )
+        )
+    elif not cluster.ultraserver and spec.switched and spec.ultraserver_default:
+        problems.append(
+            Problem(
+                "cluster.ultraserver",
+                False,
+                f"true on {spec.name}: the Gen2 server exists only inside its UltraServer (trn3.48xlarge runs "
+                "stand-alone)",
             )
         )
     if cluster.network.calibration == "trn2-nccom-examples" and spec.chip.name != "trainium2":

@@ -18,7 +18,8 @@ from ultracluster.cluster.catalog import INSTANCES, ranks_per_instance
 
 from .presets import PRESETS
 
-InstanceType = Literal["trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "trn2u.48xlarge"]
+InstanceType = Literal["trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "trn2u.48xlarge", "trn3.48xlarge",
+                       "trn3gen2.16xlarge"]
 Precision = Literal["bf16", "fp8", "fp32"]
 
 
@@ -129,7 +130,8 @@ class ClusterSpec(_Spec):
     instances: int = Field(ge=1, description="Instances in the cluster (count).")
     lnc: int = Field(ge=1, description="Logical NeuronCore: physical NeuronCores per rank [2 on trn2, 1 on trn1].")
     ultraserver: bool = Field(
-        description="Instances joined 4 at a time into Trn2 UltraServers by NeuronLink Z-rings [true for trn2u]."
+        description="Instances joined into UltraServers: 4 trn2u by NeuronLink Z-rings, 4 trn3.48xlarge (Gen1) or "
+        "36 trn3gen2.16xlarge (Gen2) by NeuronSwitch [true for trn2u and trn3gen2]."
     )
     network: NetworkSpec = Field(default_factory=NetworkSpec, description="Overrides of the catalog's links.")
 
