@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from ultracluster.cluster.catalog import INSTANCES
+from ultracluster.cluster.catalog import INSTANCES, ultraserver_of
 from ultracluster.errors import ScenarioError
 from ultracluster.scenario import PRESETS, Scenario, load_scenario, preset_names
 
@@ -195,7 +195,8 @@ def _divisors(n: int, limit: int) -> list[int]:
 def test_any_valid_factorisation_loads(data: st.DataObject) -> None:
     instance = data.draw(st.sampled_from(sorted(INSTANCES)))
     spec = INSTANCES[instance]
-    instances = data.draw(st.sampled_from([4, 8, 12, 16] if spec.ultraserver_capable else [1, 2, 3, 4, 8, 16]))
+    us = ultraserver_of(spec) if spec.ultraserver_default else None       # in UltraServers unless told not
+    instances = data.draw(st.sampled_from([us.instances * k for k in (1, 2, 3, 4)] if us else [1, 2, 3, 4, 8, 16]))
     lnc = data.draw(st.sampled_from(spec.allowed_lnc))
     ranks = instances * spec.neuron_cores // lnc
     tp = data.draw(st.sampled_from([d for d in _divisors(ranks, 64) if 64 % d == 0]))
