@@ -3,7 +3,10 @@
 Per rank: weights (training precision; fp8 training keeps bf16 weights), gradients (fp32 when fp32 master
 weights are kept, as Megatron-LM accumulates bf16 gradients in fp32, else bf16), optimizer state
 (fp32 master + Adam m and v = 12 B/param, or bf16 m and v = 4 B/param without master weights; divided
-over data-parallel ranks under ZeRO-1; ZeRO paper, Rajbhandari et al. 2020), activations of the
+over data-parallel ranks under ZeRO-1 and ZeRO-3; ZeRO paper, Rajbhandari et al. 2020; under ZeRO-3 (FSDP)
+weights and gradients too, plus the gathered working set: two layers' weights, the one in use and the one
+prefetched, and two layers' whole gradients, the one being computed and the one being reduce-scattered),
+activations of the
 microbatches in flight as the executed schedule holds them (walked from the stage's own op order, so
 1F1B holds up to p on the first stage, GPipe all m, interleaving more), and the runtime reserve. The
 capacity of a rank is its chip's HBM divided by the ranks of that chip.
@@ -34,9 +37,13 @@ def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
     ep = scenario.parallelism.ep
     dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, ep)
     params = dense + expert
-    # ZeRO-1 shards optimizer state over the data-parallel ranks that hold the same parameters:
-    # dp for dense parameters, dp / ep for experts
-    opt_params = dense / layout.dp + expert / (layout.dp // ep) if t.zero1 else params
+    # ZeRO-1 and ZeRO-3 shard optimizer state over the data-parallel ranks that hold the same parameters:
+    # dp for dense parameters, dp / ep for experts; ZeRO-3 shards weights and gradients the same way
+    shard = opslib.sharding(t)
+    held = opslib.dp_share(dense, expert, layout.dp, ep)
+    opt_params = held if shard.optimizer else params
+    unit = params / np.maximum(layers, 1)   # ZeRO-3 gathers one layer at a time (a chunk's embedding or head
+                                            # spread over its layers)
     per_layer = opslib.saved_bytes(ops, "layer", v, t.recompute)
     act = layers * per_layer
     act[0] += opslib.saved_bytes(ops, "embedding", v, t.recompute)
@@ -53,6 +60,8 @@ def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
         mine = np.arange(n_chunks) % layout.pp == s
         p = params[mine].sum()
         acts = (in_flight_peak(programs[s], act) + working) / GIB
+        if shard.weights:   # the 1/dp share plus the gathered working set (two layers)
+            p = held[mine].sum() + 2 * unit[mine].max()
         w, g, o = p * w_bytes / GIB, p * g_bytes / GIB, opt_params[mine].sum() * o_bytes / GIB
         out.append(StageMemory(stage=s, weights_gib=w, gradients_gib=g, optimizer_gib=o, activations_gib=acts,
                                reserve_gib=reserve, total_gib=w + g + o + acts + reserve, capacity_gib=capacity))

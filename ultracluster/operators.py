@@ -184,6 +184,33 @@ def grad_bytes(training) -> float:
     return 4.0 if (training.master_weights == "fp32" or training.precision == "fp32") else 2.0
 
 
+@dataclass(frozen=True)
+class Sharding:
+    """What a rank keeps only 1/dp of between uses (ZeRO, Rajbhandari et al. 2020): the one home of the rule.
+
+    Attributes:
+        optimizer: optimizer state (ZeRO-1 and ZeRO-3; `training.zero1`).
+        gradients: gradients, reduce-scattered layer by layer during backward (ZeRO-3, FSDP).
+        weights: parameters, all-gathered layer by layer before forward and again before backward (ZeRO-3).
+    """
+
+    optimizer: bool
+    gradients: bool
+    weights: bool
+
+
+def sharding(training) -> Sharding:
+    """The ZeRO stage of `training.zero` as what is sharded over the data-parallel ranks."""
+    zero = training.zero
+    return Sharding(optimizer=zero >= 1, gradients=zero >= 3, weights=zero >= 3)
+
+
+def dp_share(dense, expert, dp: int, ep: int = 1):
+    """One rank's 1/dp share of parameters: dense ones over the dp ranks, experts over the dp / ep ranks
+    that hold the same experts (arrays or numbers)."""
+    return dense / dp + expert / (dp // ep)
+
+
 def shape_variables(scenario, layout) -> dict[str, float]:
     """Per-rank shape variables of the operator library for one microbatch."""
     m, t = scenario.model, scenario.training

@@ -478,7 +478,7 @@ def _rank_state(scenario, cluster) -> tuple[dict[str, np.ndarray], np.ndarray, n
 
     Weights at training precision (4 B fp32, else 2 B); optimizer state fp32 master + Adam m, v = 12 B/param
     with fp32 master weights, bf16 m, v = 4 B/param without (as memory.py; ZeRO paper, ref §2.1), divided
-    over data-parallel ranks under ZeRO-1.
+    over data-parallel ranks under ZeRO-1 and ZeRO-3 (`operators.sharding`); weights too under ZeRO-3.
     """
     from . import operators as opslib
     from .cluster import rank_coords
@@ -492,18 +492,24 @@ def _rank_state(scenario, cluster) -> tuple[dict[str, np.ndarray], np.ndarray, n
     params = stage[c["pp"]]
     w_bytes = opslib.weight_bytes(t)
     o_bytes = 12.0 if t.master_weights == "fp32" else 4.0
-    return c, params * w_bytes, params * o_bytes / (layout.dp if t.zero1 else 1)
+    shard = opslib.sharding(t)
+    return (c, params * w_bytes / (layout.dp if shard.weights else 1),
+            params * o_bytes / (layout.dp if shard.optimizer else 1))
 
 
 def checkpoint_bytes_per_rank(scenario, cluster) -> tuple[np.ndarray, np.ndarray]:
     """(weights, optimizer) bytes each rank writes to one checkpoint, [ranks] each (NxD layout, ref §2.2).
 
-    Weights from data-parallel rank 0; optimizer state from every rank under ZeRO-1 (its shard), from
-    data-parallel rank 0 otherwise. Context-parallel ranks hold copies: only cp rank 0 writes.
+    Weights from data-parallel rank 0, from every rank under ZeRO-3 (its shard); optimizer state from every
+    rank under ZeRO-1 and ZeRO-3 (its shard), from data-parallel rank 0 otherwise. Context-parallel ranks
+    hold copies: only cp rank 0 writes.
     """
+    from .operators import sharding
+
     c, w, o = _rank_state(scenario, cluster)
     first = (c["dp"] == 0) & (c["cp"] == 0)
-    return np.where(first, w, 0.0), np.where((c["cp"] == 0) if scenario.training.zero1 else first, o, 0.0)
+    shard, cp0 = sharding(scenario.training), c["cp"] == 0
+    return np.where(cp0 if shard.weights else first, w, 0.0), np.where(cp0 if shard.optimizer else first, o, 0.0)
 
 
 def storage_plan(scenario, cluster, spec: FsxSpec | None = None) -> StoragePlan:

@@ -49,7 +49,7 @@ def test_minimal_scenario_resolves_every_default(tmp_path: Path) -> None:
                   "mlp": "gelu", "vocab": 1000, "tied_embeddings": False, "norm": "rmsnorm", "position": "rotary",
                   "moe": None},
         "training": {"seq_len": 1024, "global_batch": 64, "micro_batch": 1, "precision": "bf16",
-                     "master_weights": "fp32", "zero1": True, "recompute": "selective", "steps": 3,
+                     "master_weights": "fp32", "zero1": True, "zero": 1, "recompute": "selective", "steps": 3,
                      "warmup_steps": 1},
         "parallelism": {"tp": 4, "pp": 1, "dp": 16, "cp": 1, "ep": 1, "sequence_parallel": True,
                         "pp_schedule": "1f1b", "virtual_stages": 1},

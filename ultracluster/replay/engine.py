@@ -10,6 +10,12 @@ real, scaled gradient payload among themselves and check it against the exact su
 The breakdown is taken on the critical path: the stage that finishes last and, within it, the replica
 whose pipeline finished last. Its pipeline time splits into compute, in-layer communication, pipeline
 bubble (idle time with sends free) and exposed pipeline sends (the extra time sends add).
+
+Under ZeRO-3 (FSDP, `training.zero: 3`) every layer all-gathers its weights over the data-parallel group
+before its forward and again before its backward, and reduce-scatters its gradients after its backward,
+for every microbatch; the next layer's gather is prefetched while the current layer computes, so only what
+outlasts the previous layer's compute is exposed (`fsdp_exposed`). The exposed part counts as data-parallel
+communication (`dp_comm_s`), the hidden part as `dp_comm_hidden_s`.
 """
 from __future__ import annotations
 
@@ -64,6 +70,10 @@ class CommPlan:
     dp_bucket_s: np.ndarray = field(default_factory=lambda: np.zeros(0))   # [chunks] seconds per gradient bucket
     dp_buckets: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # [chunks] buckets per chunk
     dp_after_s: np.ndarray = field(default_factory=lambda: np.zeros(0))    # [stages] after the optimizer (ZeRO-1 all-gather)
+    fsdp_gather_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [chunks] ZeRO-3: one layer's weights
+                                                                            # all-gathered (forward, and again backward)
+    fsdp_scatter_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [chunks] ZeRO-3: one layer's gradients
+                                                                             # reduce-scattered (backward)
     cp_block_fwd_s: float = 0.0   # one K/V block passed to the next context-parallel rank (forward)
     cp_block_bwd_s: float = 0.0   # K/V block and its gradient (backward)
     send_bwd_last: np.ndarray | None = None   # [chunks] gradient sends of the last microbatch, sharing links
@@ -145,7 +155,8 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
     stride = layout.tp * layout.cp * layout.pp
     dpg = group_of(cluster, layout.dp, stride)
     xpg = group_of(cluster, layout.dp // par.ep, stride * par.ep)
-    reduce_op = "reduce_scatter" if t.zero1 else "all_reduce"
+    shard = opslib.sharding(t)
+    reduce_op = "reduce_scatter" if shard.optimizer else "all_reduce"
     dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, par.ep)
     chunk_grad = (dense + expert) * g_bytes
     buckets = np.maximum(1, np.ceil(chunk_grad / DP_BUCKET_BYTES)).astype(int)
@@ -153,28 +164,48 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
     bucket_s = np.array([collective_time(cluster, reduce_op, gd / n, dpg)[0] + collective_time(
         cluster, reduce_op, ge / n, xpg)[0] for gd, ge, n in zip(dense * g_bytes, expert * g_bytes, buckets)])
     after = np.zeros(layout.pp)
-    if layout.dp > 1:
+    if layout.dp > 1 and not shard.weights:
         priced("dp", reduce_op, dense[0] * g_bytes / buckets[0], dpg, buckets[0])   # the table: chunk 0's buckets
         if expert.any():
             priced("dp-expert", reduce_op, expert[0] * g_bytes / buckets[0], xpg, buckets[0])
-        if t.zero1:
+        if shard.optimizer:
             stage_dense, stage_expert = _stage_sum(dense, layout.pp), _stage_sum(expert, layout.pp)
             for s in range(layout.pp):
                 n = 1 if s == 0 else 0
                 after[s] = priced("dp", "all_gather", stage_dense[s] * w_bytes, dpg, n) + priced(
                     "dp-expert", "all_gather", stage_expert[s] * w_bytes, xpg, n)
-    dp = _stage_sum(bucket_s * buckets, layout.pp) + after
+    # ZeRO-3 (FSDP): no bucketed reduction after backward and no gather after the optimizer; instead, per
+    # layer and microbatch, the layer's weights are all-gathered before forward and again before backward and
+    # its gradients reduce-scattered (PyTorch FSDP with reshard_after_forward; XLA's FSDP sharding does the
+    # same). A chunk's parameters are spread evenly over its layers (its embedding or head included).
+    fsdp_gather, fsdp_scatter = np.zeros(n_chunks), np.zeros(n_chunks)
+    if shard.weights:
+        buckets, bucket_s = np.zeros(0, int), np.zeros(0)
+        unit_d, unit_e = dense / layers, expert / layers
+        fsdp_gather = np.array([collective_time(cluster, "all_gather", d * w_bytes, dpg)[0] + collective_time(
+            cluster, "all_gather", e * w_bytes, xpg)[0] for d, e in zip(unit_d, unit_e)])
+        fsdp_scatter = np.array([collective_time(cluster, "reduce_scatter", d * g_bytes, dpg)[0] + collective_time(
+            cluster, "reduce_scatter", e * g_bytes, xpg)[0] for d, e in zip(unit_d, unit_e)])
+        if layout.dp > 1:   # the table: chunk 0's layers
+            priced("dp", "all_gather", unit_d[0] * w_bytes, dpg, 2 * layer_mbs)
+            priced("dp", "reduce_scatter", unit_d[0] * g_bytes, dpg, layer_mbs)
+            if expert.any():
+                priced("dp-expert", "all_gather", unit_e[0] * w_bytes, xpg, 2 * layer_mbs)
+                priced("dp-expert", "reduce_scatter", unit_e[0] * g_bytes, xpg, layer_mbs)
+    dp = _stage_sum(bucket_s * buckets, layout.pp) + after + microbatches(scenario) * _stage_sum(
+        layers * (2 * fsdp_gather + fsdp_scatter), layout.pp)
     # a gradient send leaving a stage's last backward runs while that stage's buckets are reduced: both
     # share the links and NICs (max-min fair), so it takes longer than alone
     send_bwd_last = send_bwd.copy()
-    if layout.dp > 1:
+    if layout.dp > 1 and buckets.size:
         for c in range(1, n_chunks):
             if send_bwd[c] > 0:
                 send_bwd_last[c] = concurrent_time(cluster, [
                     ("send_recv", send_bytes, send_groups[c - 1]),
                     (reduce_op, dense[c] * g_bytes / buckets[c], dpg)])[0]
     return CommPlan(tp_fwd=tp_fwd, tp_bwd=tp_bwd, send_fwd=send_fwd, send_bwd=send_bwd, dp=dp, records=records,
-                    dp_bucket_s=bucket_s, dp_buckets=buckets, dp_after_s=after, cp_block_fwd_s=cp_fwd,
+                    dp_bucket_s=bucket_s, dp_buckets=buckets, dp_after_s=after,
+                    fsdp_gather_s=fsdp_gather, fsdp_scatter_s=fsdp_scatter, cp_block_fwd_s=cp_fwd,
                     cp_block_bwd_s=cp_bwd, send_bwd_last=send_bwd_last)
 
 
@@ -270,6 +301,33 @@ def cp_exposed(comm: CommPlan, prof: ComputeProfile, cp: int) -> tuple[float, fl
             (cp - 1) * max(0.0, comm.cp_block_bwd_s - prof.attn_bwd / cp))
 
 
+def fsdp_exposed(comm: CommPlan, fwd: np.ndarray, bwd: np.ndarray, layers: np.ndarray) -> tuple[np.ndarray,
+                                                                                                np.ndarray]:
+    """ZeRO-3 communication seconds a microbatch's forward and backward of each chunk expose, [replicas, chunks].
+
+    A chunk of L layers, each computing cf (forward) or cb (backward) seconds, gathers g and reduce-scatters
+    r seconds per layer on one queue. Forward: the first gather is exposed, every later one is prefetched
+    while the previous layer computes: g + (L - 1) max(0, g - cf). Backward: the first gather is exposed;
+    while the first layer computes the queue gathers the next layer's weights, while the last computes it
+    reduce-scatters the previous layer's gradients, in between it does both; the last reduce-scatter is
+    exposed: g + r + max(0, g - cb) + max(0, r - cb) + (L - 2) max(0, g + r - cb) for L >= 2, g + r for L = 1.
+
+    Args:
+        comm: from `plan_comm` (`fsdp_gather_s`, `fsdp_scatter_s` per chunk; empty: not ZeRO-3).
+        fwd, bwd: [replicas, chunks] compute seconds of one microbatch of each chunk.
+        layers: [chunks] layers of each chunk.
+    """
+    fwd, bwd = np.asarray(fwd, dtype=float), np.asarray(bwd, dtype=float)
+    if comm.fsdp_gather_s.size == 0 or not (comm.fsdp_gather_s.any() or comm.fsdp_scatter_s.any()):
+        return np.zeros_like(fwd), np.zeros_like(bwd)
+    n = np.asarray(layers, dtype=float)
+    g, r, cf, cb = comm.fsdp_gather_s, comm.fsdp_scatter_s, fwd / n, bwd / n
+    f_exp = g + (n - 1) * np.maximum(0.0, g - cf)
+    b_exp = g + r + np.where(n >= 2, np.maximum(0.0, g - cb) + np.maximum(0.0, r - cb), 0.0) \
+        + np.maximum(n - 2, 0) * np.maximum(0.0, g + r - cb)
+    return f_exp, b_exp
+
+
 def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, programs: list,
                  on_step: Callable[[StepRecord], None] | None = None,
                  step_costs: StepCosts | None = None) -> tuple[list[StepRecord], list[Slice]]:
@@ -302,7 +360,8 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         fc, bc = prof.fwd, prof.bwd
         cp_f, cp_b = cp_exposed(comm, prof, layout.cp)
         tp_f, tp_b = comm.tp_fwd + layers * cp_f, comm.tp_bwd + layers * cp_b
-        fwd, bwd = fc + tp_f, bc + tp_b
+        fs_f, fs_b = fsdp_exposed(comm, fc, bc, layers)
+        fwd, bwd = fc + tp_f + fs_f, bc + tp_b + fs_b
         last = {("B", m - 1, c): comm.send_bwd_last[c] for c in range(fc.shape[1])} \
             if comm.send_bwd_last is not None else None
         ex = execute(programs, fwd, bwd, comm.send_fwd, comm.send_bwd, last)
@@ -319,7 +378,10 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         tp = m * (tp_f[on_stage].sum() + tp_b[on_stage].sum())
         pipe = ex.stage_end[d_c, s_c]
         pipe0 = ex0.stage_end[d_c, s_c]
-        bubble = pipe0 - compute - tp
+        fsdp = m * (fs_f[d_c, on_stage].sum() + fs_b[d_c, on_stage].sum())      # exposed ZeRO-3 traffic
+        fsdp_all = m * float((layers * (2 * comm.fsdp_gather_s + comm.fsdp_scatter_s))[on_stage].sum()) \
+            if comm.fsdp_gather_s.size else 0.0
+        bubble = pipe0 - compute - tp - fsdp
         assert bubble > -1e-9 * pipe0, "a stage cannot be busier than its pipeline is long"
         bubble = max(bubble, 0.0)  # rounding only
         overhead = cluster.calibration.step_overhead_s
@@ -327,18 +389,21 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         straggle = 0.0
         if prof.slowest_rank >= 0:   # what the slow ranks cost: the same step with them at speed 1
             base = combine_profiles(profiles, layout, step, scenario.seed, jitter, with_stragglers=False)
-            ex_b = execute(programs, base.fwd + tp_f, base.bwd + tp_b, comm.send_fwd, comm.send_bwd, last)
+            bf_f, bf_b = fsdp_exposed(comm, base.fwd, base.bwd, layers)
+            ex_b = execute(programs, base.fwd + tp_f + bf_f, base.bwd + tp_b + bf_b, comm.send_fwd, comm.send_bwd,
+                           last)
             end_b = np.maximum(ex_b.stage_end.max(axis=0), gradient_reduction(ex_b, comm, layout.pp, m)[0])
             straggle = float(done.max() - (end_b + base.opt + comm.dp_after_s).max())
         payload_bytes, payload_ok = shards.reduce_payload(step)
         rec = StepRecord(
             step=step, warmup=step < t.warmup_steps, step_time_s=float(stall + done[s_c] + overhead + ckpt),
             compute_s=float(compute + opt[s_c]), tp_comm_s=float(tp), pp_comm_s=float(pipe - pipe0),
-            dp_comm_s=float(reduce_start[s_c] - pipe + comm.dp_after_s[s_c]), bubble_s=float(bubble), data_stall_s=float(stall),
+            dp_comm_s=float(reduce_start[s_c] - pipe + comm.dp_after_s[s_c] + fsdp), bubble_s=float(bubble),
+            data_stall_s=float(stall),
             checkpoint_s=float(ckpt), other_s=float(overhead), critical_replica=d_c, critical_stage=s_c,
             slowest_rank=max(prof.slowest_rank, 0), payload_bytes=int(payload_bytes),
             payload_checked=bool(payload_ok), wall_s=time.perf_counter() - wall0,
-            dp_comm_hidden_s=float(dp_hidden[s_c]), straggler_cost_s=straggle)
+            dp_comm_hidden_s=float(dp_hidden[s_c] + fsdp_all - fsdp), straggler_cost_s=straggle)
         shard_of = _stage_shards(cluster, d_c)
         slices += _slices(ex, d_c, comm, rs_end, reduce_start, opt, clock + stall, step, shard_of, layout)
         for name, t0, dur in (("data stall", clock, stall), ("checkpoint", clock + rec.step_time_s - ckpt, ckpt)):

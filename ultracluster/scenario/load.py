@@ -189,6 +189,12 @@ def _resolve(raw: dict[str, Any]) -> bool:
     model = raw.get("model")
     if isinstance(model, dict) and "kv_heads" not in model:
         model["kv_heads"] = _count(model.get("heads")) or 1
+    training = raw.get("training")
+    if isinstance(training, dict):   # training.zero and its older spelling zero1 (checks.py: they must agree)
+        if "zero" not in training:
+            training["zero"] = 0 if training.get("zero1") is False else 1
+        elif "zero1" not in training and type(training["zero"]) is int:
+            training["zero1"] = training["zero"] >= 1
     cluster = raw.get("cluster")
     cluster = cluster if isinstance(cluster, dict) else {}
     name = cluster.get("instance")

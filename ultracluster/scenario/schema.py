@@ -85,7 +85,13 @@ class TrainingSpec(_Spec):
         description="fp32: mixed precision with fp32 master weights and optimizer state; "
         "none: bf16 weights with stochastic rounding [fp32].",
     )
-    zero1: bool = Field(True, description="Optimizer state sharded over data-parallel ranks (ZeRO-1) [true].")
+    zero1: bool = Field(
+        True, description="Optimizer state sharded over data-parallel ranks [true; with training.zero: true for "
+        "zero 1 and 3, false for zero 0]. The older spelling of training.zero: 1 (true) or 0 (false).")
+    zero: Literal[0, 1, 3] = Field(
+        1, description="ZeRO stage: 0 nothing sharded; 1 optimizer state sharded over data-parallel ranks "
+        "(ZeRO-1); 3 parameters, gradients and optimizer state sharded, parameters all-gathered layer by layer "
+        "before forward and backward, gradients reduce-scattered (ZeRO-3, FSDP) [1, or 0 with zero1: false].")
     recompute: Literal["none", "selective", "full"] = Field(
         "selective", description="Activation recomputation in the backward pass [selective]."
     )
