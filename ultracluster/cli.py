@@ -22,8 +22,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, EXIT_RUNTIME, OutDirError, Problem, \
-    RunInterrupted, ScenarioError, UltraclusterError, shorten_text
+from .errors import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, EXIT_RUNTIME, PROBLEMS_SHOWN, OutDirError, Problem, \
+    RunInterrupted, ScenarioError, UltraclusterError, shorten, shorten_text
 
 EXIT_CONTRACT = 1   # `check`: the run directory breaks the output contract
 
@@ -32,6 +32,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with every long word of an error message (a flag's value echoed back) cut to 200 characters."""
 
     def error(self, message: str):
+        message = re.sub(r"'([^']{201,})'", lambda m: shorten(m.group(1)), message)   # argparse quotes values
         super().error(re.sub(r"\S{201,}", lambda m: shorten_text(m.group()), message))
 
 
@@ -88,8 +89,7 @@ def _render(args) -> int:
             reports = [Report.from_run_dir(d) for d in dirs]
     except RunDirError as err:
         print(f"error: cannot read the run directory: {len(err.problems)} problem(s):", file=sys.stderr)
-        for prob in err.problems:
-            print(f"  - {prob}", file=sys.stderr)
+        _print_list(err.problems)
         return EXIT_BAD_INPUT
     except OutDirError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -221,11 +221,17 @@ def _run(scenario, args) -> int:
     return EXIT_OK
 
 
+def _print_list(problems: list) -> None:
+    for prob in problems[:PROBLEMS_SHOWN]:
+        print(f"  - {prob}", file=sys.stderr)
+    if len(problems) > PROBLEMS_SHOWN:
+        print(f"  ... and {len(problems) - PROBLEMS_SHOWN} more problem(s)", file=sys.stderr)
+
+
 def _print_problems(err: ScenarioError) -> None:
     src = f" {shorten_text(err.source)}" if getattr(err, "source", None) else ""
     print(f"error: scenario{src} has {len(err.problems)} problem(s):", file=sys.stderr)
-    for prob in err.problems:
-        print(f"  - {prob}", file=sys.stderr)
+    _print_list(err.problems)
 
 
 def main(argv: list[str] | None = None) -> int:

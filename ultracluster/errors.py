@@ -25,6 +25,7 @@ EXIT_INFEASIBLE = 3
 EXIT_RUNTIME = 4
 EXIT_INTERRUPTED = 130          # SIGINT (Ctrl-C); SIGTERM exits 143, SIGHUP 129: 128 + the signal's number
 GIVEN_MAX_CHARS = 200           # the longest value an error message echoes before cutting it
+PROBLEMS_SHOWN = 50             # problems printed at most, then how many more there are
 
 
 def shorten(value: object, limit: int = GIVEN_MAX_CHARS) -> str:
@@ -123,7 +124,9 @@ class ScenarioError(UltraclusterError):
     def __str__(self) -> str:
         where = f"scenario {shorten_text(self.source)}" if self.source else "scenario"
         lines = [f"{where} has {len(self.problems)} problem(s):"]
-        lines += [f"  - {problem}" for problem in self.problems]
+        lines += [f"  - {problem}" for problem in self.problems[:PROBLEMS_SHOWN]]
+        if len(self.problems) > PROBLEMS_SHOWN:
+            lines.append(f"  ... and {len(self.problems) - PROBLEMS_SHOWN} more problem(s)")
         return "\n".join(lines)
 
 

@@ -4,21 +4,25 @@ Run by test_cluster_multinode.py in a subprocess, never in the pytest process (w
 be disturbed). It starts a head and a second node with `ray.cluster_utils.Cluster`, each advertising
 `ultracluster_shard`, in a private temp dir with private ports; runs `python -m ultracluster run --address
 <cluster>` as a driver process; with --job also submits `ultracluster run` through `ray job submit`
-(dashboard on the head); then shuts down exactly the nodes it started (never `ray stop`). Prints one JSON
-object with the exit codes and outputs.
+(dashboard on the head); with --stop-job submits one with --no-wait, waits for its second finished step in
+the job log and stops it with `ray job stop` (SIGTERM to the entrypoint, SIGKILL 3 s later); then shuts down
+exactly the nodes it started (never `ray stop`). Prints one JSON object with the exit codes and outputs.
 
-usage: python two_node_cluster.py OUT_DIR SCENARIO [--job JOB_SCENARIO] [--set key=value ...]
+usage: python two_node_cluster.py OUT_DIR SCENARIO [--job JOB_SCENARIO] [--stop-job JOB_SCENARIO] [--nodes N]
+                                  [--no-cli] [--set key=value ...]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,11 +36,47 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def submit_then_stop(dashboard: str, scenario: str, out: Path, sets: list[str]) -> dict:
+    """`ray job submit --no-wait` a run, wait for its second finished step in the job log, `ray job stop` it;
+    returns the job's log, status and how long the stop took."""
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    job_id = f"uc-stop-{os.getpid()}"
+
+    def ray_job(*words: str) -> subprocess.CompletedProcess:
+        return subprocess.run([ray_cli, "job", *words], capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
+                              cwd=REPO)
+
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while ray_job("list", "--address", dashboard).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(1)                                   # the dashboard's job API comes up after the node
+    submit = subprocess.run([ray_cli, "job", "submit", "--address", dashboard, "--submission-id", job_id,
+                             "--no-wait", "--working-dir", str(REPO), "--", "ultracluster", "run", scenario,
+                             "--out", str(out), *sets], capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
+                            cwd=REPO)
+    done = {"submit_rc": submit.returncode, "submit": (submit.stdout + submit.stderr)[-2000:]}
+    deadline, log = time.monotonic() + STEP_TIMEOUT_S, ""
+    while submit.returncode == 0 and time.monotonic() < deadline:
+        log = ray_job("logs", "--address", dashboard, job_id).stdout
+        if re.search(r": step ([2-9]|\d\d+)/", log):      # a plain progress line: the second step finished
+            break
+        time.sleep(0.5)
+    started = time.monotonic()
+    stop = ray_job("stop", "--address", dashboard, job_id)
+    done.update(stop_rc=stop.returncode, stop=(stop.stdout + stop.stderr)[-2000:],
+                stop_s=round(time.monotonic() - started, 2), steps_seen=bool(log))
+    done["status"] = ray_job("status", "--address", dashboard, job_id).stdout[-1000:]
+    done["log"] = ray_job("logs", "--address", dashboard, job_id).stdout[-8000:]
+    return done
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("scenario")
     ap.add_argument("--job", help="scenario (path relative to the repo) to submit with `ray job submit`")
+    ap.add_argument("--stop-job", help="scenario (path relative to the repo) to submit, then stop mid-run")
+    ap.add_argument("--nodes", type=int, default=2, help="nodes of the cluster (default 2)")
+    ap.add_argument("--no-cli", action="store_true", help="skip the `ultracluster run --address` driver run")
     ap.add_argument("--set", action="append", default=[])
     args = ap.parse_args()
 
@@ -61,20 +101,25 @@ def main() -> int:
     cluster = None
     try:
         cluster = Cluster(initialize_head=True, head_node_args=dict(
-            node, temp_dir=temp_dir, include_dashboard=bool(args.job), dashboard_host="127.0.0.1",
+            node, temp_dir=temp_dir, include_dashboard=bool(args.job or args.stop_job), dashboard_host="127.0.0.1",
             dashboard_port=dashboard_port, dashboard_agent_listen_port=free_port(),
             ray_client_server_port=free_port()))
         # as `ray start --temp-dir` does: a job's driver finds its cluster by this file in the head's temp
         # dir (without it Ray guesses among every Ray running on the machine)
         write_ray_address(cluster.address, temp_dir)
-        cluster.add_node(**node)
+        for _ in range(args.nodes - 1):
+            cluster.add_node(**node)
         cluster.wait_for_nodes()
         result["address"] = cluster.address
         sets = [x for s in args.set for x in ("--set", s)]
-        cli = subprocess.run([sys.executable, "-m", "ultracluster", "run", args.scenario, "--out",
-                              str(out / "cluster"), "--address", cluster.address, *sets],
-                             capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO)
-        result["cli"] = {"rc": cli.returncode, "stdout": cli.stdout, "stderr": cli.stderr[-4000:]}
+        if not args.no_cli:
+            cli = subprocess.run([sys.executable, "-m", "ultracluster", "run", args.scenario, "--out",
+                                  str(out / "cluster"), "--address", cluster.address, *sets],
+                                 capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO)
+            result["cli"] = {"rc": cli.returncode, "stdout": cli.stdout, "stderr": cli.stderr[-4000:]}
+        if args.stop_job:
+            result["stop"] = submit_then_stop(f"http://127.0.0.1:{dashboard_port}", args.stop_job, out / "stopped",
+                                              sets)
         if args.job:
             ray_cli = Path(sys.executable).parent / "ray"
             job = subprocess.run([str(ray_cli), "job", "submit", "--address", f"http://127.0.0.1:{dashboard_port}",

@@ -276,13 +276,13 @@ def read_table(path: Path, schema: pd.DataFrame, empty_numbers: bool = False) ->
             return schema.copy()
         if len(first) > HEADER_MAX_BYTES:
             raise InputError(f"a first line of more than {HEADER_MAX_BYTES // 1024} KiB", f"the header line the "
-                             f"run writes: {', '.join(columns)}")
+                             f"run writes: {', '.join(columns)}", in_document=True)
         f.seek(0)
         try:
             raw = pd.read_csv(f, header=None, dtype=str, keep_default_na=False, encoding="utf-8")
         except (ValueError, UnicodeDecodeError) as err:   # pandas' ParserError is a ValueError
             raise InputError(f"unreadable CSV ({shorten_text(str(err), 160)})", "the file as `ultracluster run` "
-                             "wrote it") from None
+                             "wrote it", in_document=True) from None
     header = raw.iloc[0].tolist()
     if header != columns:
         missing = [c for c in columns if c not in header]
@@ -290,14 +290,10 @@ def read_table(path: Path, schema: pd.DataFrame, empty_numbers: bool = False) ->
         detail = "; ".join(x for x in (f"missing {shorten(missing)}" if missing else "",
                                        f"unexpected {shorten(unexpected)}" if unexpected else "",
                                        "" if missing or unexpected else "columns out of order or repeated") if x)
-        raise InputError(f"header {shorten(header)} ({detail})",
-                         f"the columns the run writes, in order: {', '.join(columns)}")
-    rows = raw.iloc[1:].reset_index(drop=True)
+        raise InputError(f"a header with {detail}", f"the columns the run writes, in order: {', '.join(columns)}",
+                         in_document=True)
+    rows = raw.iloc[1:].reset_index(drop=True)     # a short row reads as empty cells: refused below
     rows.columns = columns
-    short = rows.isna().any(axis=1).to_numpy()      # a row with fewer fields than the header
-    if short.any():
-        raise InputError(f"line {int(np.flatnonzero(short)[0]) + 2} has fewer fields than the header",
-                         f"every row with all {len(columns)} columns")
     out = {}
     for col in columns:
         text, kind = rows[col], schema[col].dtype
@@ -314,7 +310,7 @@ def read_table(path: Path, schema: pd.DataFrame, empty_numbers: bool = False) ->
             ok, values, want = np.ones(len(text), dtype=bool), text.to_numpy(dtype=object), "text"
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
-            raise InputError(f"line {i + 2}, column {col}: {shorten(text.iloc[i])}", want)
+            raise InputError(f"line {i + 2}, column {col}: {shorten(text.iloc[i])}", want, in_document=True)
         out[col] = values
     if not len(rows):
         return schema.copy()

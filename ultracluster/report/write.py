@@ -120,7 +120,9 @@ class StepWriter:
         self.rows: list[list] = []
 
     def append(self, record: StepRecord) -> None:
-        """Add one finished step and rewrite steps.csv with every step so far."""
-        self.rows.append([getattr(record, c) for c in self.columns])
+        """Add one finished step and rewrite steps.csv with every step so far (`rows` counts a step once
+        the file holds it: an interrupt during the write leaves both at the previous step)."""
+        rows = [*self.rows, [getattr(record, c) for c in self.columns]]
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.path, pd.DataFrame(self.rows, columns=self.columns).to_csv(index=False))
+        atomic_write_text(self.path, pd.DataFrame(rows, columns=self.columns).to_csv(index=False))
+        self.rows = rows

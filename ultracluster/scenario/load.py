@@ -281,7 +281,9 @@ def _describe(annotation: Any, metadata: Sequence[Any] = ()) -> str:
         return "true or false"
     if annotation is str:
         pattern = next((m.pattern for m in metadata if getattr(m, "pattern", None)), None)
-        return f"a string matching {pattern}" if pattern else "a string"
+        longest = next((m.max_length for m in metadata if getattr(m, "max_length", None)), None)
+        return (f"a string matching {pattern}" if pattern else "a string") + \
+            (f" of at most {longest} characters" if longest else "")
     model = _model_of(annotation)
     if model is not None:
         return "a mapping with keys: " + ", ".join(model.model_fields)

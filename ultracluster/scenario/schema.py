@@ -220,7 +220,8 @@ class EmulationSpec(_Spec):
 class Scenario(_Spec):
     """A resolved, validated scenario: every default filled, every derived value computed."""
 
-    name: str = Field(pattern=r"^[a-z0-9._-]+$", description="Scenario name; names the output folder.")
+    name: str = Field(pattern=r"^[a-z0-9._-]+$", max_length=200,
+                      description="Scenario name; names the output folder (so at most 200 characters).")
     seed: int = Field(0, ge=0, description="Seed of every random draw (jitter, stragglers, faults) [0].")
     model: ModelSpec = Field(description="The transformer.")
     training: TrainingSpec = Field(description="Batch, precision and steps.")

@@ -135,8 +135,9 @@ def load_yaml(text: str) -> Any:
     Raises:
         InputError: malformed YAML (with line and column), or a document over the budget.
     """
-    loader = Loader(text)
+    loader = None
     try:
+        loader = Loader(text)        # reading starts here: a NUL or another non-printable character fails it
         return loader.get_single_data()
     except _Budget as err:
         raise InputError(err.given, err.allowed, in_document=True) from None
@@ -151,7 +152,8 @@ def load_yaml(text: str) -> Any:
         raise InputError(f"a value that cannot be read ({shorten_text(str(err), 120)})",
                          "numbers and dates Python can hold", in_document=True) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 class _Budget(Exception):
