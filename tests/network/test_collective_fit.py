@@ -134,12 +134,15 @@ def test_bench_names_an_unknown_calibration():
     assert err.value.problems[0].path == "--calibration"
 
 
-def test_the_docs_table_of_uncertain_factors_is_the_registry():
-    doc = (REPO / "docs" / "collectives.md").read_text()
+@pytest.mark.parametrize(("doc_name", "network_only", "generations"), [
+    ("collectives.md", True, ("trainium", "trainium2")), ("trn2.md", False, ("trainium2",))])
+def test_the_docs_table_of_uncertain_factors_is_the_registry(doc_name, network_only, generations):
+    doc = (REPO / "docs" / doc_name).read_text()
     rows = [line.split("|")[1:-1] for line in doc.splitlines()
             if line.startswith("| `") and line.count("|") == 7 and ("trainium" in line)]
     shown = {(c[0].strip().strip("`"), c[1].strip()): (c[3].strip(), c[4].strip()) for c in rows}
-    registered = {(f.name, g): f for f in FACTORS for g in f.generations if g in ("trainium", "trainium2")}
+    registered = {(f.name, g): f for f in FACTORS for g in f.generations if g in generations
+                  and (not network_only or hasattr(DEFAULT, f.name))}
     assert set(shown) == set(registered)
 
     def value(text: str) -> float:
