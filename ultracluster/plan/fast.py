@@ -22,9 +22,13 @@ The step is then composed as `replay.engine.replay_steps` composes it, calling i
 `fsdp_exposed`), with the pipeline run for every layout and measured step at once (`schedules.pipeline_times`)
 and the gradient-bucket queue in closed form (`bucket_queue_end`). One difference: the engine runs every
 data-parallel replica's pipeline with its own jitter and stragglers and takes the slowest; the fast path runs
-one pipeline whose stages each take the slowest replica's speed: exact without jitter and stragglers, within a
-few tenths of a percent with the default 1 % jitter (docs/plan.md). Storage stalls and checkpoints are not in
-the fast path; the replayed layouts carry them.
+one pipeline whose stages each take the slowest replica's speed, and stages that compute the same the slowest of
+their speeds (`tied_speeds`): exact without jitter and stragglers, within a few tenths of a percent with the
+default 1 % jitter (docs/plan.md). Two more: the last microbatch's gradient
+sends are priced alone, where the replay prices them sharing links with the first gradient buckets
+(`concurrent_time`: a thousand times the cost of the rest of a layout, for at most 0.13 % of a step over the
+Llama-3.1-70B sweep; `Pricer(shared_last_sends=True)` prices them as the replay does); and storage stalls
+and checkpoints are not in the fast path. The replayed layouts carry all three exactly.
 """
 from __future__ import annotations
 
@@ -47,7 +51,9 @@ from ..replay import engine
 from ..replay.events import StageMemory
 from ..replay.schedule import stage_programs
 from ..scenario import Scenario
-from .schedules import pipeline_times
+from functools import lru_cache
+
+from .schedules import _raw, _run_lengths, pipeline_times
 
 # the layout columns of a plan table, in plan.csv order
 LAYOUT_COLUMNS = ("instance", "instances", "lnc", "tp", "pp", "cp", "ep", "dp", "micro_batch", "recompute",
@@ -115,8 +121,9 @@ class Pricer:
     which source (batched or per layout) each part uses."""
 
     def __init__(self, scenario: Scenario, calibration: Calibration | None = None,
-                 sources: dict[str, str] | None = None):
+                 sources: dict[str, str] | None = None, shared_last_sends: bool = False):
         self.scenario = scenario
+        self.shared_last_sends = shared_last_sends
         self.calibration = calibration or DEFAULT_CALIBRATION
         self.library = opslib.library_for(scenario)
         self.sources = dict(sources or {part: "batched" for part in PARTS})
@@ -326,14 +333,32 @@ def groups(pr: Pricer, table: pd.DataFrame) -> list[Group]:
 
 def _counts(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
     """Per stage, the distinct vectors of microbatches in flight per local chunk along the executed program
-    (what `memory.in_flight_peak` walks), so a stage's peak is a max of dot products."""
+    (what `memory.in_flight_peak` walks), so a stage's peak is a max of dot products. A long 1F1B or
+    interleaved program holds the same vectors as a short one once its steady state repeats (checked: the
+    short program and one a block longer hold the same), so those are read off the short one."""
+    for m_run in _run_lengths(schedule, p, m, v):
+        here = _held(schedule, p, m_run, v)
+        if m_run == m:
+            return here
+        P = p if schedule == "interleaved" else 1
+        longer = _held(schedule, p, m_run + P, v)
+        if all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(here, longer)):
+            return here
+    raise AssertionError("the last run length is m")
+
+
+@lru_cache(maxsize=256)
+def _held(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
+    raw = _raw(schedule, p, m, v)
     out = []
-    for prog in stage_programs(schedule, p, m, v):
-        delta = np.zeros((len(prog), v))
-        local = np.array([c // p for _, _, c in prog], dtype=np.int64)
-        sign = np.array([1.0 if kind == "F" else -1.0 for kind, _, _ in prog])
-        delta[np.arange(len(prog)), local] = sign
-        out.append(np.unique(np.vstack([np.zeros((1, v)), np.cumsum(delta, axis=0)]), axis=0))
+    for s in range(p):
+        mine = raw.stage == s
+        delta = np.zeros((int(mine.sum()), v), dtype=np.int64)
+        delta[np.arange(delta.shape[0]), raw.chunk[mine] // p] = np.where(raw.kind[mine] == 0, 1, -1)
+        held = np.vstack([np.zeros((1, v), dtype=np.int64), np.cumsum(delta, axis=0)])
+        key = (held * (raw.kmax + 2) ** np.arange(v)).sum(axis=1)
+        _, first = np.unique(key, return_index=True)
+        out.append(held[np.sort(first)].astype(float))
     return out
 
 
@@ -498,7 +523,7 @@ def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.
 
     buckets, bucket_s, after, gather, scatter = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), data_parallel)
     send_bwd_last = send_bwd.copy()
-    if dp > 1 and buckets.size:
+    if dp > 1 and buckets.size and pr.shared_last_sends:
         for c in range(1, n_chunks):
             if send_bwd[c] > 0:
                 send_bwd_last[c] = pr.concurrent_first(ck, (
@@ -537,6 +562,19 @@ def speeds(pr: Pricer, r, steps: list[int], sigma: float) -> np.ndarray:
     return out
 
 
+def tied_speeds(G: np.ndarray, ct: chip.ChunkTimes, pp: int) -> np.ndarray:
+    """Stages that compute exactly the same take the slowest speed among them (a pipeline runs at the pace
+    of its slowest such stage; keeping them tied lets the pipeline settle into its repeating block)."""
+    sig = [tuple(ct.forward_s[s::pp]) + tuple(ct.backward_s[s::pp]) for s in range(pp)]
+    if len(set(sig)) == pp:
+        return G
+    out = G.copy()
+    for key in set(sig):
+        same = [s for s in range(pp) if sig[s] == key]
+        out[:, same] = G[:, same].max(axis=1, keepdims=True)
+    return out
+
+
 def bucket_queue_end(t0: np.ndarray, t1: np.ndarray, n: np.ndarray, d: np.ndarray) -> np.ndarray:
     """When a stage's gradient-bucket queue ends (`replay.engine.gradient_reduction`), in closed form.
 
@@ -562,6 +600,7 @@ class _Pending:
     """One layout waiting for its pipeline: its row, per-step chunk seconds and what the step adds after."""
 
     i: int
+    m: int                       # microbatches per replica
     fwd: np.ndarray              # [steps, chunks]
     bwd: np.ndarray
     comm: engine.CommPlan
@@ -622,7 +661,7 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
             cm = batched_comm(pr, r, sh, int(srow[i]), g, int(j)) if pr.sources["comm"] == "batched" \
                 else pr.real_comm(r)
             cal = pr.cluster(r.instance, r.instances, r.lnc).cluster.calibration
-            G = speeds(pr, r, measured, chip.jitter_sigma(sc, cal))                  # [steps, pp]
+            G = tied_speeds(speeds(pr, r, measured, chip.jitter_sigma(sc, cal)), ct, g.pp)   # [steps, pp]
             Gc = np.tile(G, (1, g.v))                                                # chunk c: stage c % pp
             fc, bc = ct.forward_s[None, :] * Gc, ct.backward_s[None, :] * Gc
             prof = engine.ComputeProfile(fwd=fc, bwd=bc, opt=ct.optimizer_s, attn_fwd=ct.attention_fwd_s,
@@ -631,16 +670,16 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
             fs_f, fs_b = engine.fsdp_exposed(cm, fc, bc, g.layers)
             fwd = fc + cm.tp_fwd + g.layers * cp_f + fs_f
             bwd = bc + cm.tp_bwd + g.layers * cp_b + fs_b
-            key = (str(r.pp_schedule), g.pp, g.v, int(r.microbatches))
-            pending.setdefault(key, []).append(_Pending(i=i, fwd=fwd, bwd=bwd, comm=cm, opt=ct.optimizer_s[None, :] * G,
-                                                        overhead_s=cal.step_overhead_s))
+            key = (str(r.pp_schedule), g.pp, g.v)
+            pending.setdefault(key, []).append(_Pending(i=i, m=int(r.microbatches), fwd=fwd, bwd=bwd, comm=cm,
+                                                        opt=ct.optimizer_s[None, :] * G, overhead_s=cal.step_overhead_s))
     step_time = np.full(len(rows), np.nan)
-    for (schedule, pp, v, m), items in pending.items():
+    for (schedule, pp, v), items in pending.items():
         reps = [it.fwd.shape[0] for it in items]
         per_step = lambda name: np.repeat(np.array([getattr(it.comm, name) for it in items]), reps, axis=0)  # noqa: E731
         last = np.array([it.comm.send_bwd_last if it.comm.send_bwd_last is not None else it.comm.send_bwd
                          for it in items])
-        pt = pipeline_times(schedule, pp, v, m, np.concatenate([it.fwd for it in items]),
+        pt = pipeline_times(schedule, pp, v, np.repeat([it.m for it in items], reps), np.concatenate([it.fwd for it in items]),
                             np.concatenate([it.bwd for it in items]), per_step("send_fwd"), per_step("send_bwd"),
                             np.repeat(last, reps, axis=0))
         at = 0
@@ -705,6 +744,8 @@ def compare_parts(pr: Pricer, table: pd.DataFrame) -> dict[str, str | None]:
             cm, rc = batched_comm(pr, r, sh, int(srow[int(g.rows[j])]), g, int(j)), pr.real_comm(r)
             for f in dataclasses.fields(rc):
                 if f.name in ("records", "dp"):      # the report's table and totals, not the step's inputs
+                    continue
+                if f.name == "send_bwd_last" and not pr.shared_last_sends:
                     continue
                 a, b = getattr(cm, f.name), getattr(rc, f.name)
                 a = a if a is not None else cm.send_bwd

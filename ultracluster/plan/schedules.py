@@ -20,6 +20,7 @@ read off the engine's own programs (the ops that m + P microbatches insert), nev
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -32,6 +33,8 @@ F, B = 0, 1
 # tolerance could extrapolate a pipeline whose bottleneck has not settled)
 SETTLED_RTOL = 1e-11
 MAX_CELLS = 4_000_000          # rows x ops evaluated at once (memory bound: ~100 MB of float64 arrays)
+MAX_CYCLE_PER_STAGE = 2        # the longest repeat looked for, in blocks per stage: sends that differ along the
+                               # pipeline (an EFA hop every few stages) make the slowest cycle span several blocks
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class Compiled:
         levels: op indices by dependency depth (ops of one level depend only on earlier levels).
         last_op: [p] the last op of each stage; last_b: [chunks] op B(m - 1, c).
         microbatches_per_block: P (1, or p for interleaved); 0 when the program has no repeating block.
-        blocks: [R + 1, size] op indices of the last R + 1 repeating blocks (row 0 the last), aligned so that
+        reach: R, how many blocks back the last block's and the cool-down's dependencies reach.
+        blocks: [J, size] op indices of the last J >= R + 1 repeating blocks (row 0 the last), aligned so that
             blocks[j, i] is blocks[j + 1, i] one block later; empty when not compressible.
         shiftable: [ops] True where the op lies after the first checked block (its time in a longer run is
             this run's time plus λ per extra block).
@@ -67,96 +71,122 @@ class Compiled:
     last_op: np.ndarray
     last_b: np.ndarray
     microbatches_per_block: int = 0
+    reach: int = 0
     blocks: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     shiftable: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
-def _flatten(programs: list[list[tuple[str, int, int]]], n_chunks: int, m: int):
-    """Ops of every stage in an order the engine could execute them, with their dependencies and depths."""
-    index: dict[tuple[str, int, int], int] = {}
-    stage_of, kinds, chunks, preds, deps, delays, depth = [], [], [], [], [], [], []
-    ptr = [0] * len(programs)
-    last = [-1] * len(programs)
-    remaining = sum(len(pr) for pr in programs)
-    while remaining:
-        progressed = False
-        for s, prog in enumerate(programs):
-            while ptr[s] < len(prog):
-                kind, k, c = prog[ptr[s]]
-                if kind == "F":
-                    dep = ("F", k, c - 1) if c > 0 else None
-                    col = c if c > 0 else 0                       # 1 + (c - 1): send_fwd[c - 1]
-                else:
-                    dep = ("B", k, c + 1) if c < n_chunks - 1 else ("F", k, c)
-                    if c < n_chunks - 1:                          # send_bwd[c + 1], or send_bwd_last for the
-                        col = (1 + 2 * n_chunks if k == m - 1 else 1 + n_chunks) + c + 1   # last microbatch
-                    else:
-                        col = 0
-                if dep is not None and dep not in index:
-                    break
-                i = len(kinds)
-                index[(kind, k, c)] = i
-                d = index[dep] if dep is not None else -1
-                stage_of.append(s)
-                kinds.append(F if kind == "F" else B)
-                chunks.append(c)
-                preds.append(last[s])
-                deps.append(d)
-                delays.append(col)
-                depth.append(1 + max(depth[last[s]] if last[s] >= 0 else 0, depth[d] if d >= 0 else 0))
-                last[s] = i
-                ptr[s] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            raise AssertionError("pipeline schedule deadlocked")   # a bug in stage_programs, not bad input
-    return index, np.array(stage_of), np.array(kinds), np.array(chunks), np.array(preds), np.array(deps), \
-        np.array(delays), np.array(depth), last
-
-
 @dataclass(frozen=True)
 class _Raw:
-    """A flattened program with its op identities (for the block analysis)."""
+    """A program as flat arrays, ops numbered stage by stage in program order.
 
-    ops: list                    # (kind, k, c) of op i
-    index: dict                  # (kind, k, c) -> i
+    Attributes:
+        stage, pos, kind, mb, chunk: [ops] where each op runs and what it is (pos: its place in its stage).
+        start: [p + 1] first op of each stage (stage s holds ops start[s]..start[s + 1] - 1).
+        pred: the previous op on the stage (-1: first); dep: the producer (-1: none).
+        delay: column of the delay table the op waits for its producer.
+        depth: 1 + the longest chain of ops before it (its level).
+    """
+
     stage: np.ndarray
+    pos: np.ndarray
     kind: np.ndarray
+    mb: np.ndarray
     chunk: np.ndarray
-    pred: np.ndarray             # -1: none
-    dep: np.ndarray              # -1: none
+    start: np.ndarray
+    pred: np.ndarray
+    dep: np.ndarray
     delay: np.ndarray
     depth: np.ndarray
-    last: list
-    programs: list
+    kmax: int
+
+    def key(self, kind: np.ndarray, mb: np.ndarray, chunk: np.ndarray, base: int | None = None) -> np.ndarray:
+        """Dense integer identity of ops (kind, microbatch, chunk); `base` > every microbatch index compared."""
+        n_chunks = int(self.chunk.max()) + 1 if self.chunk.size else 1
+        base = self.kmax + 1 if base is None else base
+        return (np.asarray(kind) * base + np.asarray(mb)) * n_chunks + np.asarray(chunk)
 
 
 @lru_cache(maxsize=512)
 def _raw(schedule: str, p: int, m: int, v: int) -> _Raw:
     programs = stage_programs(schedule, p, m, v)
-    index, stage, kind, chunk, pred, dep, delay, depth, last = _flatten(programs, p * v, m)
-    ops = [None] * len(index)
-    for op, i in index.items():
-        ops[i] = op
-    return _Raw(ops, index, stage, kind, chunk, pred, dep, delay, depth, last, programs)
+    n_chunks = p * v
+    lens = np.array([len(pr) for pr in programs], dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum(lens)])
+    flat = [op for pr in programs for op in pr]
+    kind = np.fromiter((0 if op[0] == "F" else 1 for op in flat), dtype=np.int64, count=len(flat))
+    mb = np.fromiter((op[1] for op in flat), dtype=np.int64, count=len(flat))
+    chunk = np.fromiter((op[2] for op in flat), dtype=np.int64, count=len(flat))
+    stage = np.repeat(np.arange(p), lens)
+    pos = np.arange(len(flat)) - start[stage]
+    kmax = int(mb.max()) if mb.size else 0
+    raw = _Raw(stage, pos, kind, mb, chunk, start, np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), kmax)
+    lookup = np.full(2 * (kmax + 1) * n_chunks, -1, dtype=np.int64)
+    lookup[raw.key(kind, mb, chunk)] = np.arange(len(flat))
+    pred = np.where(pos > 0, np.arange(len(flat)) - 1, -1)
+    fwd = kind == F
+    dep_kind = np.where(fwd, F, np.where(chunk < n_chunks - 1, B, F))
+    dep_chunk = np.where(fwd, chunk - 1, np.where(chunk < n_chunks - 1, chunk + 1, chunk))
+    has_dep = ~(fwd & (chunk == 0))
+    dep = np.where(has_dep, lookup[raw.key(dep_kind, mb, np.clip(dep_chunk, 0, n_chunks - 1))], -1)
+    if (has_dep & (dep < 0)).any():
+        raise AssertionError("an op's producer is not in the program")   # a bug in stage_programs, not bad input
+    # delay table columns: 0 none, 1 + c - 1 send_fwd[c - 1], 1 + n + c + 1 send_bwd[c + 1], 1 + 2n + c + 1 the
+    # last microbatch's send_bwd_last[c + 1]
+    delay = np.where(fwd, np.where(chunk > 0, chunk, 0),
+                     np.where(chunk < n_chunks - 1, np.where(mb == m - 1, 1 + 2 * n_chunks, 1 + n_chunks) + chunk + 1, 0))
+    depth = _depths(pred, dep, start)
+    return dataclasses.replace(raw, pred=pred, dep=dep, delay=delay, depth=depth)
+
+
+def _depths(pred: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """1 + the longest chain before each op, by the engine's sweep: each stage runs on until its next op
+    waits for a producer not yet placed (plain integer lists: this is the one per-op loop)."""
+    n = pred.size
+    depth = [0] * n
+    pr, dp = pred.tolist(), dep.tolist()
+    ptr, ends = start[:-1].tolist(), start[1:].tolist()
+    remaining = n
+    while remaining:
+        progressed = False
+        for s in range(len(ptr)):
+            i, end = ptr[s], ends[s]
+            while i < end:
+                d = dp[i]
+                if d >= 0 and depth[d] == 0:
+                    break
+                a = depth[pr[i]] if pr[i] >= 0 else 0
+                b = depth[d] if d >= 0 else 0
+                depth[i] = 1 + (a if a > b else b)
+                i += 1
+                remaining -= 1
+                progressed = True
+            ptr[s] = i
+        if not progressed:
+            raise AssertionError("pipeline schedule deadlocked")   # a bug in stage_programs, not bad input
+    return np.array(depth, dtype=np.int64)
 
 
 @lru_cache(maxsize=512)
 def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     """The engine's stage programs of (schedule, p, m, v) as a Compiled (cached)."""
     raw = _raw(schedule, p, m, v)
-    ops = len(raw.ops)
+    ops = raw.kind.size
     order = np.argsort(raw.depth, kind="stable")
     cuts = np.flatnonzero(np.diff(raw.depth[order])) + 1
+    lookup = {int(c): i for i, c in zip(np.flatnonzero((raw.kind == B) & (raw.mb == m - 1)),
+                                        raw.chunk[(raw.kind == B) & (raw.mb == m - 1)])}
+    last_op = raw.start[1:] - 1
     comp = Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, kind=raw.kind, chunk=raw.chunk,
                     pred=np.where(raw.pred < 0, ops, raw.pred), dep=np.where(raw.dep < 0, ops, raw.dep),
-                    delay=raw.delay, levels=tuple(np.split(order, cuts)), last_op=np.array(raw.last),
-                    last_b=np.array([raw.index[("B", m - 1, c)] for c in range(p * v)]))
+                    delay=raw.delay, levels=tuple(np.split(order, cuts)), last_op=last_op,
+                    last_b=np.array([lookup[c] for c in range(p * v)]))
     blocks = _blocks(schedule, p, m, v)
     if blocks is None:
         return comp
-    P, aligned, shiftable = blocks
-    return Compiled(**{**comp.__dict__, "microbatches_per_block": P, "blocks": aligned, "shiftable": shiftable})
+    P, R, aligned, shiftable = blocks
+    return Compiled(**{**comp.__dict__, "microbatches_per_block": P, "reach": R, "blocks": aligned,
+                       "shiftable": shiftable})
 
 
 def _blocks(schedule: str, p: int, m: int, v: int):
@@ -164,70 +194,73 @@ def _blocks(schedule: str, p: int, m: int, v: int):
 
     Read off the engine's programs for m and m + P microbatches: the longer one must be this one with one
     block of ops inserted on every stage (the block before it, P microbatches later), and
-      (i) every op before the insertion has the same dependencies and send in the longer run (its time is
-          the same there);
+      (i) every op before the insertion has the same producer, predecessor and send in the longer run (its
+          time is the same there);
      (ii) the last blocks repeat (block j is block j + 1 shifted by P microbatches) far enough back;
-    (iii) the ops of the last block and of the cool-down depend only on checked blocks and the cool-down,
-          and the same dependencies, shifted, hold in the longer run.
+    (iii) the ops of the last block and of the cool-down depend only on checked blocks and the cool-down, and
+          the same dependencies, shifted, hold in the longer run.
     Then, with blocks 0..R in arithmetic progression, every longer run continues it (see the module doc).
     """
     if schedule == "gpipe":
         return None
     P = p if schedule == "interleaved" else 1
     a, b = _raw(schedule, p, m, v), _raw(schedule, p, m + P, v)
-
-    def shift(op, by=P):
-        return (op[0], op[1] + by, op[2])
-
-    block_of = np.full(len(a.ops), 1 << 30)      # 1 << 30: before the checked blocks; -1: cool-down
-    spans = []
-    for prog, prog2 in zip(a.programs, b.programs):
-        q = len(prog2) - len(prog)
-        ins = next((i for i, (x, y) in enumerate(zip(prog, prog2)) if x != y), len(prog))
-        if q <= 0 or ins < q or prog2[ins + q:] != [shift(o) for o in prog[ins:]] \
-                or prog2[ins:ins + q] != [shift(o) for o in prog[ins - q:ins]]:
+    base = max(a.kmax, b.kmax) + P + 1
+    ka, kb = a.key(a.kind, a.mb, a.chunk, base), b.key(b.kind, b.mb, b.chunk, base)
+    kb_shift = a.key(a.kind, a.mb + P, a.chunk, base)   # identity of op i shifted P microbatches
+    n_ops = ka.size
+    block_of = np.full(n_ops, 1 << 30, dtype=np.int64)   # 1 << 30: before the checked blocks; -1: cool-down
+    ins_of, q_of = np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64)
+    n_min = 1 << 30
+    for s in range(p):
+        xa, xb = ka[a.start[s]:a.start[s + 1]], kb[b.start[s]:b.start[s + 1]]
+        sa = kb_shift[a.start[s]:a.start[s + 1]]     # a's ops of this stage, shifted (b's numbering of keys)
+        q = xb.size - xa.size
+        diff = np.flatnonzero(xa != xb[:xa.size])
+        ins = int(diff[0]) if diff.size else xa.size
+        if q <= 0 or ins < q or not np.array_equal(xb[ins + q:], sa[ins:]) or not np.array_equal(xb[ins:ins + q], sa[ins - q:ins]):
             return None
         n = 1
-        while ins - (n + 1) * q >= 0 and prog[ins - n * q:ins - (n - 1) * q] == \
-                [shift(o) for o in prog[ins - (n + 1) * q:ins - n * q]]:
+        while ins - (n + 1) * q >= 0 and np.array_equal(xa[ins - n * q:ins - (n - 1) * q], sa[ins - (n + 1) * q:ins - n * q]):
             n += 1
-        spans.append((prog, ins, q, n))
-    n_blocks = min(n for *_, n in spans)
-    for prog, ins, q, _ in spans:
-        for pos, op in enumerate(prog):
-            j = -1 if pos >= ins else (ins - 1 - pos) // q
-            if j < n_blocks:
-                block_of[a.index[op]] = j
+        ins_of[s], q_of[s] = ins, q
+        n_min = min(n_min, n)
+        pos = np.arange(xa.size)
+        block_of[a.start[s]:a.start[s + 1]] = np.where(pos >= ins, -1, (ins - 1 - pos) // q)
+    block_of = np.where(block_of >= n_min, 1 << 30, block_of)
     # (i) the prefix runs the same in the longer program
-    for i, op in enumerate(a.ops):
-        if block_of[i] == -1:
-            continue
-        k = b.index[op]
-        if (a.delay[i], a.kind[i]) != (b.delay[k], b.kind[k]) or any(
-                (x < 0) != (y < 0) or x >= 0 and a.ops[x] != b.ops[y] for x, y in ((a.pred[i], b.pred[k]),
-                                                                                   (a.dep[i], b.dep[k]))):
-            return None
-    # (iii) block 0 and the cool-down: dependencies inside checked blocks, shifted the same in the longer run
-    reach = 1
-    for i in np.flatnonzero((block_of == 0) | (block_of == -1)):
-        k = b.index[shift(a.ops[i])]
-        if a.delay[i] != b.delay[k]:
-            return None
-        for x, y in ((a.pred[i], b.pred[k]), (a.dep[i], b.dep[k])):
-            if (x < 0) != (y < 0):
-                return None
-            if x < 0:
-                continue
-            if b.ops[y] != shift(a.ops[x]) or block_of[x] == 1 << 30:
-                return None
-            reach = max(reach, int(block_of[x]))
-    R = reach
-    if n_blocks < R + 1:
+    lookup_b = np.full(int(max(kb.max(), kb_shift.max())) + 1, -1, dtype=np.int64)
+    lookup_b[kb] = np.arange(kb.size)
+    pre = np.flatnonzero(block_of != -1)
+    same = lookup_b[ka[pre]]
+    if (same < 0).any() or not np.array_equal(a.delay[pre], b.delay[same]):
         return None
-    aligned = [[a.index[op] for prog, ins, q, _ in spans for op in prog[ins - (j + 1) * q:ins - j * q]]
-               for j in range(R + 1)]
+    for arr_a, arr_b in ((a.pred, b.pred), (a.dep, b.dep)):
+        x, y = arr_a[pre], arr_b[same]
+        if not np.array_equal(x < 0, y < 0) or not np.array_equal(ka[x[x >= 0]], kb[y[y >= 0]]):
+            return None
+    # (iii) the last block and the cool-down: dependencies in checked blocks, shifted the same in the longer run
+    tail = np.flatnonzero((block_of == 0) | (block_of == -1))
+    moved = lookup_b[kb_shift[tail]]
+    if (moved < 0).any() or not np.array_equal(a.delay[tail], b.delay[moved]):
+        return None
+    reach = 1
+    for arr_a, arr_b in ((a.pred, b.pred), (a.dep, b.dep)):
+        x, y = arr_a[tail], arr_b[moved]
+        if not np.array_equal(x < 0, y < 0):
+            return None
+        x, y = x[x >= 0], y[y >= 0]
+        if not np.array_equal(kb[y], kb_shift[x]) or (block_of[x] == 1 << 30).any():
+            return None
+        reach = max(reach, int(block_of[x].max(initial=0)))
+    R = reach
+    if n_min < R + 1:
+        return None
+    aligned = np.array([np.concatenate([np.arange(a.start[s] + ins_of[s] - (j + 1) * q_of[s],
+                                                  a.start[s] + ins_of[s] - j * q_of[s]) for s in range(p)])
+                        for j in range(min(n_min, R + max(4, MAX_CYCLE_PER_STAGE * p)))], dtype=np.int64)
     shiftable = (block_of == -1) | ((block_of >= 0) & (block_of <= R))
-    return P, np.array(aligned, dtype=np.int64), shiftable
+    return P, R, aligned, shiftable
 
 
 def evaluate(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarray) -> np.ndarray:
@@ -276,12 +309,38 @@ def _run_lengths(schedule: str, p: int, m: int, v: int) -> list[int]:
     return out + [m]
 
 
-def pipeline_times(schedule: str, p: int, v: int, m: int, fwd: np.ndarray, bwd: np.ndarray,
-                   send_fwd: np.ndarray, send_bwd: np.ndarray, send_bwd_last: np.ndarray) -> PipeTimes:
-    """Stage end times and the last microbatch's backward of every chunk, for many rows of one program.
+def _settled(blk: np.ndarray, reach: int) -> tuple[np.ndarray, np.ndarray]:
+    """The shortest cycle c (in blocks, at most what `blk` holds) over which every row's last blocks repeat
+    (block j = block j + c + Λ for j < reach), and Λ; c = 0 where none does.
 
     Args:
-        schedule, p, v, m: the program (as `stage_programs`).
+        blk: [rows, J, size] end times of the last J blocks; reach: R of the program.
+    """
+    rows, J, _ = blk.shape
+    cyc, lam = np.zeros(rows, dtype=np.int64), np.zeros(rows)
+    scale = np.abs(blk).max(axis=(1, 2)) + 1e-300
+    for c in range(1, J - reach + 1):
+        if (cyc > 0).all():
+            break
+        inc = blk[:, :reach, :] - blk[:, c:c + reach, :]
+        big = inc[:, 0, 0]
+        ok = (np.abs(inc - big[:, None, None]) <= SETTLED_RTOL * scale[:, None, None]).all(axis=(1, 2)) & (cyc == 0)
+        cyc[ok], lam[ok] = c, big[ok]
+    return cyc, lam
+
+
+def _next_length(lengths: list[int], current: int) -> int:
+    """The next run length after `current` in a row's list (the last is the full m)."""
+    return next((x for x in lengths if x > current), lengths[-1])
+
+
+def pipeline_times(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray, bwd: np.ndarray,
+                   send_fwd: np.ndarray, send_bwd: np.ndarray, send_bwd_last: np.ndarray) -> PipeTimes:
+    """Stage end times and the last microbatch's backward of every chunk, for many rows of one schedule.
+
+    Args:
+        schedule, p, v: the program shape (as `stage_programs`).
+        m: [rows] microbatches of each row (rows with different m share their shorter runs).
         fwd, bwd: [rows, chunks] per-microbatch seconds (compute and in-layer communication).
         send_fwd, send_bwd, send_bwd_last: [rows, chunks] send seconds as the engine's CommPlan has them
             (send_bwd_last replaces send_bwd for the last microbatch where send_bwd > 0).
@@ -290,42 +349,48 @@ def pipeline_times(schedule: str, p: int, v: int, m: int, fwd: np.ndarray, bwd: 
         The PipeTimes, equal (to floating-point noise) to `replay.schedule.execute` row by row.
     """
     rows, chunks = fwd.shape
+    m = np.broadcast_to(np.asarray(m, dtype=np.int64), (rows,))
     last = np.where(send_bwd > 0, send_bwd_last, send_bwd)
     delays = np.concatenate([np.zeros((rows, 1)), send_fwd, send_bwd, last], axis=1)
     out_end = np.zeros((rows, p))
-    out_b0 = np.zeros((rows, chunks))
     out_b1 = np.zeros((rows, chunks))
     ran = np.zeros(rows, dtype=np.int64)
+    lengths = {int(mi): _run_lengths(schedule, p, int(mi), v) for mi in np.unique(m)}
+    nxt_len = np.array([lengths[int(mi)][0] for mi in m], dtype=np.int64)
     todo = np.arange(rows)
-    for m_run in _run_lengths(schedule, p, m, v):
-        if todo.size == 0:
-            break
-        comp = compile_programs(schedule, p, m_run, v)
-        full = m_run == m
-        if not full and comp.blocks.size == 0:
-            continue
-        step = max(1, MAX_CELLS // (comp.ops + 1))
-        settled_all = []
-        for lo in range(0, todo.size, step):
-            idx = todo[lo:lo + step]
-            end = evaluate(comp, fwd[idx], bwd[idx], delays[idx])
-            if full:
-                settled, extra = np.ones(idx.size, dtype=bool), np.zeros(idx.size)
-            else:
-                blk = end[:, comp.blocks]                              # [rows, R + 1, size]
-                inc = blk[:, :-1, :] - blk[:, 1:, :]
-                lam = inc[:, 0, :1]
-                scale = np.abs(blk).max(axis=(1, 2))[:, None, None] + 1e-300
-                settled = (np.abs(inc - lam[:, :, None]) <= SETTLED_RTOL * scale).all(axis=(1, 2))
-                extra = lam[:, 0] * ((m - m_run) // comp.microbatches_per_block)
-            dur_b = bwd[idx][:, np.arange(chunks)]
-            keep = idx[settled]
-            e = end[settled]
-            out_end[keep] = e[:, comp.last_op] + extra[settled, None]
-            out_b1[keep] = e[:, comp.last_b] + extra[settled, None]
-            out_b0[keep] = out_b1[keep] - dur_b[settled]
-            ran[keep] = m_run
-            settled_all.append(settled)
-        todo = todo[~np.concatenate(settled_all)] if settled_all else todo
-    assert todo.size == 0, "every row runs in full at the last length"
-    return PipeTimes(stage_end=out_end, last_b_start=out_b0, last_b_end=out_b1, evaluated_microbatches=ran)
+    while todo.size:
+        m_run = nxt_len[todo]
+        again = []
+        for mr in np.unique(m_run):
+            idx = todo[m_run == mr]
+            comp = compile_programs(schedule, p, int(mr), v)
+            full = m[idx] == mr
+            P = max(comp.microbatches_per_block, 1)
+            step = max(1, MAX_CELLS // (comp.ops + 1))
+            for lo in range(0, idx.size, step):
+                sel, fl = idx[lo:lo + step], full[lo:lo + step]
+                if not fl.any() and comp.blocks.size == 0:       # a short run that cannot be extrapolated
+                    nxt_len[sel] = [_next_length(lengths[int(m[i])], int(mr)) for i in sel]
+                    again.append(sel)
+                    continue
+                end = evaluate(comp, fwd[sel], bwd[sel], delays[sel])
+                settled, extra, shift = fl.copy(), np.zeros(sel.size), np.zeros(sel.size, dtype=bool)
+                if comp.blocks.size and not fl.all():
+                    cyc, lam = _settled(end[:, comp.blocks], comp.reach)
+                    n = (m[sel] - mr) // P                                # blocks the full run adds
+                    c = np.maximum(cyc, 1)
+                    whole = (cyc > 0) & (n % c == 0) & ~fl
+                    settled |= whole
+                    extra = np.where(whole, lam * (n // c), 0.0)
+                    shift = (cyc > 0) & ~whole & ~fl                      # repeating, out of phase: a run n mod c
+                    nxt_len[sel[shift]] = mr + (n[shift] % c[shift]) * P  # blocks longer is in phase
+                later = ~settled & ~shift
+                nxt_len[sel[later]] = [_next_length(lengths[int(m[i])], int(mr)) for i in sel[later]]
+                keep = sel[settled]
+                e, x = end[settled], extra[settled, None]
+                out_end[keep] = e[:, comp.last_op] + x
+                out_b1[keep] = e[:, comp.last_b] + x
+                ran[keep] = mr
+                again.append(sel[~settled])
+        todo = np.concatenate(again) if again else np.zeros(0, dtype=np.int64)
+    return PipeTimes(stage_end=out_end, last_b_start=out_b1 - bwd, last_b_end=out_b1, evaluated_microbatches=ran)

@@ -1,0 +1,160 @@
+"""Scenario + search options → every valid layout, one row per layout (the plan's layout axis).
+
+The scenario fixes the model and the job (sequence length, global batch, precision, master weights); the
+search varies, for each instance type and count: lnc (where the instance type has more than one), tp, cp,
+pp, ep (mixture of experts only), micro_batch, recompute, the ZeRO stage, the pipeline schedule and its
+virtual stages; dp is derived. A layout is generated only when the scenario's cross-field rules
+(`scenario.checks`) hold for it, by construction: tp divides the heads and divides or is divided by the KV
+heads, sequence parallelism (on whenever tp > 1) needs tp to divide the sequence, cp divides it, tp x cp x pp
+divides the ranks, pp is at most the layers (pp x virtual stages for interleaving), global_batch divides by
+dp x micro_batch, ep divides dp and the experts; and interleaving needs microbatches that fill its groups of pp
+(Megatron-LM's rule: microbatches a multiple of pp). The scenario's own layout is always a candidate.
+tests/plan/test_space.py loads generated layouts through `load_scenario`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ..cluster.catalog import INSTANCES, ranks_per_instance
+from ..errors import Problem, ScenarioError
+from ..scenario import Scenario
+from .fast import LAYOUT_COLUMNS, has_zero_stages
+
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the planner varies. Tuples list the values tried; None: derived from the scenario.
+
+    Attributes:
+        instance_types: instance types (None: the scenario's).
+        instance_counts: instances per cluster (None: the scenario's).
+        micro_batches: micro_batch values (each also needs global_batch to divide by dp x micro_batch).
+        recompute: recompute modes.
+        schedules: pipeline schedules for pp > 1 (pp 1 has no schedule: it is listed as 1f1b).
+        virtual_stages: model chunks per stage tried with interleaving.
+        max_cp: the largest context-parallel degree (powers of two up to it).
+        zero: ZeRO stages (None: 0, 1 and 3 where the schema has training.zero, else 0 and 1).
+        tp, pp: restrict the degrees (None: every valid one).
+    """
+
+    instance_types: tuple[str, ...] | None = None
+    instance_counts: tuple[int, ...] | None = None
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    recompute: tuple[str, ...] = RECOMPUTE
+    schedules: tuple[str, ...] = SCHEDULES
+    virtual_stages: tuple[int, ...] = (2, 4)
+    max_cp: int = 8
+    zero: tuple[int, ...] | None = None
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    extra: tuple[dict, ...] = field(default_factory=tuple)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def clusters(base: Scenario, space: SearchSpace) -> list[tuple[str, int, int, int]]:
+    """(instance type, instances, lnc, ranks) of every cluster the search covers, in order."""
+    types = space.instance_types or (base.cluster.instance,)
+    counts = space.instance_counts or (base.cluster.instances,)
+    out = []
+    for inst in types:
+        spec = INSTANCES[inst]
+        for n in counts:
+            us = bool(getattr(spec, "ultraserver_default", inst == "trn2u.48xlarge")) if inst != base.cluster.instance \
+                else base.cluster.ultraserver
+            if us and n % 4:            # UltraServers come in groups of 4 instances (checks.check_cluster)
+                continue
+            lncs = spec.allowed_lnc if inst != base.cluster.instance or len(spec.allowed_lnc) > 1 else (base.cluster.lnc,)
+            for lnc in lncs:
+                out.append((inst, n, lnc, n * ranks_per_instance(spec, lnc)))
+    return out
+
+
+def enumerate_layouts(base: Scenario, space: SearchSpace = SearchSpace()) -> pd.DataFrame:
+    """Every valid layout of the search space, in a fixed order, with `microbatches` per replica.
+
+    Returns:
+        DataFrame with LAYOUT_COLUMNS and `microbatches`; row 0 is the scenario's own layout when the space
+        covers its cluster.
+    """
+    m, t = base.model, base.training
+    zero_values = space.zero if space.zero is not None else ((0, 1, 3) if has_zero_stages() else (0, 1))
+    moe = m.moe
+    rows: list[tuple] = []
+    own = _own_row(base)
+    for inst, n, lnc, ranks in clusters(base, space):
+        tps = [tp for tp in _divisors(ranks) if m.heads % tp == 0 and (m.kv_heads % tp == 0 or tp % m.kv_heads == 0)
+               and (tp == 1 or t.seq_len % tp == 0) and (space.tp is None or tp in space.tp)]
+        for tp in tps:
+            for cp in [c for c in _divisors(ranks // tp) if c <= space.max_cp and c & (c - 1) == 0
+                       and t.seq_len % c == 0]:
+                for pp in [p for p in _divisors(ranks // (tp * cp)) if p <= m.layers
+                           and (space.pp is None or p in space.pp)]:
+                    dp = ranks // (tp * cp * pp)
+                    eps = [e for e in _divisors(dp) if moe and moe.experts % e == 0] if moe else [1]
+                    for ep in eps:
+                        for mb in space.micro_batches:
+                            if t.global_batch % (dp * mb):
+                                continue
+                            mbs = t.global_batch // (dp * mb)
+                            scheds = [("1f1b", 1)] if pp == 1 else \
+                                [(s, 1) for s in space.schedules if s != "interleaved"] + \
+                                [("interleaved", v) for v in space.virtual_stages if "interleaved" in space.schedules
+                                 and pp * v <= m.layers and mbs % pp == 0]
+                            for rc in space.recompute:
+                                for z in zero_values:
+                                    for sched, v in scheds:
+                                        rows.append((inst, n, lnc, tp, pp, cp, ep, dp, mb, rc, sched, v, z, tp > 1, mbs))
+    cols = list(LAYOUT_COLUMNS) + ["microbatches"]
+    table = pd.DataFrame(rows, columns=cols)
+    extra = [own] + [dict(r) for r in space.extra]
+    for r in reversed(extra):
+        if r is None:
+            continue
+        same = (table[list(LAYOUT_COLUMNS)] == pd.Series({k: r[k] for k in LAYOUT_COLUMNS})).all(axis=1)
+        if (r["instance"], r["instances"], r["lnc"]) not in {(c[0], c[1], c[2]) for c in clusters(base, space)}:
+            continue
+        table = pd.concat([pd.DataFrame([r], columns=cols), table[~same]], ignore_index=True)
+    for c in ("instances", "lnc", "tp", "pp", "cp", "ep", "dp", "micro_batch", "virtual_stages", "zero", "microbatches"):
+        table[c] = table[c].astype("int64")
+    table["sequence_parallel"] = table["sequence_parallel"].astype(bool)
+    return table
+
+
+def _own_row(base: Scenario) -> dict:
+    """The scenario's own layout as a table row."""
+    p, t, c = base.parallelism, base.training, base.cluster
+    zero = int(getattr(t, "zero", 1 if t.zero1 else 0))
+    return {"instance": c.instance, "instances": c.instances, "lnc": c.lnc, "tp": p.tp, "pp": p.pp, "cp": p.cp,
+            "ep": p.ep, "dp": p.dp, "micro_batch": t.micro_batch, "recompute": t.recompute,
+            "pp_schedule": p.pp_schedule if p.pp > 1 else "1f1b", "virtual_stages": p.virtual_stages, "zero": zero,
+            "sequence_parallel": p.sequence_parallel, "microbatches": t.global_batch // (p.dp * t.micro_batch)}
+
+
+def parse_instances(text: str) -> tuple[int, ...]:
+    """`--instances 16,32,64` → (16, 32, 64); bad input names the flag."""
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise ScenarioError([Problem("--instances", text, "a comma-separated list of instance counts >= 1, "
+                                                          "e.g. 16,32,64")])
+    return tuple(dict.fromkeys(values))
+
+
+def parse_instance_types(text: str) -> tuple[str, ...]:
+    """`--instance-types trn1.32xlarge,trn2.48xlarge` → a tuple; bad input names the flag."""
+    values = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [v for v in values if v not in INSTANCES]
+    if not values or bad:
+        raise ScenarioError([Problem("--instance-types", text, "a comma-separated list of instance types from: "
+                                                               + ", ".join(INSTANCES))])
+    return tuple(dict.fromkeys(values))
