@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..cluster.catalog import INSTANCES, ranks_per_instance
+from ..cluster.catalog import INSTANCES, ranks_per_instance, ultraserver_of
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario
 from .fast import LAYOUT_COLUMNS, has_zero_stages
@@ -69,7 +69,8 @@ def clusters(base: Scenario, space: SearchSpace) -> list[tuple[str, int, int, in
         for n in counts:
             us = bool(getattr(spec, "ultraserver_default", inst == "trn2u.48xlarge")) if inst != base.cluster.instance \
                 else base.cluster.ultraserver
-            if us and n % 4:            # UltraServers come in groups of 4 instances (checks.check_cluster)
+            size = ultraserver_of(spec).instances if us and ultraserver_of(spec) else 1
+            if n % size:                # UltraServers come in groups of 4 (Trn2, Trn3 Gen1) or 36 (Trn3 Gen2)
                 continue
             lncs = spec.allowed_lnc if inst != base.cluster.instance or len(spec.allowed_lnc) > 1 else (base.cluster.lnc,)
             for lnc in lncs:
