@@ -396,8 +396,9 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
         A = np.zeros((len(g.rows), g.pp))
         for (sc, m), idx in pd.DataFrame({"s": sched[g.rows], "m": m_all[g.rows]}).groupby(["s", "m"]).indices.items():
             counts = pr.memo(("counts", sc, g.pp, int(m), g.v), lambda: _counts(sc, g.pp, int(m), g.v))
-            for s, U in enumerate(counts):
-                A[idx, s] = (U @ act[idx][:, s::g.pp].T).max(axis=0)
+            for s, U in enumerate(counts):                # max over held vectors of sum_j U_j act_j, summed
+                local = act[idx][:, s::g.pp]                 # in a fixed order (no BLAS: the same bits in any
+                A[idx, s] = np.cumsum(U[None, :, :] * local[:, None, :], axis=2)[:, :, -1].max(axis=1)   # chunk)
         A = (A + sh.working[k, None]) / GIB
         infos = [pr.cluster(i, c, l) for i, c, l in zip(sub["instance"], sub["instances"], sub["lnc"])]
         cap = np.array([c.capacity_gib for c in infos])
@@ -484,7 +485,7 @@ def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.
             a2a = 2 * pr.collective(ck, "all_to_all", a2a_bytes, epg)
         return per_layer, bwd_exposed, cp_f, cp_b, a2a
 
-    per_layer, bwd_exposed, cp_f, cp_b, a2a = pr.memo(("layer-comm", ck, k, pp if ep > 1 else 0), in_layer)
+    per_layer, bwd_exposed, cp_f, cp_b, a2a = pr.memo(("layer-comm", ck, _shape_key(r), pp if ep > 1 else 0), in_layer)
     layers = g.layers
     n_chunks = layers.size
     send_bytes = act / tp if sp else act

@@ -1,0 +1,70 @@
+"""Layout chunks → Ray tasks across the cluster's nodes → priced chunks, and the Ray the planner runs in.
+
+`evaluate_on_ray` sends each chunk of the layout table to a task (`search.evaluate_chunk`, the same function
+the in-process search calls), spread over the nodes; the results are gathered in chunk order, so they do
+not depend on where, or on how many nodes, the tasks ran. Tasks take one CPU each (they compute).
+"""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import pandas as pd
+import ray
+from ray.exceptions import RayError
+
+from ..errors import ActorError
+from ..plan.search import evaluate_chunk
+from .launch import _connect
+
+
+@ray.remote(num_cpus=1, max_retries=2)
+def _evaluate_task(scenario, calibration, sources, table):
+    return evaluate_chunk(scenario, calibration, sources, table), ray.get_runtime_context().get_node_id()
+
+
+def cluster_cpus() -> int:
+    """CPUs of the Ray cluster this process is attached to."""
+    return int(ray.cluster_resources().get("CPU", 0)) or 1
+
+
+def evaluate_on_ray(scenario, calibration, sources: dict[str, str],
+                    pieces: list[pd.DataFrame]) -> tuple[list[pd.DataFrame], int]:
+    """Price the chunks with Ray tasks spread over the cluster (attached already).
+
+    Returns:
+        (the priced chunks in order, how many distinct nodes ran them).
+
+    Raises:
+        ActorError: a task failed twice or Ray went away.
+    """
+    sc, cal = ray.put(scenario), ray.put(calibration)
+    refs = [_evaluate_task.options(scheduling_strategy="SPREAD").remote(sc, cal, sources, piece) for piece in pieces]
+    try:
+        done = ray.get(refs)
+    except RayError as err:
+        lines = [ln for ln in str(err).splitlines() if ln.strip()]
+        raise ActorError(f"a layout-evaluation task failed: {lines[-1] if lines else type(err).__name__}") from None
+    return [d[0] for d in done], len({d[1] for d in done})
+
+
+def wanted(address: str | None) -> bool:
+    """Whether the planner is sent to a Ray cluster: an address, RAY_ADDRESS (inside `ray job submit`), or
+    a Ray already running in this process."""
+    return bool(address or os.environ.get("RAY_ADDRESS") or ray.is_initialized())
+
+
+@contextmanager
+def planning_ray(address: str | None, shards: int = 0) -> Iterator[float]:
+    """Attach to the Ray the planner uses for the length of the block (an embedded local one when no cluster
+    is named, advertising `shards` actor slots for the replays); stop it on exit if this call started it.
+    Yields the seconds attaching took."""
+    t0 = time.perf_counter()
+    started = _connect(address, shards)
+    try:
+        yield time.perf_counter() - t0
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,166 @@
+"""Layout table → checked sources → chunks priced (here or by Ray tasks) → ranked layouts and plan records.
+
+Pure: no Ray, no files. `actors.plan_tasks` runs `evaluate_chunk` as Ray tasks; `plan.plan` composes.
+Chunks are cut in the table's fixed order, and every layout's numbers depend on that layout alone (the
+fast path is elementwise over its layout axis), so the results are the same whatever evaluates them:
+one process, or Ray tasks on any number of nodes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..cluster.calibration import Calibration
+from ..scenario import Scenario
+from . import fast
+from .fast import LAYOUT_COLUMNS, PARTS, Pricer
+
+CHUNK_LAYOUTS = 2048          # layouts per chunk: a Ray task's work (a few tenths of a second)
+OBJECTIVES = {                # objective -> (column, smaller is better)
+    "tokens_per_s": ("tokens_per_s", False),
+    "usd_per_million_tokens": ("usd_per_million_tokens", True),
+    "time_to_train": ("time_to_train_days", True),
+}
+RESULT_COLUMNS = ("feasible", "reason", "step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "hbm_capacity_gib",
+                  "price_per_hour_usd", "usd_per_million_tokens")
+SCHEDULE_SHORT = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved": "int"}
+RECOMPUTE_SHORT = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc"}
+
+_WORKER_PRICERS: dict[tuple, Pricer] = {}     # per process: warm caches across the chunks it evaluates
+
+
+def chunks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
+    """The table cut in order into chunks of at most CHUNK_LAYOUTS rows, and at least `pieces` of them."""
+    n = len(table)
+    size = max(1, min(CHUNK_LAYOUTS, math.ceil(n / max(pieces, 1))))
+    return [table.iloc[lo:lo + size] for lo in range(0, n, size)]
+
+
+def sample_rows(table: pd.DataFrame, most: int = 6) -> list[int]:
+    """A few varied rows that the part check compares (fixed picks, so every run checks the same): the first
+    row (the scenario's own layout), then the first with each of: interleaving, context parallelism, each
+    ZeRO stage, full recomputation, the largest micro_batch, pipeline parallelism."""
+    picks = [0]
+    tests = [table["pp_schedule"] == "interleaved", table["cp"] > 1, table["recompute"] == "full",
+             table["micro_batch"] == table["micro_batch"].max(), table["pp"] > 1]
+    tests += [table["zero"] == z for z in sorted(table["zero"].unique())]
+    for t in tests:
+        hit = np.flatnonzero(t.to_numpy())
+        if hit.size and int(hit[0]) not in picks:
+            picks.append(int(hit[0]))
+    return picks[:most]
+
+
+def check_sources(pr: Pricer, table: pd.DataFrame) -> tuple[dict[str, str], dict[str, str | None]]:
+    """Compare the batched parts with the functions they mirror on `sample_rows`; a part that differs is
+    evaluated per layout with the functions themselves. Sets `pr.sources`.
+
+    Returns:
+        (part → "batched" | "per layout", part → what differed or None).
+    """
+    found = fast.compare_parts(pr, table.iloc[sample_rows(table)])
+    pr.sources = {p: ("batched" if found[p] is None else "per layout") for p in PARTS}
+    return dict(pr.sources), found
+
+
+def evaluate_chunk(scenario: Scenario, calibration: Calibration | None, sources: dict[str, str],
+                   table: pd.DataFrame, pricer: Pricer | None = None) -> pd.DataFrame:
+    """Price one chunk; reuses this process's Pricer for the same scenario (caches stay warm)."""
+    if pricer is None:
+        key = (scenario.model_dump_json(), repr(calibration), tuple(sorted(sources.items())))
+        pricer = _WORKER_PRICERS.get(key)
+        if pricer is None:
+            _WORKER_PRICERS.clear()
+            pricer = _WORKER_PRICERS[key] = Pricer(scenario, calibration, sources)
+    out = fast.evaluate(pricer, table)
+    out.index = table.index
+    return out
+
+
+def assemble(table: pd.DataFrame, results: list[pd.DataFrame], tokens: float | None) -> pd.DataFrame:
+    """Layout columns + results, one row per layout (plan.csv), in the table's order."""
+    res = pd.concat(results).loc[table.index]
+    out = pd.concat([table.reset_index(drop=True), res.reset_index(drop=True)], axis=1)
+    if tokens is not None:
+        out["time_to_train_days"] = tokens / out["tokens_per_s"] / 86400.0
+    out.insert(0, "layout", [label(r) for r in out.itertuples(index=False)])
+    return out
+
+
+def label(r) -> str:
+    """Short text of a layout: "32 x trn1.32xlarge tp32 pp8 dp4 1f1b mb1 sel-rc zero1"."""
+    parts = [f"{r.instances} x {r.instance}" + (f" lnc{r.lnc}" if r.instance.startswith("trn2") else ""),
+             f"tp{r.tp}", f"pp{r.pp}", f"dp{r.dp}"]
+    if r.cp > 1:
+        parts.append(f"cp{r.cp}")
+    if r.ep > 1:
+        parts.append(f"ep{r.ep}")
+    if r.pp > 1:
+        parts.append(SCHEDULE_SHORT.get(r.pp_schedule, r.pp_schedule) + (f"{r.virtual_stages}" if
+                                                                        r.pp_schedule == "interleaved" else ""))
+    parts += [f"mb{r.micro_batch}", RECOMPUTE_SHORT.get(r.recompute, r.recompute), f"zero{r.zero}"]
+    if r.tp > 1 and not r.sequence_parallel:
+        parts.append("no-sp")
+    return " ".join(parts)
+
+
+def eligible(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None) -> pd.Series:
+    """Rows that can rank: feasible, with a finite objective, and within the budget when one is given
+    (a layout whose price is unknown cannot be shown to be within it)."""
+    col, _ = OBJECTIVES[objective]
+    ok = table["feasible"] & np.isfinite(table[col].astype(float))
+    if max_usd_per_hour is not None:
+        ok &= table["price_per_hour_usd"].astype(float) <= max_usd_per_hour
+    return ok
+
+
+def ranked(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None = None) -> pd.DataFrame:
+    """Eligible rows, best first by the objective (ties: the table's order)."""
+    col, ascending = OBJECTIVES[objective]
+    sub = table[eligible(table, objective, max_usd_per_hour)]
+    return sub.sort_values(col, ascending=ascending, kind="stable")
+
+
+def closest(table: pd.DataFrame) -> dict | None:
+    """The infeasible layout nearest to fitting (smallest HBM need over capacity), as a record."""
+    if table.empty:
+        return None
+    ratio = table["hbm_peak_gib"] / table["hbm_capacity_gib"]
+    r = table.loc[ratio.idxmin()]
+    return {"layout": layout_record(r), "label": r["layout"], "hbm_peak_gib": float(r["hbm_peak_gib"]),
+            "hbm_capacity_gib": float(r["hbm_capacity_gib"]), "reason": r["reason"]}
+
+
+def layout_record(r) -> dict:
+    """The layout columns of a row as plain JSON values."""
+    out = {}
+    for c in LAYOUT_COLUMNS:
+        v = r[c]
+        out[c] = v.item() if hasattr(v, "item") else v
+    return out
+
+
+def numbers(r, columns=("step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "usd_per_million_tokens",
+                        "price_per_hour_usd", "time_to_train_days")) -> dict:
+    """A row's figures as JSON values (None for NaN or absent)."""
+    out = {}
+    for c in columns:
+        if c in r.index:
+            v = float(r[c])
+            out[c] = v if math.isfinite(v) else None
+    return out
+
+
+@dataclass
+class Evaluated:
+    """A searched space: every layout with its figures, and how the search ran."""
+
+    table: pd.DataFrame
+    sources: dict[str, str]
+    mismatches: dict[str, str | None]
+    wall_s: float
+    ray_nodes: int
+    results: list[pd.DataFrame]
