@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
-"""Fit the chip model's named calibration factors to the published training runs, and write the table.
+"""Fit the chip model's calibration factors to the published training runs; cross-validate, ablate, and
+write the tables.
 
-Fits only to `data/calibration/training.csv` (the project's rule): for each row, the scenario is built
-from the row's own columns, predicted in-process (`ultracluster.pipeline.predict`, no Ray), and compared
-with the published `seq_per_s`. Two physical factors are fitted by a deterministic coarse-to-fine grid
-search minimising the sum of squared log errors:
+Fits only to `data/calibration/training.csv` (the project's rule). Rows are grouped by `layout`; each
+layout's target is the median `seq_per_s` over the Neuron releases that published it, and only layouts whose
+`quality` is not `uncertain` are fitted. For each layout the scenario is built from its row's own columns and
+predicted in-process (`ultracluster.pipeline.predict`, no Ray).
 
-- `tensor_efficiency`: achieved fraction of TensorE peak on large, well-tiled matmuls;
-- `op_overhead_s`: fixed cost of one operator instance on a NeuronCore.
+The fitted factors (FIT) minimise the sum over layouts of log(predicted / median)^2, by a deterministic
+Nelder-Mead search from fixed starts inside each factor's physical bounds; every other factor keeps the value
+`ultracluster/cluster/calibration.py` documents (ASSUMED lists those set from a source or an argument). The
+script then reports:
 
-Every other factor keeps its documented value. Writes `ultracluster/cluster/calibration.json` and
-`docs/calibration.md`; `--check` recomputes and exits 1 when either file is stale.
+- leave-one-layout-out cross-validation: refit without each layout, predict it;
+- identifiability: for each fitted factor, the range over which the RMS log error stays within
+  sqrt(best^2 + spread^2) (spread: the RMS between-release spread of the layouts), the other factors held at
+  their fit, and how a fixed set of Trn2 scenarios moves across that range;
+- ablation: each mechanism switched off in turn and the factors refitted: the error per layout.
+
+Writes `ultracluster/cluster/calibration.json` and `docs/calibration.md`. `--check` recomputes and exits 1
+when either file is stale (the full cross-validation takes a few minutes; the test suite checks the cheap
+parts, see tests/chip/test_calibration.py).
 
 Usage: python scripts/calibrate.py [--check] [--data DIR]
 """
@@ -18,19 +28,47 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
+import math
+import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 FITTED = REPO / "ultracluster" / "cluster" / "calibration.json"
 DOC = REPO / "docs" / "calibration.md"
-GRID = {
-    "tensor_efficiency": (np.round(np.arange(0.30, 1.0001, 0.05), 4), 0.01),
-    "op_overhead_s": (np.round(np.arange(0.0, 400.1e-6, 25e-6), 9), 5e-6),
-}
+DATA = REPO / "data" / "calibration"
+
+# The fitted factors: (name, lower bound, upper bound, start, scale of the search's first step, unit shown)
+FIT = (
+    ("tensor_efficiency", 0.2, 1.0, 0.6, 0.15, ""),
+    ("kernel_launch_s", 0.0, 1e-3, 50e-6, 50e-6, "us"),
+)
+# The mechanisms, each with its calibration switch (docs/calibration.md explains each)
+MECHANISMS = ("fusion", "engine_clock_rates", "flash_attention", "attention_serial", "tp_overlap", "step_costs")
+# Trn2 scenarios whose movement across each factor's plausible range the identifiability table shows
+TRN2_PROBES = (
+    ("llama2-70b TP32 PP4 DP32, 64 x trn2.48xlarge",
+     {"name": "probe-l70-trn2", "model": {"preset": "llama2-70b"},
+      "training": {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1, "steps": 1, "warmup_steps": 0},
+      "parallelism": {"tp": 32, "pp": 4, "dp": 32}, "cluster": {"instance": "trn2.48xlarge", "instances": 64},
+      "emulation": {"instances_per_actor": 64}}),
+    ("llama3.1-8b TP8 DP64, 8 x trn2.48xlarge",
+     {"name": "probe-l8-trn2", "model": {"preset": "llama3.1-8b"},
+      "training": {"seq_len": 8192, "global_batch": 1024, "micro_batch": 1, "steps": 1, "warmup_steps": 0},
+      "parallelism": {"tp": 8, "pp": 1, "dp": 64}, "cluster": {"instance": "trn2.48xlarge", "instances": 8},
+      "emulation": {"instances_per_actor": 8}}),
+)
+# Files whose change can change the fit: the data, the operator library, and the model's code
+INPUTS = ("data/calibration/training.csv", "operators/transformer.yaml", "ultracluster/chip.py",
+          "ultracluster/operators.py", "ultracluster/replay/engine.py", "ultracluster/replay/schedule.py",
+          "ultracluster/network/collectives.py", "ultracluster/network/algorithms.py",
+          "ultracluster/network/topology.py", "ultracluster/network/collectives_fit.json",
+          "ultracluster/cluster/catalog.py", "ultracluster/cluster/calibration.py", "scripts/calibrate.py")
 
 
 def rows(data: Path) -> list[dict]:
@@ -38,106 +76,336 @@ def rows(data: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+# What each training stack runs, from its public example scripts and configs (docs/calibration.md):
+# - neuronx-distributed: the NKI flash-attention kernel, no dropout (the Llama examples);
+# - neuronx-nemo-megatron: Megatron's core attention with the fused softmax (NEURON_FUSE_SOFTMAX=1) through
+#   HBM; GPT recipes hidden_dropout 0.1 and attention_dropout 0.1 (megatron_gpt_config.yaml, test.sh), Llama
+#   recipes hidden_dropout 0 (test_llama.sh);
+# - megatron-lm-neuron: Megatron-LM's core attention; dropout 0.1 (Megatron-LM's defaults).
+STACKS = {
+    "neuronx-distributed": {"attention": "flash", "dropout": {"gelu": 0.0, "swiglu": 0.0}},
+    "neuronx-nemo-megatron": {"attention": "materialized", "dropout": {"gelu": 0.1, "swiglu": 0.0}},
+    "megatron-lm-neuron": {"attention": "materialized", "dropout": {"gelu": 0.1, "swiglu": 0.0}},
+}
+
+
 def scenario_of(row: dict) -> dict:
     """The scenario a training.csv row describes (1 measured step; the replay is deterministic)."""
+    stack = STACKS[row["stack"]]
     return {
         "name": f"calib-{row['id']}",
         "model": {k: int(row[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")}
-        | {"mlp": row["mlp"], "preset": row["model"]},
+        | {"mlp": row["mlp"], "preset": row["model"], "dropout": stack["dropout"][row["mlp"]]},
         "training": {"seq_len": int(row["seq_len"]), "global_batch": int(row["global_batch"]),
                      "micro_batch": int(row["micro_batch"]), "precision": row["precision"],
                      "master_weights": row["master_weights"], "zero1": row["zero1"] == "true",
-                     "recompute": row["recompute"], "steps": 1, "warmup_steps": 0},
+                     "recompute": row["recompute"], "attention": stack["attention"], "steps": 1,
+                     "warmup_steps": 0},
         "parallelism": {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"])},
         "cluster": {"instance": row["instance"], "instances": int(row["instances"])},
         "emulation": {"instances_per_actor": int(row["instances"])},
     }
 
 
-def predictions(scenarios, calibration) -> np.ndarray:
+class Layouts:
+    """The layouts of training.csv: their rows, medians, spreads and scenarios."""
+
+    def __init__(self, data: Path):
+        from ultracluster import load_scenario
+
+        self.rows = rows(data)
+        groups: dict[str, list[dict]] = {}
+        for r in self.rows:
+            groups.setdefault(r["layout"], []).append(r)
+        self.names = list(groups)
+        self.groups = groups
+        self.median = {n: statistics.median(float(r["seq_per_s"]) for r in rs) for n, rs in groups.items()}
+        self.certain = [n for n in self.names if groups[n][0]["quality"] != "uncertain"]
+        self.scenarios = {n: load_scenario(scenario_of(groups[n][0])) for n in self.names}
+        logs = [np.log([float(r["seq_per_s"]) for r in groups[n]]) for n in self.certain if len(groups[n]) > 1]
+        # between-release spread: RMS over layouts of the standard deviation of log seq/s across releases
+        self.spread = float(np.sqrt(np.mean([np.var(x, ddof=1) for x in logs])))
+
+    def predict(self, calibration, names=None) -> np.ndarray:
+        from ultracluster.pipeline import predict
+
+        return np.array([predict(self.scenarios[n], calibration)["seq_per_s"] for n in (names or self.names)])
+
+    def log_errors(self, calibration, names) -> np.ndarray:
+        return np.log(self.predict(calibration, names) / np.array([self.median[n] for n in names]))
+
+
+def base_calibration(**changes):
+    from ultracluster.cluster.calibration import DEFAULT
+
+    return DEFAULT.with_(**changes)
+
+
+def _nelder_mead(f, x0: np.ndarray, step: np.ndarray, iters: int = 200, tol: float = 1e-9) -> tuple[np.ndarray, float]:
+    """Deterministic Nelder-Mead (standard coefficients) from x0 with the given initial simplex steps."""
+    n = x0.size
+    pts = [x0.astype(float)] + [x0 + np.eye(n)[i] * step[i] for i in range(n)]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = np.argsort(vals, kind="stable")
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        if vals[-1] - vals[0] < tol:
+            break
+        centre = np.mean(pts[:-1], axis=0)
+        xr = centre + (centre - pts[-1])
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = centre + 2 * (centre - pts[-1])
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = centre + 0.5 * (pts[-1] - centre)
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                pts = [pts[0]] + [pts[0] + 0.5 * (p - pts[0]) for p in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+    i = int(np.argmin(vals))
+    return pts[i], float(vals[i])
+
+
+def _round(v: float) -> float:
+    return float(f"{v:.3g}")
+
+
+def fit(lay: Layouts, names, switches: dict | None = None) -> tuple[dict, float]:
+    """Fitted factors (3 significant digits) and the RMS log error over `names`, mechanisms as `switches`."""
+    lo = np.array([b[1] for b in FIT])
+    hi = np.array([b[2] for b in FIT])
+    scale = np.array([b[4] for b in FIT])
+
+    def params(u: np.ndarray) -> dict:
+        return {b[0]: float(v) for b, v in zip(FIT, lo + (hi - lo) * np.clip(u, 0.0, 1.0))}
+
+    def loss(u: np.ndarray) -> float:
+        outside = float(np.sum(np.maximum(u - 1, 0) ** 2 + np.maximum(-u, 0) ** 2))
+        err = lay.log_errors(base_calibration(**(switches or {}), **params(u)), names)
+        return float(np.sum(err ** 2)) + 1e3 * outside
+
+    u0 = (np.array([b[3] for b in FIT]) - lo) / (hi - lo)
+    u, _ = _nelder_mead(loss, u0, scale / (hi - lo))
+    u, _ = _nelder_mead(loss, u, 0.25 * scale / (hi - lo))     # restart from the optimum: no collapsed simplex
+    best = {k: _round(v) for k, v in params(u).items()}
+    err = lay.log_errors(base_calibration(**(switches or {}), **best), names)
+    return best, float(np.sqrt(np.mean(err ** 2)))
+
+
+def pct(x: float) -> float:
+    return round(100 * (math.exp(x) - 1), 2)
+
+
+def cross_validate(lay: Layouts) -> dict[str, dict]:
+    """Leave-one-layout-out: refit on the other certain layouts and predict the one left out."""
+    out = {}
+    for n in lay.certain:
+        others = [m for m in lay.certain if m != n]
+        params, _ = fit(lay, others)
+        out[n] = {"factors": params, "error_pct": pct(float(lay.log_errors(base_calibration(**params), [n])[0]))}
+    return out
+
+
+def identifiability(lay: Layouts, params: dict, rms: float) -> dict[str, dict]:
+    """Per fitted factor: the range over which the RMS log error stays within sqrt(rms^2 + spread^2), the other
+    factors held at their fit, and the Trn2 probes' step time at the range's ends."""
+    from ultracluster import load_scenario
     from ultracluster.pipeline import predict
 
-    return np.array([predict(sc, calibration)["seq_per_s"] for sc in scenarios])
+    limit = math.sqrt(rms ** 2 + lay.spread ** 2)
+    probes = [(label, load_scenario(doc)) for label, doc in TRN2_PROBES]
+    out = {}
+    for name, lo, hi, *_ in FIT:
+        grid = np.linspace(lo, hi, 41)
+        if grid[0] == 0.0:
+            grid[0] = hi * 1e-3
+        ok = []
+        for v in np.union1d(grid, [params[name]]):
+            err = lay.log_errors(base_calibration(**{**params, name: float(v)}), lay.certain)
+            if math.sqrt(float(np.mean(err ** 2))) <= limit:
+                ok.append(float(v))
+        low, high = min(ok), max(ok)
+        moves = {}
+        for label, sc in probes:
+            t = [predict(sc, base_calibration(**{**params, name: v}))["step_time_s"] for v in (low, params[name], high)]
+            moves[label] = [round(x, 3) for x in t]
+        out[name] = {"low": _round(low), "high": _round(high), "at_bound": params[name] in (lo, hi),
+                     "trn2_step_time_s": moves}
+    return out
 
 
-def fit(shared: Path) -> tuple[dict, list[dict]]:
-    """The fitted factors and one result row per training run."""
-    from ultracluster import load_scenario
-    from ultracluster.cluster.calibration import Calibration
-
-    data = rows(shared)
-    scenarios = [load_scenario(scenario_of(r)) for r in data]
-    measured = np.array([float(r["seq_per_s"]) for r in data])
-
-    def loss(params: dict) -> float:
-        return float(np.sum(np.log(predictions(scenarios, Calibration(**params)) / measured) ** 2))
-
-    names = list(GRID)
-    best = None
-    for grid in ([GRID[n][0] for n in names], None):
-        if grid is None:  # refine: +-2 coarse steps around the best, at the fine step
-            grid = [np.round(np.clip(np.arange(best[1][n] - 4 * GRID[n][1] * 1.25, best[1][n] + 5 * GRID[n][1] * 1.25,
-                                               GRID[n][1]), 0, None), 9) for n in names]
-        for values in np.stack(np.meshgrid(*grid, indexing="ij"), -1).reshape(-1, len(names)):
-            params = {n: float(v) for n, v in zip(names, values)}
-            if params["tensor_efficiency"] <= 0 or params["tensor_efficiency"] > 1:
-                continue
-            cand = (loss(params), params)
-            if best is None or cand[0] < best[0] - 1e-15:
-                best = cand
-    params = best[1]
-    pred = predictions(scenarios, Calibration(**params))
-    table = [{"id": r["id"], "model": r["model"], "layout": f"tp{r['tp']} pp{r['pp']} dp{r['dp']}",
-              "instances": f"{r['instances']} x {r['instance']}", "recompute": r["recompute"],
-              "measured_seq_per_s": float(r["seq_per_s"]), "range": r["seq_per_s_range"],
-              "predicted_seq_per_s": round(float(p), 3), "error_pct": round(100 * (p / float(r["seq_per_s"]) - 1), 2)}
-             for r, p in zip(data, pred)]
-    return {n: round(v, 9) for n, v in params.items()}, table
+def ablation(lay: Layouts) -> dict[str, dict]:
+    """Each mechanism off in turn, factors refitted: error per layout, RMS over the certain layouts."""
+    out = {}
+    for m in MECHANISMS:
+        params, rms = fit(lay, lay.certain, {m: False})
+        err = lay.log_errors(base_calibration(**{m: False}, **params), lay.names)
+        out[m] = {"factors": params, "rms_pct": round(100 * rms, 2),
+                  "error_pct": {n: pct(float(e)) for n, e in zip(lay.names, err)}}
+    return out
 
 
-def render(params: dict, table: list[dict]) -> str:
-    lines = ["# Calibration", "",
-             "Generated by `python scripts/calibrate.py` from `data/calibration/training.csv` only; "
-             "`tests/chip/test_calibration.py` fails when this page or `ultracluster/cluster/calibration.json` "
-             "is stale.", "",
-             "## Fitted factors", "", "| factor | value | meaning |", "| --- | --- | --- |",
-             f"| `tensor_efficiency` | {params['tensor_efficiency']:.3f} | achieved fraction of TensorE peak on "
-             "large, well-tiled matmuls (shape effects are modelled separately) |",
-             f"| `op_overhead_s` | {params['op_overhead_s'] * 1e6:.1f} us | fixed cost of one operator instance on a "
-             "NeuronCore (instruction issue, semaphore waits, DMA set-up) |", "",
-             "Every other factor keeps the value documented in `ultracluster/cluster/calibration.py`; the "
-             "collective factors are fitted separately to `collectives.csv` (see `docs/collectives.md`).", "",
-             "## Rows", "",
-             "| row | model | layout | instances | recompute | measured seq/s (range) | predicted seq/s | error |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in table:
-        lines.append(f"| {r['id']} | {r['model']} | {r['layout']} | {r['instances']} | {r['recompute']} | "
-                     f"{r['measured_seq_per_s']} ({r['range']}) | {r['predicted_seq_per_s']:.2f} | "
-                     f"{r['error_pct']:+.1f} % |")
-    worst = max(abs(r["error_pct"]) for r in table)
-    lines += ["", f"Largest error: {worst:.1f} % (target: within +-10 % on every row).", ""]
+def inputs_digest() -> str:
+    h = hashlib.sha256()
+    for rel in INPUTS:
+        h.update(rel.encode())
+        h.update((REPO / rel).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def results(data: Path) -> dict:
+    """Everything the fit reports, as a JSON-ready dict."""
+    lay = Layouts(data)
+    params, rms = fit(lay, lay.certain)
+    cal = base_calibration(**params)
+    pred = dict(zip(lay.names, lay.predict(cal)))
+    cv = cross_validate(lay)
+    cv_err = [abs(cv[n]["error_pct"]) for n in lay.certain]
+    return {
+        "fitted_to": "data/calibration/training.csv",
+        "inputs_sha256": inputs_digest(),
+        **params,
+        "rms_log_error": round(rms, 5),
+        "release_spread": round(lay.spread, 5),
+        "layouts": {n: {"median_seq_per_s": lay.median[n], "predicted_seq_per_s": round(float(pred[n]), 3),
+                        "error_pct": round(100 * (pred[n] / lay.median[n] - 1), 2), "fitted": n in lay.certain,
+                        "quality": lay.groups[n][0]["quality"],
+                        **({"cv_error_pct": cv[n]["error_pct"]} if n in cv else {})} for n in lay.names},
+        "cross_validation": {"median_abs_error_pct": round(statistics.median(cv_err), 2),
+                             "worst_abs_error_pct": round(max(cv_err), 2),
+                             "folds": {n: cv[n]["factors"] for n in lay.certain}},
+        "identifiability": identifiability(lay, params, rms),
+        "ablation": ablation(lay),
+        "rows": {r["id"]: round(100 * (pred[r["layout"]] / float(r["seq_per_s"]) - 1), 2) for r in lay.rows},
+    }
+
+
+def render(res: dict, data: Path) -> str:
+    lay_rows = rows(data)
+    L = res["layouts"]
+    cv = res["cross_validation"]
+    lines = [
+        "# Calibration", "",
+        "Generated by `python scripts/calibrate.py` from `data/calibration/training.csv` only (do not edit by hand; "
+        "`tests/chip/test_calibration.py` fails when this page or `ultracluster/cluster/calibration.json` is stale).",
+        "", "## Method", "",
+        "Each layout of training.csv is one configuration published by several Neuron releases; its target is the "
+        "median seq/s over those releases. Layouts marked `uncertain` (model or batch inferred from an example log) "
+        "are shown but never fitted. The fitted factors minimise the sum of squared log errors over the fitted "
+        "layouts (deterministic Nelder-Mead inside each factor's physical bounds). Every other factor is set from a "
+        "source or a physical argument below and named as an assumption.", "",
+        f"Between-release spread (RMS over layouts of the standard deviation of log seq/s): "
+        f"{100 * res['release_spread']:.1f} %. In-sample RMS log error: {100 * res['rms_log_error']:.1f} %.", "",
+        "## Fitted factors", "",
+        "| factor | value | identifiable range | meaning |", "| --- | --- | --- | --- |",
+    ]
+    meaning = {"tensor_efficiency": "achieved fraction of TensorE peak on large, well-tiled matmuls (shape effects "
+                                    "are modelled separately)",
+               "kernel_launch_s": "fixed cost of one kernel (an operator after fusion) per microbatch on a NeuronCore"}
+    for name, lo, hi, _, _, unit in FIT:
+        ident = res["identifiability"][name]
+        show = (lambda v: f"{v * 1e6:.3g} us") if unit == "us" else (lambda v: f"{v:.3g}")
+        lines.append(f"| `{name}` | {show(res[name])} | {show(ident['low'])} – {show(ident['high'])} "
+                     f"(bounds {show(lo)} – {show(hi)}) | {meaning.get(name, '')} |")
+    lines += ["", "The identifiable range is where the RMS log error over the fitted layouts stays within "
+              "sqrt(best² + spread²), the other factors at their fit. A factor at a bound would mean the data "
+              "cannot fix it.", "", "### How Trn2 predictions move across each range", "",
+              "Step time in seconds at the range's low end, the fit, and the high end (no published Trn2 training "
+              "run constrains these; the interval of a Trn2 prediction carries this, see docs/uncertainty.md).", "",
+              "| factor | scenario | low | fit | high |", "| --- | --- | --- | --- | --- |"]
+    for name, ident in res["identifiability"].items():
+        for label, (a, b, c) in ident["trn2_step_time_s"].items():
+            lines.append(f"| `{name}` | {label} | {a} | {b} | {c} |")
+    lines += ["", "## Layouts", "",
+              "| layout | quality | fitted | published median seq/s | predicted | error | leave-one-out error |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for n, r in L.items():
+        cve = f"{r['cv_error_pct']:+.1f} %" if "cv_error_pct" in r else "–"
+        lines.append(f"| {n} | {r['quality']} | {'yes' if r['fitted'] else 'no'} | {r['median_seq_per_s']:g} | "
+                     f"{r['predicted_seq_per_s']:.2f} | {r['error_pct']:+.1f} % | {cve} |")
+    lines += ["", f"Leave-one-layout-out cross-validation over the {len(cv['folds'])} fitted layouts: median "
+              f"|error| {cv['median_abs_error_pct']:.1f} %, worst {cv['worst_abs_error_pct']:.1f} %. This is the "
+              "figure to expect on a layout nobody has measured.", "",
+              "Factors refitted in each fold:", "", "| left out | " + " | ".join(f"`{b[0]}`" for b in FIT) + " |",
+              "| --- |" + " --- |" * len(FIT)]
+    for n, f in cv["folds"].items():
+        lines.append(f"| {n} | " + " | ".join(f"{f[b[0]]:.3g}" for b in FIT) + " |")
+    lines += ["", "## Every published row", "",
+              "Error of the layout's prediction against each release's figure, beside the layout's median.", "",
+              "| row | layout | SDK | quality | published seq/s | layout median | error vs row |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in lay_rows:
+        lines.append(f"| {r['id']} | {r['layout']} | {r['sdk']} | {r['quality']} | {r['seq_per_s']} | "
+                     f"{L[r['layout']]['median_seq_per_s']:g} | {res['rows'][r['id']]:+.1f} % |")
+    names = list(L)
+    lines += ["", "## Ablation", "",
+              "Each mechanism switched off in turn (its `Calibration` switch), the factors refitted: error per "
+              "layout and RMS over the fitted layouts. The first row is the full model.", "",
+              "| mechanism off | RMS | " + " | ".join(names) + " |", "| --- | --- |" + " --- |" * len(names),
+              f"| (none) | {100 * res['rms_log_error']:.1f} % | " + " | ".join(f"{L[n]['error_pct']:+.1f} %" for n in names) + " |"]
+    for m, a in res["ablation"].items():
+        lines.append(f"| `{m}` | {a['rms_pct']:.1f} % | " + " | ".join(f"{a['error_pct'][n]:+.1f} %" for n in names) + " |")
+    lines.append("")
     return "\n".join(lines)
 
 
-def outputs(shared: Path) -> tuple[str, str]:
-    params, table = fit(shared)
-    return json.dumps({"fitted_to": "data/calibration/training.csv", **params,
-                       "rows": {r["id"]: r["error_pct"] for r in table}}, indent=2) + "\n", render(params, table)
+def scenario_files(data: Path) -> dict[Path, str]:
+    """`scenarios/calib-<layout>.yaml` for every layout: the scenario the fit predicts, with its median."""
+    import yaml
+
+    lay_rows = rows(data)
+    out = {}
+    groups: dict[str, list[dict]] = {}
+    for r in lay_rows:
+        groups.setdefault(r["layout"], []).append(r)
+    for name, rs in groups.items():
+        doc = scenario_of(rs[0])
+        doc["name"] = f"calib-{name}"
+        doc["training"].update(steps=2, warmup_steps=1)
+        doc.pop("emulation")
+        vals = sorted(float(r["seq_per_s"]) for r in rs)
+        head = (f"# Calibration layout `{name}` of data/calibration/training.csv ({rs[0]['quality']}): "
+                f"{rs[0]['model']} on {rs[0]['instances']} x {rs[0]['instance']},\n# {rs[0]['stack']}, published "
+                f"median {statistics.median(vals):g} seq/s over {len(vals)} release(s) (range {vals[0]:g}-{vals[-1]:g}). "
+                f"Generated by scripts/calibrate.py.\n")
+        out[REPO / "scenarios" / f"calib-{name}.yaml"] = head + yaml.safe_dump(doc, sort_keys=False)
+    return out
+
+
+def outputs(data: Path) -> tuple[str, str]:
+    res = results(data)
+    return json.dumps(res, indent=2) + "\n", render(res, data)
+
+
+def splice(doc: str, section: str) -> str:
+    """The hand-written part of docs/calibration.md (mechanisms and assumptions) is kept below the generated
+    tables, after the marker line."""
+    marker = "<!-- hand-written below: mechanisms and assumptions -->"
+    tail = doc.split(marker, 1)[1] if marker in doc else "\n"
+    return section + "\n" + marker + tail
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when the committed fit is stale")
-    ap.add_argument("--data", type=Path, default=REPO / "data" / "calibration")
+    ap.add_argument("--data", type=Path, default=DATA)
     args = ap.parse_args()
-    fitted, doc = outputs(args.data)
+    fitted, section = outputs(args.data)
+    doc = splice(DOC.read_text() if DOC.exists() else "", section)
+    files = {FITTED: fitted, DOC: doc, **scenario_files(args.data)}
     if args.check:
-        stale = [p.name for p, text in ((FITTED, fitted), (DOC, doc)) if not p.exists() or p.read_text() != text]
+        stale = [p.name for p, text in files.items() if not p.exists() or p.read_text() != text]
         print("stale: " + ", ".join(stale) if stale else "calibration is up to date")
         return 1 if stale else 0
-    FITTED.write_text(fitted)
-    DOC.write_text(doc)
-    print(doc)
+    for path, text in files.items():
+        path.write_text(text)
+    print(section)
     return 0
 
 

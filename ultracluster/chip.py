@@ -18,12 +18,15 @@ from .cluster import Cluster
 
 
 # TensorE is a 128 x 128 systolic array: the contraction dimension fills its 128 rows (partitions), the
-# stationary operand's free dimension its 128 columns, and the moving operand streams through in tiles
-# of up to 512 (H4/H8: NKI architecture guides). A dimension that is not a multiple of its tile leaves
-# part of the array idle in the last tile.
-PE_ROWS, PE_COLS, MOVING_TILE = 128, 128, 512
-# GpSimd: 8 general-purpose processors per NeuronCore (H4); their SIMD width is not in our reference, so
-# we assume 16 fp32 lanes each (512-bit): an assumption, used only by the embedding's index work.
+# stationary operand's free dimension its 128 columns, and the moving operand streams through in tiles of up
+# to 512 columns; one MultiplyMoving instruction over N moving columns takes max(N, 64) cycles (H4: the
+# initiation interval, MM_INIT_LATENCY = 64 cycles), so only a moving dimension under 64 (or a last tile
+# under 64) wastes TensorE time. A contraction or stationary dimension that is not a multiple of 128 leaves
+# part of the array idle in its last tile.
+PE_ROWS, PE_COLS, MOVING_TILE, MM_INIT_CYCLES = 128, 128, 512, 64
+# VectorE, ScalarE and GpSimd: 128 lanes (H4); VectorE and ScalarE stream one element per lane and cycle
+# (`ChipSpec.vector_hz`, `scalar_hz`); GpSimd is 8 processors of 512-bit SIMD, 16 fp32 lanes each (H4).
+ENGINE_LANES = 128
 GPSIMD_LANES = 8 * 16
 
 
@@ -32,25 +35,35 @@ class RankRates:
     """Achievable rates of one rank (one logical NeuronCore), after calibration (per second)."""
 
     tensor_flop_per_s: float
-    vector_flop_per_s: float
-    scalar_flop_per_s: float
-    gpsimd_flop_per_s: float
+    vector_elem_per_s: float        # VectorE element passes per second
+    scalar_elem_per_s: float        # ScalarE element passes per second
+    gpsimd_elem_per_s: float
     hbm_bytes_per_s: float          # min(HBM share, DMA share) of the chip, x hbm_efficiency
     sbuf_bytes: float               # SBUF of the rank's physical cores
-    op_overhead_s: float            # fixed cost per operator instance (launch, semaphores, DMA descriptors)
+    kernel_launch_s: float          # fixed cost per kernel instance (after fusion)
+    fusion: bool = True             # fused elementwise operators run inside their host kernel
+    serial_engines: bool = True     # kernels marked `serial` sum their engines' times instead of overlapping
 
 
 def rank_rates(cluster: Cluster, precision: str) -> RankRates:
     """Calibrated engine rates of one rank of `cluster` at a training precision."""
     chip, cal, lnc, per_chip = cluster.chip, cluster.calibration, cluster.lnc, cluster.ranks_per_chip
+    if cal.engine_clock_rates and chip.vector_hz > 0 and chip.scalar_hz > 0:
+        vector, scalar = ENGINE_LANES * chip.vector_hz, ENGINE_LANES * chip.scalar_hz
+    else:   # the product pages' FP32 TFLOPS, read as element passes (the switch's "off" position)
+        vector, scalar = chip.vector_flop_per_s_per_core, chip.scalar_flop_per_s_per_core
     return RankRates(
-        tensor_flop_per_s=chip.tensor_flop_per_s_per_core[precision] * lnc * cal.tensor_efficiency,
-        vector_flop_per_s=chip.vector_flop_per_s_per_core * lnc * cal.vector_efficiency,
-        scalar_flop_per_s=chip.scalar_flop_per_s_per_core * lnc * cal.vector_efficiency,
-        gpsimd_flop_per_s=chip.gpsimd_hz * GPSIMD_LANES * lnc * cal.vector_efficiency,
-        hbm_bytes_per_s=min(chip.hbm_bytes_per_s, chip.dma_bytes_per_s) / per_chip * cal.hbm_efficiency,
+        tensor_flop_per_s=chip.tensor_flop_per_s_per_core[precision] * cal.tensor_peak_scale(chip.name, precision)
+        * lnc * cal.tensor_efficiency,
+        vector_elem_per_s=vector * lnc * cal.vector_efficiency,
+        scalar_elem_per_s=scalar * lnc * cal.vector_efficiency,
+        gpsimd_elem_per_s=chip.gpsimd_hz * GPSIMD_LANES * lnc * cal.vector_efficiency,
+        hbm_bytes_per_s=min(chip.hbm_bytes_per_s * cal.hbm_peak_scale(chip.name), chip.dma_bytes_per_s) / per_chip
+        * cal.hbm_efficiency,
         sbuf_bytes=chip.sbuf_bytes_per_core * lnc,
-        op_overhead_s=cal.op_overhead_s,
+        kernel_launch_s=cal.kernel_launch_s,
+        fusion=cal.fusion,
+        serial_engines=cal.attention_serial,
     )
 
 
@@ -60,10 +73,19 @@ def _fill(dim: np.ndarray, tile: int) -> np.ndarray:
     return np.where(dim > 0, dim / (tile * np.ceil(np.maximum(dim, 1) / tile)), 1.0)
 
 
+def _moving_fill(m: np.ndarray) -> np.ndarray:
+    """Fraction of TensorE cycles a moving dimension of `m` columns uses: full tiles of 512 plus a last
+    tile that costs at least 64 cycles (H4)."""
+    m = np.asarray(m, dtype=float)
+    rest = np.mod(m, MOVING_TILE)
+    cycles = MOVING_TILE * np.floor(m / MOVING_TILE) + np.where(rest > 0, np.maximum(rest, MM_INIT_CYCLES), 0.0)
+    return np.where(m > 0, m / np.maximum(cycles, 1.0), 1.0)
+
+
 def tensor_utilization(m: np.ndarray, k: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Fraction of TensorE peak a matmul's shape can use: contraction over rows, stationary over columns,
-    moving dimension over its streaming tile."""
-    return _fill(k, PE_ROWS) * _fill(n, PE_COLS) * _fill(m, MOVING_TILE)
+    moving dimension over its initiation interval."""
+    return _fill(k, PE_ROWS) * _fill(n, PE_COLS) * _moving_fill(m)
 
 
 def sbuf_rereads(m: np.ndarray, k: np.ndarray, n: np.ndarray, e: float, w: float, sbuf: float) -> np.ndarray:
@@ -73,30 +95,52 @@ def sbuf_rereads(m: np.ndarray, k: np.ndarray, n: np.ndarray, e: float, w: float
     return np.maximum(blocks - 1, 0) * m * k * e
 
 
+def fuse_kernels(work: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Operators → kernels: each fused operator's engine work joins its host kernel's row (`work["host"]`),
+    its own HBM bytes vanish (its operands stay in SBUF) and its row becomes empty (no launch of its own)."""
+    host = work.get("host")
+    if host is None or not np.any(host != np.arange(host.size)):
+        return work
+    out = dict(work)
+    member = host != np.arange(host.size)
+    for eng in ("tensor", "vector", "scalar", "gpsimd"):
+        merged = np.where(member[(...,) + (None,) * (work[eng].ndim - 1)], 0.0, work[eng])
+        np.add.at(merged, host[member], work[eng][member])
+        out[eng] = merged
+    out["bytes"] = np.where(member[(...,) + (None,) * (work["bytes"].ndim - 1)], 0.0, work["bytes"])
+    return out
+
+
 def op_seconds(work: dict[str, np.ndarray], rates: RankRates, e: float = 2.0, w: float = 2.0) -> np.ndarray:
-    """Roofline time of each operator with its engines overlapping: arrays of engine work in, seconds out.
+    """Roofline time of each kernel with its engines overlapping: arrays of engine work in, seconds out.
 
     Args:
-        work: arrays "tensor", "vector", "scalar", "gpsimd" (FLOPs), "bytes" (HBM), and optionally the
-            matmul shape "m", "k", "n" (0 where the operator has no matmul).
+        work: arrays "tensor" (FLOPs), "vector", "scalar", "gpsimd" (element passes), "bytes" (HBM), and
+            optionally the matmul shape "m", "k", "n" (0 where the operator has no matmul) and "host" (the
+            kernel each operator runs in; fused when `rates.fusion`).
         rates: the rank's calibrated rates.
         e, w: bytes per activation and per weight element (for SBUF re-reads).
 
     Returns:
-        Seconds per operator, including the fixed per-operator overhead for operators that do any work.
+        Seconds per operator row: a kernel's time (its roofline plus the fixed kernel launch) on its host's
+        row, 0 on the rows of operators fused into it and of operators that do no work.
     """
+    if rates.fusion:
+        work = fuse_kernels(work)
     zero = np.zeros_like(work["tensor"])
     m, k, n = (work.get(d, zero) for d in ("m", "k", "n"))
     util = tensor_utilization(m, k, n)
-    hbm = work["bytes"] + sbuf_rereads(m, k, n, e, w, rates.sbuf_bytes)
-    busy = np.maximum.reduce([
+    hbm = work["bytes"] + np.where(work["tensor"] > 0, sbuf_rereads(m, k, n, e, w, rates.sbuf_bytes), 0.0)
+    engines = np.stack([
         work["tensor"] / (rates.tensor_flop_per_s * util),
-        work["vector"] / rates.vector_flop_per_s,
-        work["scalar"] / rates.scalar_flop_per_s,
-        work.get("gpsimd", zero) / rates.gpsimd_flop_per_s,
-        hbm / rates.hbm_bytes_per_s,
+        work["vector"] / rates.vector_elem_per_s,
+        work["scalar"] / rates.scalar_elem_per_s,
+        work.get("gpsimd", zero) / rates.gpsimd_elem_per_s,
     ])
-    return np.where(busy > 0, busy + rates.op_overhead_s, 0.0)
+    serial = work.get("serial", np.zeros(engines.shape[1], dtype=bool))
+    serial = serial.reshape(serial.shape + (1,) * (engines.ndim - 2)) & rates.serial_engines
+    busy = np.maximum(np.where(serial, engines.sum(axis=0), engines.max(axis=0)), hbm / rates.hbm_bytes_per_s)
+    return np.where(busy > 0, busy + rates.kernel_launch_s, 0.0)
 
 
 @dataclass(frozen=True)
@@ -109,35 +153,65 @@ class ChunkTimes:
 
     forward_s: np.ndarray
     backward_s: np.ndarray       # including recomputation
-    optimizer_s: np.ndarray      # per stage: the optimizer step of its ranks
+    optimizer_s: np.ndarray      # per stage: gradient norm and clipping, and the optimizer step of its ranks
     attention_fwd_s: float = 0.0  # one layer's attention core per microbatch (context-parallel overlap)
     attention_bwd_s: float = 0.0
+    flops_per_microbatch: np.ndarray | None = None   # [chunks] TensorE FLOPs of one microbatch, fwd + bwd
+                                                      # + recompute (hardware FLOPs, HFU)
+
+
+def _kernels(ops, where: str, phase: str, v: dict, rates: RankRates) -> tuple[np.ndarray, dict]:
+    work = opslib.evaluate(ops, where, phase, v)
+    return op_seconds(work, rates, v["e"], v["w"]), work
+
+
+def tp_hide_seconds(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...] | None = None) -> np.ndarray:
+    """Backward seconds of one layer's matmuls that hide tensor-parallel collectives (`hides_tp` kernels, in
+    library order: the attention block's, then the MLP block's), per microbatch at speed 1."""
+    cal = cluster.calibration
+    ops = opslib.applicable(library if library is not None else opslib.library_for(scenario), scenario, cal)
+    v = opslib.shape_variables(scenario, cluster.layout, cal)
+    lb, work = _kernels(ops, "layer", "backward", v, rank_rates(cluster, scenario.training.precision))
+    return lb[work["hides_tp"]]
 
 
 def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...] | None = None) -> ChunkTimes:
     """Price every pipeline chunk of a scenario on the chip model (library: default the scenario's)."""
-    ops = opslib.applicable(library if library is not None else opslib.library_for(scenario), scenario)
+    cal = cluster.calibration
+    ops = opslib.applicable(library if library is not None else opslib.library_for(scenario), scenario, cal)
     layout = cluster.layout
-    v = opslib.shape_variables(scenario, layout)
+    v = opslib.shape_variables(scenario, layout, cal)
     rates = rank_rates(cluster, scenario.training.precision)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
     n_chunks = layers.size
     recompute = scenario.training.recompute
 
-    def secs(where: str, phase: str) -> tuple[np.ndarray, np.ndarray]:
-        work = opslib.evaluate(ops, where, phase, v)
-        return op_seconds(work, rates, v["e"], v["w"]), work["recompute"]
-
-    lf, marks = secs("layer", "forward")
-    lb, _ = secs("layer", "backward")
-    names = opslib.evaluate(ops, "layer", "forward", v)["names"]
-    again = {"none": 0.0, "selective": lf[marks == "selective"].sum(), "full": lf.sum()}[recompute]
-    fwd = layers * lf.sum()
-    bwd = layers * (lb.sum() + again)
-    fwd[0] += secs("embedding", "forward")[0].sum()
-    bwd[0] += secs("embedding", "backward")[0].sum()
-    fwd[-1] += secs("head", "forward")[0].sum()
-    bwd[-1] += secs("head", "backward")[0].sum()
+    lf, wf = _kernels(ops, "layer", "forward", v, rates)
+    lb, wb = _kernels(ops, "layer", "backward", v, rates)
+    marks = wf["recompute"]
+    # selective recomputation repeats the marked operators' forward; the flash kernel's backward recomputes
+    # the scores itself, so under flash_attention the attention core is not run twice
+    selective = marks == "selective"
+    if cal.flash_attention:
+        selective &= wf["names"] != "attention_core"
+    repeat = {"none": np.zeros_like(lf, dtype=bool), "selective": selective, "full": np.ones_like(lf, dtype=bool)}[recompute]
+    again = lf[repeat].sum()
+    passes_again = {"none": 0.0, "selective": 0.0, "full": 1.0}[recompute]
+    fwd = layers * (lf.sum() + cal.layer_overhead_s)
+    bwd = layers * (lb.sum() + again + cal.layer_overhead_s * (2.0 + passes_again))
+    ef, wef = _kernels(ops, "embedding", "forward", v, rates)
+    eb, web = _kernels(ops, "embedding", "backward", v, rates)
+    hf, whf = _kernels(ops, "head", "forward", v, rates)
+    hb, whb = _kernels(ops, "head", "backward", v, rates)
+    fwd[0] += ef.sum()
+    bwd[0] += eb.sum()
+    fwd[-1] += hf.sum()
+    bwd[-1] += hb.sum()
+    fwd += cal.microbatch_launch_s        # each microbatch's forward and backward graph is launched by the host
+    bwd += cal.microbatch_launch_s
+    flops = layers * (wf["tensor"].sum() + wb["tensor"].sum() + wf["tensor"][repeat].sum())
+    flops[0] += wef["tensor"].sum() + web["tensor"].sum()
+    flops[-1] += whf["tensor"].sum() + whb["tensor"].sum()
 
     ep = scenario.parallelism.ep
     dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, ep)
@@ -149,10 +223,9 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
         np.add.at(shard, on_stage, dense + expert)
     opt_work = opslib.evaluate(ops, "optimizer", "forward", dict(v, T=np.ones(layout.pp), P=shard))
     opt = op_seconds(opt_work, rates, v["e"], v["w"]).sum(axis=0)
-    attn = names == "attention_core"
+    attn = wf["names"] == "attention_core"
     return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt, attention_fwd_s=float(lf[attn].sum()),
-                      attention_bwd_s=float(lb[attn].sum()))
-
+                      attention_bwd_s=float(lb[attn].sum()), flops_per_microbatch=flops)
 
 
 def stragglers(scenario, total_ranks: int) -> tuple[np.ndarray, np.ndarray]:

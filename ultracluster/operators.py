@@ -24,8 +24,9 @@ if not LIBRARY_DIR.is_dir():   # a source checkout or an editable install: the t
     LIBRARY_DIR = Path(__file__).resolve().parent.parent / "operators"
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "bytes")
 MATMUL_DIMS = ("m", "k", "n")
-VARIABLES = frozenset({"T", "Ts", "S", "h", "d", "hq", "hkv", "f", "up", "V", "e", "w", "causal", "P",
+VARIABLES = frozenset({"T", "Ts", "S", "h", "d", "hq", "hkv", "f", "up", "V", "e", "w", "g", "causal", "P", "drop",
                        "E", "Er", "topk", "imb"})
+SWITCHES = ("fusion", "engine_clock_rates", "flash_attention", "attention_serial", "tp_overlap", "dp_overlap", "step_costs")
 WHERE = ("layer", "embedding", "head", "optimizer")
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: _op.add, ast.Sub: _op.sub, ast.Mult: _op.mul, ast.Div: _op.truediv, ast.Pow: _op.pow,
@@ -82,6 +83,13 @@ class Operator:
     backward: Mapping[str, Callable[[Mapping[str, Any]], Any]]
     saved: Callable[[Mapping[str, Any]], Any]
     matmul: Mapping[str, Callable[[Mapping[str, Any]], Any]] | None = None   # m, k, n of its largest matmul
+    fuse: tuple[str, ...] = ()       # kernels it may run inside, first existing one wins
+    hides_tp: bool = False           # its backward hides the tensor-parallel collectives of its block
+    serial: bool = False             # its engines wait for each other (a dependency chain per tile)
+    attention: str | None = None     # exists only for this training.attention
+    saved_selective: Callable[[Mapping[str, Any]], Any] | None = None   # kept under selective recompute
+    switch: str | None = None        # exists only while this calibration switch is on
+    precision: tuple[str, ...] | None = None   # exists only at these training precisions (MX quantize)
 
 
 def parse_library(doc: object, source: str) -> list[Operator]:
@@ -91,7 +99,7 @@ def parse_library(doc: object, source: str) -> list[Operator]:
         raise ScenarioError([Problem("operators", type(doc).__name__, "a mapping with an `operators` list")], source)
     ops: list[Operator] = []
     keys = {"name", "where", "recompute", "mlp", "master_weights", "moe", "norm", "position", "forward", "backward",
-            "saved", "matmul"}
+            "saved", "matmul", "fuse", "hides_tp", "switch", "serial", "precision", "attention", "saved_selective"}
     for i, raw in enumerate(doc["operators"]):
         at = f"operators[{i}]"
         if not isinstance(raw, dict):
@@ -106,11 +114,27 @@ def parse_library(doc: object, source: str) -> list[Operator]:
         if where not in WHERE:
             problems.append(Problem(f"{at}.where", where if where is not None else "<missing>", f"one of: {', '.join(WHERE)}"))
         for key, allowed in (("recompute", ("selective",)), ("mlp", ("swiglu", "gelu")), ("master_weights", ("fp32", "none")),
-                             ("norm", ("rmsnorm", "layernorm")), ("position", ("rotary", "learned"))):
+                             ("norm", ("rmsnorm", "layernorm")), ("position", ("rotary", "learned")),
+                             ("attention", ("flash", "materialized"))):
             if key in raw and raw[key] not in allowed:
                 problems.append(Problem(f"{at}.{key}", raw[key], f"one of: {', '.join(allowed)}"))
-        if "moe" in raw and not isinstance(raw["moe"], bool):
-            problems.append(Problem(f"{at}.moe", raw["moe"], "true or false"))
+        precision = raw.get("precision")
+        precision = [precision] if isinstance(precision, str) else precision
+        if precision is not None and (not isinstance(precision, list) or not precision
+                                      or any(p not in PRECISION_BYTES for p in precision)):
+            problems.append(Problem(f"{at}.precision", raw.get("precision"),
+                                    f"a training precision or a list of them: {', '.join(PRECISION_BYTES)}"))
+            precision = None
+        for flag in ("moe", "hides_tp", "serial"):
+            if flag in raw and not isinstance(raw[flag], bool):
+                problems.append(Problem(f"{at}.{flag}", raw[flag], "true or false"))
+        fuse = raw.get("fuse", [])
+        fuse = [fuse] if isinstance(fuse, str) else fuse
+        if not isinstance(fuse, list) or not all(isinstance(f, str) and f for f in fuse):
+            problems.append(Problem(f"{at}.fuse", raw.get("fuse"), "an operator name or a list of operator names"))
+            fuse = []
+        if "switch" in raw and raw["switch"] not in SWITCHES:
+            problems.append(Problem(f"{at}.switch", raw["switch"], f"one of: {', '.join(SWITCHES)}"))
         phases = {}
         for phase in ("forward", "backward"):
             work = raw.get(phase, {} if phase == "backward" else None)
@@ -130,7 +154,12 @@ def parse_library(doc: object, source: str) -> list[Operator]:
                             position=raw.get("position"), forward=phases["forward"],
                             backward=phases["backward"], saved=_compile(raw.get("saved", 0), f"{at}.saved", problems),
                             matmul={d: _compile(matmul[d], f"{at}.matmul.{d}", problems) for d in MATMUL_DIMS}
-                            if matmul else None))
+                            if matmul else None, fuse=tuple(fuse), hides_tp=bool(raw.get("hides_tp", False)),
+                            serial=bool(raw.get("serial", False)), attention=raw.get("attention"),
+                            saved_selective=_compile(raw["saved_selective"], f"{at}.saved_selective", problems)
+                            if "saved_selective" in raw else None,
+                            switch=raw.get("switch"),
+                            precision=tuple(precision) if precision is not None else None))
     names = [o.name for o in ops]
     for dup in sorted({n for n in names if names.count(n) > 1}):
         problems.append(Problem("operators", dup, "unique operator names"))
@@ -170,7 +199,11 @@ def _merged(docs_json: str) -> tuple[Operator, ...]:
 # --------------------------------------------------------------------------------------------------------
 # Model shapes → variables, parameters and FLOPs
 
-PRECISION_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
+# MXFP8 / MXFP4 (OCP microscaling, T3): 1 byte or half a byte per element plus one 8-bit scale per 32
+# elements along the contraction dimension.
+MX_SCALE_BYTES = 1 / 32
+PRECISION_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4, "mxfp8": 1 + MX_SCALE_BYTES, "mxfp4": 0.5 + MX_SCALE_BYTES}
+MX_PRECISIONS = ("mxfp8", "mxfp4")
 
 
 def weight_bytes(training) -> float:
@@ -211,8 +244,20 @@ def dp_share(dense, expert, dp: int, ep: int = 1):
     return dense / dp + expert / (dp // ep)
 
 
-def shape_variables(scenario, layout) -> dict[str, float]:
-    """Per-rank shape variables of the operator library for one microbatch."""
+# Flash attention's causal tiles: 128 queries (the partition dimension) by 512 keys (TensorE's moving tile,
+# H4). Above the diagonal a tile is skipped, on it computed in full, so the computed fraction of the S x S
+# scores is 0.5 + 512 / (2 S) (exact when S is a multiple of 512).
+FLASH_KEY_TILE = 512
+
+
+def causal_fraction(seq_len: float, flash: bool = True) -> float:
+    """Fraction of the S x S score matrix a causal attention kernel computes."""
+    return min(1.0, 0.5 + FLASH_KEY_TILE / (2.0 * seq_len)) if flash else 0.5
+
+
+def shape_variables(scenario, layout, calibration=None) -> dict[str, float]:
+    """Per-rank shape variables of the operator library for one microbatch (`calibration`: its switches;
+    None: every mechanism on)."""
     m, t = scenario.model, scenario.training
     tp, cp = layout.tp, layout.cp
     sp = scenario.parallelism.sequence_parallel
@@ -222,7 +267,8 @@ def shape_variables(scenario, layout) -> dict[str, float]:
         "d": m.hidden / m.heads, "hq": m.heads / tp, "hkv": max(m.kv_heads / tp, 1.0),
         "f": m.ffn / tp, "up": 2.0 if m.mlp == "swiglu" else 1.0, "V": m.vocab / tp,
         "e": 4.0 if t.precision == "fp32" else 2.0, "w": float(PRECISION_BYTES[t.precision]),
-        "causal": 0.5, "P": 0.0,
+        "g": grad_bytes(t), "drop": 1.0 if m.dropout > 0 else 0.0,
+        "causal": causal_fraction(t.seq_len, calibration is None or calibration.flash_attention), "P": 0.0,
         "E": float(m.moe.experts) if m.moe else 0.0, "Er": m.moe.experts / scenario.parallelism.ep if m.moe else 1.0,
         "topk": float(m.moe.top_k) if m.moe else 0.0, "imb": float(m.moe.imbalance) if m.moe else 1.0,
     }
@@ -262,7 +308,7 @@ def chunk_params(model, tp: int, layers: np.ndarray, pp: int, ep: int = 1) -> np
 
 def matmul_params(model) -> float:
     """Matmul parameters a token uses (attention, MLP or its top_k experts and router, LM head), for the
-    MFU formula of DESIGN.md: for mixture of experts the active parameters, so MFU stays a fraction."""
+    MFU formula of docs/design.md: for mixture of experts the active parameters, so MFU stays a fraction."""
     d = model.hidden / model.heads
     up = 2 if model.mlp == "swiglu" else 1
     mlp = (up + 1) * model.hidden * model.ffn
@@ -273,18 +319,25 @@ def matmul_params(model) -> float:
 
 
 def model_flops_per_step(scenario) -> float:
-    """DESIGN.md model FLOPs: 6 x matmul params x tokens + 12 x layers x hidden x seq_len x tokens."""
+    """Model FLOPs of one step: 6 x matmul params x tokens for the weights, and for attention the work a
+    causal model needs: each token attends to the tokens before it, half of the S x S scores, so
+    6 x layers x hidden x seq_len x tokens (forward QK^T and PV 2 x 2 x h x S / 2 per token, backward twice
+    that). This is the convention of PaLM's MFU with the causal half; the 12 x ... form found elsewhere counts
+    the full, non-causal matrix. Recomputation and kernel overheads are hardware FLOPs (HFU), not model FLOPs.
+    """
     m, t = scenario.model, scenario.training
     tokens = t.global_batch * t.seq_len
-    return 6.0 * matmul_params(m) * tokens + 12.0 * m.layers * m.hidden * t.seq_len * tokens
+    return 6.0 * matmul_params(m) * tokens + 6.0 * m.layers * m.hidden * t.seq_len * tokens
 
 
-def applicable(ops: tuple[Operator, ...], scenario) -> list[Operator]:
-    """The operators that exist for this model and optimizer."""
+def applicable(ops: tuple[Operator, ...], scenario, calibration=None) -> list[Operator]:
+    """The operators that exist for this model and optimizer (and, given a calibration, its switches)."""
     m, t = scenario.model, scenario.training
     return [o for o in ops if (o.mlp in (None, m.mlp)) and (o.master_weights in (None, t.master_weights))
             and (o.moe is None or o.moe == (m.moe is not None)) and o.norm in (None, m.norm)
-            and o.position in (None, m.position)]
+            and o.position in (None, m.position) and o.attention in (None, t.attention)
+            and (o.switch is None or calibration is None or bool(getattr(calibration, o.switch)))
+            and (o.precision is None or t.precision in o.precision)]
 
 
 def evaluate(ops: list[Operator], where: str, phase: str, variables: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -301,18 +354,25 @@ def evaluate(ops: list[Operator], where: str, phase: str, variables: Mapping[str
         out[d] = np.array(vals, dtype=float).reshape((len(sel),) + np.shape(variables["T"]))
     out["names"] = np.array([o.name for o in sel])
     out["recompute"] = np.array([o.recompute or "" for o in sel])
+    out["hides_tp"] = np.array([o.hides_tp for o in sel], dtype=bool)
+    out["serial"] = np.array([o.serial for o in sel], dtype=bool)
+    names = [o.name for o in sel]
+    out["host"] = np.array([next((names.index(f) for f in o.fuse if f in names), i) for i, o in enumerate(sel)],
+                           dtype=np.int64)   # the kernel each operator runs inside (itself when not fused)
     return out
 
 
 def saved_bytes(ops: list[Operator], where: str, variables: Mapping[str, Any], recompute: str) -> float:
     """Activation bytes kept per microbatch by the `where` operators under a recompute mode.
 
-    `full` keeps only each layer's input (the first layer operator's saved tensor). `selective` keeps the
-    same as `none`: with flash-style attention no S x S matrix is stored, so recomputing the attention
-    core saves time-wise nothing and memory-wise nothing (Korthikanti et al. 2022 drop only the 5as/h
-    softmax term, which flash attention never materialises).
+    `full` keeps only each layer's input (the first layer operator's saved tensor). `selective` keeps what
+    an operator's `saved_selective` says (default its `saved`): the materialized attention drops its S x S
+    scores and mask and keeps Q, K, V (Korthikanti et al. 2022's 5as/h term); flash attention stores no
+    S x S matrix to begin with, so selective recomputation changes nothing for it.
     """
     sel = [o for o in ops if o.where == where]
     if recompute == "full" and where == "layer":
         return float(sel[0].saved(variables))
+    if recompute == "selective":
+        return float(sum((o.saved_selective or o.saved)(variables) for o in sel))
     return float(sum(o.saved(variables) for o in sel))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from . import chip
 from . import operators as opslib
 from .actors.launch import attached, launch_actors, resolve_instances_per_actor
 from .actors.metrics import RunMetrics
@@ -112,6 +113,9 @@ def replay(scenario: Scenario | str | Path, shards_factory: Callable, on_step: C
         price_per_hour_usd=cluster.instance.price_per_hour_usd)
     if reason is None:
         _check_payload(scenario, cluster)
+        per_rank = chip.chunk_times(scenario, cluster, library).flops_per_microbatch
+        # chunk c runs on the tp x cp x dp = ranks / pp ranks of its stage, once per microbatch
+        result.hardware_flops_per_step = float(per_rank.sum() * microbatches(scenario) * cluster.ranks / layout.pp)
         comm = plan_comm(scenario, cluster)
         result.collectives = comm.records
         result.microbatches = microbatches(scenario)

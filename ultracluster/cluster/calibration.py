@@ -143,12 +143,33 @@ class Calibration:
     """Achieved fractions of peak and fixed costs of the chip model, and the collective model's factors.
 
     Attributes:
-        tensor_efficiency: achieved fraction of TensorE peak on large, well-tiled matmuls.
-        vector_efficiency: achieved fraction of VectorE/ScalarE peak on elementwise and reduction work.
-        hbm_efficiency: achieved fraction of HBM bandwidth on streaming operators.
-        op_overhead_s: fixed cost of one operator instance on a NeuronCore (instruction issue, semaphore
-            waits, DMA descriptor set-up) added to its roofline time.
+        tensor_efficiency: achieved fraction of TensorE peak on large, well-tiled matmuls (fitted).
+        vector_efficiency: achieved fraction of the VectorE/ScalarE/GpSimd element rate (128 lanes x clock)
+            on elementwise and reduction work (assumption, see docs/calibration.md).
+        hbm_efficiency: achieved fraction of HBM bandwidth on streaming operators (assumption).
+        kernel_launch_s: fixed cost of one kernel (an operator after fusion) on a NeuronCore: engine
+            pipelines drain and refill, semaphores hand the data on, the first tile's DMA is waited for.
+        layer_overhead_s: fixed time of one transformer-layer pass on a rank (a forward counts one pass, a
+            backward two, a recomputed forward one), beyond its kernels and collectives: the part of the
+            published step times that no modelled mechanism explains (fitted; docs/calibration.md).
+        microbatch_launch_s: host cost of launching one microbatch's compiled graph (forward and backward
+            are separate graph executions in the XLA-based Neuron stacks), on every stage's critical path.
         step_overhead_s: fixed per-step host/runtime cost (launch, sync) on the critical path.
+        fusion: elementwise operators run fused into the kernel their library entry names (`fuse:`).
+        engine_clock_rates: VectorE/ScalarE work is priced at 128 elements per cycle (H4) rather than at
+            the FP32 TFLOPS of the product pages.
+        flash_attention: the attention kernel computes causal blocks only (diagonal blocks in full), and
+            selective recomputation repeats nothing the flash backward does not recompute already.
+        attention_serial: inside the attention kernel each tile's engines wait for each other (QK^T on
+            TensorE, then the row max on VectorE, exp on ScalarE, the transpose and PV on TensorE), so the
+            kernel takes the sum of its engines' times, not their maximum (library `serial: true`).
+        tp_overlap: tensor-parallel collectives of the backward pass run on the collective cores alongside
+            the weight- and input-gradient matmuls they do not depend on; forward ones stay exposed.
+        dp_overlap: the data-parallel gradient reduction overlaps the last backward in buckets (as PyTorch
+            DDP on GPUs); off, it starts after the last backward, in the optimizer's graph, as the
+            XLA-based Neuron stacks run it.
+        step_costs: gradient-norm and clipping (a read of all local gradients and an all-reduce of one
+            number over every rank) before the optimizer.
         compute_jitter: sigma of the log-normal per-rank, per-step compute-time noise (assumption: not
             published; 1 %; a scenario sets its own with faults.jitter).
         runtime_reserve_gib: HBM per rank kept by the Neuron runtime and compiler scratch (assumption: not
@@ -162,23 +183,38 @@ class Calibration:
             fit absorbs that BF16 excess, MX runs up to 671/632 faster (the NKI guide's "4x" BF16).
         hbm_peak_scale_trn3: Trainium3 HBM bandwidth as a multiple of the catalog's 4.9 TB/s (the NKI guide
             says 4.7).
+        fp8_peak_scale_trn2: Trainium2 FP8 TensorE peak as a multiple of the catalog's (1,299 TFLOPS per chip,
+            2 x BF16 in double-FP8 mode, H5, H8): 1 = every matmul at the published FP8 rate; 0.5 = the BF16
+            rate. See docs/trn2.md.
     """
 
     tensor_efficiency: float = 0.75
-    vector_efficiency: float = 0.6
+    vector_efficiency: float = 0.9
     hbm_efficiency: float = 0.8
-    op_overhead_s: float = 0.0
+    kernel_launch_s: float = 10e-6
+    layer_overhead_s: float = 0.0
+    microbatch_launch_s: float = 0.0
     step_overhead_s: float = 0.0
+    fusion: bool = True
+    engine_clock_rates: bool = True
+    flash_attention: bool = True
+    attention_serial: bool = True
+    tp_overlap: bool = True
+    dp_overlap: bool = False
+    step_costs: bool = True
     runtime_reserve_gib: float = 1.0
     compute_jitter: float = 0.01
     network: NetworkCalibration = field(default_factory=lambda: NETWORK_DEFAULT)
     fp8_peak_scale_trn3: float = 1.0
     mx_peak_scale_trn3: float = 1.0
     hbm_peak_scale_trn3: float = 1.0
+    fp8_peak_scale_trn2: float = 1.0
 
     def tensor_peak_scale(self, generation: str, precision: str) -> float:
         """Multiplier of the catalog's TensorE peak for a chip generation and precision (1 but on Trainium3
-        FP8 and MX, whose rates the sources leave open)."""
+        FP8 and MX, whose rates the sources leave open, and Trainium2 FP8, whose training rate they do not give)."""
+        if generation == TRN2:
+            return self.fp8_peak_scale_trn2 if precision == "fp8" else 1.0
         if generation != TRN3:
             return 1.0
         return {"fp8": self.fp8_peak_scale_trn3, "mxfp8": self.mx_peak_scale_trn3,
@@ -246,11 +282,14 @@ def _register_network_factors() -> None:
         ("efa_step_s", (net.efa_step_s / 2, 2 * net.efa_step_s), (TRN2,),
          "default: the Trn1 fit (two-instance rows); no multi-instance Trn2 row: a factor of two either way "
          "(assumption)"),
+        ("fp8_peak_scale_trn2", (0.5, 1.0), (TRN2,),
+         "default: the published double-FP8 peak (H5, H8) on every matmul; low: the BF16 rate, as when the casts "
+         "and scales of FP8 training (not in the operator library) and the matmuls kept in BF16 eat the gain"),
     ]
     taken = {(f.name, g) for f in FACTORS for g in f.generations}
     for name, (low, high), generations, why in entries:
         if (name, generations[0]) not in taken:      # not registered already (a module reloaded)
-            low, high = span(getattr(net, name), low, high)
+            low, high = span(getattr(net, name) if name in _NETWORK_FIELDS else getattr(DEFAULT, name), low, high)
             FACTORS.append(UncertainFactor(name, low, high, generations, why))
 
 

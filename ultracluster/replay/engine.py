@@ -78,6 +78,8 @@ class CommPlan:
     cp_block_bwd_s: float = 0.0   # K/V block and its gradient (backward)
     send_bwd_last: np.ndarray | None = None   # [chunks] gradient sends of the last microbatch, sharing links
                                               # with the overlapping gradient reduction
+    dp_overlap: bool = True       # buckets start during the last backward (else after the pipeline ends)
+    norm_s: float = 0.0           # all-reduce of the gradient norm over every rank, before the optimizer
 
 
 def microbatches(scenario) -> int:
@@ -110,14 +112,33 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
                                             count_per_step=int(round(count))))
         return secs
 
-    # Megatron-LM: per layer two all-reduces forward and two backward; with sequence parallelism an
-    # all-gather and a reduce-scatter in place of each (Korthikanti et al. 2022).
+    # Megatron-LM, per layer (Korthikanti et al. 2022): without sequence parallelism two all-reduces forward
+    # (the row-parallel outputs) and two backward (the column-parallel input gradients). With SP, per block
+    # (attention, MLP): forward an all-gather before the column-parallel matmul and a reduce-scatter after the
+    # row-parallel one; backward an all-gather of the output gradient (the reduce-scatter's transpose), the
+    # reduce-scatter of the input gradient and a second all-gather of the block's input, which is not kept
+    # from forward and which the weight gradient needs: 1.5 x the forward's traffic.
     tpg = group_of(cluster, layout.tp, 1)
-    n_tp = layer_mbs * (4 + 2 * again)
     if par.sequence_parallel:
-        per_layer = 2 * (priced("tp", "all_gather", act, tpg, n_tp) + priced("tp", "reduce_scatter", act, tpg, n_tp))
+        ag = priced("tp", "all_gather", act, tpg, layer_mbs * (2 + 4 + 2 * again))
+        rs = priced("tp", "reduce_scatter", act, tpg, layer_mbs * (2 + 2 + 2 * again))
+        per_layer = 2 * (ag + rs)
+        block_exposed, block_hideable = ag, ag + rs      # the output-gradient gather feeds the backward
     else:
-        per_layer = 2 * priced("tp", "all_reduce", act, tpg, n_tp)
+        ar = priced("tp", "all_reduce", act, tpg, layer_mbs * (2 + 2 + 2 * again))
+        per_layer = 2 * ar
+        block_exposed, block_hideable = 0.0, ar
+    # Backward: the hideable collectives of a block (the input gradient's reduction, the input's re-gather)
+    # run on the collective-communication cores while TensorE computes that block's column-parallel matmul
+    # backward, which does not wait for them (Megatron-LM overlaps them the same way; H18: the CC cores run
+    # collectives in parallel to compute): only what outlasts the matmul is exposed. Forward collectives feed
+    # the next matmul and stay exposed.
+    if cluster.calibration.tp_overlap and layout.tp > 1:
+        hide = chip.tp_hide_seconds(scenario, cluster)
+        hide = np.concatenate([hide, np.zeros(max(0, 2 - hide.size))])[:2]
+        bwd_exposed = 2 * block_exposed + float(np.maximum(block_hideable - hide, 0.0).sum())
+    else:
+        bwd_exposed = 2 * (block_exposed + block_hideable)
     # context parallel: ring attention passes each rank's K/V block to the next cp rank, cp - 1 times per
     # layer, overlapped with the attention on the block in hand; backward passes K/V and their gradients.
     # The exposed part depends on the attention time, so the replay decides it per step.
@@ -137,7 +158,7 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
         a2a_bytes = v["T"] * moe.top_k * moe.imbalance * v["h"] * v["e"] / (layout.tp if par.sequence_parallel else 1)
         a2a = 2 * priced("ep", "all_to_all", a2a_bytes, epg, layer_mbs * (4 + 2 * again))
     tp_fwd = layers * (per_layer + a2a)
-    tp_bwd = layers * ((per_layer + a2a) * (1 + again))
+    tp_bwd = layers * (bwd_exposed + a2a + (per_layer + a2a) * again)
 
     # pipeline sends: chunk c lives on stage c % pp; placement is tp, cp, then pp inside a replica, so the
     # two stages' ranks share an instance, an UltraServer (NeuronLink Z links) or neither (EFA)
@@ -203,7 +224,12 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
                 send_bwd_last[c] = concurrent_time(cluster, [
                     ("send_recv", send_bytes, send_groups[c - 1]),
                     (reduce_op, dense[c] * g_bytes / buckets[c], dpg)])[0]
+    # gradient clipping by global norm: every rank's partial sum of squares is all-reduced (one fp32 number)
+    norm_s = 0.0
+    if cluster.calibration.step_costs and cluster.ranks > 1:
+        norm_s = priced("norm", "all_reduce", 4, group_of(cluster, cluster.ranks, 1), 1)
     return CommPlan(tp_fwd=tp_fwd, tp_bwd=tp_bwd, send_fwd=send_fwd, send_bwd=send_bwd, dp=dp, records=records,
+                    dp_overlap=cluster.calibration.dp_overlap, norm_s=norm_s,
                     dp_bucket_s=bucket_s, dp_buckets=buckets, dp_after_s=after,
                     fsdp_gather_s=fsdp_gather, fsdp_scatter_s=fsdp_scatter, cp_block_fwd_s=cp_fwd,
                     cp_block_bwd_s=cp_bwd, send_bwd_last=send_bwd_last)
@@ -226,7 +252,8 @@ def gradient_reduction(ex: Execution, comm: CommPlan, pp: int, m: int) -> tuple[
 
     A chunk's gradients become final, bucket by bucket, during its last microbatch's backward (evenly over
     that backward); a bucket's collective can start when every replica has it and the stage's previous
-    bucket is through (one queue per stage). With t_i the ready time and d the bucket time, the queue
+    bucket is through (one queue per stage). Without `comm.dp_overlap` every bucket waits for the stage's
+    pipeline to end on every replica (the XLA stacks reduce in the optimizer's graph). With t_i the ready time and d the bucket time, the queue
     ends at D_k + max_{i<=k}(t_i - D_{i-1}) (D the running sum of d), computed with one accumulate.
 
     Returns:
@@ -242,7 +269,10 @@ def gradient_reduction(ex: Execution, comm: CommPlan, pp: int, m: int) -> tuple[
             key = ("B", m - 1, c)
             t0, t1 = ex.start[key], ex.end[key]                           # [replicas]
             frac = np.arange(1, comm.dp_buckets[c] + 1) / comm.dp_buckets[c]
-            ready.append((t0[:, None] + (t1 - t0)[:, None] * frac[None, :]).max(axis=0))
+            if comm.dp_overlap:
+                ready.append((t0[:, None] + (t1 - t0)[:, None] * frac[None, :]).max(axis=0))
+            else:
+                ready.append(np.full(frac.size, ex.stage_end[:, s].max()))
             dur.append(np.full(comm.dp_buckets[c], comm.dp_bucket_s[c]))
         r, d = np.concatenate(ready), np.concatenate(dur)
         order = np.argsort(r, kind="stable")
@@ -369,7 +399,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         opt = prof.opt                                                                    # [pp]
         pipe_end = ex.stage_end.max(axis=0)                                               # [pp]
         rs_end, dp_hidden = gradient_reduction(ex, comm, layout.pp, m)
-        reduce_start = np.maximum(pipe_end, rs_end)
+        reduce_start = np.maximum(pipe_end, rs_end) + comm.norm_s
         done = reduce_start + opt + comm.dp_after_s
         s_c = int(np.argmax(done))
         d_c = int(np.argmax(ex.stage_end[:, s_c]))
@@ -392,7 +422,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
             bf_f, bf_b = fsdp_exposed(comm, base.fwd, base.bwd, layers)
             ex_b = execute(programs, base.fwd + tp_f + bf_f, base.bwd + tp_b + bf_b, comm.send_fwd, comm.send_bwd,
                            last)
-            end_b = np.maximum(ex_b.stage_end.max(axis=0), gradient_reduction(ex_b, comm, layout.pp, m)[0])
+            end_b = np.maximum(ex_b.stage_end.max(axis=0), gradient_reduction(ex_b, comm, layout.pp, m)[0]) + comm.norm_s
             straggle = float(done.max() - (end_b + base.opt + comm.dp_after_s).max())
         payload_bytes, payload_ok = shards.reduce_payload(step)
         rec = StepRecord(

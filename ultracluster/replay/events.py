@@ -133,6 +133,8 @@ class RunResult:
     collectives: list[CollectiveRecord] = field(default_factory=list)
     shard_instances: list[tuple[int, int]] = field(default_factory=list)  # per shard: [first, last] instance
     price_per_hour_usd: float | None = None                               # per instance, when the catalog has it
+    hardware_flops_per_step: float = 0.0   # TensorE FLOPs every rank executes in a step: recompute, the flash
+                                           # backward's recomputed scores and its transposes included (HFU)
     # per-rank and per-stage detail for the report (empty/None when the run was not replayed)
     microbatches: int = 0                                                 # per replica per step
     chunk_comm: list[ChunkComm] = field(default_factory=list)

@@ -75,6 +75,8 @@ def summarize(result: RunResult) -> dict:
         "tokens_per_s": float(result.tokens_per_step / step_s) if ok else NAN,
         "seq_per_s": float(global_batch / step_s) if ok and global_batch else NAN,
         "mfu": float(result.model_flops_per_step / (result.peak_flop_per_s * step_s)) if ok else NAN,
+        "hfu": float(result.hardware_flops_per_step / (result.peak_flop_per_s * step_s))
+        if ok and result.hardware_flops_per_step else NAN,
         "hbm_peak_gib": float(hbm),
         **{k: float(v) for k, v in mean.items() if k != "step_time_s"},
         "tokens_per_step": int(result.tokens_per_step),

@@ -20,7 +20,7 @@ from .presets import PRESETS
 
 InstanceType = Literal["trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "trn2u.48xlarge", "trn3.48xlarge",
                        "trn3gen2.16xlarge"]
-Precision = Literal["bf16", "fp8", "fp32"]
+Precision = Literal["bf16", "fp8", "fp32", "mxfp8", "mxfp4"]
 
 
 def _auto_or_count(value: object) -> object:
@@ -64,6 +64,10 @@ class ModelSpec(_Spec):
         "rotary", description="Positions: rotary (Llama) or a learned absolute embedding (GPT) [rotary, or the "
         "preset's].")
     moe: MoESpec | None = Field(None, description="Mixture of experts; absent = dense model.")
+    dropout: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Dropout probability on hidden states and attention probabilities "
+        "(Megatron's hidden_dropout and attention_dropout; GPT-3 recipes use 0.1) [0]; any value above 0 pays the "
+        "random masks.")
 
     @field_validator("preset")
     @classmethod
@@ -79,7 +83,9 @@ class TrainingSpec(_Spec):
     seq_len: int = Field(ge=1, description="Sequence length (tokens per sequence).")
     global_batch: int = Field(ge=1, description="Sequences per optimizer step.")
     micro_batch: int = Field(1, ge=1, description="Sequences per microbatch per data-parallel replica [1].")
-    precision: Precision = Field("bf16", description="Compute precision of the matmuls [bf16].")
+    precision: Precision = Field(
+        "bf16", description="Compute precision of the matmuls [bf16]; mxfp8 and mxfp4 (OCP microscaling) only on "
+        "chips with MX matmul (Trainium3).")
     master_weights: Literal["fp32", "none"] = Field(
         "fp32",
         description="fp32: mixed precision with fp32 master weights and optimizer state; "
@@ -95,6 +101,10 @@ class TrainingSpec(_Spec):
     recompute: Literal["none", "selective", "full"] = Field(
         "selective", description="Activation recomputation in the backward pass [selective]."
     )
+    attention: Literal["flash", "materialized"] = Field(
+        "flash", description="Attention kernel: flash (a fused kernel that never stores the S x S scores and skips "
+        "causally masked tiles; NxD with the NKI kernels) or materialized (scores, softmax and dropout through HBM "
+        "over the full S x S; the Megatron-LM and NeMo Neuron stacks) [flash].")
     steps: int = Field(3, ge=1, description="Optimizer steps replayed and reported (count) [3].")
     warmup_steps: int = Field(1, ge=0, description="Steps replayed before those reported (count) [1].")
 
