@@ -8,7 +8,8 @@ steps, no summary.json).
 was infeasible; `compare`
 exits 0 or 2; `collectives` exits 0, or 2 for bad arguments (each printed with its flag). `check RUN_DIR` exits 0
 when the directory meets the output contract, 1 with every problem printed, 2 when it is not a directory;
-`schema` prints the scenario files' JSON Schema.
+`schema` prints the scenario files' JSON Schema. `plan` exits 0, 2 for a bad flag (named) or scenario, 3 when
+no layout of the search space fits (it prints the closest and why), 4 for a runtime failure.
 """
 from __future__ import annotations
 
@@ -52,6 +53,23 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--hours", type=float, metavar="H",
                    help="then emulate H hours of wall-clock training with failures and checkpoints: goodput, "
                         "time lost by cause, optimal checkpoint interval (goodput.json, failures.csv)")
+    pl = sub.add_parser("plan", help="search every layout of a scenario's model and job; replay the best "
+                                     "(plan.csv, plan.json, plan.html, top-N.yaml)")
+    pl.add_argument("scenario", help="scenario YAML: the model and job; its cluster is the default reservation")
+    pl.add_argument("--instances", metavar="N,N,...", help="instance counts to try (default: the scenario's)")
+    pl.add_argument("--instance-types", metavar="TYPE,TYPE,...", help="instance types to try (default: the scenario's)")
+    pl.add_argument("--objective", default="tokens_per_s", choices=["tokens_per_s", "usd_per_million_tokens",
+                                                                    "time_to_train"],
+                    help="what ranks the layouts (default tokens_per_s)")
+    pl.add_argument("--tokens", type=float, metavar="T", help="tokens to train: time_to_train_days per layout")
+    pl.add_argument("--max-usd-per-hour", type=float, metavar="X", help="keep clusters costing at most X $/hour")
+    pl.add_argument("--top", type=int, default=5, metavar="K", help="layouts to replay with `run` and write as "
+                                                                   "top-N.yaml (default 5)")
+    pl.add_argument("--out", help="plan directory (default plans/<scenario name>)")
+    pl.add_argument("--address", help="Ray cluster to spread the search over (default: RAY_ADDRESS, else this "
+                                      "process, or an embedded Ray where that is faster)")
+    pl.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a field")
+    pl.add_argument("--quiet", action="store_true", help="print nothing but errors")
     rr = sub.add_parser("report", help="re-render report.html and trace.json of a run directory from its files")
     rr.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `ultracluster run`")
     rr.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -221,6 +239,36 @@ def _run(scenario, args) -> int:
     return EXIT_OK
 
 
+def _plan(scenario, args) -> int:
+    """`plan`: search the layouts, replay the best, write the plan directory, print the best layouts."""
+    from .plan import SearchSpace, format_plan, parse_instance_types, parse_instances, plan
+
+    space = SearchSpace(instance_types=parse_instance_types(args.instance_types) if args.instance_types else None,
+                        instance_counts=parse_instances(args.instances) if args.instances else None)
+    out = Path(args.out) if args.out else Path("plans") / scenario.name
+    say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
+    try:
+        with _signals_end_the_run():
+            result = plan(scenario, space, objective=args.objective, tokens=args.tokens,
+                          max_usd_per_hour=args.max_usd_per_hour, top=args.top, out=out, address=args.address,
+                          log=say)
+    except KeyboardInterrupt as stop:
+        stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
+        print(f"plan interrupted ({stop.signal_name}); {out} may hold an older plan", file=sys.stderr)
+        return stop.exit_code
+    s = result.summary
+    if not args.quiet:
+        print(format_plan(result))
+        print(f"plan directory: {out}")
+    if not result.top:
+        c = s.get("closest")
+        why = "no layout fits in HBM" if not s["feasible"] else "no feasible layout is within --max-usd-per-hour"
+        print(f"infeasible: {why}" + (f"; closest: {c['label']}: {c['reason']}" if c and not s["feasible"] else ""),
+              file=sys.stderr)
+        return EXIT_INFEASIBLE
+    return EXIT_OK
+
+
 def _print_list(problems: list) -> None:
     for prob in problems[:PROBLEMS_SHOWN]:
         print(f"  - {prob}", file=sys.stderr)
@@ -259,8 +307,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ok: {args.scenario} ({scenario.name}: {scenario.ranks} ranks, tp {scenario.parallelism.tp} "
                   f"pp {scenario.parallelism.pp} dp {scenario.parallelism.dp})")
             return EXIT_OK
+        if args.command == "plan":
+            return _plan(scenario, args)
         return _run(scenario, args)
     except ScenarioError as err:
+        if err.problems and all(p.path.startswith("--") for p in err.problems):   # bad flags of `plan`
+            for prob in err.problems:
+                print(f"error: {prob}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         _print_problems(err)
         return EXIT_BAD_INPUT
     except OutDirError as err:
