@@ -1,0 +1,99 @@
+"""The planner's batched pipeline (`plan.schedules.pipeline_times`) against the engine's executed schedule
+(`replay.schedule.execute`), row by row: random stage-heterogeneous durations, sends that differ along the
+pipeline, the last microbatch's own sends; GPipe, 1F1B and interleaved; the shortened runs it extrapolates from
+included. And the closed-form gradient-bucket queue against `replay.engine.gradient_reduction`."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ultracluster.plan.fast import bucket_queue_end
+from ultracluster.plan.schedules import pipeline_times
+from ultracluster.replay.engine import CommPlan, gradient_reduction
+from ultracluster.replay.schedule import execute, stage_programs
+
+
+def executed(schedule, p, v, m, fwd, bwd, sf, sb, sl):
+    ex = execute(stage_programs(schedule, p, m, v), fwd[None, :], bwd[None, :], sf, sb,
+                 {("B", m - 1, c): sl[c] for c in range(p * v)})
+    return ex
+
+
+def assert_rows_match(schedule, p, v, ms, fwd, bwd, sf, sb, sl):
+    pt = pipeline_times(schedule, p, v, np.array(ms), fwd, bwd, sf, sb, sl)
+    for r, m in enumerate(ms):
+        ex = executed(schedule, p, v, m, fwd[r], bwd[r], sf[r], sb[r], sl[r])
+        scale = ex.stage_end.max()
+        np.testing.assert_allclose(pt.stage_end[r], ex.stage_end[0], rtol=1e-9, atol=1e-12 * scale)
+        for c in range(p * v):
+            assert pt.last_b_end[r, c] == pytest.approx(float(ex.end[("B", m - 1, c)][0]), rel=1e-9, abs=1e-12 * scale)
+            assert pt.last_b_start[r, c] == pytest.approx(float(ex.start[("B", m - 1, c)][0]), rel=1e-9,
+                                                          abs=1e-12 * scale)
+    return pt
+
+
+def sends(rng, rows, chunks, period):
+    sf = rng.uniform(0.0, 0.05, (rows, chunks))
+    sf[:, period - 1::period] *= 20                      # an EFA hop every `period` stages
+    sf[:, -1] = 0.0
+    sb = np.concatenate([np.zeros((rows, 1)), sf[:, :-1]], axis=1)
+    return sf, sb, sb * rng.uniform(1.0, 2.0, (rows, chunks))
+
+
+@settings(max_examples=40, deadline=None)
+@given(schedule=st.sampled_from(["1f1b", "interleaved", "gpipe"]), p=st.integers(1, 8), v=st.integers(2, 3),
+       groups=st.integers(1, 12), extra=st.integers(0, 40), spread=st.sampled_from([0.0, 0.003, 0.3]),
+       period=st.integers(1, 4), seed=st.integers(0, 2**31))
+def test_batched_pipeline_equals_the_engines_execution(schedule, p, v, groups, extra, spread, period, seed):
+    rng = np.random.default_rng(seed)
+    if schedule == "interleaved":
+        p = max(p, 2)
+        ms = [p * groups, p * (groups + 3)]              # microbatches fill the groups of p
+    else:
+        v = 1
+        ms = [groups + extra, 2 * p + 40 + extra]
+    chunks = p * v
+    rows = len(ms)
+    base = np.ones(chunks)
+    base[-1] += 0.2                                       # the LM head
+    fwd = base * np.exp(spread * rng.standard_normal((rows, chunks)))
+    bwd = 2 * fwd * np.exp(spread * rng.standard_normal((rows, chunks)))
+    assert_rows_match(schedule, p, v, ms, fwd, bwd, *sends(rng, rows, chunks, period))
+
+
+def test_long_pipelines_are_extrapolated_from_short_runs_exactly():
+    """A 64-stage 1F1B pipeline with ragged stages and an EFA send every 16 stages repeats over more than one
+    block; 1,024 microbatches are priced from a run of a few hundred and still match the engine."""
+    rng = np.random.default_rng(7)
+    p, rows = 64, 3
+    layers = np.array([1.0] * 24 + [2.0] * 16 + [1.0] * 24)
+    fwd = np.tile(0.13 * layers, (rows, 1))
+    fwd[:, -1] = 0.26
+    bwd = 3 * fwd
+    sf, sb, sl = sends(rng, rows, p, 16)
+    pt = assert_rows_match("1f1b", p, 1, [1024, 1000, 333], fwd, bwd, sf, sb, sl)
+    assert pt.evaluated_microbatches[0] < 1024
+
+
+@settings(max_examples=60, deadline=None)
+@given(v=st.integers(1, 4), seed=st.integers(0, 2**31))
+def test_bucket_queue_closed_form_equals_gradient_reduction(v, seed):
+    """The engine sorts every bucket's ready time and runs one queue per stage; the fast path takes the max over
+    each chunk's first and last bucket (chunk windows follow the program, v of them per stage)."""
+    rng = np.random.default_rng(seed)
+    p, m = 2, 4
+    programs = stage_programs("interleaved" if v > 1 else "1f1b", p, m, v)
+    chunks = p * v
+    fwd = rng.uniform(0.5, 1.5, (1, chunks))
+    ex = execute(programs, fwd, 2 * fwd, np.zeros(chunks), np.zeros(chunks))
+    buckets = rng.integers(1, 40, chunks)
+    bucket_s = rng.uniform(0.0, 0.4, chunks)
+    comm = CommPlan(tp_fwd=np.zeros(chunks), tp_bwd=np.zeros(chunks), send_fwd=np.zeros(chunks),
+                    send_bwd=np.zeros(chunks), dp=np.zeros(p), records=[], dp_bucket_s=bucket_s, dp_buckets=buckets,
+                    dp_overlap=True)
+    want, _ = gradient_reduction(ex, comm, p, m)
+    for s in range(p):
+        seg = np.arange(s, chunks, p)[::-1]                 # the last backwards of the stage, in program order
+        t0 = np.array([[float(ex.start[("B", m - 1, c)][0]) for c in seg]])
+        t1 = np.array([[float(ex.end[("B", m - 1, c)][0]) for c in seg]])
+        got = bucket_queue_end(t0, t1, buckets[seg][None, :].astype(float), bucket_s[seg][None, :])
+        assert got[0] == pytest.approx(want[s], rel=1e-12)
