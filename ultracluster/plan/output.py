@@ -69,6 +69,10 @@ def write_plan_dir(result: PlanResult, out: str | Path) -> Path:
     atomic_write_text(out / "plan.csv", result.table.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     for i, text in enumerate(result.yamls, 1):
         atomic_write_text(out / f"top-{i}.yaml", text)
+    for old in out.glob("top-*.yaml"):               # an earlier plan's further layouts are not this plan's
+        rank = old.stem.removeprefix("top-")
+        if rank.isdigit() and int(rank) > len(result.yamls):
+            old.unlink()
     atomic_write_text(out / "plan.html", render_plan_html(result))
     atomic_write_text(out / "plan.json", json.dumps(result.summary, indent=2, allow_nan=False) + "\n")
     return out
