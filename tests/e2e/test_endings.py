@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -88,3 +90,46 @@ def test_a_signal_ends_a_run_cleanly_and_keeps_its_steps(tmp_path, sig, code):
     while any(alive(p) for p in ray_processes) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in ray_processes if alive(p)]                             # embedded Ray shut down
+
+
+def processes_naming(text: str) -> list[int]:
+    """Live (not zombie) processes whose command line holds `text`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if text.encode() in f.read() and alive(int(entry)):
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the run's processes through /proc")
+def test_a_signal_while_ray_starts_leaves_nothing_behind(tmp_path):
+    """SIGTERM while the embedded Ray starts: Ray is let finish starting, then stopped whole (a signal in
+    the middle of ray.init would orphan its agents); nothing written, nothing left running."""
+    ray_tmp = tempfile.mkdtemp(prefix="ucsig", dir="/tmp")       # short: Ray's socket paths are limited
+    out = tmp_path / "run"
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "ultracluster", "run", str(REPO / "scenarios" / "smoke.yaml"),
+                                 "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=tmp_path, env={**os.environ, "RAY_TMPDIR": ray_tmp})
+        first = proc.stderr.readline()                 # "smoke: starting 2 actors ...": Ray is starting now
+        assert "starting" in first, first
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 143, err[-3000:]
+        assert err.strip().splitlines()[-1] == f"interrupted after 0 step(s) (SIGTERM); {out} is left as it was"
+        assert "Traceback" not in err and "SIGTERM received" not in err
+        assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+        deadline = time.monotonic() + 20
+        while processes_naming(ray_tmp) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert processes_naming(ray_tmp) == []
+    finally:
+        for pid in processes_naming(ray_tmp):          # only if the check above failed: ours, by their temp dir
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -30,7 +30,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from ..cluster.catalog import INSTANCES, ultraserver_of
-from ..errors import ActorError, Problem, ScenarioError
+from ..errors import ActorError, Problem, RunInterrupted, ScenarioError
 from .shard import ShardWorker
 
 log = logging.getLogger(__name__)
@@ -220,28 +220,56 @@ def _connect(address: str | None, shards: int) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
-    # ray.init replaces the driver's SIGTERM handler (sys.exit(15)) and its core worker adds one that dumps a
-    # stack: give back the handler the caller had (the CLI's, which stops the run cleanly with exit 143)
-    keep = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-    try:
-        if address:
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-        else:
-            # "local": always a new embedded Ray, never a `ray start` cluster that happens to run here
-            ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-                     resources={SHARD_RESOURCE: shards})
-    except SystemExit as stop:   # SIGTERM during ray.init, seen by Ray's handler: the caller's decides
-        if callable(keep) and stop.code == signal.SIGTERM:
-            ray.shutdown()
-            keep(signal.SIGTERM, None)
-        raise
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        raise ActorError(f"could not {'connect to Ray at ' + address if address else 'start a local Ray'}: "
-                         f"{err}") from None
-    finally:
-        if callable(keep):
-            signal.signal(signal.SIGTERM, keep)
+    with _signals_held() as held:
+        try:
+            if address:
+                ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            else:
+                # "local": always a new embedded Ray, never a `ray start` cluster that happens to run here
+                ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+                         resources={SHARD_RESOURCE: shards})
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            raise ActorError(f"could not {'connect to Ray at ' + address if address else 'start a local Ray'}: "
+                             f"{err}") from None
+    if held:                      # a signal came while Ray started: stop it whole, then act on the signal
+        ray.shutdown()
+        signum, handler = held[0]
+        handler(signum, None)
+        raise RunInterrupted(signum)   # the handler chose not to raise: Ray is down, the run cannot go on
     return True
+
+
+@contextmanager
+def _signals_held() -> Iterator[list]:
+    """Hold SIGINT, SIGTERM and SIGHUP while Ray starts, for the caller's handlers to act on once it is up.
+
+    A signal in the middle of `ray.init` would leave half-started Ray processes behind (its dashboard and
+    runtime-env agents outlive their raylet). So, for each of these signals that has a Python handler (the
+    CLI's, or Python's own KeyboardInterrupt), a signal that arrives is recorded instead, and Ray's own
+    SIGTERM handler (`sys.exit(15)`, installed by `ray.init`) is not installed; the core worker's native
+    handler, which dumps a stack, is replaced by the caller's again on the way out. Yields the list of
+    (signal, caller's handler) received.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    held: list = []
+    wanted = [s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s]
+    callers = {s: signal.getsignal(s) for s in wanted}
+    callers = {s: h for s, h in callers.items() if callable(h)}
+    for s in callers:
+        signal.signal(s, lambda signum, frame: held.append((signum, callers[signum])))
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    ray_sets = getattr(utils, "set_sigterm_handler", None)
+    if ray_sets is not None and signal.SIGTERM in callers:
+        utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield held
+    finally:
+        if ray_sets is not None and signal.SIGTERM in callers:
+            utils.set_sigterm_handler = ray_sets
+        for s, h in callers.items():
+            signal.signal(s, h)
 
 
 @contextmanager
