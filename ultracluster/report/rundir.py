@@ -210,8 +210,11 @@ class RunDirectory:
 
     def _check_target(self) -> None:
         shown = shorten_text(self.out)
-        cwd = Path.cwd().resolve()
-        if self.target == cwd or self.target in cwd.parents:
+        try:
+            cwd = Path.cwd().resolve()
+        except OSError:        # the current directory was removed: it cannot be the target
+            cwd = None
+        if cwd is not None and (self.target == cwd or self.target in cwd.parents):
             raise OutDirError(f"run directory {shown}: it is the current directory or holds it; a run replaces "
                               f"its directory as a whole, so choose one below it (e.g. runs/NAME)")
         if self.target.exists() and not self.target.is_dir():
@@ -243,6 +246,8 @@ class RunDirectory:
                  tb: TracebackType | None) -> None:
         blocked = _block_signals()
         try:
+            if not self.path.is_dir():
+                return                 # the staging directory was removed under the run: nothing to move
             if kind is not None and not any(self.path.iterdir()):
                 shutil.rmtree(self.path, ignore_errors=True)     # nothing written: the directory stays as it was
             else:
