@@ -9,7 +9,7 @@ the job log and stops it with `ray job stop` (SIGTERM to the entrypoint, SIGKILL
 exactly the nodes it started (never `ray stop`). Prints one JSON object with the exit codes and outputs.
 
 usage: python two_node_cluster.py OUT_DIR SCENARIO [--job JOB_SCENARIO] [--stop-job JOB_SCENARIO] [--nodes N]
-                                  [--no-cli] [--set key=value ...]
+                                  [--no-cli] [--command run|plan] [--arg=ARG ...] [--set key=value ...]
 """
 from __future__ import annotations
 
@@ -77,6 +77,8 @@ def main() -> int:
     ap.add_argument("--stop-job", help="scenario (path relative to the repo) to submit, then stop mid-run")
     ap.add_argument("--nodes", type=int, default=2, help="nodes of the cluster (default 2)")
     ap.add_argument("--no-cli", action="store_true", help="skip the `ultracluster run --address` driver run")
+    ap.add_argument("--command", default="run", help="the driver's subcommand: run (default) or plan")
+    ap.add_argument("--arg", action="append", default=[], help="a further argument of the driver's command")
     ap.add_argument("--set", action="append", default=[])
     args = ap.parse_args()
 
@@ -113,8 +115,8 @@ def main() -> int:
         result["address"] = cluster.address
         sets = [x for s in args.set for x in ("--set", s)]
         if not args.no_cli:
-            cli = subprocess.run([sys.executable, "-m", "ultracluster", "run", args.scenario, "--out",
-                                  str(out / "cluster"), "--address", cluster.address, *sets],
+            cli = subprocess.run([sys.executable, "-m", "ultracluster", args.command, args.scenario, "--out",
+                                  str(out / "cluster"), "--address", cluster.address, *sets, *args.arg],
                                  capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO)
             result["cli"] = {"rc": cli.returncode, "stdout": cli.stdout, "stderr": cli.stderr[-4000:]}
         if args.stop_job:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -89,17 +90,18 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
 
 
 def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | None, address: str | None,
-              log: Callable[[str], None]) -> search.Evaluated:
-    """Check the sources, then price every chunk here or with Ray tasks; times the search itself."""
+              log: Callable[[str], None], session: ExitStack, shards: int) -> search.Evaluated:
+    """Check the sources, then price every chunk here or with Ray tasks; times the search itself. A Ray it
+    attaches to (or starts) stays attached in `session` for the replays (`shards`: actor slots they need)."""
     t0 = time.perf_counter()
     pr = Pricer(base, calibration)
     sources, mismatches = search.check_sources(pr, table)
     from ..actors import plan_tasks          # the only Ray the planner touches
 
     if plan_tasks.wanted(address):
-        with plan_tasks.planning_ray(address):
-            pieces = search.chunks(table, 2 * plan_tasks.cluster_cpus())
-            results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, pieces)
+        session.enter_context(plan_tasks.planning_ray(address, shards))
+        pieces = search.chunks(table, 2 * plan_tasks.cluster_cpus())
+        results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, pieces)
         return search.Evaluated(table, sources, mismatches, time.perf_counter() - t0, nodes, results)
     pieces = search.chunks(table)
     first = time.perf_counter()
@@ -110,9 +112,9 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
     nodes = 0
     if cpus > 1 and rest_s * (1 - 1 / cpus) > EMBEDDED_RAY_START_S:
         log(f"plan: {len(table):,} layouts at {rate:,.0f}/s here: the rest on an embedded Ray ({cpus} CPUs)")
-        with plan_tasks.planning_ray(None):
-            more, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources,
-                                                     search.chunks(pd.concat(pieces[1:]), 2 * cpus))
+        session.enter_context(plan_tasks.planning_ray(None, shards))
+        more, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources,
+                                                 search.chunks(pd.concat(pieces[1:]), 2 * cpus))
         results += more
     else:
         results += [search.evaluate_chunk(base, calibration, sources, p, pr) for p in pieces[1:]]
@@ -154,25 +156,34 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     table = enumerate_layouts(base, space)
     enumerate_s = time.perf_counter() - t0
     log(f"plan: {len(table):,} layouts to price")
-    ev = _evaluate(base, table, calibration, address, log)
-    wall_s = enumerate_s + ev.wall_s
-    full = search.assemble(table, ev.results, tokens)
-    best = search.ranked(full, objective, max_usd_per_hour)
-    picks = best.head(top)
-    top_rows = [{"rank": i, "label": r["layout"], "layout": search.layout_record(r), **search.numbers(r)}
-                for i, (_, r) in enumerate(picks.iterrows(), 1)]
-    yamls, scenarios = [], []
-    for i, (_, r) in enumerate(picks.iterrows(), 1):
-        text, sc = layout_yaml(base, r, i, objective, None)
-        yamls.append(text)
-        scenarios.append(sc)
-    replays = _replay(scenarios, out, address, log) if replay and scenarios else []
+    with ExitStack() as session:         # one Ray session (if any) for the search and the replays
+        ev = _evaluate(base, table, calibration, address, log, session, _replay_shards(base, space))
+        wall_s = enumerate_s + ev.wall_s
+        full = search.assemble(table, ev.results, tokens)
+        best = search.ranked(full, objective, max_usd_per_hour)
+        picks = best.head(top)
+        top_rows = [{"rank": i, "label": r["layout"], "layout": search.layout_record(r), **search.numbers(r)}
+                    for i, (_, r) in enumerate(picks.iterrows(), 1)]
+        yamls, scenarios = [], []
+        for i, (_, r) in enumerate(picks.iterrows(), 1):
+            text, sc = layout_yaml(base, r, i, objective, None)
+            yamls.append(text)
+            scenarios.append(sc)
+        replays = _replay(scenarios, out, address, log) if replay and scenarios else []
     summary = _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows,
                        replays, notes, out)
     result = PlanResult(table=full, summary=summary, top=top_rows, yamls=yamls, replays=replays)
     if out is not None:
         write_plan_dir(result, out)
     return result
+
+
+def _replay_shards(base: Scenario, space: SearchSpace) -> int:
+    """Actor slots an embedded Ray must advertise for the replays: the most shards any searched cluster folds into."""
+    from ..actors.launch import resolve_instances_per_actor
+
+    per_actor = resolve_instances_per_actor(base)
+    return max(math.ceil(n / max(1, min(per_actor, n))) for _, n, _, _ in clusters(base, space))
 
 
 def _replay(scenarios: list[Scenario], out, address: str | None, log) -> list[dict]:
@@ -183,7 +194,7 @@ def _replay(scenarios: list[Scenario], out, address: str | None, log) -> list[di
 
     shards = max(math.ceil(sc.cluster.instances / resolve_instances_per_actor(sc)) for sc in scenarios)
     summaries = []
-    with plan_tasks.planning_ray(address, shards):
+    with plan_tasks.planning_ray(address, shards):     # already attached when the search used Ray
         for i, sc in enumerate(scenarios, 1):
             log(f"plan: replaying layout {i} of {len(scenarios)}")
             rep = run(sc, out=None if out is None else Path(out) / "runs" / f"top-{i}", address=address)
