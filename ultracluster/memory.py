@@ -1,6 +1,8 @@
 """Scenario + cluster + pipeline programs → HBM footprint per rank of each stage, and feasibility.
 
-Per rank: weights (training precision; fp8 training keeps bf16 weights), gradients (fp32 when fp32 master
+Per rank: weights (training precision; fp8 training keeps bf16 weights; MX training adds the two MX copies
+of its weights that mx_quantize_weights writes, one per contraction orientation, each of 1 byte (MXFP8)
+or half a byte (MXFP4) per element plus an 8-bit scale per 32, OCP MX as T3 describes it), gradients (fp32 when fp32 master
 weights are kept, as Megatron-LM accumulates bf16 gradients in fp32, else bf16), optimizer state
 (fp32 master + Adam m and v = 12 B/param, or bf16 m and v = 4 B/param without master weights; divided
 over data-parallel ranks under ZeRO-1 and ZeRO-3; ZeRO paper, Rajbhandari et al. 2020; under ZeRO-3 (FSDP)
@@ -52,6 +54,8 @@ def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
     working = opslib.saved_bytes(ops, "layer", v, "none") if t.recompute == "full" else 0.0
 
     w_bytes, g_bytes = opslib.weight_bytes(t), opslib.grad_bytes(t)
+    if t.precision in opslib.MX_PRECISIONS:      # + the MX copies of the weights, both orientations
+        w_bytes += 2 * opslib.PRECISION_BYTES[t.precision]
     o_bytes = 12.0 if t.master_weights == "fp32" else 4.0
     capacity = cluster.chip.hbm_bytes / cluster.ranks_per_chip / GIB
     reserve = cluster.calibration.runtime_reserve_gib
