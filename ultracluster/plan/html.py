@@ -116,8 +116,8 @@ def render_plan_html(result: PlanResult) -> str:
     s = result.summary
     name = escape(str(s["scenario"]))
     head = (f"<p>{s['layouts_evaluated']:,} layouts evaluated in {s['wall_s']:.3g} s ({s['layouts_per_s']:,.0f} "
-            f"layouts/s, {escape(s['evaluated_by'])}, {s['ray_nodes']} Ray node(s)); {s['feasible']:,} fit in HBM; "
-            f"ranked by <b>{escape(s['objective'])}</b>.</p>")
+            f"layouts/s, {escape(s['evaluated_by'])}); {s['feasible']:,} fit in HBM; ranked by "
+            f"<b>{escape(s['objective'])}</b>.</p>")
     if not result.top:
         c = s.get("closest")
         head += ('<div class="infeasible"><b>No layout fits.</b> ' + (
@@ -135,13 +135,13 @@ def render_plan_html(result: PlanResult) -> str:
     if misses.empty:
         miss_html = "<p>none: every layout fits</p>"
     else:
-        bars = stacked_bars([(f"{r.layout}", {k: getattr(r, k) for k in MEMORY_COLORS})
-                             for r in misses.itertuples(index=False)], MEMORY_COLORS, "GiB",
+        bars = stacked_bars([(f"near miss {i}", {k: getattr(r, k) for k in MEMORY_COLORS})
+                             for i, r in enumerate(misses.itertuples(index=False), 1)], MEMORY_COLORS, "GiB",
                             float(misses["hbm_capacity_gib"].max()),
                             f"HBM per rank: {float(misses['hbm_capacity_gib'].max()):.4g} GiB")
-        miss_html = bars + _table([[r.layout, r.hbm_peak_gib, r.hbm_capacity_gib, r.reason]
-                                   for r in misses.itertuples(index=False)],
-                                  ["layout", "needs (GiB per rank)", "has (GiB per rank)", "why"])
+        miss_html = bars + _table([[i, r.layout, r.hbm_peak_gib, r.hbm_capacity_gib, r.reason]
+                                   for i, r in enumerate(misses.itertuples(index=False), 1)],
+                                  ["near miss", "layout", "needs (GiB per rank)", "has (GiB per rank)", "why"])
     notes = "".join(f"<li>{escape(n)}</li>" for n in s.get("notes", []))
     body = f"""<h1>ultracluster plan: {name}</h1>{head}
 <h2>Tokens/s against cost</h2>{pareto_svg(result)}

@@ -1,0 +1,39 @@
+"""plan.html in a real headless Chromium, like report.html (test_report_browser.py): no script error, no network
+request, a drawn page: the Pareto chart's dots and front, the near-misses' HBM bars; and the page of a plan
+whose instance type has no price says there is no cost axis."""
+from __future__ import annotations
+
+from test_report_browser import colours, load
+
+from ultracluster import load_scenario
+from ultracluster.plan import SearchSpace, plan
+from ultracluster.plan.html import DOT_COLOR, FRONT_COLOR, TOP_COLOR
+from ultracluster.report.html import MEMORY_COLORS
+
+SEVEN_B = {"name": "plan-7b-html", "model": {"preset": "llama2-7b"},
+           "training": {"seq_len": 4096, "global_batch": 64, "steps": 1, "warmup_steps": 0},
+           "parallelism": {"tp": 8}, "cluster": {"instance": "trn1.32xlarge", "instances": 2}}
+SMALL = SearchSpace(micro_batches=(1, 2), virtual_stages=(2,))
+
+
+def test_plan_html_renders_in_chromium(chromium, tmp_path):
+    result = plan(load_scenario(SEVEN_B), SMALL, top=3, out=tmp_path / "plan", replay=False)
+    assert result.summary["feasible"] and result.summary["feasible"] < result.summary["layouts_evaluated"]
+    png, errors, requests = load(chromium, tmp_path / "plan" / "plan.html")
+    assert errors == [] and requests == []
+    seen = colours(png)
+    assert len(seen) > 20 and seen.get("ffffff", 0) < 0.98 * 1600 * 1200
+    assert seen.get(DOT_COLOR[1:], 0) > 50 and seen.get(FRONT_COLOR[1:], 0) > 50   # the Pareto chart
+    assert seen.get(TOP_COLOR[1:], 0) > 20                                          # the top layouts marked
+    assert seen.get(MEMORY_COLORS["weights_gib"][1:], 0) > 200                      # near-miss HBM bars
+
+
+def test_plan_without_prices_says_so(chromium, tmp_path):
+    scenario = load_scenario({**SEVEN_B, "name": "plan-7b-trn2", "cluster": {"instance": "trn2.48xlarge",
+                                                                             "instances": 1}})
+    result = plan(scenario, SMALL, top=1, out=tmp_path / "plan", replay=False)
+    page = (tmp_path / "plan" / "plan.html").read_text()
+    assert "No cost axis: the catalog has no price for trn2.48xlarge" in page
+    assert result.summary["best_usd_per_million_tokens"] is None
+    png, errors, requests = load(chromium, tmp_path / "plan" / "plan.html")
+    assert errors == [] and requests == []
