@@ -54,6 +54,11 @@ class NetworkCalibration:
         neuronswitch_scale_trn3: the NeuronSwitch per-chip bandwidth as a multiple of the catalog's figure
             (2,048 GiB/s per chip, T4); the published figures span 704 GB/s to 2.56 TB/s (T1, T4), which
             the uncertain-factor range covers. 1 = the catalog's (or the scenario's) figure.
+        algorithm_envelope: 1: a size below one of Neuron's algorithm switches pays the price of the
+            algorithm above it when that is cheaper (the runtime picks by measured sweet spots, H11, so the
+            model's cheaper algorithm is the one to take); 0: the chosen algorithm's price, floored at the price
+            just below the previous switch (what the dated Trn2 nccom-test rows show: their runtime kept RDH at
+            32 MiB although a 56 MiB KangaRing was faster). Either keeps time monotone in size.
     """
 
     neuronlink_efficiency_trn1: float = 0.75
@@ -67,6 +72,7 @@ class NetworkCalibration:
     neuronlink_efficiency_trn3: float = 0.75
     launch_s_trn3: float = 7e-6
     neuronswitch_scale_trn3: float = 1.0
+    algorithm_envelope: float = 1.0
 
     def neuronlink_efficiency(self, generation: str) -> float:
         """The NeuronLink efficiency of a chip generation ("trainium", "trainium2" or "trainium3")."""

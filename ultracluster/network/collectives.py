@@ -552,14 +552,17 @@ def _check(op: str, group: Group, fab: Fabric) -> None:
                          f"{fab.ranks_per_instance} ranks")
 
 
-def _breakpoints(fab: Fabric, op: str, nbytes: float, group: Group) -> list[float]:
-    """Buffer sizes below `nbytes` just under a size threshold of Neuron's choice (any stage's)."""
+def _breakpoints(fab: Fabric, op: str, nbytes: float, group: Group, above: bool) -> list[float]:
+    """Buffer sizes just over (above) or just under (below) `nbytes`'s neighbouring size thresholds of
+    Neuron's algorithm choice (any stage's)."""
     _, lv = members_and_levels(fab, group)
     out = []
     for st in stages(fab, op, nbytes, group, lv):
         for limit in (MESH_MAX_BYTES, RDH_MAX_BYTES):
             edge = limit / st.fraction
-            if edge <= nbytes:
+            if above and edge > nbytes:
+                out.append(float(np.nextafter(edge, np.inf)))
+            elif not above and edge <= nbytes:
                 out.append(float(np.nextafter(edge, 0.0)))
     return sorted(set(out))
 
@@ -577,9 +580,12 @@ def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
                     calibration: NetworkCalibration | None = None) -> tuple[float, float, Profile]:
     """(bandwidth seconds, other seconds, profile) of one collective; their sum is `collective_time`.
 
-    Neuron switches algorithms at fixed sizes (1 MiB, 56 MiB). Where the model prices the algorithm
-    above a switch lower than the one below it, the time stays at the price just below the switch (a
-    larger message never finishes sooner than a smaller one); that difference counts as "other" time.
+    Neuron switches algorithms at fixed sizes (1 MiB, 56 MiB), its measured sweet spots (H11). With
+    `calibration.algorithm_envelope` (the default), where the model prices the algorithm just above a later
+    switch lower than the one chosen for this size, that cheaper choice is taken: this size pays the price
+    (and the link loads) of the algorithm above the switch. Without it, the chosen algorithm's price is
+    floored at the price just below the previous switch, the extra counting as "other" time. Either way a
+    larger message never finishes sooner than a smaller one.
 
     Raises:
         ValueError: an unknown op, or a group that does not fit the cluster.
@@ -593,13 +599,18 @@ def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
     _check(op, group, fab)
     if group.ranks <= 1 or nbytes <= 0:
         return 0.0, 0.0, Profile((), "none", group.ranks, fab.generation)
-    sizes = _breakpoints(fab, op, float(nbytes), group) + [float(nbytes)]
+    if cal.algorithm_envelope:
+        sizes = [float(nbytes)] + _breakpoints(fab, op, float(nbytes), group, above=True)
+        profs = [profile(fab, op, n, group) for n in sizes]
+        busy, other = table_times(step_table(profs), np.array(sizes), cal)
+        best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper
+        return float(busy[best]), float(other[best]), profs[best]
+    sizes = _breakpoints(fab, op, float(nbytes), group, above=False) + [float(nbytes)]
     profs = [profile(fab, op, n, group) for n in sizes]
     busy, other = table_times(step_table(profs), np.array(sizes), cal)
     total = busy + other
     floor = float(total[:-1].max()) if len(sizes) > 1 else 0.0
-    extra = max(0.0, floor - float(total[-1]))
-    return float(busy[-1]), float(other[-1]) + extra, profs[-1]
+    return float(busy[-1]), float(other[-1]) + max(0.0, floor - float(total[-1])), profs[-1]
 
 
 def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,
