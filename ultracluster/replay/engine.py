@@ -475,6 +475,9 @@ def _slices(ex: Execution, d: int, comm: CommPlan, rs_end: np.ndarray, reduce_st
             out.append(Slice(stage=s, stream="dp", name="gradient reduction (bucketed, overlaps backward)",
                              start_s=t1 - float(reduce_s[s]), end_s=t1, step=step, shard=shard_of[s]))
         t0 = clock + float(reduce_start[s])
+        if comm.norm_s > 0:
+            out.append(Slice(stage=s, stream="dp", name="gradient-norm all-reduce", start_s=t0 - comm.norm_s,
+                             end_s=t0, step=step, shard=shard_of[s]))
         out.append(Slice(stage=s, stream="optimizer", name="optimizer", start_s=t0, end_s=t0 + float(opt[s]),
                          step=step, shard=shard_of[s]))
         if comm.dp_after_s[s] > 0:
