@@ -116,8 +116,8 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
         more, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources,
                                                  search.chunks(pd.concat(pieces[1:]), 2 * cpus))
         results += more
-    else:
-        results += [search.evaluate_chunk(base, calibration, sources, p, pr) for p in pieces[1:]]
+    elif len(pieces) > 1:          # here: the rest in one piece (fewer, larger batches; the same numbers)
+        results.append(search.evaluate_chunk(base, calibration, sources, pd.concat(pieces[1:]), pr))
     return search.Evaluated(table, sources, mismatches, time.perf_counter() - t0, nodes, results)
 
 

@@ -21,10 +21,10 @@ the part.
 The step is then composed as `replay.engine.replay_steps` composes it, calling its pure pieces (`cp_exposed`,
 `fsdp_exposed`), with the pipeline run for every layout and measured step at once (`schedules.pipeline_times`)
 and the gradient-bucket queue in closed form (`bucket_queue_end`). One difference: the engine runs every
-data-parallel replica's pipeline with its own jitter and stragglers and takes the slowest; the fast path runs
-one pipeline whose stages each take the slowest replica's speed, and stages that compute the same the slowest of
-their speeds (`tied_speeds`): exact without jitter and stragglers, within a few tenths of a percent with the
-default 1 % jitter (docs/plan.md). Two more: the last microbatch's gradient
+data-parallel replica's pipeline with its own jitter and stragglers, step by step, and takes the slowest; the fast
+path runs one pipeline whose stages each take their slowest replica's speed, averaged over the measured steps:
+exact without jitter and stragglers, within 0.2 % with the default 1 % jitter over the Llama-3.1-70B sweep
+(docs/plan.md). Two more: the last microbatch's gradient
 sends are priced alone, where the replay prices them sharing links with the first gradient buckets
 (`concurrent_time`: a thousand times the cost of the rest of a layout, for at most 0.13 % of a step over the
 Llama-3.1-70B sweep; `Pricer(shared_last_sends=True)` prices them as the replay does); and storage stalls
@@ -53,7 +53,7 @@ from ..replay.schedule import stage_programs
 from ..scenario import Scenario
 from functools import lru_cache
 
-from .schedules import _raw, _run_lengths, pipeline_times
+from .schedules import _run_lengths, pipeline_times, program_arrays
 
 # the layout columns of a plan table, in plan.csv order
 LAYOUT_COLUMNS = ("instance", "instances", "lnc", "tp", "pp", "cp", "ep", "dp", "micro_batch", "recompute",
@@ -299,7 +299,10 @@ def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
     saved = np.array([[opslib.saved_bytes(pk[1], where, pk[0], pk[3]) for where in ("layer", "embedding", "head")]
                       + [opslib.saved_bytes(pk[1], "layer", pk[0], "none") if pk[3] == "full" else 0.0]
                       for pk in per_key]).reshape(K, 4)
-    return Shapes(index=index, layer_fwd=_sum0(lf), layer_bwd=_sum0(lb) + again, emb_fwd=_sum0(ef),
+    over = getattr(cal, "layer_overhead_s", 0.0)           # per layer: forward once, backward 2 + recomputed passes
+    passes_again = (mode[0] == "full").astype(float)
+    return Shapes(index=index, layer_fwd=_sum0(lf) + over, layer_bwd=_sum0(lb) + again + over * (2.0 + passes_again),
+                  emb_fwd=_sum0(ef),
                   emb_bwd=_sum0(eb), head_fwd=_sum0(hf), head_bwd=_sum0(hb), attn_fwd=_sum0(lf[attn]),
                   attn_bwd=_sum0(lb[attn]), hide=hide, saved_layer=saved[:, 0], saved_emb=saved[:, 1],
                   saved_head=saved[:, 2], working=saved[:, 3], variables=V, rates=R), srow
@@ -349,14 +352,14 @@ def _counts(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
 
 @lru_cache(maxsize=256)
 def _held(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
-    raw = _raw(schedule, p, m, v)
+    stage, kind, mb, chunk, start = program_arrays(schedule, p, m, v)
     out = []
     for s in range(p):
-        mine = raw.stage == s
-        delta = np.zeros((int(mine.sum()), v), dtype=np.int64)
-        delta[np.arange(delta.shape[0]), raw.chunk[mine] // p] = np.where(raw.kind[mine] == 0, 1, -1)
+        lo, hi = start[s], start[s + 1]
+        delta = np.zeros((hi - lo, v), dtype=np.int64)
+        delta[np.arange(hi - lo), chunk[lo:hi] // p] = np.where(kind[lo:hi] == 0, 1, -1)
         held = np.vstack([np.zeros((1, v), dtype=np.int64), np.cumsum(delta, axis=0)])
-        key = (held * (raw.kmax + 2) ** np.arange(v)).sum(axis=1)
+        key = (held * (int(mb.max(initial=0)) + 2) ** np.arange(v)).sum(axis=1)
         _, first = np.unique(key, return_index=True)
         out.append(held[np.sort(first)].astype(float))
     return out
@@ -423,10 +426,14 @@ def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     cal = pr.cluster(sub["instance"].iloc[0], sub["instances"].iloc[0], sub["lnc"].iloc[0]).cluster.calibration
     fwd = g.layers[None, :] * sh.layer_fwd[k, None]
     bwd = g.layers[None, :] * sh.layer_bwd[k, None]
-    fwd[:, 0] += sh.emb_fwd[k]
-    bwd[:, 0] += sh.emb_bwd[k]
-    fwd[:, -1] += sh.head_fwd[k]
-    bwd[:, -1] += sh.head_bwd[k]
+    if getattr(cal, "stage_ends", True):             # the embedding on the first chunk, the LM head on the last
+        fwd[:, 0] += sh.emb_fwd[k]
+        bwd[:, 0] += sh.emb_bwd[k]
+        fwd[:, -1] += sh.head_fwd[k]
+        bwd[:, -1] += sh.head_bwd[k]
+    else:                                            # the same work spread evenly over the chunks
+        fwd += ((sh.emb_fwd[k] + sh.head_fwd[k]) / g.layers.size)[:, None]
+        bwd += ((sh.emb_bwd[k] + sh.head_bwd[k]) / g.layers.size)[:, None]
     fwd += cal.microbatch_launch_s
     bwd += cal.microbatch_launch_s
     dp, ep, zero = sub["dp"].to_numpy(), sub["ep"].to_numpy(), sub["zero"].to_numpy()
@@ -563,19 +570,6 @@ def speeds(pr: Pricer, r, steps: list[int], sigma: float) -> np.ndarray:
     return out
 
 
-def tied_speeds(G: np.ndarray, ct: chip.ChunkTimes, pp: int) -> np.ndarray:
-    """Stages that compute exactly the same take the slowest speed among them (a pipeline runs at the pace
-    of its slowest such stage; keeping them tied lets the pipeline settle into its repeating block)."""
-    sig = [tuple(ct.forward_s[s::pp]) + tuple(ct.backward_s[s::pp]) for s in range(pp)]
-    if len(set(sig)) == pp:
-        return G
-    out = G.copy()
-    for key in set(sig):
-        same = [s for s in range(pp) if sig[s] == key]
-        out[:, same] = G[:, same].max(axis=1, keepdims=True)
-    return out
-
-
 def bucket_queue_end(t0: np.ndarray, t1: np.ndarray, n: np.ndarray, d: np.ndarray) -> np.ndarray:
     """When a stage's gradient-bucket queue ends (`replay.engine.gradient_reduction`), in closed form.
 
@@ -662,7 +656,8 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
             cm = batched_comm(pr, r, sh, int(srow[i]), g, int(j)) if pr.sources["comm"] == "batched" \
                 else pr.real_comm(r)
             cal = pr.cluster(r.instance, r.instances, r.lnc).cluster.calibration
-            G = tied_speeds(speeds(pr, r, measured, chip.jitter_sigma(sc, cal)), ct, g.pp)   # [steps, pp]
+            # [1, pp]: each stage at its slowest replica's speed, averaged over the measured steps
+            G = speeds(pr, r, measured, chip.jitter_sigma(sc, cal)).mean(axis=0, keepdims=True)
             Gc = np.tile(G, (1, g.v))                                                # chunk c: stage c % pp
             fc, bc = ct.forward_s[None, :] * Gc, ct.backward_s[None, :] * Gc
             prof = engine.ComputeProfile(fwd=fc, bwd=bc, opt=ct.optimizer_s, attn_fwd=ct.attention_fwd_s,

@@ -70,6 +70,11 @@ class Compiled:
     levels: tuple[np.ndarray, ...]
     last_op: np.ndarray
     last_b: np.ndarray
+    order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # ops in level order
+    at: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))      # op -> column in that order
+    bounds: tuple = ()           # (first, end) column of each level in that order
+    level_pred: tuple = ()       # per level: the columns of its ops' predecessors
+    level_dep: tuple = ()        # per level: the columns of its ops' producers
     microbatches_per_block: int = 0
     reach: int = 0
     blocks: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
@@ -85,7 +90,6 @@ class _Raw:
         start: [p + 1] first op of each stage (stage s holds ops start[s]..start[s + 1] - 1).
         pred: the previous op on the stage (-1: first); dep: the producer (-1: none).
         delay: column of the delay table the op waits for its producer.
-        depth: 1 + the longest chain of ops before it (its level).
     """
 
     stage: np.ndarray
@@ -97,7 +101,6 @@ class _Raw:
     pred: np.ndarray
     dep: np.ndarray
     delay: np.ndarray
-    depth: np.ndarray
     kmax: int
 
     def key(self, kind: np.ndarray, mb: np.ndarray, chunk: np.ndarray, base: int | None = None) -> np.ndarray:
@@ -108,22 +111,30 @@ class _Raw:
 
 
 @lru_cache(maxsize=512)
-def _raw(schedule: str, p: int, m: int, v: int) -> _Raw:
+def program_arrays(schedule: str, p: int, m: int, v: int) -> tuple[np.ndarray, ...]:
+    """The engine's stage programs as arrays, ops numbered stage by stage in program order:
+    (stage, kind, microbatch, chunk, start), start[s] the first op of stage s."""
     programs = stage_programs(schedule, p, m, v)
-    n_chunks = p * v
     lens = np.array([len(pr) for pr in programs], dtype=np.int64)
     start = np.concatenate([[0], np.cumsum(lens)])
+    n = int(start[-1])
     flat = [op for pr in programs for op in pr]
-    kind = np.fromiter((0 if op[0] == "F" else 1 for op in flat), dtype=np.int64, count=len(flat))
-    mb = np.fromiter((op[1] for op in flat), dtype=np.int64, count=len(flat))
-    chunk = np.fromiter((op[2] for op in flat), dtype=np.int64, count=len(flat))
-    stage = np.repeat(np.arange(p), lens)
-    pos = np.arange(len(flat)) - start[stage]
+    kind = np.fromiter((op[0] == "B" for op in flat), dtype=np.int64, count=n)
+    mb = np.fromiter((op[1] for op in flat), dtype=np.int64, count=n)
+    chunk = np.fromiter((op[2] for op in flat), dtype=np.int64, count=n)
+    return np.repeat(np.arange(p), lens), kind, mb, chunk, start
+
+
+@lru_cache(maxsize=512)
+def _raw(schedule: str, p: int, m: int, v: int) -> _Raw:
+    n_chunks = p * v
+    stage, kind, mb, chunk, start = program_arrays(schedule, p, m, v)
+    pos = np.arange(kind.size) - start[stage]
     kmax = int(mb.max()) if mb.size else 0
-    raw = _Raw(stage, pos, kind, mb, chunk, start, np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), kmax)
+    raw = _Raw(stage, pos, kind, mb, chunk, start, np.zeros(0), np.zeros(0), np.zeros(0), kmax)
     lookup = np.full(2 * (kmax + 1) * n_chunks, -1, dtype=np.int64)
-    lookup[raw.key(kind, mb, chunk)] = np.arange(len(flat))
-    pred = np.where(pos > 0, np.arange(len(flat)) - 1, -1)
+    lookup[raw.key(kind, mb, chunk)] = np.arange(kind.size)
+    pred = np.where(pos > 0, np.arange(kind.size) - 1, -1)
     fwd = kind == F
     dep_kind = np.where(fwd, F, np.where(chunk < n_chunks - 1, B, F))
     dep_chunk = np.where(fwd, chunk - 1, np.where(chunk < n_chunks - 1, chunk + 1, chunk))
@@ -135,8 +146,7 @@ def _raw(schedule: str, p: int, m: int, v: int) -> _Raw:
     # last microbatch's send_bwd_last[c + 1]
     delay = np.where(fwd, np.where(chunk > 0, chunk, 0),
                      np.where(chunk < n_chunks - 1, np.where(mb == m - 1, 1 + 2 * n_chunks, 1 + n_chunks) + chunk + 1, 0))
-    depth = _depths(pred, dep, start)
-    return dataclasses.replace(raw, pred=pred, dep=dep, delay=delay, depth=depth)
+    return dataclasses.replace(raw, pred=pred, dep=dep, delay=delay)
 
 
 def _depths(pred: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -172,14 +182,21 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     """The engine's stage programs of (schedule, p, m, v) as a Compiled (cached)."""
     raw = _raw(schedule, p, m, v)
     ops = raw.kind.size
-    order = np.argsort(raw.depth, kind="stable")
-    cuts = np.flatnonzero(np.diff(raw.depth[order])) + 1
+    depth = _depths(raw.pred, raw.dep, raw.start)
+    order = np.argsort(depth, kind="stable")
+    cuts = np.flatnonzero(np.diff(depth[order])) + 1
     lookup = {int(c): i for i, c in zip(np.flatnonzero((raw.kind == B) & (raw.mb == m - 1)),
                                         raw.chunk[(raw.kind == B) & (raw.mb == m - 1)])}
     last_op = raw.start[1:] - 1
+    pred, dep = np.where(raw.pred < 0, ops, raw.pred), np.where(raw.dep < 0, ops, raw.dep)
+    at = np.empty(ops + 1, dtype=np.int64)                  # op -> its column in level order (sentinel last)
+    at[order], at[ops] = np.arange(ops), ops
+    bounds = np.concatenate([[0], cuts, [ops]])
     comp = Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, kind=raw.kind, chunk=raw.chunk,
-                    pred=np.where(raw.pred < 0, ops, raw.pred), dep=np.where(raw.dep < 0, ops, raw.dep),
-                    delay=raw.delay, levels=tuple(np.split(order, cuts)), last_op=last_op,
+                    pred=pred, dep=dep, delay=raw.delay, levels=tuple(np.split(order, cuts)), last_op=last_op,
+                    order=order, at=at, bounds=tuple(zip(bounds[:-1].tolist(), bounds[1:].tolist())),
+                    level_pred=tuple(at[pred[order[a:b]]] for a, b in zip(bounds[:-1], bounds[1:])),
+                    level_dep=tuple(at[dep[order[a:b]]] for a, b in zip(bounds[:-1], bounds[1:])),
                     last_b=np.array([lookup[c] for c in range(p * v)]))
     blocks = _blocks(schedule, p, m, v)
     if blocks is None:
@@ -275,13 +292,15 @@ def evaluate(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarra
         [rows, ops + 1] end times (the last column is the sentinel, 0).
     """
     rows = fwd.shape[0]
-    dur = np.where(comp.kind == F, fwd[:, comp.chunk], bwd[:, comp.chunk])
-    wait = delays[:, comp.delay]
+    o = comp.order                                        # columns in level order: a level is a slice
+    dur = np.where(comp.kind[o] == F, fwd[:, comp.chunk[o]], bwd[:, comp.chunk[o]])
+    wait = delays[:, comp.delay[o]]
     end = np.zeros((rows, comp.ops + 1))
-    for lv in comp.levels:
-        t = np.maximum(end[:, comp.pred[lv]], end[:, comp.dep[lv]] + wait[:, lv])
-        end[:, lv] = t + dur[:, lv]
-    return end
+    for (a, b), pred, dep in zip(comp.bounds, comp.level_pred, comp.level_dep):
+        here = end[:, a:b]
+        np.maximum(end[:, pred], end[:, dep] + wait[:, a:b], out=here)
+        here += dur[:, a:b]
+    return end[:, comp.at]
 
 
 @dataclass(frozen=True)
