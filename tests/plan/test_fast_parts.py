@@ -35,7 +35,8 @@ def test_in_flight_vectors_give_the_executed_schedules_peak(dense):
 
     rng = np.random.default_rng(3)
     for schedule, p, m, v in (("1f1b", 4, 64, 1), ("interleaved", 4, 64, 2), ("interleaved", 3, 30, 3),
-                              ("gpipe", 3, 7, 1)):
+                              ("gpipe", 3, 7, 1), ("gpipe", 8, 300, 1), ("1f1b", 64, 1024, 1), ("1f1b", 8, 5, 1),
+                              ("interleaved", 8, 256, 4)):
         act = rng.uniform(1.0, 5.0, p * v)
         counts = fast._counts(schedule, p, m, v)
         for s, prog in enumerate(stage_programs(schedule, p, m, v)):

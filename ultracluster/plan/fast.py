@@ -61,6 +61,8 @@ LAYOUT_COLUMNS = ("instance", "instances", "lnc", "tp", "pp", "cp", "ep", "dp", 
 MEMORY_COLUMNS = ("hbm_peak_gib", "hbm_capacity_gib", "worst_stage", "weights_gib", "gradients_gib", "optimizer_gib",
                   "activations_gib", "reserve_gib")
 PARTS = ("memory", "chunks", "comm")
+SCHEDULES_BY_CODE = ("gpipe", "1f1b", "interleaved")
+SCHEDULE_CODE = {name: i for i, name in enumerate(SCHEDULES_BY_CODE)}
 CHECK_RTOL = 1e-9
 
 
@@ -334,20 +336,39 @@ def groups(pr: Pricer, table: pd.DataFrame) -> list[Group]:
     return out
 
 
+def cluster_columns(pr: Pricer, table: pd.DataFrame, names: tuple[str, ...]) -> list[np.ndarray]:
+    """Per row, figures of its cluster (one lookup per distinct instance type, count and lnc): capacity_gib,
+    reserve_gib, price_per_hour_usd, peak_flop_per_s."""
+    keys = list(zip(table["instance"], table["instances"].tolist(), table["lnc"].tolist()))
+    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    which = np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
+    infos = [pr.cluster(*k) for k in index]
+    get = {"capacity_gib": lambda c: c.capacity_gib,
+           "reserve_gib": lambda c: c.cluster.calibration.runtime_reserve_gib,
+           "price_per_hour_usd": lambda c: c.price_per_hour_usd, "peak_flop_per_s": lambda c: c.peak_flop_per_s}
+    return [np.array([get[n](c) for c in infos], dtype=float)[which] for n in names]
+
+
 def _counts(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
     """Per stage, the distinct vectors of microbatches in flight per local chunk along the executed program
     (what `memory.in_flight_peak` walks), so a stage's peak is a max of dot products. A long 1F1B or
     interleaved program holds the same vectors as a short one once its steady state repeats (checked: the
-    short program and one a block longer hold the same), so those are read off the short one."""
-    for m_run in _run_lengths(schedule, p, m, v):
-        here = _held(schedule, p, m_run, v)
-        if m_run == m:
-            return here
-        P = p if schedule == "interleaved" else 1
-        longer = _held(schedule, p, m_run + P, v)
+    short program and one a block longer hold the same), so those are read off the short one; with one chunk
+    per stage a peak that grows by the same step over three lengths (GPipe holds every microbatch) is
+    extrapolated; otherwise the full program is walked."""
+    P = p if schedule == "interleaved" else 1
+    lengths = [x for x in _run_lengths("1f1b" if schedule == "gpipe" else schedule, p, m, v) if x + 2 * P < m]
+    for m_run in lengths:
+        here, longer = _held(schedule, p, m_run, v), _held(schedule, p, m_run + P, v)
         if all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(here, longer)):
             return here
-    raise AssertionError("the last run length is m")
+        if v == 1:    # one chunk per stage: the peak count, if it grows by the same step over three lengths
+            peaks = [np.array([u.max() for u in held]) for held in (here, longer, _held(schedule, p, m_run + 2 * P, v))]
+            step = peaks[1] - peaks[0]
+            if np.array_equal(peaks[2] - peaks[1], step):
+                top = peaks[0] + step * ((m - m_run) // P)
+                return [np.array([[0.0], [t]]) for t in top]      # act >= 0: the peak is count x act
+    return _held(schedule, p, m, v)
 
 
 @lru_cache(maxsize=256)
@@ -380,11 +401,11 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     n = len(table)
     out = {k: np.zeros(n) for k in MEMORY_COLUMNS}
     sched, m_all = table["pp_schedule"].to_numpy(), table["microbatches"].to_numpy()
-    zero_all = table["zero"].to_numpy()
+    zero_all, dp_all, ep_all = table["zero"].to_numpy(), table["dp"].to_numpy(), table["ep"].to_numpy()
+    cap_all, reserve_all = cluster_columns(pr, table, ("capacity_gib", "reserve_gib"))
     for g in grps:
-        sub = table.iloc[g.rows]
         k = srow[g.rows]
-        dp, ep, zero = sub["dp"].to_numpy(), sub["ep"].to_numpy(), zero_all[g.rows]
+        dp, ep, zero = dp_all[g.rows], ep_all[g.rows], zero_all[g.rows]
         params = g.dense + g.expert
         held = g.dense / dp[:, None] + g.expert / (dp // ep)[:, None]        # opslib.dp_share
         opt_params = np.where((zero >= 1)[:, None], held, params)
@@ -397,15 +418,17 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
         P = np.where((zero >= 3)[:, None], sharded, P)
         W, G, O = P * w_base / GIB, P * g_bytes / GIB, _stage_sum(opt_params, g.pp) * o_bytes / GIB
         A = np.zeros((len(g.rows), g.pp))
-        for (sc, m), idx in pd.DataFrame({"s": sched[g.rows], "m": m_all[g.rows]}).groupby(["s", "m"]).indices.items():
+        code = np.array([SCHEDULE_CODE[x] for x in sched[g.rows]]) * (1 << 32) + m_all[g.rows]
+        keys, which = np.unique(code, return_inverse=True)
+        for key_i, key in enumerate(keys.tolist()):
+            idx = np.flatnonzero(which == key_i)
+            sc, m = SCHEDULES_BY_CODE[key >> 32], key & ((1 << 32) - 1)
             counts = pr.memo(("counts", sc, g.pp, int(m), g.v), lambda: _counts(sc, g.pp, int(m), g.v))
             for s, U in enumerate(counts):                # max over held vectors of sum_j U_j act_j, summed
                 local = act[idx][:, s::g.pp]                 # in a fixed order (no BLAS: the same bits in any
                 A[idx, s] = np.cumsum(U[None, :, :] * local[:, None, :], axis=2)[:, :, -1].max(axis=1)   # chunk)
         A = (A + sh.working[k, None]) / GIB
-        infos = [pr.cluster(i, c, l) for i, c, l in zip(sub["instance"], sub["instances"], sub["lnc"])]
-        cap = np.array([c.capacity_gib for c in infos])
-        reserve = np.array([c.cluster.calibration.runtime_reserve_gib for c in infos])
+        cap, reserve = cap_all[g.rows], reserve_all[g.rows]
         total = W + G + O + A + reserve[:, None]
         worst = np.argmax(total - cap[:, None], axis=1)
         pick = np.arange(len(g.rows))
@@ -579,15 +602,15 @@ def bucket_queue_end(t0: np.ndarray, t1: np.ndarray, n: np.ndarray, d: np.ndarra
     chunk is linear in i: only its first and last bucket count.
 
     Args:
-        t0, t1: [rows, segments] start and end of each chunk's last backward, in program order.
-        n: [rows, segments] buckets; d: [rows, segments] seconds per bucket.
+        t0, t1: [..., segments] start and end of each chunk's last backward, in program order.
+        n: [..., segments] buckets; d: [..., segments] seconds per bucket.
 
     Returns:
-        [rows] end of the queue.
+        [...] end of the queue.
     """
     work = n * d
-    later = np.cumsum(work[:, ::-1], axis=1)[:, ::-1] - work
-    return np.maximum(t0 + (t1 - t0) / n + work + later, t1 + d + later).max(axis=1)
+    later = np.cumsum(work[..., ::-1], axis=-1)[..., ::-1] - work
+    return np.maximum(t0 + (t1 - t0) / n + work + later, t1 + d + later).max(axis=-1)
 
 
 @dataclass
@@ -671,31 +694,32 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
                                                         opt=ct.optimizer_s[None, :] * G, overhead_s=cal.step_overhead_s))
     step_time = np.full(len(rows), np.nan)
     for (schedule, pp, v), items in pending.items():
-        reps = [it.fwd.shape[0] for it in items]
-        per_step = lambda name: np.repeat(np.array([getattr(it.comm, name) for it in items]), reps, axis=0)  # noqa: E731
+        n_rows, chunks = len(items), pp * v
+        stack = lambda name: np.array([getattr(it.comm, name) for it in items])     # noqa: E731
+        sf, sb = stack("send_fwd"), stack("send_bwd")
         last = np.array([it.comm.send_bwd_last if it.comm.send_bwd_last is not None else it.comm.send_bwd
                          for it in items])
-        pt = pipeline_times(schedule, pp, v, np.repeat([it.m for it in items], reps), np.concatenate([it.fwd for it in items]),
-                            np.concatenate([it.bwd for it in items]), per_step("send_fwd"), per_step("send_bwd"),
-                            np.repeat(last, reps, axis=0))
-        at = 0
-        for it, n in zip(items, reps):
-            end, b0, b1 = pt.stage_end[at:at + n], pt.last_b_start[at:at + n], pt.last_b_end[at:at + n]
-            at += n
-            cm = it.comm
-            rs_end = np.zeros((n, pp))
-            if cm.dp_buckets.size:
-                for s in range(pp):
-                    seg = np.arange(s, pp * v, pp)[::-1]                    # the last backwards, in program order
-                    nb = np.broadcast_to(cm.dp_buckets[seg].astype(float), (n, seg.size))
-                    d = np.broadcast_to(cm.dp_bucket_s[seg], (n, seg.size))
-                    rs_end[:, s] = bucket_queue_end(b0[:, seg], b1[:, seg], nb, d) if cm.dp_overlap \
-                        else end[:, s] + (nb * d).sum(axis=1)
-            done = np.maximum(end, rs_end) + cm.norm_s + it.opt + cm.dp_after_s[None, :]
-            step_time[it.i] = math.fsum(done.max(axis=1) + it.overhead_s) / n
-    infos = [pr.cluster(r.instance, r.instances, r.lnc) for r in rows]
-    price = np.array([c.price_per_hour_usd for c in infos]) * table["instances"].to_numpy()
-    peak = np.array([c.peak_flop_per_s for c in infos])
+        pt = pipeline_times(schedule, pp, v, np.array([it.m for it in items]), np.concatenate([it.fwd for it in items]),
+                            np.concatenate([it.bwd for it in items]), sf, sb, last)
+        end = pt.stage_end                                                           # [rows, pp]
+        # gradient buckets, every stage of every row at once: [rows, pp, v] segments in program order
+        # (a stage's last backwards run its chunks from the last down)
+        has = np.array([it.comm.dp_buckets.size > 0 for it in items])
+        nb = np.array([it.comm.dp_buckets if it.comm.dp_buckets.size else np.ones(chunks) for it in items], dtype=float)
+        d = np.array([it.comm.dp_bucket_s if it.comm.dp_buckets.size else np.zeros(chunks) for it in items])
+        seg = lambda a: a.reshape(n_rows, v, pp)[:, ::-1, :].transpose(0, 2, 1)     # noqa: E731
+        overlap = np.array([it.comm.dp_overlap for it in items])
+        queued = np.where(overlap[:, None], bucket_queue_end(seg(pt.last_b_start), seg(pt.last_b_end), seg(nb), seg(d)),
+                          end + (seg(nb) * seg(d)).sum(axis=2))
+        rs_end = np.where(has[:, None], queued, 0.0)
+        norm = np.array([it.comm.norm_s for it in items])
+        opt = np.concatenate([it.opt for it in items])
+        after = stack("dp_after_s")
+        done = np.maximum(end, rs_end) + norm[:, None] + opt + after
+        step = done.max(axis=1) + np.array([it.overhead_s for it in items])
+        step_time[[it.i for it in items]] = step
+    price, peak = cluster_columns(pr, table, ("price_per_hour_usd", "peak_flop_per_s"))
+    price = price * table["instances"].to_numpy()
     tokens = t.global_batch * t.seq_len
     out["step_time_s"] = step_time
     out["tokens_per_s"] = tokens / step_time

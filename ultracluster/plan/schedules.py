@@ -151,28 +151,31 @@ def _raw(schedule: str, p: int, m: int, v: int) -> _Raw:
 
 def _depths(pred: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
     """1 + the longest chain before each op, by the engine's sweep: each stage runs on until its next op
-    waits for a producer not yet placed (plain integer lists: this is the one per-op loop)."""
+    waits for a producer not yet placed (plain integer lists: this is the one per-op loop). An op's
+    predecessor is the op before it on its stage (ops are numbered stage by stage)."""
     n = pred.size
     depth = [0] * n
-    pr, dp = pred.tolist(), dep.tolist()
+    dp = dep.tolist()
     ptr, ends = start[:-1].tolist(), start[1:].tolist()
     remaining = n
     while remaining:
-        progressed = False
+        before = remaining
         for s in range(len(ptr)):
             i, end = ptr[s], ends[s]
+            a = depth[i - 1] if i > start[s] else 0
             while i < end:
                 d = dp[i]
-                if d >= 0 and depth[d] == 0:
-                    break
-                a = depth[pr[i]] if pr[i] >= 0 else 0
-                b = depth[d] if d >= 0 else 0
-                depth[i] = 1 + (a if a > b else b)
+                b = 0
+                if d >= 0:
+                    b = depth[d]
+                    if b == 0:
+                        break
+                a = 1 + (a if a > b else b)
+                depth[i] = a
                 i += 1
-                remaining -= 1
-                progressed = True
+            remaining -= i - ptr[s]
             ptr[s] = i
-        if not progressed:
+        if remaining == before:
             raise AssertionError("pipeline schedule deadlocked")   # a bug in stage_programs, not bad input
     return np.array(depth, dtype=np.int64)
 
@@ -237,9 +240,13 @@ def _blocks(schedule: str, p: int, m: int, v: int):
         ins = int(diff[0]) if diff.size else xa.size
         if q <= 0 or ins < q or not np.array_equal(xb[ins + q:], sa[ins:]) or not np.array_equal(xb[ins:ins + q], sa[ins - q:ins]):
             return None
-        n = 1
-        while ins - (n + 1) * q >= 0 and np.array_equal(xa[ins - n * q:ins - (n - 1) * q], sa[ins - (n + 1) * q:ins - n * q]):
-            n += 1
+        k = ins // q                                    # whole blocks before the insertion
+        if k < 2:
+            return None
+        cur = xa[ins - k * q:ins].reshape(k, q)          # block j = cur[k - 1 - j]
+        prev = sa[ins - k * q:ins].reshape(k, q)
+        same = (cur[1:] == prev[:-1]).all(axis=1)[::-1]  # block j repeats block j + 1, j = 0, 1, ...
+        n = 1 + (int(np.argmin(same)) if not same.all() else same.size)
         ins_of[s], q_of[s] = ins, q
         n_min = min(n_min, n)
         pos = np.arange(xa.size)
