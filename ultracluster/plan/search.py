@@ -86,8 +86,22 @@ def assemble(table: pd.DataFrame, results: list[pd.DataFrame], tokens: float | N
     out = pd.concat([table.reset_index(drop=True), res.reset_index(drop=True)], axis=1)
     if tokens is not None:
         out["time_to_train_days"] = tokens / out["tokens_per_s"] / 86400.0
-    out.insert(0, "layout", [label(r) for r in out.itertuples(index=False)])
+    out.insert(0, "layout", labels(out))
     return out
+
+
+def labels(t: pd.DataFrame) -> list[str]:
+    """`label` of every row, column by column."""
+    s = lambda c: t[c].astype(str)                      # noqa: E731
+    text = t["instances"].astype(str) + " x " + s("instance")
+    text += np.where(t["instance"].str.startswith("trn2"), " lnc" + s("lnc"), "")
+    text += " tp" + s("tp") + " pp" + s("pp") + " dp" + s("dp")
+    text += np.where(t["cp"] > 1, " cp" + s("cp"), "") + np.where(t["ep"] > 1, " ep" + s("ep"), "")
+    sched = t["pp_schedule"].map(SCHEDULE_SHORT) + np.where(t["pp_schedule"] == "interleaved", s("virtual_stages"), "")
+    text += np.where(t["pp"] > 1, " " + sched, "")
+    text += " mb" + s("micro_batch") + " " + t["recompute"].map(RECOMPUTE_SHORT) + " zero" + s("zero")
+    text += np.where((t["tp"] > 1) & ~t["sequence_parallel"].astype(bool), " no-sp", "")
+    return text.tolist()
 
 
 def label(r) -> str:
