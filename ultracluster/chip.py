@@ -203,10 +203,14 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
     eb, web = _kernels(ops, "embedding", "backward", v, rates)
     hf, whf = _kernels(ops, "head", "forward", v, rates)
     hb, whb = _kernels(ops, "head", "backward", v, rates)
-    fwd[0] += ef.sum()
-    bwd[0] += eb.sum()
-    fwd[-1] += hf.sum()
-    bwd[-1] += hb.sum()
+    if cal.stage_ends:   # NxD and NeMo: the embedding on the first chunk, norm, LM head and loss on the last
+        fwd[0] += ef.sum()
+        bwd[0] += eb.sum()
+        fwd[-1] += hf.sum()
+        bwd[-1] += hb.sum()
+    else:                # the switch's off position: the same work spread evenly over the chunks
+        fwd += (ef.sum() + hf.sum()) / n_chunks
+        bwd += (eb.sum() + hb.sum()) / n_chunks
     fwd += cal.microbatch_launch_s        # each microbatch's forward and backward graph is launched by the host
     bwd += cal.microbatch_launch_s
     flops = layers * (wf["tensor"].sum() + wb["tensor"].sum() + wf["tensor"][repeat].sum())

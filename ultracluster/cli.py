@@ -79,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
                                                                      "baseline")
     c.add_argument("--out", default="compare.html", help="comparison page to write (default compare.html)")
     c.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    sv = sub.add_parser("sensitivity", help="how the step time moves as each uncertain factor moves over its range "
+                                            "(tornado table; sensitivity.csv and sensitivity.html)")
+    sv.add_argument("scenario", help="scenario YAML")
+    sv.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a field")
+    sv.add_argument("--out", help="directory for sensitivity.csv and sensitivity.html (default runs/<name>-sensitivity)")
+    sv.add_argument("--quiet", action="store_true", help="print nothing but errors")
     k = sub.add_parser("check", help="check a run directory against the output contract (docs/design.md)")
     k.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `ultracluster run`")
     sub.add_parser("schema", help="print the JSON Schema of scenario files (for editors; scenario.schema.json)")
@@ -282,6 +288,36 @@ def _print_problems(err: ScenarioError) -> None:
     _print_list(err.problems)
 
 
+def _sensitivity(scenario, args) -> int:
+    """`ultracluster sensitivity`: price the scenario in this process, then each uncertain factor at both ends."""
+    import csv
+    import io
+
+    from .pipeline import predict
+    from .report.html import sensitivity_html
+    from .report.write import atomic_write_text
+    from .uncertainty import SENSITIVITY_COLUMNS, interval, sensitivity_rows, tornado_text
+
+    s = predict(scenario)
+    if not s["feasible"]:
+        print(f"infeasible: {s['reason']}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    iv = interval(scenario, s["step_time_s"])
+    rows = sensitivity_rows(iv)
+    out = Path(args.out or Path("runs") / f"{scenario.name}-sensitivity")
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=SENSITIVITY_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(out / "sensitivity.csv", buf.getvalue())
+    atomic_write_text(out / "sensitivity.html", sensitivity_html(scenario.name, iv.point_s, iv.low_s, iv.high_s, rows))
+    if not args.quiet:
+        print(tornado_text(iv, rows))
+        print(f"wrote {out / 'sensitivity.csv'}, {out / 'sensitivity.html'}")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("report", "compare"):
@@ -309,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "plan":
             return _plan(scenario, args)
+        if args.command == "sensitivity":
+            return _sensitivity(scenario, args)
         return _run(scenario, args)
     except ScenarioError as err:
         if err.problems and all(p.path.startswith("--") for p in err.problems):   # bad flags of `plan`

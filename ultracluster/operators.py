@@ -26,7 +26,8 @@ ENGINES = ("tensor", "vector", "scalar", "gpsimd", "bytes")
 MATMUL_DIMS = ("m", "k", "n")
 VARIABLES = frozenset({"T", "Ts", "S", "h", "d", "hq", "hkv", "f", "up", "V", "e", "w", "g", "causal", "P", "drop",
                        "E", "Er", "topk", "imb"})
-SWITCHES = ("fusion", "engine_clock_rates", "flash_attention", "attention_serial", "tp_overlap", "dp_overlap", "step_costs")
+SWITCHES = ("fusion", "engine_clock_rates", "flash_attention", "attention_serial", "stage_ends", "tp_overlap", "dp_overlap",
+            "step_costs")
 WHERE = ("layer", "embedding", "head", "optimizer")
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: _op.add, ast.Sub: _op.sub, ast.Mult: _op.mul, ast.Div: _op.truediv, ast.Pow: _op.pow,

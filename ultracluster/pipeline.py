@@ -70,20 +70,36 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
                             progress, cpus)
     report = build_report(result)
     report.summary.update(summary_keys(scenario))   # storage: checkpoint size, write and restore times
+    report.summary.update(interval_keys(scenario, report.summary, calibration))
     if out is not None:
         write_run_dir(report, out.path)
     return report
 
 
-def predict(scenario: Scenario | str | Path, calibration: Calibration | None = None) -> dict:
+def interval_keys(scenario: Scenario, summary: dict, calibration: Calibration | None = None) -> dict:
+    """The 80 % interval of a summary's step time and tokens/s (`ultracluster.uncertainty`); NaN when the run
+    is infeasible."""
+    from .uncertainty import interval, nan_keys
+
+    step = summary.get("step_time_s")
+    if not summary.get("feasible") or not isinstance(step, float) or not step > 0:
+        return nan_keys()
+    return interval(scenario, step, calibration).summary_keys(summary["tokens_per_step"])
+
+
+def predict(scenario: Scenario | str | Path, calibration: Calibration | None = None,
+            intervals: bool = False) -> dict:
     """The summary of a scenario computed in this process, without Ray, files or pandas (for sweeps and
-    calibration fits). Same numbers as `run`."""
+    calibration fits). Same numbers as `run`; with `intervals`, also its 80 % interval keys."""
     from .actors.local import local_shards
     from .report.summary import summarize
 
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    return {**summarize(replay(scenario, local_shards, None, calibration)), **summary_keys(scenario)}
+    out = {**summarize(replay(scenario, local_shards, None, calibration)), **summary_keys(scenario)}
+    if intervals:
+        out.update(interval_keys(scenario, out, calibration))
+    return out
 
 
 def replay(scenario: Scenario | str | Path, shards_factory: Callable, on_step: Callable | None = None,

@@ -65,7 +65,7 @@ def test_mx_weight_copies_are_counted_in_hbm():
 def test_mx_speeds_compute_up_by_at_most_the_tensor_ratio():
     bf16, mx = predict(scenario(precision="bf16")), predict(scenario())
     speedup = bf16["compute_s"] / mx["compute_s"]
-    assert 1.5 < speedup <= 2517 / 671                               # the matmuls alone would give 3.75
+    assert 1.2 < speedup <= 2517 / 671     # the matmuls alone would give 3.75; the per-layer residual does not shrink
     assert mx["mfu"] < bf16["mfu"]                                   # MFU divides by the MX peak
 
 

@@ -169,6 +169,9 @@ class Calibration:
         attention_serial: inside the attention kernel each tile's engines wait for each other (QK^T on
             TensorE, then the row max on VectorE, exp on ScalarE, the transpose and PV on TensorE), so the
             kernel takes the sum of its engines' times, not their maximum (library `serial: true`).
+        stage_ends: the first pipeline stage carries the embedding and the last the final norm, the LM head
+            and the loss, on top of their equal share of layers (as NxD and NeMo place them); off, that work
+            is spread evenly over the stages.
         tp_overlap: tensor-parallel collectives of the backward pass run on the collective cores alongside
             the weight- and input-gradient matmuls they do not depend on; forward ones stay exposed.
         dp_overlap: the data-parallel gradient reduction overlaps the last backward in buckets (as PyTorch
@@ -204,7 +207,8 @@ class Calibration:
     fusion: bool = True
     engine_clock_rates: bool = True
     flash_attention: bool = True
-    attention_serial: bool = True
+    attention_serial: bool = False
+    stage_ends: bool = True
     tp_overlap: bool = True
     dp_overlap: bool = False
     step_costs: bool = True

@@ -133,7 +133,7 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
     # backward, which does not wait for them (Megatron-LM overlaps them the same way; H18: the CC cores run
     # collectives in parallel to compute): only what outlasts the matmul is exposed. Forward collectives feed
     # the next matmul and stay exposed.
-    if cluster.calibration.tp_overlap and layout.tp > 1:
+    if cluster.calibration.tp_overlap and par.tp_comm_overlap and layout.tp > 1:
         hide = chip.tp_hide_seconds(scenario, cluster)
         hide = np.concatenate([hide, np.zeros(max(0, 2 - hide.size))])[:2]
         bwd_exposed = 2 * block_exposed + float(np.maximum(block_hideable - hide, 0.0).sum())

@@ -88,6 +88,19 @@ def _check_feasible_summary(s: dict, problems: list[Problem]) -> None:
     mfu = s.get("mfu")
     if _is_number(mfu) and not 0 < mfu <= 1:
         problems.append(Problem("summary.json: mfu", mfu, "a fraction of peak in (0, 1]"))
+    hfu = s.get("hfu")
+    if _is_number(hfu) and _is_number(mfu) and math.isfinite(hfu) and not mfu <= hfu * (1 + REL) <= 1 + REL:
+        problems.append(Problem("summary.json: hfu", hfu, f"at least mfu = {mfu!r} and at most 1"))
+    # the 80 % interval (docs/uncertainty.md): optional for run directories written before it existed
+    for low_key, point_key, high_key in (("step_time_low_s", "step_time_s", "step_time_high_s"),
+                                         ("tokens_per_s_low", "tokens_per_s", "tokens_per_s_high")):
+        low, point, high = s.get(low_key), s.get(point_key), s.get(high_key)
+        if low is None and high is None:
+            continue
+        if not all(_is_number(v) and math.isfinite(v) for v in (low, point, high)) or not (
+                0 < low * (1 - REL) <= point <= high * (1 + REL)):
+            problems.append(Problem(f"summary.json: {low_key}, {high_key}", [low, high],
+                                    f"finite, positive and around {point_key} = {point!r} (low <= point <= high)"))
     parts = [s.get(k) for k in BREAKDOWN]
     if all(_is_number(p) and math.isfinite(p) for p in parts):
         for k, p in zip(BREAKDOWN, parts):

@@ -135,6 +135,28 @@ def stacked_bars(rows: list[tuple[str, dict[str, float]]], colors: dict[str, str
             + _legend(colors))
 
 
+def interval_svg(rows: list[tuple[str, dict]]) -> str:
+    """The 80 % interval of each run's step time as a band with its point estimate, on one shared axis from 0
+    (runs without an interval show their point only)."""
+    pts = [(label, s.get("step_time_s"), s.get("step_time_low_s"), s.get("step_time_high_s")) for label, s in rows
+           if _finite(s.get("step_time_s"))]
+    if not pts:
+        return "<p>no feasible run</p>"
+    top = max(max(p for _, p, _, _ in pts), max((h for _, _, _, h in pts if _finite(h)), default=0.0)) * 1.05
+    scale, row_h, out = PLOT_W / max(top, 1e-30), 24, []
+    for i, (label, point, low, high) in enumerate(pts):
+        y = i * row_h
+        out.append(f'<text x="0" y="{y + 16}">{escape(label)}</text>')
+        if _finite(low) and _finite(high):
+            out.append(_rect(LABEL_W + low * scale, y + 5, (high - low) * scale, row_h - 10, "#a0cbe8",
+                             f"{label}: 80 % interval {low:.4g} - {high:.4g} s"))
+            out.append(f'<text x="{LABEL_W + high * scale + 4:.2f}" y="{y + 16}">{low:.4g} – {high:.4g} s</text>')
+        x = LABEL_W + point * scale
+        out.append(f'<line x1="{x:.2f}" y1="{y + 2}" x2="{x:.2f}" y2="{y + row_h - 2}" stroke="#2d5a85" '
+                   f'stroke-width="3"><title>{escape(label)}: {point:.6g} s</title></line>')
+    return f'<svg width="{LABEL_W + PLOT_W + 140}" height="{len(pts) * row_h + 4}" role="img">{"".join(out)}</svg>'
+
+
 def breakdown_svg(breakdown: pd.DataFrame, summary: dict | None = None) -> str:
     """Stacked bar of the measured mean (from the summary), then one per step: the eight critical-path parts."""
     if breakdown.empty:
@@ -241,6 +263,9 @@ def render_html(report: Report) -> str:
     body = f"""<h1>ultracluster: {name}</h1>{banner}
 <h2>Summary</h2>{_cards(s)}
 <details><summary>every summary.json field</summary>{_table([[k, v] for k, v in s.items()], ["key", "value"])}</details>
+<h2>Step time and its 80 % interval</h2><p class="note">the band: fit residuals (leave-one-layout-out), the spread
+between Neuron releases, and the factors no measurement pins on this hardware (docs/uncertainty.md)</p>{interval_svg([(
+    str(s.get("scenario")), s)])}
 <h2>Step time breakdown</h2><p class="note">critical path (the rank that finishes the step last); the parts
 add up to the step time</p>{breakdown_svg(report.breakdown, s)}
 <h2>Pipeline timeline</h2>{timeline_svg(report.timeline, report.breakdown)}
@@ -257,7 +282,8 @@ exposed comm - data stall - checkpoint - other</p>{_frame_table(stages)}
     return _page(f"ultracluster: {name}", body)
 
 
-COMPARE_KEYS = ("instance_type", "instances", "chips", "ranks", "layout", "feasible", "step_time_s", "tokens_per_s",
+COMPARE_KEYS = ("instance_type", "instances", "chips", "ranks", "layout", "feasible", "step_time_s", "step_time_low_s",
+                "step_time_high_s", "tokens_per_s",
                 "seq_per_s", "mfu", "hbm_peak_gib", *BREAKDOWN_KEYS, "cost_per_step_usd", "usd_per_million_tokens")
 HIGHER_IS_BETTER = {"tokens_per_s", "seq_per_s", "mfu"}
 NEUTRAL = {"instances", "chips", "ranks"}
@@ -309,9 +335,46 @@ def render_compare_html(runs: list[tuple[str, Report]]) -> str:
     body = f"""<h1>ultracluster: {len(runs)} runs compared</h1>
 <p class="note">differences against {escape(labels[0])}; green is better, red is worse</p>
 <h2>Summaries</h2>{table}
+<h2>Step time and 80 % intervals</h2><p class="note">overlapping bands: "faster" is not a finding</p>{interval_svg(
+    [(label, rep.summary) for label, rep in runs])}
 <h2>Step time breakdown (measured mean)</h2>{stacked_bars(bars, PART_COLORS, "s") if bars else "<p>no feasible run</p>"}
 <h2>HBM peak per rank</h2>{stacked_bars(mem, {"hbm_peak_gib": "#4e79a7"}, "GiB")}
 <h2>Scenarios</h2>""" + "".join(
         f"<details><summary>{escape(label)}</summary><pre>{escape(json.dumps(rep.scenario, indent=2, default=str))}"
         f"</pre></details>" for label, rep in runs)
     return _page(f"ultracluster: compare {escape(', '.join(labels))}", body)
+
+
+def sensitivity_html(scenario_name: str, point_s: float, low_s: float, high_s: float, rows: list[dict]) -> str:
+    """Offline page of `ultracluster sensitivity`: a tornado chart of the step time across each uncertain
+    factor's range (fast end to slow end, the point marked), and the table with the sources of each range."""
+    ends = [v for r in rows for v in (r["step_time_at_low_s"], r["step_time_at_high_s"]) if _finite(v)]
+    lo_all, hi_all = min(ends + [low_s, point_s]), max(ends + [high_s, point_s])
+    span = max(hi_all - lo_all, 1e-30)
+    scale, row_h, out = PLOT_W / span, 22, []
+    label_w = 300
+    for i, r in enumerate(rows):
+        y = i * row_h
+        a, b = sorted((r["step_time_at_low_s"], r["step_time_at_high_s"]))
+        out.append(f'<text x="0" y="{y + 15}">{escape(r["factor"])}</text>')
+        out.append(_rect(label_w + (a - lo_all) * scale, y + 4, max((b - a) * scale, 1.0), row_h - 8, "#f28e2b",
+                         f"{r['factor']}: {a:.4g} - {b:.4g} s ({r['swing_pct']:.1f} %)"))
+        out.append(f'<text x="{label_w + (b - lo_all) * scale + 4:.2f}" y="{y + 15}">{r["swing_pct"]:.1f} %</text>')
+    height = len(rows) * row_h
+    px = label_w + (point_s - lo_all) * scale
+    out.append(f'<line x1="{px:.2f}" y1="0" x2="{px:.2f}" y2="{height}" stroke="#2d5a85" stroke-width="2">'
+               f'<title>point estimate {point_s:.6g} s</title></line>')
+    svg = f'<svg width="{label_w + PLOT_W + 80}" height="{height + 4}" role="img">{"".join(out)}</svg>'
+    head = "".join(f"<th>{escape(c)}</th>" for c in ("factor", "central", "range", "step at low (s)",
+                                                      "step at high (s)", "swing", "why"))
+    body = "".join(
+        f"<tr><td>{escape(r['factor'])}</td><td>{escape(fmt(r['central']))}</td>"
+        f"<td>{escape(fmt(r['low']))} – {escape(fmt(r['high']))}</td><td>{r['step_time_at_low_s']:.4g}</td>"
+        f"<td>{r['step_time_at_high_s']:.4g}</td><td>{r['swing_pct']:.1f} %</td><td>{escape(r['why'])}</td></tr>"
+        for r in rows)
+    page = f"""<h1>ultracluster: sensitivity of {escape(scenario_name)}</h1>
+<p>step time {point_s:.4g} s, 80 % interval {low_s:.4g} – {high_s:.4g} s (docs/uncertainty.md)</p>
+<h2>Tornado: step time across each factor's range</h2><p class="note">each bar runs from the step time at the
+factor's fast end to its slow end, the others at their central values; the line is the point estimate</p>{svg}
+<h2>Factors</h2><table class="sortable"><tr>{head}</tr>{body}</table>"""
+    return _page(f"ultracluster: sensitivity {escape(scenario_name)}", page)

@@ -12,6 +12,21 @@ def _num(value, spec: str, unit: str = "") -> str:
     return f"{value:{spec}}{unit}"
 
 
+def _band(low, high, spec: str) -> str:
+    """" (low–high)" for an interval, "" when the summary has none (an older run directory, an infeasible run)."""
+    ok = all(isinstance(v, (int, float)) and math.isfinite(v) for v in (low, high))
+    return f" ({low:{spec}}–{high:{spec}})" if ok else ""
+
+
+def overlap_note(a: dict, b: dict) -> str:
+    """Whether two runs' 80 % step-time intervals overlap: "A is faster" inside overlapping intervals is not a
+    finding. "" when either run has no interval."""
+    lo_a, hi_a, lo_b, hi_b = (x.get(k) for x in (a, b) for k in ("step_time_low_s", "step_time_high_s"))
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lo_a, hi_a, lo_b, hi_b)):
+        return ""
+    return "intervals overlap: not a finding" if lo_a <= hi_b and lo_b <= hi_a else "intervals apart: a finding"
+
+
 def format_summary(summary: dict) -> str:
     """Format a summary (see `summarize`) as an aligned two-column table.
 
@@ -30,9 +45,10 @@ def format_summary(summary: dict) -> str:
                    + (f" ({s['layout']})" if s.get("layout") else "")),
         ("emulated by", f"{s.get('actors')} actors on {s.get('ray_nodes')} Ray nodes"),
         ("feasible", "yes" if s.get("feasible") else f"NO: {s.get('reason')}"),
-        ("step time", f"{_num(step, '.4f', ' s')}  ({s.get('steps_measured')} measured of "
-                      f"{s.get('steps_replayed')} replayed)"),
-        ("tokens/s", _num(s.get("tokens_per_s"), ",.0f")),
+        ("step time", f"{_num(step, '.4f', ' s')}{_band(s.get('step_time_low_s'), s.get('step_time_high_s'), '.3f')}"
+                      f"  ({s.get('steps_measured')} measured of {s.get('steps_replayed')} replayed)"),
+        ("tokens/s", _num(s.get("tokens_per_s"), ",.0f") + _band(s.get("tokens_per_s_low"),
+                                                                 s.get("tokens_per_s_high"), ",.0f")),
         ("seq/s", _num(s.get("seq_per_s"), ",.3f")),
         ("MFU", _num(None if s.get("mfu") is None else 100 * s["mfu"], ".2f", " %")),
         ("HBM peak", _num(s.get("hbm_peak_gib"), ".2f", " GiB per rank")),
@@ -64,6 +80,12 @@ def format_compare(runs: list[tuple[str, dict]]) -> str:
         header += [label] + ([f"vs {runs[0][0]}"] if i else [])
     rows = [header]
     base = runs[0][1]
+    row = ["80 % intervals"]
+    for i, (_, s) in enumerate(runs):
+        row.append(_band(s.get("step_time_low_s"), s.get("step_time_high_s"), ".3f").strip(" ()") or "n/a")
+        if i:
+            row.append(overlap_note(base, s) or "n/a")
+    rows.append(row)
     for key in COMPARE_KEYS:
         row = [key]
         for i, (_, s) in enumerate(runs):

@@ -1,0 +1,216 @@
+"""Every prediction with its interval: what the fit, the Neuron releases and the unmeasured hardware leave open.
+
+A step time carries three kinds of uncertainty (docs/uncertainty.md):
+
+- the fit: how far the model misses a layout it was not fitted to, the leave-one-layout-out residuals of
+  `scripts/calibrate.py` (their 80th percentile, in log space);
+- the software: the same layout moved 10-20 % between Neuron releases, the between-release spread of
+  `data/calibration/training.csv` (a standard deviation in log space, scaled to the 80 % two-sided quantile
+  of a normal, 1.2816);
+- the hardware: factors no published measurement pins down (`ultracluster.cluster.uncertain.FACTORS`, for
+  Trn2, Trn3 and the Trn1 NeuronLink rate), each over its plausible range. They are propagated through the
+  model itself: the step is priced once with every factor at the end that slows it and once at the end that
+  speeds it (the widest interval the ranges allow), after one pricing per factor end decides which end that
+  is. Chip factors fitted on Trn1 (TensorE efficiency, the per-layer residual) are also open on newer chips.
+
+The fit and release parts combine in quadrature into one log half-width h; the hardware part adds in quadrature
+to each side: low = t exp(-sqrt(h^2 + d_fast^2)), high = t exp(sqrt(h^2 + d_slow^2)). The point estimate is
+always inside, and a chip with fewer measurements gets a wider interval.
+
+Pricing happens in this process on the same replay `run` uses (`pipeline.replay` with in-process shards, one
+step): no Ray, no files. Pure apart from that; numpy only.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from .cluster.calibration import FITTED, Calibration, DEFAULT, TRN1
+from .cluster.uncertain import UncertainFactor, for_generation
+
+Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
+INTERVAL_KEYS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the calibration measured about its own errors (calibration.json)."""
+
+    fit_log: float          # 80th percentile of |leave-one-layout-out log error| over the fitted layouts
+    release_sigma: float    # between-release standard deviation of log seq/s
+
+    @property
+    def half_width_log(self) -> float:
+        """Log half-width of the 80 % interval from the fit and the releases."""
+        return math.hypot(self.fit_log, Z80 * self.release_sigma)
+
+
+@lru_cache(maxsize=1)
+def evidence() -> Evidence:
+    """The fit's cross-validated residuals and the release spread, from the committed calibration."""
+    doc = json.loads(FITTED.read_text())
+    cv = [abs(math.log1p(v["cv_error_pct"] / 100)) for v in doc["layouts"].values() if "cv_error_pct" in v]
+    return Evidence(fit_log=float(np.quantile(cv, 0.8)) if cv else 0.0,
+                    release_sigma=float(doc.get("release_spread", 0.0)))
+
+
+def chip_factors(generation: str, calibration: Calibration = DEFAULT) -> list[UncertainFactor]:
+    """Chip-model factors fitted on Trn1 that a newer chip's runs have not measured."""
+    if generation == TRN1:
+        return []
+    doc = json.loads(FITTED.read_text())
+    ident = doc.get("identifiability", {})
+    out = []
+    te = calibration.tensor_efficiency
+    lo, hi = ident.get("tensor_efficiency", {}).get("low", te), ident.get("tensor_efficiency", {}).get("high", te)
+    out.append(UncertainFactor("tensor_efficiency", min(lo, 0.8 * te), min(1.0, max(hi, 1.2 * te)), (generation,),
+                               "fitted on Trn1 only: the range Trn1's layouts allow, at least 20 % either way"))
+    lo_ = calibration.layer_overhead_s
+    out.append(UncertainFactor("layer_overhead_s", 0.0, 2 * lo_, (generation,),
+                               "the per-layer residual fitted on Trn1 (software and runtime as much as chip): "
+                               "none of it to twice it"))
+    return out
+
+
+def factors_for(cluster) -> list[UncertainFactor]:
+    """Every uncertain factor that applies to the cluster's chip."""
+    gen = cluster.chip.name
+    return chip_factors(gen, cluster.calibration) + for_generation(gen)
+
+
+@dataclass
+class FactorSwing:
+    """One factor over its range: the step time at each end (the others central)."""
+
+    factor: UncertainFactor
+    central: float
+    step_low_s: float       # step time with the factor at its low value
+    step_high_s: float      # ... at its high value
+    why: str = ""
+
+    @property
+    def swing_s(self) -> float:
+        return abs(self.step_high_s - self.step_low_s)
+
+
+@dataclass
+class Interval:
+    """An 80 % interval of the step time, with what it is made of."""
+
+    point_s: float
+    low_s: float
+    high_s: float
+    fit_log: float
+    release_log: float
+    slow_log: float          # log(step at the slow corner / point)
+    fast_log: float          # log(point / step at the fast corner)
+    swings: list[FactorSwing] = field(default_factory=list)
+
+    def summary_keys(self, tokens_per_step: float) -> dict:
+        return {"step_time_low_s": self.low_s, "step_time_high_s": self.high_s,
+                "tokens_per_s_low": tokens_per_step / self.high_s, "tokens_per_s_high": tokens_per_step / self.low_s}
+
+
+def _value(calibration: Calibration, name: str) -> float:
+    return float(getattr(calibration.network, name) if hasattr(calibration.network, name) else getattr(calibration, name))
+
+
+def _pricer(scenario, calibration: Calibration):
+    """A function calibration -> step time of one replayed step of `scenario`, in this process."""
+    from .actors.local import local_shards
+    from .pipeline import replay
+    from .scenario import load_scenario
+
+    doc = scenario.to_dict()
+    doc["training"] = {**doc["training"], "steps": 1, "warmup_steps": 0}
+    doc.pop("storage", None)        # storage stalls are not a hardware uncertainty of the step
+    one = load_scenario(doc)
+
+    def price(cal: Calibration) -> float:
+        res = replay(one, local_shards, None, cal)
+        return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
+    return price
+
+
+def interval(scenario, point_s: float, calibration: Calibration | None = None,
+             evidence_: Evidence | None = None) -> Interval:
+    """The 80 % interval of `scenario`'s step time around its replayed `point_s`.
+
+    Args:
+        scenario: a resolved Scenario.
+        point_s: the step time the run measured (the interval is scaled around it).
+        calibration: the calibration the run used (default: the fitted one).
+        evidence_: the fit and release parts (default: the committed calibration's; the calibration script's
+            coverage check passes each fold's own).
+    """
+    from .cluster import build_cluster
+
+    cal = calibration or DEFAULT
+    cluster = build_cluster(scenario, 1, cal)
+    ev = evidence_ or evidence()
+    price = _pricer(scenario, cal)
+    base = price(cal)
+    swings, slow, fast = [], {}, {}
+    for f in factors_for(cluster):
+        lo, hi = price(cal.with_(**{f.name: f.low})), price(cal.with_(**{f.name: f.high}))
+        swings.append(FactorSwing(f, _value(cal, f.name), lo, hi, f.why))
+        slow[f.name], fast[f.name] = (f.low, f.high) if lo >= hi else (f.high, f.low)
+    slow_log = fast_log = 0.0
+    if swings and math.isfinite(base) and base > 0:
+        t_slow, t_fast = price(cal.with_(**slow)), price(cal.with_(**fast))
+        slow_log = max(0.0, math.log(t_slow / base)) if math.isfinite(t_slow) else 0.0
+        fast_log = max(0.0, math.log(base / t_fast)) if math.isfinite(t_fast) and t_fast > 0 else 0.0
+    h = ev.half_width_log
+    return Interval(point_s=point_s, low_s=point_s * math.exp(-math.hypot(h, fast_log)),
+                    high_s=point_s * math.exp(math.hypot(h, slow_log)), fit_log=ev.fit_log,
+                    release_log=Z80 * ev.release_sigma, slow_log=slow_log, fast_log=fast_log,
+                    swings=sorted(swings, key=lambda s: -s.swing_s))
+
+
+def nan_keys() -> dict:
+    """The interval keys of an infeasible run."""
+    return {k: float("nan") for k in INTERVAL_KEYS}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `ultracluster sensitivity`: which assumption a decision hangs on
+
+SENSITIVITY_COLUMNS = ("factor", "central", "low", "high", "step_time_at_low_s", "step_time_at_high_s",
+                       "swing_s", "swing_pct", "why")
+
+
+def sensitivity_rows(iv: Interval) -> list[dict]:
+    """One row per uncertain factor, largest swing first (the CSV's and the table's rows), then the fit and
+    release parts of the interval as two more rows."""
+    base = iv.point_s
+    rows = [{"factor": s.factor.name, "central": s.central, "low": s.factor.low, "high": s.factor.high,
+             "step_time_at_low_s": s.step_low_s, "step_time_at_high_s": s.step_high_s, "swing_s": s.swing_s,
+             "swing_pct": 100 * s.swing_s / base if base else float("nan"), "why": s.factor.why} for s in iv.swings]
+    for name, log, why in (("fit (leave-one-layout-out residuals)", iv.fit_log, "docs/calibration.md"),
+                           ("Neuron releases (between-release spread)", iv.release_log, "data/calibration")):
+        lo, hi = base * math.exp(-log), base * math.exp(log)
+        rows.append({"factor": name, "central": float("nan"), "low": float("nan"), "high": float("nan"),
+                     "step_time_at_low_s": lo, "step_time_at_high_s": hi, "swing_s": hi - lo,
+                     "swing_pct": 100 * (hi - lo) / base if base else float("nan"), "why": why})
+    return sorted(rows, key=lambda r: -r["swing_s"])
+
+
+def tornado_text(iv: Interval, rows: list[dict], width: int = 40) -> str:
+    """The tornado table for a terminal: a bar per factor from its fast end to its slow end around the point."""
+    lo_all = min([r["step_time_at_low_s"] for r in rows] + [r["step_time_at_high_s"] for r in rows] + [iv.low_s])
+    hi_all = max([r["step_time_at_low_s"] for r in rows] + [r["step_time_at_high_s"] for r in rows] + [iv.high_s])
+    span = max(hi_all - lo_all, 1e-30)
+    name_w = max(len(r["factor"]) for r in rows) if rows else 6
+    out = [f"step time {iv.point_s:.4g} s, 80 % interval {iv.low_s:.4g} – {iv.high_s:.4g} s",
+           f"{'factor':<{name_w}}  {'fast end':>10}  {'slow end':>10}  {'swing':>7}"]
+    for r in rows:
+        a, b = sorted((r["step_time_at_low_s"], r["step_time_at_high_s"]))
+        i0, i1 = int((a - lo_all) / span * width), max(int((b - lo_all) / span * width), int((a - lo_all) / span * width) + 1)
+        mid = int((iv.point_s - lo_all) / span * width)
+        bar = "".join("|" if i == mid else ("#" if i0 <= i < i1 else " ") for i in range(width + 1))
+        out.append(f"{r['factor']:<{name_w}}  {a:>10.4g}  {b:>10.4g}  {r['swing_pct']:>6.1f}%  {bar}")
+    return "\n".join(out)
