@@ -1,0 +1,97 @@
+"""Prediction intervals (ultracluster.uncertainty): built from the fit's cross-validated residuals, the release
+spread and the factors no measurement pins, propagated through the model; and `ultracluster sensitivity`."""
+import csv
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ultracluster import load_scenario
+from ultracluster.cluster.calibration import DEFAULT, FITTED
+from ultracluster.pipeline import predict
+from ultracluster.uncertainty import Z80, evidence, interval
+
+
+def job(instance: str, tp: int = 8, pp: int = 1, instances: int = 2, seq: int = 4096, precision: str = "bf16"):
+    return load_scenario({
+        "name": "iv", "model": {"preset": "llama2-7b", "layers": 4 * pp},
+        "training": {"seq_len": seq, "global_batch": 64, "precision": precision, "steps": 1, "warmup_steps": 0},
+        "parallelism": {"tp": tp, "pp": pp}, "cluster": {"instance": instance, "instances": instances},
+    })
+
+
+def test_evidence_is_the_committed_cross_validation():
+    doc = json.loads(FITTED.read_text())
+    cv = sorted(abs(math.log1p(v["cv_error_pct"] / 100)) for v in doc["layouts"].values() if "cv_error_pct" in v)
+    ev = evidence()
+    assert cv[0] <= ev.fit_log <= cv[-1]
+    assert ev.release_sigma == pytest.approx(doc["release_spread"])
+    assert ev.half_width_log == pytest.approx(math.hypot(ev.fit_log, Z80 * ev.release_sigma))
+
+
+def test_trn1_interval_is_fit_release_and_its_one_open_link_factor():
+    sc = job("trn1.32xlarge")
+    s = predict(sc, intervals=True)
+    iv = interval(sc, s["step_time_s"])
+    assert [sw.factor.name for sw in iv.swings] == ["neuronlink_efficiency_trn1"]
+    h = evidence().half_width_log
+    assert iv.high_s == pytest.approx(s["step_time_s"] * math.exp(math.hypot(h, iv.slow_log)))
+    assert iv.low_s == pytest.approx(s["step_time_s"] * math.exp(-math.hypot(h, iv.fast_log)))
+    assert s["step_time_low_s"] == pytest.approx(iv.low_s) and s["step_time_high_s"] == pytest.approx(iv.high_s)
+    assert s["tokens_per_s_low"] == pytest.approx(s["tokens_per_step"] / iv.high_s)
+
+
+def test_the_slow_corner_is_every_factor_at_its_slow_end():
+    sc = job("trn2.48xlarge", instances=1)
+    iv = interval(sc, 1.0)
+    assert len(iv.swings) >= 8
+    # each factor alone moves the step less than all of them together
+    point = predict(sc)["step_time_s"]
+    worst_alone = max(max(sw.step_low_s, sw.step_high_s) for sw in iv.swings)
+    assert point * math.exp(iv.slow_log) >= worst_alone * (1 - 1e-9)
+    best_alone = min(min(sw.step_low_s, sw.step_high_s) for sw in iv.swings)
+    assert point * math.exp(-iv.fast_log) <= best_alone * (1 + 1e-9)
+
+
+@settings(max_examples=12, deadline=None)
+@given(tp=st.sampled_from([1, 2, 8, 32]), pp=st.sampled_from([1, 2]), seq=st.sampled_from([1024, 4096]),
+       precision=st.sampled_from(["bf16", "fp8"]))
+def test_intervals_hold_the_point_are_positive_and_wider_on_less_measured_hardware(tp, pp, seq, precision):
+    widths = {}
+    for inst, n in (("trn1.32xlarge", 2), ("trn2.48xlarge", 1)):
+        s = predict(job(inst, tp, pp, n, seq, precision), intervals=True)
+        if not s["feasible"]:
+            return
+        assert 0 < s["step_time_low_s"] <= s["step_time_s"] <= s["step_time_high_s"]
+        assert 0 < s["tokens_per_s_low"] <= s["tokens_per_s"] <= s["tokens_per_s_high"]
+        widths[inst] = math.log(s["step_time_high_s"] / s["step_time_low_s"])
+    assert widths["trn2.48xlarge"] > widths["trn1.32xlarge"]
+
+
+def test_an_infeasible_run_has_no_interval():
+    sc = load_scenario({"name": "big", "model": {"preset": "llama3.1-70b"}, "training": {"seq_len": 8192,
+                        "global_batch": 32}, "parallelism": {"tp": 8}, "cluster": {"instance": "trn1.32xlarge",
+                                                                                   "instances": 1}})
+    s = predict(sc, intervals=True)
+    assert not s["feasible"] and math.isnan(s["step_time_low_s"]) and math.isnan(s["tokens_per_s_high"])
+
+
+def test_sensitivity_command_writes_its_table_csv_and_page(tmp_path, scenarios_dir):
+    out = tmp_path / "sens"
+    done = subprocess.run([sys.executable, "-m", "ultracluster", "sensitivity", str(scenarios_dir / "smoke.yaml"),
+                           "--set", "cluster.instance=trn2.48xlarge", "--set", "cluster.instances=1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "80 % interval" in done.stdout and "neuronlink_efficiency_trn2" in done.stdout
+    rows = list(csv.DictReader((out / "sensitivity.csv").open()))
+    swings = [float(r["swing_s"]) for r in rows]
+    assert swings == sorted(swings, reverse=True) and len(rows) >= 10
+    assert all(float(r["step_time_at_low_s"]) > 0 and float(r["step_time_at_high_s"]) > 0 for r in rows)
+    page = (out / "sensitivity.html").read_text()
+    assert "<svg" in page and "Tornado" in page and "http://" not in page and "https://" not in page
+    bad = subprocess.run([sys.executable, "-m", "ultracluster", "sensitivity", str(scenarios_dir / "smoke.yaml"),
+                          "--set", "parallelism.tp=3"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "parallelism.tp" in bad.stderr and "Traceback" not in bad.stderr
