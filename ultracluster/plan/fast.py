@@ -441,8 +441,9 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     return out
 
 
-def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray, g: Group, js) -> list:
-    """`chip.chunk_times` of rows js of a group (their per-microbatch chunk seconds and optimizer per stage)."""
+def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray, g: Group, js) -> tuple:
+    """`chip.chunk_times` of rows js of a group: forward and backward seconds per microbatch [n, chunks],
+    optimizer seconds per stage [n, pp], one layer's attention core forward and backward [n]."""
     idx = g.rows[js]
     k = srow[idx]
     sub = table.iloc[idx]
@@ -471,9 +472,7 @@ def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
                                        else getattr(sh.rates, f.name)) for f in dataclasses.fields(chip.RankRates)})
     ops = opslib.applicable(pr.library, layout_scenario(pr.scenario, sub.iloc[0].to_dict()), cal)
     opt = _sum0(chip.op_seconds(opslib.evaluate(ops, "optimizer", "forward", V), rates, V["e"], V["w"])).reshape(n, g.pp)
-    return [chip.ChunkTimes(forward_s=fwd[i], backward_s=bwd[i], optimizer_s=opt[i],
-                            attention_fwd_s=float(sh.attn_fwd[k[i]]), attention_bwd_s=float(sh.attn_bwd[k[i]]))
-            for i in range(n)]
+    return fwd, bwd, opt, sh.attn_fwd[k], sh.attn_bwd[k]
 
 
 def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.CommPlan:
@@ -529,11 +528,11 @@ def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.
     send_bwd = np.concatenate([[0.0], send_fwd[:-1]])
     g_bytes, w_bytes = opslib.grad_bytes(t), opslib.weight_bytes(t)
     stride = tp * cp * pp
-    dpg, xpg = group_of(cl, dp, stride), group_of(cl, dp // ep, stride * ep)
     reduce_op = "reduce_scatter" if zero >= 1 else "all_reduce"
     dense, expert = g.dense[j], g.expert[j]
 
     def data_parallel():
+        dpg, xpg = group_of(cl, dp, stride), group_of(cl, dp // ep, stride * ep)
         after = np.zeros(pp)
         gather, scatter = np.zeros(n_chunks), np.zeros(n_chunks)
         if zero >= 3:
@@ -555,14 +554,14 @@ def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.
     buckets, bucket_s, after, gather, scatter = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), data_parallel)
     send_bwd_last = send_bwd.copy()
     if dp > 1 and buckets.size and pr.shared_last_sends:
+        dpg = group_of(cl, dp, stride)
         for c in range(1, n_chunks):
             if send_bwd[c] > 0:
                 send_bwd_last[c] = pr.concurrent_first(ck, (
                     ("send_recv", float(send_bytes), send_groups[c - 1]),
                     (reduce_op, float(dense[c] * g_bytes / buckets[c]), dpg)))
-    norm_s = 0.0
-    if cal.step_costs and cl.ranks > 1:
-        norm_s = pr.collective(ck, "all_reduce", 4, group_of(cl, cl.ranks, 1))
+    norm_s = pr.memo(("norm", ck), lambda: pr.collective(ck, "all_reduce", 4, group_of(cl, cl.ranks, 1))
+                     if cal.step_costs and cl.ranks > 1 else 0.0)
     return engine.CommPlan(
         tp_fwd=layers * (per_layer + a2a), tp_bwd=layers * (bwd_exposed + a2a + (per_layer + a2a) * again),
         send_fwd=send_fwd, send_bwd=send_bwd, dp=np.zeros(pp), records=[], dp_overlap=cal.dp_overlap,
@@ -611,6 +610,15 @@ def bucket_queue_end(t0: np.ndarray, t1: np.ndarray, n: np.ndarray, d: np.ndarra
     work = n * d
     later = np.cumsum(work[..., ::-1], axis=-1)[..., ::-1] - work
     return np.maximum(t0 + (t1 - t0) / n + work + later, t1 + d + later).max(axis=-1)
+
+
+@dataclass
+class _Stack:
+    """ZeRO-3 gather and scatter seconds of several layouts, [rows, chunks], where `fsdp_exposed` reads a
+    CommPlan's [chunks] (its formula broadcasts over rows)."""
+
+    fsdp_gather_s: np.ndarray
+    fsdp_scatter_s: np.ndarray
 
 
 @dataclass
@@ -669,29 +677,45 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
         js = np.flatnonzero(feasible[g.rows])
         if js.size == 0:
             continue
+        idx = g.rows[js]
         if pr.sources["chunks"] == "batched":
-            cts = batched_chunks(pr, table, sh, srow, g, js)
+            F, B, OPT, attn_f, attn_b = batched_chunks(pr, table, sh, srow, g, js)
         else:
-            cts = [pr.real_chunks(rows[int(g.rows[j])]) for j in js]
-        for j, ct in zip(js, cts):
-            i = int(g.rows[j])
-            r = rows[i]
-            cm = batched_comm(pr, r, sh, int(srow[i]), g, int(j)) if pr.sources["comm"] == "batched" \
-                else pr.real_comm(r)
-            cal = pr.cluster(r.instance, r.instances, r.lnc).cluster.calibration
-            # [1, pp]: each stage at its slowest replica's speed, averaged over the measured steps
-            G = speeds(pr, r, measured, chip.jitter_sigma(sc, cal)).mean(axis=0, keepdims=True)
-            Gc = np.tile(G, (1, g.v))                                                # chunk c: stage c % pp
-            fc, bc = ct.forward_s[None, :] * Gc, ct.backward_s[None, :] * Gc
-            prof = engine.ComputeProfile(fwd=fc, bwd=bc, opt=ct.optimizer_s, attn_fwd=ct.attention_fwd_s,
-                                         attn_bwd=ct.attention_bwd_s, slowest_rank=-1)
-            cp_f, cp_b = engine.cp_exposed(cm, prof, int(r.cp))
-            fs_f, fs_b = engine.fsdp_exposed(cm, fc, bc, g.layers)
-            fwd = fc + cm.tp_fwd + g.layers * cp_f + fs_f
-            bwd = bc + cm.tp_bwd + g.layers * cp_b + fs_b
-            key = (str(r.pp_schedule), g.pp, g.v)
-            pending.setdefault(key, []).append(_Pending(i=i, m=int(r.microbatches), fwd=fwd, bwd=bwd, comm=cm,
-                                                        opt=ct.optimizer_s[None, :] * G, overhead_s=cal.step_overhead_s))
+            cts = [pr.real_chunks(rows[int(i)]) for i in idx]
+            F, B, OPT = (np.array([getattr(ct, f) for ct in cts]) for f in ("forward_s", "backward_s", "optimizer_s"))
+            attn_f, attn_b = (np.array([getattr(ct, f) for ct in cts]) for f in ("attention_fwd_s", "attention_bwd_s"))
+        comms = [batched_comm(pr, rows[int(i)], sh, int(srow[int(i)]), g, int(j)) if pr.sources["comm"] == "batched"
+                 else pr.real_comm(rows[int(i)]) for i, j in zip(idx, js)]
+        cals = [pr.cluster(rows[int(i)].instance, rows[int(i)].instances, rows[int(i)].lnc).cluster.calibration
+                for i in idx]
+        # [n, pp]: each stage at its slowest replica's speed, averaged over the measured steps
+        G = np.concatenate([pr.memo(("speed", int(r.tp), int(r.cp), int(r.pp), int(r.dp), sig),
+                                    lambda r=r, sig=sig: speeds(pr, r, measured, sig).mean(axis=0, keepdims=True))
+                            for r, sig in ((rows[int(i)], chip.jitter_sigma(sc, cal)) for i, cal in zip(idx, cals))])
+        Gc = np.tile(G, (1, g.v))                                                    # chunk c: stage c % pp
+        fc, bc = F * Gc, B * Gc
+        cp_f, cp_b = np.zeros(idx.size), np.zeros(idx.size)
+        for n, i in enumerate(idx):
+            cp = int(rows[int(i)].cp)
+            if cp > 1:
+                prof = engine.ComputeProfile(fwd=fc[n:n + 1], bwd=bc[n:n + 1], opt=OPT[n], attn_fwd=float(attn_f[n]),
+                                             attn_bwd=float(attn_b[n]), slowest_rank=-1)
+                cp_f[n], cp_b[n] = engine.cp_exposed(comms[n], prof, cp)
+        stacked = lambda name: np.array([getattr(c, name) for c in comms])           # noqa: E731
+        fs_f, fs_b = np.zeros_like(fc), np.zeros_like(bc)
+        z3 = np.array([c.fsdp_gather_s.size > 0 for c in comms])
+        if z3.any():                  # ZeRO-3 rows: the engine's exposure of per-layer gathers, [rows, chunks] at once
+            both = _Stack(fsdp_gather_s=np.array([c.fsdp_gather_s for c, z in zip(comms, z3) if z]),
+                          fsdp_scatter_s=np.array([c.fsdp_scatter_s for c, z in zip(comms, z3) if z]))
+            fs_f[z3], fs_b[z3] = engine.fsdp_exposed(both, fc[z3], bc[z3], g.layers)
+        fwd = fc + stacked("tp_fwd") + g.layers[None, :] * cp_f[:, None] + fs_f
+        bwd = bc + stacked("tp_bwd") + g.layers[None, :] * cp_b[:, None] + fs_b
+        opt = OPT * G
+        for n, i in enumerate(idx):
+            r = rows[int(i)]
+            pending.setdefault((str(r.pp_schedule), g.pp, g.v), []).append(_Pending(
+                i=int(i), m=int(r.microbatches), fwd=fwd[n:n + 1], bwd=bwd[n:n + 1], comm=comms[n], opt=opt[n:n + 1],
+                overhead_s=cals[n].step_overhead_s))
     step_time = np.full(len(rows), np.nan)
     for (schedule, pp, v), items in pending.items():
         n_rows, chunks = len(items), pp * v
@@ -754,7 +778,10 @@ def compare_parts(pr: Pricer, table: pd.DataFrame) -> dict[str, str | None]:
             found["memory"] = found["memory"] or f"HBM {mem['hbm_peak_gib'][i]:.6g} GiB, stage_memory {peak:.6g} GiB"
     for g in grps:
         js = np.arange(len(g.rows))
-        for j, ct in zip(js, batched_chunks(pr, table, sh, srow, g, js)):
+        F, B, OPT, attn_f, attn_b = batched_chunks(pr, table, sh, srow, g, js)
+        for j in js:
+            ct = chip.ChunkTimes(forward_s=F[j], backward_s=B[j], optimizer_s=OPT[j], attention_fwd_s=float(attn_f[j]),
+                                 attention_bwd_s=float(attn_b[j]))
             r = rows[int(g.rows[j])]
             real = pr.real_chunks(r)
             for f in dataclasses.fields(real):

@@ -198,8 +198,7 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     comp = Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, kind=raw.kind, chunk=raw.chunk,
                     pred=pred, dep=dep, delay=raw.delay, levels=tuple(np.split(order, cuts)), last_op=last_op,
                     order=order, at=at, bounds=tuple(zip(bounds[:-1].tolist(), bounds[1:].tolist())),
-                    level_pred=tuple(at[pred[order[a:b]]] for a, b in zip(bounds[:-1], bounds[1:])),
-                    level_dep=tuple(at[dep[order[a:b]]] for a, b in zip(bounds[:-1], bounds[1:])),
+                    level_pred=tuple(np.split(at[pred[order]], cuts)), level_dep=tuple(np.split(at[dep[order]], cuts)),
                     last_b=np.array([lookup[c] for c in range(p * v)]))
     blocks = _blocks(schedule, p, m, v)
     if blocks is None:
@@ -325,7 +324,7 @@ def _run_lengths(schedule: str, p: int, m: int, v: int) -> list[int]:
     if schedule == "gpipe" or p == 1 and m <= 8:
         return [m]
     P = p if schedule == "interleaved" else 1
-    first = max(2 * p + 6, 4 * P + (m % P)) if P > 1 else 2 * p + 6
+    first = max(2 * p + 6, 4 * P + (m % P)) if P > 1 else p + 8
     first += (m - first) % P
     out = []
     while first < m:
