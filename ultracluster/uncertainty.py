@@ -17,7 +17,7 @@ The fit and release parts combine in quadrature into one log half-width h; the h
 to each side: low = t exp(-sqrt(h^2 + d_fast^2)), high = t exp(sqrt(h^2 + d_slow^2)). The point estimate is
 always inside, and a chip with fewer measurements gets a wider interval.
 
-Pricing happens in this process on the same replay `run` uses (`pipeline.replay` with in-process shards, one
+Pricing happens in this process on the same replay `run` uses (`emulate.emulate` with in-process shards, one
 step): no Ray, no files. Pure apart from that; numpy only.
 """
 from __future__ import annotations
@@ -122,16 +122,15 @@ def _value(calibration: Calibration, name: str) -> float:
 def _pricer(scenario, calibration: Calibration):
     """A function calibration -> step time of one replayed step of `scenario`, in this process."""
     from .actors.local import local_shards
-    from .pipeline import replay
-    from .scenario import load_scenario
+    from .emulate import emulate
 
-    doc = scenario.to_dict()
-    doc["training"] = {**doc["training"], "steps": 1, "warmup_steps": 0}
-    doc.pop("storage", None)        # storage stalls are not a hardware uncertainty of the step
-    one = load_scenario(doc)
+    # one step, storage off (its stalls are not a hardware uncertainty of the step); copied, not re-loaded,
+    # so nothing is read again from files (a job's working directory may be gone)
+    one = scenario.model_copy(update={"training": scenario.training.model_copy(update={"steps": 1, "warmup_steps": 0}),
+                                      "storage": None, "checkpoint": None})
 
     def price(cal: Calibration) -> float:
-        res = replay(one, local_shards, None, cal)
+        res = emulate(one, local_shards, None, cal)
         return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
     return price
 
