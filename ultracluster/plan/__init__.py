@@ -170,12 +170,27 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
             yamls.append(text)
             scenarios.append(sc)
         replays = _replay(scenarios, out, address, log) if replay and scenarios else []
+    _interval_columns(full, picks.index, replays)
     summary = _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows,
                        replays, notes, out)
     result = PlanResult(table=full, summary=summary, top=top_rows, yamls=yamls, replays=replays)
     if out is not None:
         write_plan_dir(result, out)
     return result
+
+
+INTERVAL_COLUMNS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
+
+
+def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) -> None:
+    """The 80 % interval columns of plan.csv: the replayed layouts carry their run's interval (it prices every
+    uncertain factor's ends, which the search does not repeat for every layout); the others are empty."""
+    for col in INTERVAL_COLUMNS:
+        full[col] = np.nan
+    for row, rep in zip(replayed_rows, replays):
+        for col in INTERVAL_COLUMNS:
+            v = rep.get(col)
+            full.loc[row, col] = float(v) if isinstance(v, (int, float)) else np.nan
 
 
 def _replay_shards(base: Scenario, space: SearchSpace) -> int:
@@ -231,6 +246,7 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
         replayed.append({"rank": row["rank"], "label": row["label"], "layout": row["layout"],
                          "fast_step_time_s": fast_s, "replay_step_time_s": rep_s, "difference": diff,
                          "replay_tokens_per_s": rep.get("tokens_per_s"), "replay_mfu": rep.get("mfu"),
+                         **{k: rep.get(k) for k in INTERVAL_COLUMNS},
                          "breakdown": {k: rep.get(k) for k in BREAKDOWN_KEYS},
                          "run_dir": None if out is None else str(Path(out) / "runs" / f"top-{row['rank']}")})
         if diff is not None and abs(diff) > REPLAY_DIFFERENCE_NOTE:

@@ -93,12 +93,14 @@ def format_plan(result: PlanResult) -> str:
         c = s.get("closest")
         lines.append("no layout fits" + (f"; closest: {c['label']}: {c['reason']}" if c else ""))
         return "\n".join(lines)
-    head = ["#", "layout", "step s", "replayed s", "tokens/s", "MFU", "$/M tok", "HBM GiB"]
+    head = ["#", "layout", "step s", "replayed s (80 % interval)", "tokens/s", "MFU", "$/M tok", "HBM GiB"]
     rows = []
     by_rank = {r["rank"]: r for r in s["replayed"]}
     for i, row in enumerate(result.top, 1):
         rep = by_rank.get(i, {})
-        rows.append([str(i), row["label"], _fmt(row["step_time_s"], ".4g"), _fmt(rep.get("replay_step_time_s"), ".4g"),
+        band = "" if rep.get("step_time_low_s") is None else \
+            f" ({_fmt(rep['step_time_low_s'], '.4g')}-{_fmt(rep['step_time_high_s'], '.4g')})"
+        rows.append([str(i), row["label"], _fmt(row["step_time_s"], ".4g"), _fmt(rep.get("replay_step_time_s"), ".4g") + band,
                      _fmt(row["tokens_per_s"], ",.0f"), _fmt(None if row["mfu"] is None else 100 * row["mfu"], ".1f", "%"),
                      _fmt(row["usd_per_million_tokens"], ",.3f"), _fmt(row["hbm_peak_gib"], ".1f")])
     widths = [max(len(r[c]) for r in [head] + rows) for c in range(len(head))]
