@@ -1,30 +1,22 @@
 """The composition root: scenario → cluster → actors → step replay → report → run directory.
 
-One function per stage, called in order; nothing else here decides anything.
+One function per stage, called in order; nothing else here decides anything. The stages up to the replayed
+steps are `ultracluster.emulate.emulate`.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
-from . import chip
 from . import operators as opslib
-from .actors.launch import attached, launch_actors, resolve_instances_per_actor
-from .actors.metrics import RunMetrics
-from .actors.shard import PAYLOAD_MAX_BYTES, payload_elements
-from .actors.storage_actor import storage_service
-from .cluster import build_cluster
-from .cluster.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
-from .errors import Problem, ScenarioError
-from .memory import infeasible_reason, stage_memory
-from .replay.engine import microbatches, plan_comm, replay_steps
-from .replay.events import RunResult, StepRecord
-from .replay.schedule import stage_programs
+from .actors.launch import attached, launch_actors
+from .cluster.calibration import Calibration
+from .emulate import emulate
+from .replay.events import StepRecord
 from .report import Report, build_report, write_run_dir
-from .report.ranks import RankTally, comm_records
 from .report.rundir import RunDirectory
 from .scenario import Scenario, load_scenario
-from .storage import StorageCosts, summary_keys
+from .storage import summary_keys
 
 
 def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None = None, address: str | None = None,
@@ -62,12 +54,12 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
             on_step(rec)
 
     if shards_factory is not None:
-        result = replay(scenario, shards_factory, step_done, calibration, progress)
+        result = emulate(scenario, shards_factory, step_done, calibration, progress)
     else:
         opslib.library_for(scenario)      # read the library before Ray may move this process into a job's
         with attached(address) as cpus:   # working dir; size `auto` folding for the cluster that runs the actors
-            result = replay(scenario, lambda sc, cl: launch_actors(sc, cl, address), step_done, calibration,
-                            progress, cpus)
+            result = emulate(scenario, lambda sc, cl: launch_actors(sc, cl, address), step_done, calibration,
+                             progress, cpus)
     report = build_report(result)
     report.summary.update(summary_keys(scenario))   # storage: checkpoint size, write and restore times
     report.summary.update(interval_keys(scenario, report.summary, calibration))
@@ -96,81 +88,7 @@ def predict(scenario: Scenario | str | Path, calibration: Calibration | None = N
 
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    out = {**summarize(replay(scenario, local_shards, None, calibration)), **summary_keys(scenario)}
+    out = {**summarize(emulate(scenario, local_shards, None, calibration)), **summary_keys(scenario)}
     if intervals:
         out.update(interval_keys(scenario, out, calibration))
     return out
-
-
-def replay(scenario: Scenario | str | Path, shards_factory: Callable, on_step: Callable | None = None,
-           calibration: Calibration | None = None, progress=None, cpus: int | None = None) -> RunResult:
-    """The stages up to the replayed steps: scenario → cluster → memory → shards → replay → RunResult.
-
-    `cpus`: CPUs of the Ray cluster the shards run on, for `instances_per_actor: auto` (None: this machine).
-    """
-    if not isinstance(scenario, Scenario):
-        scenario = load_scenario(scenario)
-    cluster = build_cluster(scenario, resolve_instances_per_actor(scenario, cpus),
-                            calibration or DEFAULT_CALIBRATION)
-    library = opslib.library_for(scenario)
-    layout, t = cluster.layout, scenario.training
-    programs = stage_programs(scenario.parallelism.pp_schedule, layout.pp, microbatches(scenario),
-                              layout.virtual_stages)
-    memory = stage_memory(scenario, cluster, library, programs)
-    reason = infeasible_reason(memory)
-    result = RunResult(
-        scenario=scenario.to_dict(), scenario_name=scenario.name, chips=cluster.chips,
-        neuron_cores=cluster.neuron_cores, ranks=cluster.ranks, instances=cluster.instances,
-        instance_type=cluster.instance.name, actors=len(cluster.shards), ray_nodes=0,
-        model_flops_per_step=opslib.model_flops_per_step(scenario),
-        peak_flop_per_s=cluster.chips * cluster.chip.dense_flop_per_s[t.precision],
-        tokens_per_step=t.global_batch * t.seq_len, feasible=reason is None, reason=reason, memory=memory,
-        shard_instances=[(s.first_instance, s.first_instance + s.instances - 1) for s in cluster.shards],
-        price_per_hour_usd=cluster.instance.price_per_hour_usd)
-    if reason is None:
-        _check_payload(scenario, cluster)
-        per_rank = chip.chunk_times(scenario, cluster, library).flops_per_microbatch
-        # chunk c runs on the tp x cp x dp = ranks / pp ranks of its stage, once per microbatch
-        result.hardware_flops_per_step = float(per_rank.sum() * microbatches(scenario) * cluster.ranks / layout.pp)
-        comm = plan_comm(scenario, cluster)
-        result.collectives = comm.records
-        result.microbatches = microbatches(scenario)
-        result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,
-                                                            cluster.stage_layers(scenario.model.layers))
-        tally = RankTally(layout, result.microbatches, t.warmup_steps)   # per-rank compute, for the report
-        if progress:
-            progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)
-        with shards_factory(scenario, cluster) as shards, storage_service(scenario, cluster) as fs:
-            result.ray_nodes = shards.nodes
-            metrics = RunMetrics.create(scenario.name, t.warmup_steps + t.steps)   # Ray metrics for Grafana
-            metrics.actors_alive(len(cluster.shards))
-            if progress:
-                progress.started(shards.nodes)
-            try:
-                result.steps, result.slices = replay_steps(scenario, cluster, tally.watch(shards), comm, programs,
-                                                           _each(metrics.step_done, progress and progress.step_done,
-                                                                 on_step),
-                                                           step_costs=StorageCosts(scenario, cluster, fs) if fs else None)
-            finally:
-                metrics.actors_alive(0)
-        result.stage_compute_s, result.slow_rank_compute_s = tally.result()
-    return result
-
-
-def _each(*callbacks: Callable | None) -> Callable[[StepRecord], None]:
-    """One step callback that calls every given one in order."""
-    todo = [c for c in callbacks if c]
-
-    def call(rec: StepRecord) -> None:
-        for c in todo:
-            c(rec)
-    return call
-
-
-def _check_payload(scenario: Scenario, cluster) -> None:
-    """A payload this machine cannot carry is bad input, named by its field."""
-    n = payload_elements(scenario, cluster)
-    if n * 8 > PAYLOAD_MAX_BYTES:
-        raise ScenarioError([Problem("emulation.payload_scale", scenario.emulation.payload_scale,
-                                     f"a scale that keeps the payload per actor under 1 GiB "
-                                     f"(this one moves {n * 8 / 2**30:.1f} GiB per actor)")])

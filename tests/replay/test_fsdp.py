@@ -117,7 +117,7 @@ def test_without_zero3_nothing_is_exposed():
 
 def test_a_replayed_step_exposes_the_closed_form_and_hides_the_rest():
     from ultracluster.actors.local import local_shards
-    from ultracluster.pipeline import replay
+    from ultracluster.emulate import emulate
 
     sc = load_scenario(_with(LLAMA70_TRN2, zero=3, global_batch=2048))      # 2 microbatches per replica
     cl = build_cluster(sc, 16)
@@ -129,7 +129,7 @@ def test_a_replayed_step_exposes_the_closed_form_and_hides_the_rest():
     total = m * float((layers * (2 * comm.fsdp_gather_s + comm.fsdp_scatter_s)).sum())
     assert comm.dp[0] == pytest.approx(total) and 0 < exposed < total
     assert not comm.dp_buckets.size and not comm.dp_after_s.any()      # no ZeRO-1 reduction, no gather after
-    rec = replay(sc, local_shards).steps[-1]
+    rec = emulate(sc, local_shards).steps[-1]
     assert rec.dp_comm_hidden_s == pytest.approx(total - exposed, rel=1e-9)
     assert rec.dp_comm_s >= exposed - 1e-12
     gathers = [r for r in comm.records if r.group == "dp" and r.op == "all_gather"]

@@ -4,7 +4,7 @@ import pytest
 from ultracluster import load_scenario
 from ultracluster.actors.local import local_shards
 from ultracluster.operators import matmul_params
-from ultracluster.pipeline import replay
+from ultracluster.emulate import emulate
 
 BASE = {"name": "moe", "model": {"preset": "mixtral-8x7b"},
         "training": {"seq_len": 4096, "global_batch": 256, "steps": 1, "warmup_steps": 0},
@@ -14,7 +14,7 @@ BASE = {"name": "moe", "model": {"preset": "mixtral-8x7b"},
 
 def run(**model):
     doc = {**BASE, "model": {**BASE["model"], **model}}
-    return replay(load_scenario(doc), local_shards)
+    return emulate(load_scenario(doc), local_shards)
 
 
 def test_mixtral_active_parameters():
@@ -41,6 +41,6 @@ def test_token_imbalance_slows_the_step_and_grows_activations():
 
 
 def test_more_expert_parallel_ranks_hold_fewer_experts():
-    ep2 = replay(load_scenario({**BASE, "parallelism": {"tp": 8, "pp": 4, "ep": 2}}), local_shards)
+    ep2 = emulate(load_scenario({**BASE, "parallelism": {"tp": 8, "pp": 4, "ep": 2}}), local_shards)
     ep4 = run()
     assert ep4.memory[1].weights_gib < ep2.memory[1].weights_gib

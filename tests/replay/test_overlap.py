@@ -70,28 +70,28 @@ BASE = {"name": "ovl", "model": {"preset": "llama2-7b", "layers": 8},
 def test_zero1_reduction_hides_behind_backward_only_with_bucketed_overlap():
     from ultracluster.actors.local import local_shards
     from ultracluster.cluster.calibration import DEFAULT
-    from ultracluster.pipeline import replay
+    from ultracluster.emulate import emulate
     bucketed = DEFAULT.with_(dp_overlap=True)
-    rec = replay(load_scenario(BASE), local_shards, calibration=bucketed).steps[-1]
+    rec = emulate(load_scenario(BASE), local_shards, calibration=bucketed).steps[-1]
     assert rec.dp_comm_hidden_s > 0                       # part of the reduce-scatter ran behind backward
     # the exposed part (summary/breakdown) is what sticks out after the pipeline, plus the all-gather
     assert predict(load_scenario(BASE), bucketed)["dp_comm_s"] == pytest.approx(rec.dp_comm_s)
-    no_zero = replay(load_scenario({**BASE, "training": {**BASE["training"], "zero1": False}}), local_shards,
-                     calibration=bucketed)
+    no_zero = emulate(load_scenario({**BASE, "training": {**BASE["training"], "zero1": False}}), local_shards,
+                      calibration=bucketed)
     assert no_zero.steps[-1].dp_comm_hidden_s > 0
     # as the XLA stacks run it (the default): the reduction starts when the stage's last backward is done
-    after = replay(load_scenario(BASE), local_shards).steps[-1]
+    after = emulate(load_scenario(BASE), local_shards).steps[-1]
     assert after.dp_comm_hidden_s == pytest.approx(0.0, abs=1e-12)
     assert after.dp_comm_s > rec.dp_comm_s
 
 
 def test_stragglers_cost_is_reported_and_jitter_slows_a_little():
     from ultracluster.actors.local import local_shards
-    from ultracluster.pipeline import replay
+    from ultracluster.emulate import emulate
     slow = {**BASE, "faults": {"jitter": 0.0, "stragglers": {"fraction": 0.02, "slowdown": 1.5}}}
-    rec = replay(load_scenario(slow), local_shards).steps[-1]
-    base = replay(load_scenario(BASE), local_shards).steps[-1]
+    rec = emulate(load_scenario(slow), local_shards).steps[-1]
+    base = emulate(load_scenario(BASE), local_shards).steps[-1]
     assert rec.straggler_cost_s == pytest.approx(rec.step_time_s - base.step_time_s, rel=1e-9)
     assert rec.straggler_cost_s > 0
-    jit = replay(load_scenario({**BASE, "faults": {"jitter": 0.02}}), local_shards).steps[-1]
+    jit = emulate(load_scenario({**BASE, "faults": {"jitter": 0.02}}), local_shards).steps[-1]
     assert base.step_time_s < jit.step_time_s < 1.15 * base.step_time_s

@@ -27,7 +27,7 @@ from ultracluster.replay.events import (
 from ultracluster.report import accessor  # noqa: F401  (registers df.uc)
 from ultracluster.report.ranks import geometry, group_first_rank, rank_tables, shard_of_instance
 from ultracluster.report.summary import emulation_info, summarize
-from ultracluster.report.write import atomic_write_bytes, atomic_write_text
+from ultracluster.report.atomic import atomic_write_bytes, atomic_write_text
 from ultracluster.scenario.yaml_input import MIB, InputError, open_regular, read_bounded
 
 _DTYPES = {"int": "int64", "float": "float64", "bool": "bool", "str": "str"}

@@ -1,4 +1,4 @@
-"""Report → run directory: atomic files (temp file in the same directory, fsync, os.replace).
+"""Report → run directory: atomic files (`report.atomic`: temp file in the same directory, fsync, os.replace).
 
 The only module of the package that writes report files. A reader never sees a half-written file, and a run
 interrupted after k steps leaves a steps.csv with exactly those k rows (`StepWriter`).
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ultracluster.replay.events import StepRecord
+from ultracluster.report.atomic import atomic_write_bytes, atomic_write_text  # noqa: F401 (re-exported)
 from ultracluster.report.html import render_compare_html, render_html
 from ultracluster.report.trace import chrome_trace
 
@@ -23,35 +23,6 @@ if TYPE_CHECKING:
     from ultracluster.report.frames import Report
 
 STEP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord))
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write `data` to `path` so that readers see the old file or the new one, never a mix.
-
-    Args:
-        path: destination file; its directory must exist.
-        data: the full contents.
-
-    Returns:
-        The destination path.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "xb") as f:  # "x": never clobber; mode 0o666 & ~umask like a plain open
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` as UTF-8 to `path` atomically (see `atomic_write_bytes`)."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def write_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:
