@@ -20,8 +20,6 @@ LONG_MODULES = {
     "replay/engine.py": "the step replay loop and its per-phase pricing read as one piece",
     "cluster/catalog.py": "hardware tables: one entry per chip and instance type, each citing its source",
     "network/collectives.py": "selection, staging, flows, pricing and contention; split by job is issue 16's next step",
-    "plan/fast.py": "the planner's vectorized fast path, being finished",
-    "storage.py": "FSx tiers, the fluid file system, the checkpoint plan and the step costs: to split by job",
 }
 
 

@@ -4,7 +4,8 @@
 → `search.check_sources` (the batched parts against the functions they mirror) → the chunks priced by
 `fast.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) → `search.ranked` → the top layouts
 replayed with `pipeline.run` → `output.write_plan_dir`. `schedules` runs the engine's pipeline programs over
-a row axis. See docs/plan.md.
+a row axis; `parts` batches the three parts of a layout's price; `pricer` keeps a process's memo. See
+docs/plan.md.
 """
 from __future__ import annotations
 

@@ -1,0 +1,171 @@
+"""Layout rows → their scenarios and clusters, and what a process pricing layouts keeps: memoized collectives,
+cluster figures, and which source (batched or per layout) each part of the fast path uses."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .. import chip
+from .. import operators as opslib
+from ..cluster import Cluster, build_cluster
+from ..cluster.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
+from ..memory import GIB, stage_memory
+from ..network import collective_time
+from ..network.collectives import concurrent_time
+from ..replay import engine
+from ..replay.events import StageMemory
+from ..replay.schedule import stage_programs
+from ..scenario import Scenario
+
+# the layout columns of a plan table, in plan.csv order
+LAYOUT_COLUMNS = ("instance", "instances", "lnc", "tp", "pp", "cp", "ep", "dp", "micro_batch", "recompute",
+                  "pp_schedule", "virtual_stages", "zero", "sequence_parallel")
+MEMORY_COLUMNS = ("hbm_peak_gib", "hbm_capacity_gib", "worst_stage", "weights_gib", "gradients_gib", "optimizer_gib",
+                  "activations_gib", "reserve_gib")
+PARTS = ("memory", "chunks", "comm")
+SCHEDULES_BY_CODE = ("gpipe", "1f1b", "interleaved")
+SCHEDULE_CODE = {name: i for i, name in enumerate(SCHEDULES_BY_CODE)}
+CHECK_RTOL = 1e-9
+
+
+def has_zero_stages() -> bool:
+    """Whether the scenario schema has `training.zero` (ZeRO 0/1/3), else only `training.zero1`."""
+    from ..scenario.schema import TrainingSpec
+    return "zero" in TrainingSpec.model_fields
+
+
+def layout_scenario(base: Scenario, row: Any, name: str | None = None) -> Scenario:
+    """The scenario of one layout: `base` with the row's cluster, parallelism and training fields.
+
+    Built with pydantic's `model_copy` (no validation): rows come from the search space, which holds only
+    valid layouts (tests/plan/test_space.py loads them through `load_scenario`); `plan.scenario_dict` gives
+    the YAML-ready form that `run` validates.
+    """
+    get = row.get if isinstance(row, dict) else (lambda k: getattr(row, k))
+    par = base.parallelism.model_copy(update={
+        "tp": int(get("tp")), "pp": int(get("pp")), "cp": int(get("cp")), "ep": int(get("ep")),
+        "dp": int(get("dp")), "sequence_parallel": bool(get("sequence_parallel")),
+        "pp_schedule": str(get("pp_schedule")), "virtual_stages": int(get("virtual_stages"))})
+    zero = int(get("zero"))
+    train_upd: dict[str, Any] = {"micro_batch": int(get("micro_batch")), "recompute": str(get("recompute")),
+                                 "zero1": zero >= 1}
+    if has_zero_stages():
+        train_upd["zero"] = zero
+    train = base.training.model_copy(update=train_upd)
+    cl = base.cluster
+    instance = str(get("instance"))
+    upd: dict[str, Any] = {"instance": instance, "instances": int(get("instances")), "lnc": int(get("lnc"))}
+    if instance != cl.instance:        # the new instance type's own UltraServer default
+        upd["ultraserver"] = _ultraserver_default(instance, int(get("instances")))
+    return base.model_copy(update={"parallelism": par, "training": train, "cluster": cl.model_copy(update=upd),
+                                   **({"name": name} if name else {})})
+
+
+def _ultraserver_default(instance: str, instances: int) -> bool:
+    from ..cluster.catalog import INSTANCES
+    spec = INSTANCES[instance]
+    default = getattr(spec, "ultraserver_default", instance == "trn2u.48xlarge")
+    return bool(default)
+
+
+@dataclass
+class ClusterInfo:
+    """One (instance type, instances, lnc): its Cluster (layout a placeholder), rank rates and price."""
+
+    cluster: Cluster
+    rates: chip.RankRates
+    chips: int
+    peak_flop_per_s: float
+    price_per_hour_usd: float        # of one instance; NaN when the catalog has no price
+    capacity_gib: float
+
+
+class Pricer:
+    """What a process evaluating layouts of one scenario keeps: clusters, memoized collectives, shapes, and
+    which source (batched or per layout) each part uses."""
+
+    def __init__(self, scenario: Scenario, calibration: Calibration | None = None,
+                 sources: dict[str, str] | None = None, shared_last_sends: bool = False):
+        self.scenario = scenario
+        self.shared_last_sends = shared_last_sends
+        self.calibration = calibration or DEFAULT_CALIBRATION
+        self.library = opslib.library_for(scenario)
+        self.sources = dict(sources or {part: "batched" for part in PARTS})
+        self._clusters: dict[tuple, ClusterInfo] = {}
+        self._coll: dict[tuple, float] = {}
+        self._conc: dict[tuple, float] = {}
+        self._memo: dict[tuple, Any] = {}
+
+    # --- clusters and collectives ------------------------------------------------------------------
+    def cluster(self, instance: str, instances: int, lnc: int) -> ClusterInfo:
+        key = (str(instance), int(instances), int(lnc))
+        info = self._clusters.get(key)
+        if info is None:
+            cl = self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "tp": 1, "pp": 1,
+                                      "cp": 1, "ep": 1, "dp": 0, "micro_batch": 1, "recompute": "none",
+                                      "pp_schedule": "1f1b", "virtual_stages": 1, "zero": 1,
+                                      "sequence_parallel": False})
+            prec = self.scenario.training.precision
+            price = cl.instance.price_per_hour_usd
+            info = ClusterInfo(cluster=cl, rates=chip.rank_rates(cl, prec), chips=cl.chips,
+                               peak_flop_per_s=cl.chips * cl.chip.dense_flop_per_s[prec],
+                               price_per_hour_usd=float("nan") if price is None else float(price),
+                               capacity_gib=cl.chip.hbm_bytes / cl.ranks_per_chip / GIB)
+            self._clusters[key] = info
+        return info
+
+    def layout_cluster(self, row: Any) -> Cluster:
+        """The Cluster of one layout (one actor shard: shards never change a prediction). dp 0: all ranks."""
+        row = dict(row) if isinstance(row, dict) else row._asdict()
+        if not row["dp"]:
+            sc = layout_scenario(self.scenario, {**row, "dp": 1})
+            row["dp"] = build_cluster(sc, row["instances"], self.calibration).ranks
+        sc = layout_scenario(self.scenario, row)
+        return build_cluster(sc, int(row["instances"]), self.calibration)
+
+    def collective(self, ck: tuple, op: str, nbytes: float, group) -> float:
+        """`collective_time` seconds, memoized."""
+        key = (ck, op, float(nbytes), group)
+        t = self._coll.get(key)
+        if t is None:
+            t = self._coll[key] = collective_time(self.cluster(*ck).cluster, op, float(nbytes), group)[0]
+        return t
+
+    def concurrent_first(self, ck: tuple, transfers: tuple) -> float:
+        """`concurrent_time(...)[0]`, memoized."""
+        key = (ck, transfers)
+        t = self._conc.get(key)
+        if t is None:
+            t = self._conc[key] = float(concurrent_time(self.cluster(*ck).cluster, list(transfers))[0])
+        return t
+
+    def memo(self, key: tuple, make: Callable[[], Any]) -> Any:
+        val = self._memo.get(key)
+        if val is None:
+            val = self._memo[key] = make()
+        return val
+
+    # --- the per-layout sources ----------------------------------------------------------------------
+    def real_memory(self, row) -> list[StageMemory]:
+        sc = layout_scenario(self.scenario, row)
+        programs = self.memo(("programs", row.pp_schedule, int(row.pp), int(row.microbatches), int(row.virtual_stages)),
+                             lambda: stage_programs(row.pp_schedule, int(row.pp), int(row.microbatches),
+                                                    int(row.virtual_stages)))
+        return stage_memory(sc, self.layout_cluster(row), self.library, programs)
+
+    def real_chunks(self, row) -> chip.ChunkTimes:
+        return self.memo(("chunk_times", _part_key(row)), lambda: chip.chunk_times(
+            layout_scenario(self.scenario, row), self.layout_cluster(row), self.library))
+
+    def real_comm(self, row) -> engine.CommPlan:
+        return self.memo(("plan_comm", _part_key(row)), lambda: engine.plan_comm(
+            layout_scenario(self.scenario, row), self.layout_cluster(row)))
+
+
+def _part_key(r) -> tuple:
+    """What chunk times and the communication plan depend on: everything but the pipeline schedule."""
+    return (r.instance, int(r.instances), int(r.lnc), int(r.tp), int(r.pp), int(r.cp), int(r.ep), int(r.dp),
+            int(r.micro_batch), str(r.recompute), int(r.virtual_stages), int(r.zero), bool(r.sequence_parallel),
+            str(r.pp_schedule) == "interleaved")
+
+
