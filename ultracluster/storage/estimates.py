@@ -1,0 +1,51 @@
+"""Scenario → the storage keys of summary.json: one checkpoint and one restore alone on an idle file system.
+
+Pure (numpy only).
+"""
+from __future__ import annotations
+
+from .fsx import READ, READ_CACHED, WRITE, FsxSpec, fsx_spec
+from .plan import storage_plan
+from .server import StorageServer
+
+
+def estimates(scenario, cluster, spec: FsxSpec | None = None) -> dict[str, float]:
+    """One checkpoint and one restore alone on an idle file system with full buckets (summary.json keys).
+
+    Returns:
+        `data_gb_per_step` (10^9 bytes), `fsx_read_gb_s` and `fsx_write_gb_s` (baseline of uncached reads and
+        of writes: min of network and disk); with checkpoints also `checkpoint_gb`, `checkpoint_write_s`,
+        `checkpoint_block_s` (what a checkpoint blocks training: device-to-host copy, plus the write for sync)
+        and `restore_s` (read back and copy to the devices) — or {} without storage.
+    """
+    if scenario.storage is None:
+        return {}
+    spec = spec or fsx_spec(scenario.storage, cluster.links.efa_bytes_per_s)
+    plan = storage_plan(scenario, cluster, spec)
+    meta = plan.checkpoint_files / spec.metadata_iops + spec.latency_s
+    s = StorageServer(spec, cluster.instances)
+    s.submit("ckpt", WRITE, plan.checkpoint, delay_s=meta)
+    s.advance(wait_for="ckpt")
+    write = s.now
+    r = StorageServer(spec, cluster.instances)
+    r.submit("restore", READ, plan.restore, delay_s=meta)
+    r.submit("restore_cached", READ_CACHED, plan.restore_cached, delay_s=meta)
+    while r.transfers:
+        r.advance(stop_on_finish=True)
+    out = {"data_gb_per_step": float(plan.data.sum()) / 1e9,
+           "fsx_read_gb_s": float(min(spec.net, spec.disk_read) / 1e9),
+           "fsx_write_gb_s": float(min(spec.net, spec.disk_write) / 1e9)}
+    if scenario.checkpoint is not None:
+        out |= {"checkpoint_gb": float(plan.checkpoint_bytes / 1e9), "checkpoint_write_s": float(write),
+                "checkpoint_block_s": float(plan.d2h_s + (write if scenario.checkpoint.mode == "sync" else 0.0)),
+                "restore_s": float(r.now + plan.d2h_s)}
+    return out
+
+
+def summary_keys(scenario) -> dict[str, float]:
+    """The storage keys summary.json gains when the scenario has storage (see `estimates`), else {}."""
+    if scenario.storage is None:
+        return {}
+    from ..cluster import build_cluster
+
+    return estimates(scenario, build_cluster(scenario, 1))

@@ -1,0 +1,173 @@
+"""A scenario's `storage` block → `FsxSpec`: what an FSx for Lustre file system can do.
+
+The published tiers of each deployment type, per TiB (ref §1.2), the per-client limits (ref §1.4), metadata
+IOPS (ref §1.6) and latency (ref §1.7), in SI units. Pure (numpy only).
+
+Units: bytes, bytes/s, seconds. MB = 1e6 bytes (AWS's MB/s), TiB = 2**40 bytes, Gbit/s = 1e9/8 bytes/s.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+MB = 1e6
+TIB = float(2**40)
+GIB = float(2**30)
+GBPS = 1e9 / 8
+
+READ, READ_CACHED, WRITE = "read", "read_cached", "write"
+KINDS = (READ, READ_CACHED, WRITE)
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One FSx deployment type at one per-unit throughput, in MB/s per TiB (ref §1.2 tables).
+
+    Attributes:
+        net: network baseline. net_burst: network burst (0: none).
+        disk_read, disk_write: disk baseline for reads and writes.
+        disk_burst_read, disk_burst_write: disk burst (0: none).
+        cache_gib_per_tib: file servers' RAM cache.
+        tib_per_server: storage per file server (OSS) ([S] in ref §1.3).
+        hdd: HDD storage (data latency in ms).
+    """
+
+    net: float
+    net_burst: float
+    disk_read: float
+    disk_write: float
+    disk_burst_read: float
+    disk_burst_write: float
+    cache_gib_per_tib: float
+    tib_per_server: float
+    hdd: bool = False
+
+
+# ref §1.2 "SSD, current generation", "Previous-generation SSD (PERSISTENT_1)" and "HDD" (FSX-SSD,
+# performance.md @da580d8); storage per file server from ref §1.3 ([S]).
+TIERS: dict[tuple[str, float], Tier] = {
+    ("SCRATCH_2", 200): Tier(200, 1300, 200, 100, 0, 0, 6.7, 2.4),
+    ("PERSISTENT_2", 125): Tier(320, 1300, 125, 125, 500, 500, 3.4, 2.4),
+    ("PERSISTENT_2", 250): Tier(640, 1300, 250, 250, 500, 500, 6.8, 2.4),
+    ("PERSISTENT_2", 500): Tier(1300, 0, 500, 500, 0, 0, 13.7, 2.4),
+    ("PERSISTENT_2", 1000): Tier(2600, 0, 1000, 1000, 0, 0, 27.3, 2.4),
+    ("PERSISTENT_1", 50): Tier(250, 1300, 50, 50, 240, 240, 2.2, 2.4),
+    ("PERSISTENT_1", 100): Tier(500, 1300, 100, 100, 240, 240, 4.4, 2.4),
+    ("PERSISTENT_1", 200): Tier(750, 1300, 200, 200, 240, 240, 8.8, 2.4),
+    ("PERSISTENT_1", 12): Tier(40, 375, 12, 12, 80, 50, 0.4, 6.0, hdd=True),
+    ("PERSISTENT_1", 40): Tier(150, 1300, 40, 40, 250, 150, 1.5, 1.8, hdd=True),
+}
+CLIENT_NON_EFA_BYTES_PER_S = 100 * GBPS   # ref §1.4 [S]: a non-EFA client tops out around 100 Gbps
+CLIENT_PER_SERVER_BYTES_PER_S = 5 * GBPS  # ref §1.4: one client-OSS connection, 5 Gbps (EC2 single-flow rule)
+LATENCY_SSD_S, LATENCY_HDD_S = 0.5e-3, 5e-3   # ref §1.7 suggested defaults per metadata op / data RPC
+
+
+def tier_allowed(deployment: str | None, mbps_per_tib: float) -> str | None:
+    """None when (deployment, MB/s per TiB) is a published tier, else what is allowed, in words."""
+    if deployment is None or (deployment, mbps_per_tib) in TIERS:
+        return None
+    allowed = sorted(t for d, t in TIERS if d == deployment)
+    words = ", ".join(f"{a:g}" for a in allowed)
+    return f"one of {words} on {deployment} (the published FSx for Lustre tiers, MB/s per TiB)"
+
+
+def auto_metadata_iops(capacity_tib: float) -> float:
+    """Metadata IOPS of PERSISTENT_2 in automatic mode for a capacity (ref §1.6 [S] mapping, used for all types)."""
+    gib = capacity_tib * 1024
+    if gib >= 48000:
+        return 12000.0 * math.floor(gib / 24000)
+    for limit, iops in ((1200, 1500.0), (2400, 3000.0), (9600, 6000.0)):
+        if gib <= limit + 1e-9:
+            return iops
+    return 12000.0
+
+
+@dataclass(frozen=True)
+class FsxSpec:
+    """One file system's limits in SI units, with its burst-credit settings.
+
+    Burst credits (ref §1.2): a token bucket per resource (network, disk) that holds credit in seconds of
+    baseline throughput. Using more than the baseline drains it at (usage / baseline - 1) per second; using
+    less refills it at `refill` x (1 - usage / baseline) per second; while it holds credit the burst limits
+    apply, else the baselines. A full bucket sustains `bucket_s` seconds of full burst.
+
+    Attributes:
+        net, net_burst: network baseline and burst throughput of the whole file system, bytes/s.
+        disk_read, disk_write: disk baseline throughput for reads and for writes, bytes/s.
+        disk_burst_read, disk_burst_write: disk burst throughput, bytes/s.
+        client: limit of one client instance in one direction, bytes/s.
+        servers: file servers (OSS), a count.
+        cache_bytes: the file servers' RAM cache, bytes.
+        metadata_iops: metadata operations per second.
+        latency_s: latency of one metadata operation or data RPC, seconds.
+        bucket_s: seconds of full burst a full bucket sustains.
+        refill: refill rate of the buckets, a multiple of the unused share of the baseline (dimensionless).
+    """
+
+    net: float                    # bytes/s
+    net_burst: float              # bytes/s
+    disk_read: float              # bytes/s
+    disk_write: float             # bytes/s
+    disk_burst_read: float        # bytes/s
+    disk_burst_write: float       # bytes/s
+    client: float                 # bytes/s, per client instance and direction
+    servers: int = 1
+    cache_bytes: float = 0.0
+    metadata_iops: float = math.inf
+    latency_s: float = 0.0
+    bucket_s: float = 0.0
+    refill: float = 1.0
+
+    @property
+    def net_ratio(self) -> float:
+        return max(1.0, self.net_burst / self.net)
+
+    @property
+    def disk_ratio(self) -> float:
+        return max(1.0, self.disk_burst_read / self.disk_read, self.disk_burst_write / self.disk_write)
+
+    @property
+    def bucket_full(self) -> np.ndarray:
+        """[network, disk] credit of a full bucket, in seconds of baseline throughput."""
+        return np.array([self.bucket_s * (self.net_ratio - 1.0), self.bucket_s * (self.disk_ratio - 1.0)])
+
+    @classmethod
+    def simple(cls, throughput: float, client: float = math.inf, burst: float | None = None,
+               bucket_s: float = 0.0, refill: float = 1.0) -> "FsxSpec":
+        """A file system whose network and disk both carry `throughput` bytes/s (`burst` while in credit)."""
+        b = throughput if burst is None else burst
+        return cls(net=throughput, net_burst=b, disk_read=throughput, disk_write=throughput,
+                   disk_burst_read=b, disk_burst_write=b, client=client, bucket_s=bucket_s, refill=refill)
+
+
+def fsx_spec(storage, nic_bytes_per_s: float = math.inf) -> FsxSpec:
+    """The FsxSpec of a scenario's `storage` block (a validated StorageSpec).
+
+    Args:
+        storage: the scenario's storage block.
+        nic_bytes_per_s: the client instance's network bandwidth (a per-client limit too).
+    """
+    from ..errors import Problem, ScenarioError
+
+    key = (storage.deployment, storage.throughput_mbps_per_tib)
+    if key not in TIERS:
+        raise ScenarioError([Problem("storage.throughput_mbps_per_tib", storage.throughput_mbps_per_tib,
+                                     tier_allowed(*key))])
+    t, cap = TIERS[key], storage.capacity_tib
+    servers = max(1, math.ceil(cap / t.tib_per_server - 1e-9))
+    client = storage.client_gbps * GBPS if storage.client_gbps else \
+        min(nic_bytes_per_s, CLIENT_NON_EFA_BYTES_PER_S, CLIENT_PER_SERVER_BYTES_PER_S * servers)
+
+    def rate(per_tib: float, base: float) -> float:
+        return max(per_tib, base) * cap * MB
+
+    return FsxSpec(
+        net=t.net * cap * MB, net_burst=rate(t.net_burst, t.net),
+        disk_read=t.disk_read * cap * MB, disk_write=t.disk_write * cap * MB,
+        disk_burst_read=rate(t.disk_burst_read, t.disk_read), disk_burst_write=rate(t.disk_burst_write, t.disk_write),
+        client=client, servers=servers, cache_bytes=t.cache_gib_per_tib * cap * GIB,
+        metadata_iops=storage.metadata_iops or auto_metadata_iops(cap),
+        latency_s=LATENCY_HDD_S if t.hdd else LATENCY_SSD_S, bucket_s=storage.burst_bucket_s,
+        refill=storage.burst_refill)
