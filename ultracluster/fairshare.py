@@ -1,7 +1,9 @@
 """Concurrent flows and their limits → max-min fair rates, by progressive filling.
 
-Pure (numpy only). Storage shares a file system among its clients with it (`storage.server`); AWS documents
-no fairness algorithm for FSx for Lustre (docs/sources.md ref §1.5): max-min is a modelling choice.
+Pure (numpy only). One algorithm for every shared resource of the emulator: the file system and its clients
+(`storage.server`; AWS documents no fairness algorithm for FSx for Lustre, docs/sources.md ref §1.5, so
+max-min is a modelling choice) and the links, ports and DMA engines that overlapping collectives share
+(`network.collectives.concurrent_time`).
 """
 from __future__ import annotations
 
@@ -10,11 +12,49 @@ import math
 import numpy as np
 
 
+def progressive_filling(usage: np.ndarray, capacity: np.ndarray, demand: np.ndarray) -> np.ndarray:
+    """Max-min fair rates of F flows under K linear limits, by progressive filling.
+
+    Every unfrozen flow's rate rises at the same pace; when a limit is reached (a flow's demand, or a
+    resource whose `usage @ rate` hits its capacity), the flows it binds freeze. A limit counts as reached
+    within 1e-9 of the rise (relative, or absolute below 1).
+
+    Args:
+        usage: [K, F] >= 0: what one unit of flow f's rate takes of resource k.
+        capacity: [K] what resource k holds, in the rate's units x usage's.
+        demand: [F] the most each flow may take (inf: as much as it can get).
+
+    Returns:
+        [F] rates.
+
+    Raises:
+        ValueError: a flow has no finite limit (infinite demand and no resource it uses).
+    """
+    usage = np.asarray(usage, dtype=float)
+    capacity = np.asarray(capacity, dtype=float)
+    n = usage.shape[1]
+    rate = np.zeros(n)
+    active = np.ones(n, dtype=bool)
+    while active.any():
+        load = usage[:, active].sum(axis=1)                # what one more unit of every active flow takes
+        head_k = np.full(len(capacity), np.inf)
+        np.divide(capacity - usage @ rate, load, out=head_k, where=load > 0)
+        head_f = np.where(active, demand - rate, np.inf)
+        lam = min(head_k.min(initial=np.inf), head_f.min())
+        if not math.isfinite(lam):
+            raise ValueError("progressive_filling: a flow has no finite limit")
+        lam = max(lam, 0.0)
+        tol = 1e-9 * max(lam, 1.0)
+        rate[active] += lam
+        bound = (head_k - lam) <= tol
+        freeze = active & (((head_f - lam) <= tol) | (usage[bound] > 0).any(axis=0))
+        active &= ~freeze
+    return rate
+
+
 def max_min_fair(groups: np.ndarray, group_cap: np.ndarray, flow_cap: np.ndarray,
                  shared: list[tuple[np.ndarray, float]]) -> np.ndarray:
-    """Max-min fair rates of concurrent flows by progressive filling.
-
-    Every unfrozen flow's rate rises at the same pace; when a limit is reached, the flows it binds freeze.
+    """Max-min fair rates of flows grouped by client, under shared limits (`progressive_filling`).
 
     Args:
         groups: [F] int: each flow's client group (one client in one direction); a group carries at most
@@ -26,29 +66,10 @@ def max_min_fair(groups: np.ndarray, group_cap: np.ndarray, flow_cap: np.ndarray
     Returns:
         [F] rates, bytes/s.
     """
+    groups = np.asarray(groups)
     n = len(groups)
-    rate = np.zeros(n)
-    active = np.ones(n, dtype=bool)
-    n_groups = len(group_cap)
-    while active.any():
-        n_g = np.bincount(groups[active], minlength=n_groups)
-        used_g = np.bincount(groups, weights=rate, minlength=n_groups)
-        head_g = np.full(n_groups, np.inf)
-        np.divide(group_cap - used_g, n_g, out=head_g, where=n_g > 0)
-        head_f = np.where(active, flow_cap - rate, np.inf)
-        heads_s = []
-        for coef, cap in shared:
-            c = coef[active].sum()
-            heads_s.append((cap - float(coef @ rate)) / c if c > 0 else np.inf)
-        lam = min(head_g.min(), head_f.min(), min(heads_s, default=np.inf))
-        if not math.isfinite(lam):
-            raise ValueError("max_min_fair: a flow has no finite limit")
-        lam = max(lam, 0.0)
-        tol = 1e-9 * max(lam, 1.0)
-        rate[active] += lam
-        freeze = active & (((head_g - lam) <= tol)[groups] | ((head_f - lam) <= tol))
-        for (coef, _), h in zip(shared, heads_s):
-            if h - lam <= tol:
-                freeze |= active & (coef > 0)
-        active &= ~freeze
-    return rate
+    member = np.zeros((len(group_cap), n))
+    member[groups, np.arange(n)] = 1.0
+    usage = np.vstack([member] + [np.asarray(coef, dtype=float)[None, :] for coef, _ in shared])
+    capacity = np.concatenate([np.asarray(group_cap, dtype=float), [float(cap) for _, cap in shared]])
+    return progressive_filling(usage, capacity, np.asarray(flow_cap, dtype=float))

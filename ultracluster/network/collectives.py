@@ -33,6 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from ..cluster import Cluster, group_span
+from ..fairshare import progressive_filling
 from . import algorithms as algs
 from .calibration import NetworkCalibration
 from .topology import Fabric, fabric, locate, route, snake_position
@@ -100,7 +101,12 @@ def group_of(cluster: Cluster, size: int, stride: int) -> Group:
 
 
 def bus_factor(op: str, ranks: int) -> float:
-    """nccl-tests bus-bandwidth factor (docs/sources.md §3.6): AR 2(n-1)/n; RS, AG, A2A (n-1)/n; send/recv 1."""
+    """nccl-tests bus-bandwidth factor (docs/sources.md §3.6): AR 2(n-1)/n; RS, AG, A2A (n-1)/n; send/recv 1.
+
+    NaN for an op outside `algorithms.OPS` or for no ranks (the report's collectives table shows it blank).
+    """
+    if op not in algs.OPS or ranks <= 0:
+        return float("nan")
     if op == "all_reduce":
         return 2 * (ranks - 1) / ranks
     if op in ("reduce_scatter", "all_gather", "all_to_all"):
@@ -686,7 +692,9 @@ def concurrent_time(cluster: Cluster, transfers: Sequence[tuple[str, float, Grou
     active = left > 0
     now = 0.0
     while active.any():
-        speed = _max_min_speeds(rate_alone, bw, active)
+        # every active transfer's speed (1 = as fast as alone) rises together until a resource saturates
+        speed = np.zeros(n)
+        speed[active] = progressive_filling(rate_alone[active].T, bw, np.ones(int(active.sum())))
         dt = np.where(active, left / np.maximum(speed, 1e-300), np.inf)
         step = float(dt.min())
         now += step
@@ -696,29 +704,6 @@ def concurrent_time(cluster: Cluster, transfers: Sequence[tuple[str, float, Grou
         finish[done & active] = now
         active &= ~done
     return finish + other
-
-
-def _max_min_speeds(rate_alone: np.ndarray, bw: np.ndarray, active: np.ndarray) -> np.ndarray:
-    """Progressive filling: every active transfer's speed (1 = as fast as alone) rises together; a resource
-    that saturates freezes the transfers using it; speeds stop at 1."""
-    n = rate_alone.shape[0]
-    speed = np.zeros(n)
-    frozen = ~active
-    cap = bw.astype(float).copy()
-    while not frozen.all():
-        free = ~frozen
-        load = rate_alone[free].sum(axis=0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            room = np.where(load > 0, cap / load, np.inf)
-        grow = min(float(room.min()), float((1.0 - speed[free]).min()))
-        speed[free] += grow
-        cap = np.maximum(cap - grow * load, 0.0)
-        saturated = cap <= bw * 1e-9
-        hit = free & (((rate_alone[:, saturated] > 0).any(axis=1)) | (speed >= 1.0 - 1e-12))
-        if not hit.any():
-            break
-        frozen |= hit
-    return speed
 
 
 def busbw_limit_bytes_per_s(cluster: Cluster, group: Group) -> float:

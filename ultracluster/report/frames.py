@@ -21,13 +21,14 @@ import numpy as np
 import pandas as pd
 
 from ultracluster.errors import Problem, UltraclusterError, shorten, shorten_text
+from ultracluster.network.collectives import bus_factor
 from ultracluster.replay.events import (
     BREAKDOWN_KEYS, CollectiveRecord, RunResult, Slice, StageMemory, StepRecord,
 )
 from ultracluster.report import accessor  # noqa: F401  (registers df.uc)
+from ultracluster.report.atomic import atomic_write_bytes, atomic_write_text
 from ultracluster.report.ranks import geometry, group_first_rank, rank_tables, shard_of_instance
 from ultracluster.report.summary import emulation_info, summarize
-from ultracluster.report.atomic import atomic_write_bytes, atomic_write_text
 from ultracluster.scenario.yaml_input import MIB, InputError, open_regular, read_bounded
 
 _DTYPES = {"int": "int64", "float": "float64", "bool": "bool", "str": "str"}
@@ -63,13 +64,6 @@ def records_frame(records: list, cls: type) -> pd.DataFrame:
     cols = [f.name for f in fields(cls)]
     frame = pd.DataFrame([[getattr(r, c) for c in cols] for r in records], columns=cols)
     return frame.astype({f.name: _DTYPES[f.type] for f in fields(cls)})
-
-
-def bus_factor(op: str, ranks: int) -> float:
-    """nccl-tests bus-bandwidth factor for one collective over `ranks` participants (NaN for unknown ops)."""
-    ring = (ranks - 1) / ranks if ranks else float("nan")
-    return {"all_reduce": 2 * ring, "reduce_scatter": ring, "all_gather": ring, "all_to_all": ring,
-            "send_recv": 1.0}.get(op, float("nan"))
 
 
 def collectives_frame(records: list[CollectiveRecord]) -> pd.DataFrame:
