@@ -195,10 +195,10 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
     if cal.flash_attention:
         selective &= wf["names"] != "attention_core"
     repeat = {"none": np.zeros_like(lf, dtype=bool), "selective": selective, "full": np.ones_like(lf, dtype=bool)}[recompute]
-    again = lf[repeat].sum()
-    passes_again = {"none": 0.0, "selective": 0.0, "full": 1.0}[recompute]
+    recompute_s = lf[repeat].sum()
+    recompute_passes = {"none": 0.0, "selective": 0.0, "full": 1.0}[recompute]
     fwd = layers * (lf.sum() + cal.layer_overhead_s)
-    bwd = layers * (lb.sum() + again + cal.layer_overhead_s * (2.0 + passes_again))
+    bwd = layers * (lb.sum() + recompute_s + cal.layer_overhead_s * (2.0 + recompute_passes))
     ef, wef = _kernels(ops, "embedding", "forward", v, rates)
     eb, web = _kernels(ops, "embedding", "backward", v, rates)
     hf, whf = _kernels(ops, "head", "forward", v, rates)

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .storage import Chunk, StorageCosts, StorageServer, estimates, fsx_spec
+from .storage import StepSpan, StorageCosts, StorageServer, estimates, fsx_spec
 
 CAUSES = ("checkpoint_s", "data_stall_s", "lost_work_s", "detection_s", "restart_s", "restore_s")
 
@@ -201,11 +201,11 @@ def simulate(scenario, cluster, busy_s: float, hours: float, costs: StorageCosts
     draws = _Failures(scenario.seed, cluster.instances / mtbf, cluster.instances)
     lost = dict.fromkeys(CAUSES, 0.0)
     useful = 0.0
-    pending: list[Chunk] = []
+    pending: list[StepSpan] = []
     kept = 0
     failures: list[Failure] = []
     explicit = 0
-    run_chunks: list[Chunk] = []
+    run_spans: list[StepSpan] = []
 
     def commit(upto: int) -> None:
         nonlocal useful, kept
@@ -219,7 +219,7 @@ def simulate(scenario, cluster, busy_s: float, hours: float, costs: StorageCosts
             if n == c.n:
                 pending.pop(0)
             else:
-                pending[0] = Chunk(c.first + n, c.n - n, c.busy_s, c.data_stall_s, c.checkpoint_s)
+                pending[0] = StepSpan(c.first + n, c.n - n, c.busy_s, c.data_stall_s, c.checkpoint_s)
 
     t_fail, who = draws.next()
     t = 0.0
@@ -228,11 +228,11 @@ def simulate(scenario, cluster, busy_s: float, hours: float, costs: StorageCosts
         t_before = costs.now()
         prog = costs.run(busy_s, 1 << 60, t_limit=limit)
         explicit += prog.explicit_steps
-        pending += prog.chunks
-        run_chunks += prog.chunks
+        pending += prog.spans
+        run_spans += prog.spans
         for covered, _ in prog.durable:
             commit(covered)
-        done_s = sum(c.n * c.step_s for c in prog.chunks)
+        done_s = sum(c.n * c.step_s for c in prog.spans)
         partial = max(0.0, limit - t_before - done_s)
         if limit >= H:                          # the window ends: completed steps are kept, the last in progress
             commit(1 << 60)
@@ -285,10 +285,10 @@ def simulate(scenario, cluster, busy_s: float, hours: float, costs: StorageCosts
         if t >= H:
             break
         costs.resume(restart_step)
-    steps_run = sum(c.n for c in run_chunks)
-    n_ckpt = sum((c.first + c.n) // every - c.first // every for c in run_chunks) if every else 0
-    ck_total = sum(c.n * c.checkpoint_s for c in run_chunks)
-    stall_total = sum(c.n * c.data_stall_s for c in run_chunks)
+    steps_run = sum(c.n for c in run_spans)
+    n_ckpt = sum((c.first + c.n) // every - c.first // every for c in run_spans) if every else 0
+    ck_total = sum(c.n * c.checkpoint_s for c in run_spans)
+    stall_total = sum(c.n * c.data_stall_s for c in run_spans)
     est = estimates(scenario, cluster) if scenario.storage is not None else {}
     restore_s = float(est.get("restore_s", 0.0))
     block = ck_total / n_ckpt if n_ckpt else est.get("checkpoint_block_s", 0.0)

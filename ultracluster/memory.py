@@ -56,7 +56,7 @@ def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
     w_bytes, g_bytes = opslib.weight_bytes(t), opslib.grad_bytes(t)
     if t.precision in opslib.MX_PRECISIONS:      # + the MX copies of the weights, both orientations
         w_bytes += 2 * opslib.PRECISION_BYTES[t.precision]
-    o_bytes = 12.0 if t.master_weights == "fp32" else 4.0
+    o_bytes = opslib.optimizer_bytes(t)
     capacity = cluster.chip.hbm_bytes / cluster.ranks_per_chip / GIB
     reserve = cluster.calibration.runtime_reserve_gib
     out = []

@@ -212,6 +212,13 @@ def weight_bytes(training) -> float:
     return 4.0 if training.precision == "fp32" else 2.0
 
 
+def optimizer_bytes(training) -> float:
+    """Bytes of optimizer state per parameter: fp32 master weights + Adam m, v = 12 B with fp32 master weights,
+    bf16 m, v = 4 B without (the ZeRO paper, Rajbhandari et al. 2020). The one rule HBM (`memory`) and
+    checkpoints (`storage.plan`) use."""
+    return 12.0 if training.master_weights == "fp32" else 4.0
+
+
 def grad_bytes(training) -> float:
     """Bytes of a gradient: fp32 when fp32 master weights are kept (Megatron-LM accumulates bf16 gradients
     in fp32) or in fp32 training, else bf16."""

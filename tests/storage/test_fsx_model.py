@@ -187,8 +187,8 @@ def test_fast_forward_gives_the_step_by_step_result(sets):
     prog = ff.run(busy, n)
     assert prog.explicit_steps < n / 4
     assert ff.now() == pytest.approx(one.now(), rel=1e-9)
-    assert sum(c.n * c.data_stall_s for c in prog.chunks) == pytest.approx(stalls[:, 0].sum(), rel=1e-6, abs=1e-9)
-    assert sum(c.n * c.checkpoint_s for c in prog.chunks) == pytest.approx(stalls[:, 1].sum(), rel=1e-6, abs=1e-9)
+    assert sum(c.n * c.data_stall_s for c in prog.spans) == pytest.approx(stalls[:, 0].sum(), rel=1e-6, abs=1e-9)
+    assert sum(c.n * c.checkpoint_s for c in prog.spans) == pytest.approx(stalls[:, 1].sum(), rel=1e-6, abs=1e-9)
     assert prog.durable[-1][0] == one.durable[-1][0]
     assert prog.durable[-1][1] == pytest.approx(one.durable[-1][1], rel=1e-9)
     assert ff.server.level == pytest.approx(one.server.level, rel=1e-6, abs=1e-6)

@@ -100,7 +100,8 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
     v = opslib.shape_variables(scenario, layout)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
     act = v["T"] * v["h"] * v["e"]                     # one microbatch's activation tensor, bytes
-    again = 1.0 if t.recompute == "full" else 0.0      # full recomputation repeats the forward collectives
+    # times full recomputation repeats the forward's collectives (a count, not seconds)
+    recompute_repeats = 1.0 if t.recompute == "full" else 0.0
     layer_mbs = _stage_sum(layers, layout.pp)[0] * microbatches(scenario)   # layer-microbatches on stage 0
     records: list[CollectiveRecord] = []
 
@@ -120,12 +121,12 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
     # from forward and which the weight gradient needs: 1.5 x the forward's traffic.
     tpg = group_of(cluster, layout.tp, 1)
     if par.sequence_parallel:
-        ag = priced("tp", "all_gather", act, tpg, layer_mbs * (2 + 4 + 2 * again))
-        rs = priced("tp", "reduce_scatter", act, tpg, layer_mbs * (2 + 2 + 2 * again))
+        ag = priced("tp", "all_gather", act, tpg, layer_mbs * (2 + 4 + 2 * recompute_repeats))
+        rs = priced("tp", "reduce_scatter", act, tpg, layer_mbs * (2 + 2 + 2 * recompute_repeats))
         per_layer = 2 * (ag + rs)
         block_exposed, block_hideable = ag, ag + rs      # the output-gradient gather feeds the backward
     else:
-        ar = priced("tp", "all_reduce", act, tpg, layer_mbs * (2 + 2 + 2 * again))
+        ar = priced("tp", "all_reduce", act, tpg, layer_mbs * (2 + 2 + 2 * recompute_repeats))
         per_layer = 2 * ar
         block_exposed, block_hideable = 0.0, ar
     # Backward: the hideable collectives of a block (the input gradient's reduction, the input's re-gather)
@@ -147,7 +148,7 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
         cpg = group_of(cluster, 2, layout.tp)
         kv = 2 * v["T"] * v["hkv"] * v["d"] * v["e"]
         n_blocks = layer_mbs * (layout.cp - 1)
-        cp_fwd = priced("cp", "send_recv", kv, cpg, n_blocks * (1 + again))
+        cp_fwd = priced("cp", "send_recv", kv, cpg, n_blocks * (1 + recompute_repeats))
         cp_bwd = priced("cp", "send_recv", 2 * kv, cpg, n_blocks)
     # mixture of experts: an all-to-all dispatches each token's hidden state to its top_k experts' ranks and
     # another combines the results, forward and (transposed) backward; the busiest rank moves imb x more
@@ -156,9 +157,9 @@ def plan_comm(scenario, cluster: Cluster) -> CommPlan:
     if moe is not None and par.ep > 1:
         epg = group_of(cluster, par.ep, layout.tp * layout.cp * layout.pp)
         a2a_bytes = v["T"] * moe.top_k * moe.imbalance * v["h"] * v["e"] / (layout.tp if par.sequence_parallel else 1)
-        a2a = 2 * priced("ep", "all_to_all", a2a_bytes, epg, layer_mbs * (4 + 2 * again))
+        a2a = 2 * priced("ep", "all_to_all", a2a_bytes, epg, layer_mbs * (4 + 2 * recompute_repeats))
     tp_fwd = layers * (per_layer + a2a)
-    tp_bwd = layers * (bwd_exposed + a2a + (per_layer + a2a) * again)
+    tp_bwd = layers * (bwd_exposed + a2a + (per_layer + a2a) * recompute_repeats)
 
     # pipeline sends: chunk c lives on stage c % pp; placement is tp, cp, then pp inside a replica, so the
     # two stages' ranks share an instance, an UltraServer (NeuronLink Z links) or neither (EFA)
@@ -395,27 +396,27 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         last = {("B", m - 1, c): comm.send_bwd_last[c] for c in range(fc.shape[1])} \
             if comm.send_bwd_last is not None else None
         ex = execute(programs, fwd, bwd, comm.send_fwd, comm.send_bwd, last)
-        ex0 = execute(programs, fwd, bwd, np.zeros_like(comm.send_fwd), np.zeros_like(comm.send_bwd))
+        ex_free_sends = execute(programs, fwd, bwd, np.zeros_like(comm.send_fwd), np.zeros_like(comm.send_bwd))
         opt = prof.opt                                                                    # [pp]
         pipe_end = ex.stage_end.max(axis=0)                                               # [pp]
         rs_end, dp_hidden = gradient_reduction(ex, comm, layout.pp, m)
         reduce_start = np.maximum(pipe_end, rs_end) + comm.norm_s
         done = reduce_start + opt + comm.dp_after_s
-        s_c = int(np.argmax(done))
-        d_c = int(np.argmax(ex.stage_end[:, s_c]))
-        on_stage = np.arange(fc.shape[1]) % layout.pp == s_c
-        compute = m * (fc[d_c, on_stage].sum() + bc[d_c, on_stage].sum())
+        crit_stage = int(np.argmax(done))
+        crit_replica = int(np.argmax(ex.stage_end[:, crit_stage]))
+        on_stage = np.arange(fc.shape[1]) % layout.pp == crit_stage
+        compute = m * (fc[crit_replica, on_stage].sum() + bc[crit_replica, on_stage].sum())
         tp = m * (tp_f[on_stage].sum() + tp_b[on_stage].sum())
-        pipe = ex.stage_end[d_c, s_c]
-        pipe0 = ex0.stage_end[d_c, s_c]
-        fsdp = m * (fs_f[d_c, on_stage].sum() + fs_b[d_c, on_stage].sum())      # exposed ZeRO-3 traffic
+        pipe = ex.stage_end[crit_replica, crit_stage]
+        pipe_free_sends = ex_free_sends.stage_end[crit_replica, crit_stage]
+        fsdp = m * (fs_f[crit_replica, on_stage].sum() + fs_b[crit_replica, on_stage].sum())   # exposed ZeRO-3 traffic
         fsdp_all = m * float((layers * (2 * comm.fsdp_gather_s + comm.fsdp_scatter_s))[on_stage].sum()) \
             if comm.fsdp_gather_s.size else 0.0
-        bubble = pipe0 - compute - tp - fsdp
-        assert bubble > -1e-9 * pipe0, "a stage cannot be busier than its pipeline is long"
+        bubble = pipe_free_sends - compute - tp - fsdp
+        assert bubble > -1e-9 * pipe_free_sends, "a stage cannot be busier than its pipeline is long"
         bubble = max(bubble, 0.0)  # rounding only
         overhead = cluster.calibration.step_overhead_s
-        stall, ckpt = step_costs(step, float(done[s_c] + overhead)) if step_costs else (0.0, 0.0)
+        stall, ckpt = step_costs(step, float(done[crit_stage] + overhead)) if step_costs else (0.0, 0.0)
         straggle = 0.0
         if prof.slowest_rank >= 0:   # what the slow ranks cost: the same step with them at speed 1
             base = combine_profiles(profiles, layout, step, scenario.seed, jitter, with_stragglers=False)
@@ -426,16 +427,16 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
             straggle = float(done.max() - (end_b + base.opt + comm.dp_after_s).max())
         payload_bytes, payload_ok = shards.reduce_payload(step)
         rec = StepRecord(
-            step=step, warmup=step < t.warmup_steps, step_time_s=float(stall + done[s_c] + overhead + ckpt),
-            compute_s=float(compute + opt[s_c]), tp_comm_s=float(tp), pp_comm_s=float(pipe - pipe0),
-            dp_comm_s=float(reduce_start[s_c] - pipe + comm.dp_after_s[s_c] + fsdp), bubble_s=float(bubble),
-            data_stall_s=float(stall),
-            checkpoint_s=float(ckpt), other_s=float(overhead), critical_replica=d_c, critical_stage=s_c,
+            step=step, warmup=step < t.warmup_steps, step_time_s=float(stall + done[crit_stage] + overhead + ckpt),
+            compute_s=float(compute + opt[crit_stage]), tp_comm_s=float(tp), pp_comm_s=float(pipe - pipe_free_sends),
+            dp_comm_s=float(reduce_start[crit_stage] - pipe + comm.dp_after_s[crit_stage] + fsdp),
+            bubble_s=float(bubble), data_stall_s=float(stall), checkpoint_s=float(ckpt), other_s=float(overhead),
+            critical_replica=crit_replica, critical_stage=crit_stage,
             slowest_rank=max(prof.slowest_rank, 0), payload_bytes=int(payload_bytes),
             payload_checked=bool(payload_ok), wall_s=time.perf_counter() - wall0,
-            dp_comm_hidden_s=float(dp_hidden[s_c] + fsdp_all - fsdp), straggler_cost_s=straggle)
-        shard_of = _stage_shards(cluster, d_c)
-        slices += _slices(ex, d_c, comm, rs_end, reduce_start, opt, clock + stall, step, shard_of, layout)
+            dp_comm_hidden_s=float(dp_hidden[crit_stage] + fsdp_all - fsdp), straggler_cost_s=straggle)
+        shard_of = _stage_shards(cluster, crit_replica)
+        slices += _slices(ex, crit_replica, comm, rs_end, reduce_start, opt, clock + stall, step, shard_of, layout)
         for name, t0, dur in (("data stall", clock, stall), ("checkpoint", clock + rec.step_time_s - ckpt, ckpt)):
             if dur > 0:
                 slices.append(Slice(stage=0, stream="storage", name=name, start_s=t0, end_s=t0 + dur, step=step,

@@ -245,7 +245,7 @@ def stage_dp_exposure(result: RunResult, measured_steps: list[int], pp: int) -> 
     return np.where(np.isnan(out), plan, out)
 
 
-class _View:
+class _RankCompute:
     """The sparse per-rank compute of a run, with what every rank of a stage shares."""
 
     def __init__(self, result: RunResult, g: dict[str, int], rest_s: float, dp_exposed: np.ndarray):
@@ -316,13 +316,13 @@ def rank_tables(result: RunResult, steps: pd.DataFrame) -> tuple[pd.DataFrame, p
     view = None
     if have:
         dp = stage_dp_exposure(result, measured["step"].tolist(), g["pp"])
-        view = _View(result, g, step_s - sum(fixed.values()), dp)
+        view = _RankCompute(result, g, step_s - sum(fixed.values()), dp)
     return (_ranks_frame(result, view, measured) if view else empty_frame(RANK_COLUMNS),
             _stages_frame(result, view, g, measured),
             _shards_frame(result, view, g))
 
 
-def _pacers(v: _View, n_groups: int) -> np.ndarray:
+def _pacing_ranks(v: _RankCompute, n_groups: int) -> np.ndarray:
     """The rank that paces each group: its slowest member, the lowest rank among equals. O(slow ranks)."""
     size, pp = v.size, v.g["pp"]
     pacer = np.arange(n_groups, dtype=np.int64) * size       # all members equal: the group's first rank
@@ -345,12 +345,12 @@ def _pacers(v: _View, n_groups: int) -> np.ndarray:
     return pacer
 
 
-def _ranks_frame(result: RunResult, v: _View, measured: pd.DataFrame) -> pd.DataFrame:
+def _ranks_frame(result: RunResult, v: _RankCompute, measured: pd.DataFrame) -> pd.DataFrame:
     g, pp, size = v.g, v.g["pp"], v.size
     n_groups = g["dp"] * pp
     gstage = np.arange(n_groups) % pp
     gmin, gmax, gsum = v.reduce(v.slow_group, n_groups, np.full(n_groups, size), v.base[gstage])
-    pacer = _pacers(v, n_groups)
+    pacer = _pacing_ranks(v, n_groups)
     if n_groups <= MAX_GROUP_ROWS:
         groups = np.arange(n_groups)
     else:
@@ -377,7 +377,7 @@ def _ranks_frame(result: RunResult, v: _View, measured: pd.DataFrame) -> pd.Data
     return frame.astype(RANK_COLUMNS)
 
 
-def _stages_frame(result: RunResult, v: _View | None, g: dict | None, measured: pd.DataFrame) -> pd.DataFrame:
+def _stages_frame(result: RunResult, v: _RankCompute | None, g: dict | None, measured: pd.DataFrame) -> pd.DataFrame:
     pp = g["pp"] if g else max([m.stage + 1 for m in result.memory] + [c.stage + 1 for c in result.stage_comm]
                                + [0])
     if pp == 0:
@@ -421,7 +421,7 @@ def ranks_below(x: np.ndarray, stage: np.ndarray, g: dict[str, int]) -> np.ndarr
     return (x // cycle) * size + np.clip(x % cycle - stage * size, 0, size)
 
 
-def _shards_frame(result: RunResult, v: _View | None, g: dict | None) -> pd.DataFrame:
+def _shards_frame(result: RunResult, v: _RankCompute | None, g: dict | None) -> pd.DataFrame:
     si = [(int(a), int(b)) for a, b in result.shard_instances]
     if not si:
         return empty_frame(SHARD_COLUMNS)

@@ -17,7 +17,7 @@ number is from docs/sources.md §1-2, "ref §x" in the modules):
 Units: bytes, bytes/s, seconds. MB = 1e6 bytes (AWS's MB/s), TiB = 2**40 bytes, Gbit/s = 1e9/8 bytes/s.
 """
 from ..fairshare import max_min_fair
-from .costs import Chunk, Progress, StorageCosts
+from .costs import StepSpan, StorageProgress, StorageCosts
 from .estimates import estimates, summary_keys
 from .fsx import (
     CLIENT_NON_EFA_BYTES_PER_S, CLIENT_PER_SERVER_BYTES_PER_S, GBPS, GIB, KINDS, LATENCY_HDD_S, LATENCY_SSD_S, MB,
@@ -27,8 +27,8 @@ from .plan import StoragePlan, checkpoint_bytes_per_rank, storage_plan
 from .server import StorageServer
 
 __all__ = [
-    "CLIENT_NON_EFA_BYTES_PER_S", "CLIENT_PER_SERVER_BYTES_PER_S", "Chunk", "FsxSpec", "GBPS", "GIB", "KINDS",
-    "LATENCY_HDD_S", "LATENCY_SSD_S", "MB", "Progress", "READ", "READ_CACHED", "StorageCosts", "StoragePlan",
+    "CLIENT_NON_EFA_BYTES_PER_S", "CLIENT_PER_SERVER_BYTES_PER_S", "StepSpan", "FsxSpec", "GBPS", "GIB", "KINDS",
+    "LATENCY_HDD_S", "LATENCY_SSD_S", "MB", "StorageProgress", "READ", "READ_CACHED", "StorageCosts", "StoragePlan",
     "StorageServer", "TIB", "TIERS", "Tier", "WRITE", "auto_metadata_iops", "checkpoint_bytes_per_rank",
     "estimates", "fsx_spec", "max_min_fair", "storage_plan", "summary_keys", "tier_allowed",
 ]

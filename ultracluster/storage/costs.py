@@ -16,9 +16,10 @@ from .plan import StoragePlan, storage_plan
 
 
 @dataclass
-class Chunk:
-    """`n` consecutive steps from `first`, with per-step means of each part (seconds). The means are exact for
-    any split at a multiple of the checkpoint period counted from `first`, and anywhere for identical steps."""
+class StepSpan:
+    """`n` consecutive training steps from `first` (a span of steps, not a pipeline chunk), with per-step means
+    of each part (seconds). The means are exact for any split at a multiple of the checkpoint period counted
+    from `first`, and anywhere for identical steps."""
 
     first: int
     n: int
@@ -32,10 +33,10 @@ class Chunk:
 
 
 @dataclass
-class Progress:
-    """What `StorageCosts.run` did: the steps it ran (as chunks) and the checkpoints that became durable."""
+class StorageProgress:
+    """What `StorageCosts.run` did: the steps it ran (as spans) and the checkpoints that became durable."""
 
-    chunks: list[Chunk] = field(default_factory=list)
+    spans: list[StepSpan] = field(default_factory=list)
     durable: list[tuple[int, float]] = field(default_factory=list)   # (steps covered, virtual time)
     explicit_steps: int = 0
     cut: bool = False
@@ -220,7 +221,7 @@ class StorageCosts:
         low, high = self.server.extremes(slot)
         return (skey, rel), vec, low, high
 
-    def run(self, busy_s: float, steps: int, t_limit: float = math.inf) -> Progress:
+    def run(self, busy_s: float, steps: int, t_limit: float = math.inf) -> StorageProgress:
         """Run up to `steps` steps, stopping at `t_limit`, fast-forwarding whatever repeats.
 
         A unit (one step, or one checkpoint period of `every_steps` steps) repeats when the state at its
@@ -230,11 +231,11 @@ class StorageCosts:
         transfer ending, and of `t_limit`.
 
         Returns:
-            The steps done (as chunks of per-step means) and the checkpoints that became durable; `cut` is
+            The steps done (as spans of per-step means) and the checkpoints that became durable; `cut` is
             True when a step was under way at `t_limit` (storage then stands at `t_limit`; that step's work is
-            not in the chunks).
+            not in the spans).
         """
-        prog = Progress()
+        prog = StorageProgress()
         self.durable = []
         end = self.step + steps
         steps_h: list[tuple] = []
@@ -264,7 +265,7 @@ class StorageCosts:
                     self.step, self.t, prog.cut = k, t_limit, True
                     break
                 prog.explicit_steps += 1
-                self._add(prog, Chunk(k, 1, busy_s, stall, ck))
+                self._add(prog, StepSpan(k, 1, busy_s, stall, ck))
                 steps_h = steps_h[-1:] + [(sig0, self._signature("step"), stall, ck)]
                 if not self.free:
                     self.server.mark("step")
@@ -274,18 +275,18 @@ class StorageCosts:
         return prog
 
     @staticmethod
-    def _add(prog: Progress, c: Chunk) -> None:
-        last = prog.chunks[-1] if prog.chunks else None
+    def _add(prog: StorageProgress, c: StepSpan) -> None:
+        last = prog.spans[-1] if prog.spans else None
         if last and last.first + last.n == c.first and \
                 (last.busy_s, last.data_stall_s, last.checkpoint_s) == (c.busy_s, c.data_stall_s, c.checkpoint_s):
             last.n += c.n
         else:
-            prog.chunks.append(c)
+            prog.spans.append(c)
 
     def _limit_units(self, unit_s: float, t_limit: float) -> int:
         return int((t_limit - self.now()) / unit_s * (1 - 1e-12)) if math.isfinite(t_limit) else 1 << 62
 
-    def _step_jump(self, hist, busy_s: float, end: int, t_limit: float, prog: Progress) -> bool:
+    def _step_jump(self, hist, busy_s: float, end: int, t_limit: float, prog: StorageProgress) -> bool:
         (a0, a1, st_a, ck_a), (b0, b1, st_b, ck_b) = hist[-2], hist[-1]
         if (st_a, ck_a) != (st_b, ck_b) or ck_b != 0.0:
             return False
@@ -298,10 +299,10 @@ class StorageCosts:
             return False
         self._shift(m, m, m * step_s, b1)
         self._acc[0] += m * st_b
-        self._add(prog, Chunk(self.step - m, m, busy_s, st_b, 0.0))
+        self._add(prog, StepSpan(self.step - m, m, busy_s, st_b, 0.0))
         return True
 
-    def _period_jump(self, hist, busy_s: float, end: int, t_limit: float, prog: Progress) -> bool:
+    def _period_jump(self, hist, busy_s: float, end: int, t_limit: float, prog: StorageProgress) -> bool:
         (s0, t0, k0, acc0, d0), (s1, t1, k1, acc1, d1), (s2, t2, k2, acc2, d2) = hist
         p = self.every
         if k1 - k0 != p or k2 - k1 != p:
@@ -324,7 +325,7 @@ class StorageCosts:
         for c, w in ev_b:                     # the last repetition's durable checkpoints
             self.durable.append((k2 + (m - 1) * p + c, t2 + (m - 1) * period_s + w))
             self.durable_step = self.durable[-1][0]
-        self._add(prog, Chunk(self.step - m * p, m * p, busy_s, ub[1] / p, ub[2] / p))
+        self._add(prog, StepSpan(self.step - m * p, m * p, busy_s, ub[1] / p, ub[2] / p))
         return True
 
     def _shift(self, n: int, reps: int, dt: float, last) -> None:

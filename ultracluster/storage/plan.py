@@ -44,7 +44,7 @@ def _rank_state(scenario, cluster) -> tuple[dict[str, np.ndarray], np.ndarray, n
     """(parallel coordinates, weight bytes, optimizer-state bytes) that each rank holds, [ranks] each.
 
     Weights at training precision (4 B fp32, else 2 B); optimizer state fp32 master + Adam m, v = 12 B/param
-    with fp32 master weights, bf16 m, v = 4 B/param without (as memory.py; ZeRO paper, ref §2.1), divided
+    with fp32 master weights, bf16 m, v = 4 B/param without (`operators.optimizer_bytes`; ref §2.1), divided
     over data-parallel ranks under ZeRO-1 and ZeRO-3 (`operators.sharding`); weights too under ZeRO-3.
     """
     from .. import operators as opslib
@@ -58,7 +58,7 @@ def _rank_state(scenario, cluster) -> tuple[dict[str, np.ndarray], np.ndarray, n
     c = rank_coords(layout, np.arange(cluster.ranks))
     params = stage[c["pp"]]
     w_bytes = opslib.weight_bytes(t)
-    o_bytes = 12.0 if t.master_weights == "fp32" else 4.0
+    o_bytes = opslib.optimizer_bytes(t)
     shard = opslib.sharding(t)
     return (c, params * w_bytes / (layout.dp if shard.weights else 1),
             params * o_bytes / (layout.dp if shard.optimizer else 1))
