@@ -349,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
             return _sensitivity(scenario, args)
         return _run(scenario, args)
     except ScenarioError as err:
-        if err.problems and all(p.path.startswith("--") for p in err.problems):   # bad flags of `plan`
+        if args.command == "plan" and err.problems and all(p.path.startswith("--") and p.path != "--set"
+                                                           for p in err.problems):   # bad flags of `plan`
             for prob in err.problems:
                 print(f"error: {prob}", file=sys.stderr)
             return EXIT_BAD_INPUT

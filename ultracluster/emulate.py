@@ -28,10 +28,12 @@ from .storage import StorageCosts
 
 
 def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: Callable | None = None,
-            calibration: Calibration | None = None, progress=None, cpus: int | None = None) -> RunResult:
+            calibration: Calibration | None = None, progress=None, cpus: int | None = None,
+            export_metrics: bool = True) -> RunResult:
     """The stages up to the replayed steps: scenario → cluster → memory → shards → replay → RunResult.
 
     `cpus`: CPUs of the Ray cluster the shards run on, for `instances_per_actor: auto` (None: this machine).
+    `export_metrics`: export the run's Ray metrics for Grafana (off for the interval's side pricings).
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
@@ -67,7 +69,7 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
             progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)
         with shards_factory(scenario, cluster) as shards, storage_service(scenario, cluster) as fs:
             result.ray_nodes = shards.nodes
-            metrics = RunMetrics.create(scenario.name, t.warmup_steps + t.steps)   # Ray metrics for Grafana
+            metrics = RunMetrics.create(scenario.name, t.warmup_steps + t.steps, enabled=export_metrics)   # Grafana
             metrics.actors_alive(len(cluster.shards))
             if progress:
                 progress.started(shards.nodes)

@@ -130,7 +130,7 @@ def _pricer(scenario, calibration: Calibration):
                                       "storage": None, "checkpoint": None})
 
     def price(cal: Calibration) -> float:
-        res = emulate(one, local_shards, None, cal)
+        res = emulate(one, local_shards, None, cal, export_metrics=False)
         return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
     return price
 

@@ -283,7 +283,7 @@ def test_html_offline_escaped_with_sections():
     for section in ("Summary", "Step time breakdown", "Pipeline timeline", "HBM per rank", "Stages", "Slowest ranks",
                     "Collectives", "Emulation", "Scenario"):
         assert f"<h2>{section}</h2>" in page, section
-    assert page.count("<svg") == 3
+    assert page.count("<svg") == 4       # interval band, breakdown, timeline, memory
     # breakdown: parts > 0 of the mean (8) and of each step (7, 6, 8); timeline of step 2: 7 + 4 tp + 2 pp
     # + 1 storage slices;
     # memory: 5 kinds x 2 stages

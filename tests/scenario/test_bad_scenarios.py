@@ -133,7 +133,7 @@ def test_messages_say_what_is_allowed(tmp_path: Path) -> None:
     assert allowed("nested key typo").startswith("no such key; allowed keys here: tp, pp, dp, cp, ep,")
     assert "did you mean tp?" in allowed("nested key typo")
     assert allowed("string for an integer") == "an integer >= 1"
-    assert allowed("bad enum") == "one of: bf16, fp8, fp32"
+    assert allowed("bad enum") == "one of: bf16, fp8, fp32, mxfp8, mxfp4"
     assert allowed("product != ranks") == "tp*pp*cp*dp = ranks = 32 instances x 32 NeuronCores / lnc 1 = 1024"
     assert allowed("heads % tp") == "a divisor of model.heads (32)"
     assert "model.kv_heads (12)" in allowed("kv_heads vs tp")

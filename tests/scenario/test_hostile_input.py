@@ -185,11 +185,11 @@ def test_arbitrary_yaml_is_a_valid_scenario_or_exit_2_with_short_output(value, w
         path = Path(tmp) / "arbitrary.yaml"
         path.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
         rc, out = validate_in_process(str(path))
-    assert rc in (EXIT_OK, EXIT_BAD_INPUT), out
-    assert len(out.encode()) < OUTPUT_MAX_BYTES
-    assert "Traceback" not in out
-    if rc == EXIT_OK:
-        load_scenario(path)                      # what validate accepted loads
+        assert rc in (EXIT_OK, EXIT_BAD_INPUT), out
+        assert len(out.encode()) < OUTPUT_MAX_BYTES
+        assert "Traceback" not in out
+        if rc == EXIT_OK:
+            load_scenario(path)                  # what validate accepted loads (while the file still exists)
 
 
 @settings(max_examples=150, deadline=None)

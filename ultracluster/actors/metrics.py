@@ -74,9 +74,10 @@ class RunMetrics:
         self.m.steps_planned.set(float(steps), tags=self.tags)
 
     @classmethod
-    def create(cls, scenario_name: str, steps: int) -> RunMetrics | _NoMetrics:
-        """A recorder for this run: real metrics when Ray is initialized in this process, else a no-op."""
-        return cls(scenario_name, steps) if ray.is_initialized() else _NoMetrics()
+    def create(cls, scenario_name: str, steps: int, enabled: bool = True) -> RunMetrics | _NoMetrics:
+        """A recorder for this run: real metrics when Ray is initialized in this process (and `enabled`), else a
+        no-op."""
+        return cls(scenario_name, steps) if enabled and ray.is_initialized() else _NoMetrics()
 
     def actors_alive(self, n: int) -> None:
         self.m.actors.set(float(n), tags=self.tags)
