@@ -19,7 +19,6 @@ MAX_LINES = 460        # about 450
 LONG_MODULES = {
     "replay/engine.py": "the step replay loop and its per-phase pricing read as one piece",
     "cluster/catalog.py": "hardware tables: one entry per chip and instance type, each citing its source",
-    "network/collectives.py": "selection, staging, flows, pricing and contention; split by job is issue 16's next step",
 }
 
 
