@@ -74,13 +74,8 @@ TRN2_PROBES = (
       "parallelism": {"tp": 8, "pp": 1, "dp": 64}, "cluster": {"instance": "trn2.48xlarge", "instances": 8},
       "emulation": {"instances_per_actor": 8}}),
 )
-# Files whose change can change the fit: the data, the operator library, and the model's code
-INPUTS = ("data/calibration/training.csv", "operators/transformer.yaml", "ultracluster/chip.py",
-          "ultracluster/operators.py", "ultracluster/replay/engine.py", "ultracluster/replay/schedule.py",
-          "ultracluster/network/collectives.py", "ultracluster/network/algorithms.py",
-          "ultracluster/network/topology.py", "ultracluster/network/collectives_fit.json",
-          "ultracluster/cluster/catalog.py", "ultracluster/cluster/calibration.py", "ultracluster/uncertainty.py",
-          "ultracluster/cluster/uncertain.py", "scripts/calibrate.py")
+# The data the fit reads (its staleness test also re-predicts every layout, which catches model changes)
+INPUTS = ("data/calibration/training.csv", "operators/transformer.yaml", "ultracluster/network/collectives_fit.json")
 
 
 def rows(data: Path) -> list[dict]:

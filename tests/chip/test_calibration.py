@@ -36,7 +36,7 @@ def layouts(script, calibration_dir):
 
 def test_fit_saw_todays_data_and_model(script, committed):
     assert committed["inputs_sha256"] == script.inputs_digest(), (
-        "the data, operator library or model code changed since the fit: run python scripts/calibrate.py")
+        "the data, the operator library or the collective fit changed since the fit: run python scripts/calibrate.py")
 
 
 def test_in_sample_predictions_and_page_are_current(script, committed, layouts, calibration_dir):
