@@ -39,6 +39,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nelder_mead import minimize  # noqa: E402
 FITTED = REPO / "ultracluster" / "cluster" / "calibration.json"
 DOC = REPO / "docs" / "calibration.md"
 DATA = REPO / "data" / "calibration"
@@ -153,37 +155,6 @@ def base_calibration(**changes):
     return DEFAULT.with_(**changes)
 
 
-def _nelder_mead(f, x0: np.ndarray, step: np.ndarray, iters: int = 200, tol: float = 1e-9) -> tuple[np.ndarray, float]:
-    """Deterministic Nelder-Mead (standard coefficients) from x0 with the given initial simplex steps."""
-    n = x0.size
-    pts = [x0.astype(float)] + [x0 + np.eye(n)[i] * step[i] for i in range(n)]
-    vals = [f(p) for p in pts]
-    for _ in range(iters):
-        order = np.argsort(vals, kind="stable")
-        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
-        if vals[-1] - vals[0] < tol:
-            break
-        centre = np.mean(pts[:-1], axis=0)
-        xr = centre + (centre - pts[-1])
-        fr = f(xr)
-        if fr < vals[0]:
-            xe = centre + 2 * (centre - pts[-1])
-            fe = f(xe)
-            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < vals[-2]:
-            pts[-1], vals[-1] = xr, fr
-        else:
-            xc = centre + 0.5 * (pts[-1] - centre)
-            fc = f(xc)
-            if fc < vals[-1]:
-                pts[-1], vals[-1] = xc, fc
-            else:
-                pts = [pts[0]] + [pts[0] + 0.5 * (p - pts[0]) for p in pts[1:]]
-                vals = [vals[0]] + [f(p) for p in pts[1:]]
-    i = int(np.argmin(vals))
-    return pts[i], float(vals[i])
-
-
 def _round(v: float) -> float:
     return float(f"{v:.3g}")
 
@@ -208,8 +179,8 @@ def fit(lay: Layouts, names, switches: dict | None = None) -> tuple[dict, float]
         return float(np.sum(err ** 2)) + 1e3 * outside
 
     u0 = (np.array([b[3] for b in free]) - lo) / (hi - lo)
-    u, _ = _nelder_mead(loss, u0, scale / (hi - lo))
-    u, _ = _nelder_mead(loss, u, 0.25 * scale / (hi - lo))     # restart from the optimum: no collapsed simplex
+    u, _ = minimize(loss, u0, scale / (hi - lo), 200, 1e-9)
+    u, _ = minimize(loss, u, 0.25 * scale / (hi - lo), 200, 1e-9)     # restart from the optimum: no collapsed simplex
     best = {k: _round(v) for k, v in params(u).items()}
     err = lay.log_errors(base_calibration(**others, **best), names)
     return best, float(np.sqrt(np.mean(err ** 2)))

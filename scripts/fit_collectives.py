@@ -42,6 +42,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nelder_mead import minimize  # noqa: E402
 from ultracluster.network import calibration as ncal  # noqa: E402
 from ultracluster.network.bench import bench_cluster, bench_group  # noqa: E402
 from ultracluster.network.collectives import bus_factor, collective_time, profile, step_table, table_times  # noqa: E402
@@ -113,36 +115,6 @@ def _x(start: dict[str, float], free: tuple[str, ...]) -> np.ndarray:
     return np.array(out)
 
 
-def _nelder_mead(f, x0: np.ndarray, step: float, iters: int) -> tuple[np.ndarray, float]:
-    """Plain Nelder-Mead (reflection 1, expansion 2, contraction 0.5, shrink 0.5), deterministic."""
-    pts = [x0] + [x0 + step * e for e in np.eye(x0.size)]
-    vals = [f(p) for p in pts]
-    for _ in range(iters):
-        order = np.argsort(vals, kind="stable")
-        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
-        if vals[-1] - vals[0] < 1e-12:
-            break
-        c = np.mean(pts[:-1], axis=0)
-        xr = 2 * c - pts[-1]
-        fr = f(xr)
-        if fr < vals[0]:
-            xe = 3 * c - 2 * pts[-1]
-            fe = f(xe)
-            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < vals[-2]:
-            pts[-1], vals[-1] = xr, fr
-        else:
-            xc = c + 0.5 * (pts[-1] - c)
-            fc = f(xc)
-            if fc < vals[-1]:
-                pts[-1], vals[-1] = xc, fc
-            else:
-                pts = [pts[0]] + [pts[0] + 0.5 * (p - pts[0]) for p in pts[1:]]
-                vals = [vals[0]] + [f(p) for p in pts[1:]]
-    i = int(np.argmin(vals))
-    return pts[i], float(vals[i])
-
-
 def _round(value: float, digits: int = 3) -> float:
     return float(f"{value:.{digits}g}")
 
@@ -186,8 +158,8 @@ def _fit(problem, free: tuple[str, ...], base: ncal.NetworkCalibration) -> ncal.
 
     best = None
     for start in START_VALUES:
-        x, v = _nelder_mead(objective, _x(start, free), 1.0, 4000)
-        x, v = _nelder_mead(objective, x, 0.1, 4000)
+        x, v = minimize(objective, _x(start, free), 1.0, 4000)
+        x, v = minimize(objective, x, 0.1, 4000)
         if best is None or v < best[1]:
             best = (x, v)
     cal = _calibration(best[0], free, base)
