@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ultracluster"
 # The pure core: scenario → cluster → chip, operators, network, storage, replay engine. Ray is the actors'
 # business and pandas the report's.
 CORE = ["ultracluster.chip", "ultracluster.operators", "ultracluster.cluster", "ultracluster.network",
-        "ultracluster.replay.engine", "ultracluster.scenario", "ultracluster.memory", "ultracluster.storage"]
+        "ultracluster.replay.engine", "ultracluster.scenario", "ultracluster.memory", "ultracluster.storage",
+        "ultracluster.fairshare", "ultracluster.goodput", "ultracluster.uncertainty"]
 
 MAX_LINES = 460        # about 450
 # module → why it is longer (each a candidate for the next split)
