@@ -31,8 +31,9 @@ from .space import SearchSpace, clusters, enumerate_layouts, parse_instance_type
 
 __all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "plan"]
 
-EMBEDDED_RAY_START_S = 6.0     # starting an embedded local Ray and its workers on this class of machine (measured
-                               # 4-8 s on 2 cores): the in-process search must save more than this to use it
+EMBEDDED_RAY_START_S = 12.0    # starting an embedded local Ray and warming workers that import the planner (measured
+                               # 5-12 s on the 2-CPU development machine): the in-process search must save more
+IN_PROCESS_LAYOUTS_PER_S = 5000.0   # a conservative in-process rate (docs/performance.md measures about 10,000/s)
 REPLAY_DIFFERENCE_NOTE = 0.01  # a replayed layout further than this from its fast-path step time gets a note
 
 
@@ -104,21 +105,15 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
         pieces = search.chunks(table, 2 * plan_tasks.cluster_cpus())
         results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, pieces)
         return search.Evaluated(table, sources, mismatches, time.perf_counter() - t0, nodes, results)
-    pieces = search.chunks(table)
-    first = time.perf_counter()
-    results = [search.evaluate_chunk(base, calibration, sources, pieces[0], pr)]
-    rate = len(pieces[0]) / max(time.perf_counter() - first, 1e-9)
-    rest_s = sum(len(p) for p in pieces[1:]) / rate
     cpus = os.cpu_count() or 1
+    expected_s = len(table) / IN_PROCESS_LAYOUTS_PER_S
     nodes = 0
-    if cpus > 1 and rest_s * (1 - 1 / cpus) > EMBEDDED_RAY_START_S:
-        log(f"plan: {len(table):,} layouts at {rate:,.0f}/s here: the rest on an embedded Ray ({cpus} CPUs)")
+    if cpus > 1 and expected_s * (1 - 1 / cpus) > EMBEDDED_RAY_START_S:
+        log(f"plan: {len(table):,} layouts: pricing them on an embedded Ray ({cpus} CPUs)")
         session.enter_context(plan_tasks.planning_ray(None, shards))
-        more, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources,
-                                                 search.chunks(pd.concat(pieces[1:]), 2 * cpus))
-        results += more
-    elif len(pieces) > 1:          # here: the rest in one piece (fewer, larger batches; the same numbers)
-        results.append(search.evaluate_chunk(base, calibration, sources, pd.concat(pieces[1:]), pr))
+        results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, search.chunks(table, 2 * cpus))
+    else:                          # here, in one piece (the fewest, largest batches; the same numbers)
+        results = [search.evaluate_chunk(base, calibration, sources, table, pr)]
     return search.Evaluated(table, sources, mismatches, time.perf_counter() - t0, nodes, results)
 
 
