@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Cost of the vectorized chip model for one step of a shard: 64 cores against 65,536 cores.
 
-The chip model prices each distinct pipeline chunk once (`chunk_times`), then scales by per-rank speed
-factors as numpy arrays (`ShardWorker`), so its cost should not grow with the cores it stands for.
+The chip model prices each distinct pipeline chunk once (`chunk_times`); per step the shard draws the
+jitter of the (replica, stage) groups it holds (`ShardWorker.profile`), so its cost should not grow with
+the cores it stands for, only, slightly, with the groups.
 Prints a table: cores, instances, median milliseconds per call over repeats, ratio to the smallest.
 
 Usage: python benchmarks/chip_model.py [--repeats N]

@@ -258,16 +258,24 @@ def jitter_sigma(scenario, calibration) -> float:
 
 
 def group_jitter(seed: int, step: int, shape: tuple[int, ...], group_size: int, sigma: float) -> np.ndarray:
-    """Speed factors of groups of `group_size` ranks that wait for their slowest member.
+    """Speed factors of groups 0 .. prod(shape) - 1 (`group_jitter_of`), shaped `shape` in C order."""
+    return group_jitter_of(seed, step, 0, int(np.prod(shape)), group_size, sigma).reshape(shape)
+
+
+def group_jitter_of(seed: int, step: int, first: int, count: int, group_size: int, sigma: float) -> np.ndarray:
+    """Speed factors of groups first .. first + count - 1 of `group_size` ranks that wait for their slowest member.
 
     Each rank's compute time is scaled by exp(sigma x N(0, 1)), independent per rank and step; a group
     runs at its maximum, drawn directly: with U uniform, max of n standard normals = Phi^-1(U^(1/n)).
-    Cost O(groups), not O(ranks).
+    Group g's U is draw g of the step's stream, keyed by (seed, step): the generator jumps to it
+    (PCG64 `advance`, one 64-bit output per double), so a group's factor is the same whichever shard draws
+    it and whichever other groups are drawn with it. Cost O(count), not O(groups) nor O(ranks).
     """
     if sigma <= 0:
-        return np.ones(shape)
-    u = np.random.default_rng([seed, step, 0x717]).random(shape)
-    z = _norm_ppf(u ** (1.0 / group_size))
+        return np.ones(count)
+    rng = np.random.default_rng([seed, step, 0x717])
+    rng.bit_generator.advance(first)
+    z = _norm_ppf(rng.random(count) ** (1.0 / group_size))
     return np.exp(sigma * z)
 
 

@@ -7,6 +7,7 @@ import pytest
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
 from ultracluster.replay.engine import CommPlan, replay_steps
+from ultracluster.replay.profile import ShardProfile
 from ultracluster.replay.schedule import stage_programs
 
 F, B, OPT = 0.2, 0.45, 0.01
@@ -31,12 +32,15 @@ class UniformShards:
     def profiles(self, step):
         lay = self.cluster.layout
         chunks = lay.pp * lay.virtual_stages
-        out = []
+        size, out = lay.tp * lay.cp, []
         for sh in self.cluster.shards:
             mine = sorted(r for r in self.slow if sh.first_rank <= r < sh.first_rank + sh.ranks)
-            out.append({"fwd": np.full(chunks, F), "bwd": np.full(chunks, B), "opt": np.full(lay.pp, OPT),
-                        "slow_ranks": np.array(mine, dtype=np.int64),
-                        "slow_factors": np.array([self.slow[r] for r in mine], dtype=float)})
+            first, last = sh.first_rank // size, (sh.first_rank + sh.ranks - 1) // size
+            out.append(ShardProfile(shard=sh.index, forward_s=np.full(chunks, F), backward_s=np.full(chunks, B),
+                                    optimizer_s=np.full(lay.pp, OPT), attention_fwd_s=0.0, attention_bwd_s=0.0,
+                                    first_group=first, group_speed=np.ones(last - first + 1),
+                                    slow_ranks=np.array(mine, dtype=np.int64),
+                                    slow_factors=np.array([self.slow[r] for r in mine], dtype=float)))
         return out
 
     def reduce_payload(self, step):

@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from test_report_frames import make_result, step
 from ultracluster.replay.events import BREAKDOWN_KEYS, RunResult, StageComm, StageMemory
+from ultracluster.replay.profile import ShardProfile
 from ultracluster.report import build_report
 from ultracluster.report.ranks import (
     MAX_GROUP_ROWS, RANK_COLUMNS, SHARD_COLUMNS, SLOWEST_RANKS, STAGE_COLUMNS, RankTally, comm_records,
@@ -173,8 +174,10 @@ def test_rank_tally_means_over_measured_steps():
     tally = RankTally(layout, microbatches=3, warmup_steps=1)
 
     def prof(slow, factor, fwd=(0.1, 0.2)):
-        return [{"fwd": np.array(fwd), "bwd": np.array([0.2, 0.4]), "opt": np.array([0.05, 0.06]),
-                 "slow_ranks": np.array(slow, dtype=np.int64), "slow_factors": np.array(factor)}]
+        return [ShardProfile(shard=0, forward_s=np.array(fwd), backward_s=np.array([0.2, 0.4]),
+                             optimizer_s=np.array([0.05, 0.06]), attention_fwd_s=0.0, attention_bwd_s=0.0,
+                             first_group=0, group_speed=np.ones(2), slow_ranks=np.array(slow, dtype=np.int64),
+                             slow_factors=np.array(factor, dtype=float))]
 
     tally.add(0, prof([3], [9.0], fwd=(1.0, 1.0)))   # warm-up: left out
     tally.add(1, prof([1], [2.0]))
@@ -183,7 +186,7 @@ def test_rank_tally_means_over_measured_steps():
     assert base == pytest.approx([3 * (0.1 + 0.2) + 0.05, 3 * (0.2 + 0.4) + 0.06])
     assert slow == pytest.approx({1: 0.95 * (2.0 + 1.5) / 2, 2: 1.86 * (1 + 3.0) / 2})
     watched = RankTally(layout, 3, 0).watch(SimpleNamespace(profiles=lambda s: prof([], []), nodes=3))
-    assert watched.nodes == 3 and watched.profiles(0)[0]["opt"].tolist() == [0.05, 0.06]
+    assert watched.nodes == 3 and watched.profiles(0)[0].optimizer_s.tolist() == [0.05, 0.06]
     assert watched._tally.result()[0] == pytest.approx([0.95, 1.86])
     old = RankTally(layout, 3, 0)
     old.add(0, [{"fwd": np.ones((2, 1)), "bwd": np.ones((2, 1)), "opt": np.ones(2)}])   # an unknown format

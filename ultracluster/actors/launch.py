@@ -23,7 +23,6 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator, Mapping
 
-import numpy as np
 import ray
 from ray.exceptions import RayActorError, RayError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
@@ -31,6 +30,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from ..cluster.catalog import INSTANCES, ultraserver_of
 from ..errors import ActorError, Problem, RunInterrupted, ScenarioError
+from ..replay.profile import ShardProfile
 from .shard import ShardWorker
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class RayShards:
                     dead[i] = _last_line(probe)
         return [(self.cluster.shards[i].label, dead[i]) for i in sorted(dead)]
 
-    def profiles(self, step: int) -> list[dict[str, np.ndarray]]:
+    def profiles(self, step: int) -> list[ShardProfile]:
         return self._get([a.profile.remote(step) for a in self.actors])
 
     def reduce_payload(self, step: int) -> tuple[int, bool]:

@@ -4,9 +4,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-import numpy as np
-
 from ..network.algorithms import schedule
+from ..replay.profile import ShardProfile
 from .shard import ShardWorker
 
 
@@ -18,7 +17,7 @@ class LocalShards:
         self.nodes = 1
         self._algorithm: str | None = None
 
-    def profiles(self, step: int) -> list[dict[str, np.ndarray]]:
+    def profiles(self, step: int) -> list[ShardProfile]:
         return [w.profile(step) for w in self.workers]
 
     def reduce_payload(self, step: int) -> tuple[int, bool]:

@@ -1,8 +1,12 @@
-"""One shard of the cluster → per-rank compute times and its part of the gradient payload exchange.
+"""One shard of the cluster → its ranks' compute for each step, and its part of the gradient payload exchange.
 
 `ShardWorker` is plain Python over numpy: Ray wraps it as an actor (`actors.launch`), tests and the
-in-process runner call it directly (`actors.local`). It prices its pipeline chunks once on the chip
-model (cost by distinct shapes), then per step scales them by each of its ranks' speed factors.
+in-process runner call it directly (`actors.local`). It owns whole instances, so a contiguous range of ranks
+and of (replica, stage) groups: it prices its pipeline chunks once on the chip model (cost by distinct
+shapes), keeps the stragglers among its ranks, and per step draws the jitter of the groups it holds from
+the stream keyed by (seed, step) at each group's position, so every folding into actors gives the same
+numbers.
+It answers with a frozen `ShardProfile` whose size grows with the groups it holds, never with its cores.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from .. import chip
 from .. import operators as opslib
 from ..cluster import Cluster, ShardSpec
 from ..network.algorithms import schedule
+from ..replay.profile import ShardProfile
 
 PAYLOAD_MAX_BYTES = 1 << 30   # per actor; beyond it `emulation.payload_scale` is too large for one machine
 
@@ -42,7 +47,20 @@ class ShardWorker:
 
     def __init__(self, scenario, cluster: Cluster, shard: ShardSpec):
         self.scenario, self.cluster, self.shard = scenario, cluster, shard
-        self._times = chip.chunk_times(scenario, cluster)
+        lay = cluster.layout
+        size = lay.tp * lay.cp                       # ranks of a (replica, stage) group, consecutive
+        first, last = shard.first_rank // size, (shard.first_rank + shard.ranks - 1) // size
+        self._groups = np.arange(first, last + 1, dtype=np.int64)      # group id = replica x pp + stage
+        self._group_size = size
+        self._sigma = chip.jitter_sigma(scenario, cluster.calibration)
+        times = chip.chunk_times(scenario, cluster)
+        stages = np.zeros(lay.pp, dtype=bool)
+        stages[np.unique(self._groups % lay.pp)] = True
+        chunks = stages[np.arange(times.forward_s.size) % lay.pp]   # chunk c lives on stage c % pp
+        self._fwd = np.where(chunks, times.forward_s, np.nan)
+        self._bwd = np.where(chunks, times.backward_s, np.nan)
+        self._opt = np.where(stages, times.optimizer_s, np.nan)
+        self._attn = (float(times.attention_fwd_s), float(times.attention_bwd_s))
         slow, factor = chip.stragglers(scenario, cluster.ranks)
         mine = (slow >= shard.first_rank) & (slow < shard.first_rank + shard.ranks)
         self._slow, self._factor = slow[mine], factor[mine]
@@ -54,18 +72,16 @@ class ShardWorker:
     def ping(self) -> int:
         return self.shard.index
 
-    def profile(self, step: int) -> dict[str, np.ndarray]:
-        """This shard's compute for one step, in a form whose size does not grow with its cores.
-
-        Returns:
-            "fwd", "bwd": [chunks] seconds of one microbatch of each pipeline chunk at speed 1;
-            "opt": [stages] seconds of the optimizer step; "attn_fwd", "attn_bwd": one layer's attention
-            core per microbatch (context-parallel overlap); "slow_ranks" / "slow_factors": the global
-            ranks of this shard that run slower, and by how much (every other rank runs at speed 1).
-        """
-        t = self._times
-        return {"fwd": t.forward_s, "bwd": t.backward_s, "opt": t.optimizer_s, "attn_fwd": t.attention_fwd_s,
-                "attn_bwd": t.attention_bwd_s, "slow_ranks": self._slow, "slow_factors": self._factor}
+    def profile(self, step: int) -> ShardProfile:
+        """This shard's compute for `step`: its stages' chunk times at speed 1, this step's jitter of the
+        groups it holds (draw `group` of the (seed, step) stream, so a group two shards hold gets one value), and its
+        slow ranks. See `replay.profile.ShardProfile`."""
+        jitter = chip.group_jitter_of(self.scenario.seed, step, int(self._groups[0]), self._groups.size,
+                                      self._group_size, self._sigma)
+        return ShardProfile(shard=self.shard.index, forward_s=self._fwd, backward_s=self._bwd,
+                            optimizer_s=self._opt, attention_fwd_s=self._attn[0], attention_bwd_s=self._attn[1],
+                            first_group=int(self._groups[0]), group_speed=jitter, slow_ranks=self._slow,
+                            slow_factors=self._factor)
 
     # --- the payload all-reduce between shards, in the steps of the DP group's algorithm --------------
     def payload_algorithm(self) -> str:

@@ -1,8 +1,9 @@
 """Shards' per-rank compute times → replayed steps on the virtual clock → StepRecords and Slices.
 
-Each step: the shards (Ray actors, or in-process stand-ins) return the compute seconds of every rank
-they own for one microbatch of each of its pipeline chunks, with their speed factors applied; the engine
-takes the slowest rank of each tensor/context-parallel group, adds the in-layer collectives, executes
+Each step: the shards (Ray actors, or in-process stand-ins) return, over what they own, the compute seconds
+of one microbatch of each pipeline chunk, the step's jitter of each (replica, stage) group they hold (its
+slowest tensor/context-parallel rank) and their slow ranks (`replay.profile`); the engine merges these
+disjoint answers, adds the in-layer collectives, executes
 the pipeline schedule for every data-parallel replica at once, then the data-parallel gradient reduction
 of each stage (which waits for the slowest replica), then the optimizer. Meanwhile the shards reduce a
 real, scaled gradient payload among themselves and check it against the exact sum.
@@ -31,6 +32,7 @@ from ..cluster import Cluster, rank_coords
 from ..network import Group, collective_time, group_of
 from ..network.collectives import concurrent_time
 from .events import CollectiveRecord, Slice, StepRecord
+from .profile import MergedProfile, ShardProfile, merge_profiles
 from .schedule import Execution, execute, stage_programs
 
 MAX_SLICES = 200_000  # keep the trace bounded: past this, only the last step's slices are kept
@@ -42,9 +44,8 @@ DP_BUCKET_BYTES = 25 * (1 << 20)
 class ShardSet(Protocol):
     """What the engine needs from the shards (Ray actors or in-process)."""
 
-    def profiles(self, step: int) -> list[dict[str, np.ndarray]]:
-        """Per shard, in shard order: {"fwd": [chunks], "bwd": [chunks], "opt": [stages]} seconds at speed 1,
-        and "slow_ranks" / "slow_factors": the shard's ranks that run slower and by how much."""
+    def profiles(self, step: int) -> list[ShardProfile]:
+        """Per shard, in shard order: its compute for `step` over what it owns (`replay.profile`)."""
 
     def reduce_payload(self, step: int) -> tuple[int, bool]:
         """Reduce the scaled gradient payload among shards; (bytes moved, every result exact)."""
@@ -297,30 +298,28 @@ class ComputeProfile:
     slowest_rank: int        # global rank of the slowest straggler (-1 when there is none)
 
 
-def combine_profiles(profiles: list[dict[str, np.ndarray]], layout, step: int = 0, seed: int = 0,
-                     jitter: float = 0.0, with_stragglers: bool = True) -> ComputeProfile:
+def combine_profiles(profiles: Sequence[ShardProfile] | MergedProfile, layout,
+                     with_stragglers: bool = True) -> ComputeProfile:
     """Shards' profiles → per replica and chunk times. O(replicas x chunks + slow ranks), not O(ranks).
 
-    A tensor/context-parallel group runs at the pace of its slowest rank: a straggler raises its replica's
-    chunk times to base x its factor, and per-rank jitter (log-normal, sigma `jitter`, drawn per step
-    from the seed) enters as the maximum over the group's tp x cp ranks, drawn directly per group.
+    A tensor/context-parallel group runs at the pace of its slowest rank: the shards' per-group jitter
+    (log-normal per rank, its group maximum drawn in the shard that holds the group from the (seed, step)
+    stream at the group's position) scales its chunk times, and a straggler raises them to base x its
+    factor when that is more.
     """
-    fwd = np.max([p["fwd"] for p in profiles], axis=0)
-    bwd = np.max([p["bwd"] for p in profiles], axis=0)
-    opt = np.max([p["opt"] for p in profiles], axis=0)
+    merged = profiles if isinstance(profiles, MergedProfile) else merge_profiles(profiles, layout.dp * layout.pp)
     pp, v = layout.pp, layout.virtual_stages
-    speed = chip.group_jitter(seed, step, (layout.dp, pp), layout.tp * layout.cp, jitter)
-    slow = np.concatenate([p["slow_ranks"] for p in profiles]).astype(np.int64)
-    factor = np.concatenate([p["slow_factors"] for p in profiles])
+    speed = merged.group_speed.reshape(layout.dp, pp).copy()
+    slow, factor = merged.slow_ranks, merged.slow_factors
     slowest = -1
     if slow.size and with_stragglers:
         c = rank_coords(layout, slow)
         np.maximum.at(speed, (c["dp"], c["pp"]), factor)
         slowest = int(slow[np.argmax(factor)])
     chunk_speed = np.tile(speed, (1, v))                        # chunk j*pp + s takes stage s's speed
-    return ComputeProfile(fwd=fwd[None, :] * chunk_speed, bwd=bwd[None, :] * chunk_speed,
-                          opt=opt * speed.max(axis=0), attn_fwd=float(max(p.get("attn_fwd", 0.0) for p in profiles)),
-                          attn_bwd=float(max(p.get("attn_bwd", 0.0) for p in profiles)), slowest_rank=slowest)
+    return ComputeProfile(fwd=merged.forward_s[None, :] * chunk_speed,
+                          bwd=merged.backward_s[None, :] * chunk_speed, opt=merged.optimizer_s * speed.max(axis=0),
+                          attn_fwd=merged.attention_fwd_s, attn_bwd=merged.attention_bwd_s, slowest_rank=slowest)
 
 
 def cp_exposed(comm: CommPlan, prof: ComputeProfile, cp: int) -> tuple[float, float]:
@@ -380,14 +379,13 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
     t, layout = scenario.training, cluster.layout
     m = microbatches(scenario)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
-    jitter = chip.jitter_sigma(scenario, cluster.calibration)
     steps: list[StepRecord] = []
     slices: list[Slice] = []
     clock = 0.0
     for step in range(t.warmup_steps + t.steps):
         wall0 = time.perf_counter()
-        profiles = shards.profiles(step)
-        prof = combine_profiles(profiles, layout, step, scenario.seed, jitter)
+        merged = merge_profiles(shards.profiles(step), layout.dp * layout.pp)
+        prof = combine_profiles(merged, layout)
         fc, bc = prof.fwd, prof.bwd
         cp_f, cp_b = cp_exposed(comm, prof, layout.cp)
         tp_f, tp_b = comm.tp_fwd + layers * cp_f, comm.tp_bwd + layers * cp_b
@@ -419,7 +417,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         stall, ckpt = step_costs(step, float(done[crit_stage] + overhead)) if step_costs else (0.0, 0.0)
         straggle = 0.0
         if prof.slowest_rank >= 0:   # what the slow ranks cost: the same step with them at speed 1
-            base = combine_profiles(profiles, layout, step, scenario.seed, jitter, with_stragglers=False)
+            base = combine_profiles(merged, layout, with_stragglers=False)
             bf_f, bf_b = fsdp_exposed(comm, base.fwd, base.bwd, layers)
             ex_b = execute(programs, base.fwd + tp_f + bf_f, base.bwd + tp_b + bf_b, comm.send_fwd, comm.send_bwd,
                            last)

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from ultracluster.replay.events import ChunkComm, StageComm
+from ultracluster.replay.profile import ShardProfile, merge_profiles
 
 if TYPE_CHECKING:
     from ultracluster.replay.events import RunResult
@@ -75,9 +76,9 @@ def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
 class RankTally:
     """Each rank's own compute seconds per step, from the profiles the shards return to the replay.
 
-    A profile gives, per shard, the seconds of one microbatch of every chunk ("fwd", "bwd": [chunks]) and
-    of the optimizer ("opt": [stages]) at speed 1, and the shard's slow ranks ("slow_ranks") with their
-    slowdown ("slow_factors"). A rank of stage s at speed f computes
+    A profile (`replay.profile.ShardProfile`) gives, per shard, the seconds of one microbatch of the chunks
+    ("forward_s", "backward_s") and of the optimizer ("optimizer_s") of the stages it holds at speed 1, and
+    the shard's slow ranks with their slowdown. A rank of stage s at speed f computes
     f x (microbatches x sum over its chunks of (fwd + bwd) + opt[s]) per step.
 
     Args:
@@ -93,21 +94,18 @@ class RankTally:
         self._n = {True: 0, False: 0}
         self.usable = True
 
-    def add(self, step: int, profiles: list[dict[str, np.ndarray]]) -> None:
+    def add(self, step: int, profiles: list[ShardProfile]) -> None:
         """Add one step's profiles (one per shard)."""
-        keys = ("fwd", "bwd", "opt", "slow_ranks", "slow_factors")
-        if not profiles or not all(k in p for p in profiles for k in keys):
+        if not profiles or not all(isinstance(p, ShardProfile) for p in profiles):
             self.usable = False    # a profile format this tally does not know: no per-rank tables
             return
         pp, group = self.layout.pp, self.layout.tp * self.layout.cp
-        fwd = np.max([np.asarray(p["fwd"], float) for p in profiles], axis=0)
-        bwd = np.max([np.asarray(p["bwd"], float) for p in profiles], axis=0)
-        opt = np.max([np.asarray(p["opt"], float) for p in profiles], axis=0)
+        merged = merge_profiles(profiles, self.layout.dp * pp)
+        fwd, bwd, opt = merged.forward_s, merged.backward_s, merged.optimizer_s
         base = np.zeros(pp)
         np.add.at(base, np.arange(fwd.size) % pp, self.microbatches * (fwd + bwd))
         base += opt
-        slow = np.concatenate([np.asarray(p["slow_ranks"], np.int64) for p in profiles])
-        factor = np.concatenate([np.asarray(p["slow_factors"], float) for p in profiles])
+        slow, factor = merged.slow_ranks, merged.slow_factors
         warm = step < self.warmup_steps
         self._base[warm] = base if self._base[warm] is None else self._base[warm] + base
         extra = self._extra[warm]
@@ -140,7 +138,7 @@ class _Watched:
     def __init__(self, shards, tally: RankTally):
         self._shards, self._tally = shards, tally
 
-    def profiles(self, step: int) -> list[dict[str, np.ndarray]]:
+    def profiles(self, step: int) -> list[ShardProfile]:
         prof = self._shards.profiles(step)
         self._tally.add(step, prof)
         return prof

@@ -1,0 +1,67 @@
+"""Each shard answers for what it owns: its groups' jitter, drawn in the shard from a keyed stream, and its
+slow ranks; the driver's merge gives the same profile and the same summary for any folding."""
+import numpy as np
+import pytest
+
+from ultracluster import chip, load_scenario
+from ultracluster.actors.local import LocalShards
+from ultracluster.cluster import build_cluster
+from ultracluster.pipeline import predict
+from ultracluster.replay.profile import merge_profiles
+
+
+def scenario(instances_per_actor, tp=32, cp=2, instances=8):
+    return load_scenario({
+        "name": "profile-test", "model": {"preset": "llama2-7b", "layers": 4},
+        "training": {"seq_len": 4096, "global_batch": 64, "steps": 2, "warmup_steps": 1},
+        "parallelism": {"tp": tp, "cp": cp},
+        "cluster": {"instance": "trn1.32xlarge", "instances": instances},
+        "faults": {"jitter": 0.02, "stragglers": {"fraction": 0.02, "slowdown": 1.5}},
+        "emulation": {"instances_per_actor": instances_per_actor},
+    })
+
+
+def test_a_shard_answers_for_its_own_groups_and_a_group_two_shards_hold_gets_one_value():
+    sc = scenario(1)                          # tp 32 x cp 2 = 64 ranks: each group spans two trn1 instances
+    cl = build_cluster(sc, 1)
+    profs = LocalShards(sc, cl).profiles(3)
+    assert len(profs) == 8 and all(p.group_speed.size == 1 for p in profs)   # one group each, not 32 ranks
+    assert [p.first_group for p in profs] == [0, 0, 1, 1, 2, 2, 3, 3]
+    for a, b in zip(profs[::2], profs[1::2]):
+        assert a.group_speed[0] == b.group_speed[0]
+    lay = cl.layout
+    want = chip.group_jitter(sc.seed, 3, (lay.dp, lay.pp), lay.tp * lay.cp, 0.02).ravel()
+    np.testing.assert_array_equal(merge_profiles(profs, lay.dp * lay.pp).group_speed, want)
+    assert not np.array_equal(want, merge_profiles(LocalShards(sc, cl).profiles(4), lay.dp * lay.pp).group_speed)
+    with pytest.raises(ValueError, match="do not cover"):
+        merge_profiles(profs[:3], lay.dp * lay.pp)
+
+
+def test_a_shard_holds_only_its_stages_chunks_and_stragglers():
+    sc = load_scenario({**scenario(1, tp=8, cp=1, instances=2).to_dict(), "parallelism": {"tp": 8, "pp": 2}})
+    cl = build_cluster(sc, 1)
+    profs = LocalShards(sc, cl).profiles(0)
+    for p, sh in zip(profs, cl.shards):
+        stages = np.unique(np.arange(p.first_group, p.first_group + p.group_speed.size) % cl.layout.pp)
+        held = ~np.isnan(p.optimizer_s)
+        assert np.flatnonzero(held).tolist() == stages.tolist()
+        assert ((p.slow_ranks >= sh.first_rank) & (p.slow_ranks < sh.first_rank + sh.ranks)).all()
+    merged = merge_profiles(profs, cl.layout.dp * cl.layout.pp)
+    slow, _ = chip.stragglers(sc, cl.ranks)
+    np.testing.assert_array_equal(merged.slow_ranks, slow)
+    assert not np.isnan(merged.forward_s).any()
+
+
+@pytest.mark.parametrize("tp, cp", [(32, 2), (8, 1)])
+def test_folding_one_or_eight_instances_per_actor_gives_the_same_profiles_and_summary(tp, cp):
+    one, eight = scenario(1, tp, cp), scenario(8, tp, cp)
+    c1, c8 = build_cluster(one, 1), build_cluster(eight, 8)
+    assert (len(c1.shards), len(c8.shards)) == (8, 1)
+    s1, s8 = LocalShards(one, c1), LocalShards(eight, c8)
+    groups = c1.layout.dp * c1.layout.pp
+    for step in range(3):
+        a, b = merge_profiles(s1.profiles(step), groups), merge_profiles(s8.profiles(step), groups)
+        for field in ("forward_s", "backward_s", "optimizer_s", "group_speed", "slow_ranks", "slow_factors"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    p1, p8 = predict(one), predict(eight)
+    assert p1["straggler_cost_s"] > 0 and p1 == p8
