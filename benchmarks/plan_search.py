@@ -68,7 +68,7 @@ def main() -> int:
     print(f"scenario: {base.name}")
     print()
     print("| layouts | feasible | search wall s, median of %d (min-max) | layouts/s (at the median) | best run "
-          "| CPU s of the whole process, median | vs Calculon (%d/s) |" % (args.repeat, CALCULON_LAYOUTS_PER_S))
+          "| CPU s of the plan call, median | vs Calculon (%d/s) |" % (args.repeat, CALCULON_LAYOUTS_PER_S))
     print("| --- | --- | --- | --- | --- | --- | --- |")
     wall = statistics.median(r["wall_s"] for r in runs)
     n = runs[0]["layouts_evaluated"]
