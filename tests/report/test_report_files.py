@@ -153,3 +153,20 @@ def test_atomic_write_failure_keeps_old_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk gone"):
         atomic_write_text(target, "new")
     assert target.read_text() == "old" and os.listdir(tmp_path) == ["summary.json"]
+
+
+def test_check_refuses_a_fifo_without_waiting_and_checks_the_interval(tmp_path):
+    run = write_run_dir(build_report(make_result()), tmp_path)
+    (run / "steps.csv").unlink()
+    os.mkfifo(run / "steps.csv")                     # nothing will ever write to it: reading would block
+    try:
+        problems = found(run)
+        assert "steps.csv" in problems               # reported (as not a file), never read: no wait
+    finally:
+        (run / "steps.csv").unlink()
+    run = write_run_dir(build_report(make_result()), tmp_path / "iv")
+    step_s = json.loads((run / "summary.json").read_text())["step_time_s"]
+    edit_json(run / "summary.json", step_time_low_s=step_s * 1.1, step_time_high_s=step_s * 1.2)
+    assert "step_time_low_s, step_time_high_s" in found(run)       # the point is outside its interval
+    edit_json(run / "summary.json", step_time_low_s=step_s * 0.9, step_time_high_s=step_s * 1.2)
+    assert "step_time_low_s" not in found(run)

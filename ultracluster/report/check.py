@@ -15,6 +15,16 @@ import re
 from pathlib import Path
 
 from ultracluster.errors import Problem
+from ultracluster.scenario.yaml_input import InputError, read_bounded
+
+# What `check` reads, bounded like `report` reads a run directory (docs/design.md "Limits on what is read"):
+# regular files only (a FIFO or a device is refused, never waited on), JSON and HTML at most 64 MiB, CSV 1 GiB.
+MAX_JSON_BYTES, MAX_CSV_BYTES = 64 << 20, 1 << 30
+
+
+def _text(path: Path, limit: int, what: str) -> str:
+    """The UTF-8 text of a regular file of at most `limit` bytes (InputError, UnicodeError otherwise)."""
+    return read_bounded(path, limit, what).decode("utf-8")
 
 #: Files every run directory holds, feasible or not; summary.json is written last.
 RUN_FILES = ("summary.json", "steps.csv", "breakdown.csv", "memory.csv", "collectives.csv", "timeline.csv",
@@ -121,11 +131,10 @@ def _check_feasible_summary(s: dict, problems: list[Problem]) -> None:
 
 def _read_csv(run: Path, name: str, problems: list[Problem]) -> tuple[list[str], list[dict]] | None:
     try:
-        with open(run / name, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            rows = list(reader)
-            return list(reader.fieldnames or []), rows
-    except (OSError, UnicodeError, csv.Error) as err:
+        reader = csv.DictReader(_text(run / name, MAX_CSV_BYTES, "CSV file").splitlines())
+        rows = list(reader)
+        return list(reader.fieldnames or []), rows
+    except (OSError, UnicodeError, csv.Error, InputError) as err:
         problems.append(Problem(name, f"unreadable ({err})", "a CSV file with a header row"))
         return None
 
@@ -186,8 +195,8 @@ def _check_steps(run: Path, s: dict, problems: list[Problem]) -> None:
 
 def _check_trace(run: Path, feasible: bool, problems: list[Problem]) -> None:
     try:
-        trace = json.loads((run / "trace.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeError, ValueError) as err:
+        trace = json.loads(_text(run / "trace.json", MAX_JSON_BYTES, "JSON file"))
+    except (OSError, UnicodeError, ValueError, InputError) as err:
         problems.append(Problem("trace.json", f"unreadable ({err})", "Chrome trace-event JSON"))
         return
     events = trace.get("traceEvents") if isinstance(trace, dict) else trace
@@ -227,8 +236,8 @@ def _check_trace(run: Path, feasible: bool, problems: list[Problem]) -> None:
 
 def _check_html(run: Path, scenario: object, problems: list[Problem]) -> None:
     try:
-        html = (run / "report.html").read_text(encoding="utf-8")
-    except (OSError, UnicodeError) as err:
+        html = _text(run / "report.html", MAX_JSON_BYTES, "HTML file")
+    except (OSError, UnicodeError, InputError) as err:
         problems.append(Problem("report.html", f"unreadable ({err})", "an HTML page"))
         return
     if not html.lstrip().lower().startswith("<!doctype html"):
@@ -243,8 +252,8 @@ def _check_html(run: Path, scenario: object, problems: list[Problem]) -> None:
 
 def _read_json(run: Path, name: str, problems: list[Problem]) -> dict | None:
     try:
-        value = json.loads((run / name).read_text(encoding="utf-8"))
-    except (OSError, UnicodeError, ValueError) as err:
+        value = json.loads(_text(run / name, MAX_JSON_BYTES, "JSON file"))
+    except (OSError, UnicodeError, ValueError, InputError) as err:
         problems.append(Problem(name, f"unreadable ({err})", "a JSON object"))
         return None
     if not isinstance(value, dict):
