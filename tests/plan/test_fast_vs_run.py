@@ -13,7 +13,7 @@ from ultracluster.pipeline import predict
 from ultracluster.plan import fast
 from ultracluster.plan.space import enumerate_layouts
 
-from conftest import variant
+from plan_scenarios import variant
 
 KINDS = {
     "pipelined": lambda t: (t["pp"] > 1) & (t["pp_schedule"] == "1f1b"),
