@@ -232,22 +232,49 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
                       attention_bwd_s=float(lb[attn].sum()), flops_per_microbatch=flops)
 
 
-def stragglers(scenario, total_ranks: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ranks that run slower than speed 1, and their slowdown factors, drawn from the scenario seed.
+STRAGGLER_LEAF_RANKS = 4096   # ranks per leaf of the straggler draw's split tree: a constant, never a shard's size
 
-    `faults.stragglers` slows `round(fraction x ranks)` ranks, chosen once per run over the global rank
-    ids, so the draw is the same whichever shard asks (folding never changes it). Sparse: every other
-    rank runs at speed 1, so the cost does not grow with the number of cores.
+
+def stragglers(scenario, total_ranks: int, first: int = 0, count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The ranks in [first, first + count) that run slower than speed 1, and their slowdown factors.
+
+    `faults.stragglers` slows `round(fraction x ranks)` ranks, a uniform random subset of the global rank
+    ids drawn once per run from the seed. The draw splits the ranks in halves down to leaves of
+    `STRAGGLER_LEAF_RANKS`: a node holding k of the chosen ranks gives its left half a hypergeometric share
+    of them, and a leaf picks its share without replacement, each from a generator keyed by (seed, node).
+    A shard walks only the nodes that overlap its ranks, so it computes its own stragglers alone in
+    O(log ranks + its leaves), and the set is the same whichever shard asks (folding never changes it).
+    Sparse: every other rank runs at speed 1, so the cost does not grow with the number of cores.
+
+    Args:
+        scenario: the resolved Scenario.
+        total_ranks: ranks of the cluster.
+        first, count: the range of global ranks asked for (default: all of them).
 
     Returns:
         (sorted int64 global ranks, float slowdown factors >= 1).
     """
     st = scenario.faults.stragglers if scenario.faults else None
     k = int(round(st.fraction * total_ranks)) if st is not None and st.slowdown != 1 else 0
-    if k == 0:
+    stop = total_ranks if count is None else min(total_ranks, first + count)
+    if k == 0 or stop <= first:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    slow = np.sort(np.random.default_rng([scenario.seed, 0x57A6]).choice(total_ranks, size=k, replace=False))
-    return slow.astype(np.int64), np.full(k, float(st.slowdown))
+    found: list[np.ndarray] = []
+    todo = [(1, 0, total_ranks, k)]          # (node id, first rank, end rank, chosen ranks in it)
+    while todo:
+        node, lo, hi, n = todo.pop()
+        if n == 0 or hi <= first or lo >= stop:
+            continue
+        rng = np.random.default_rng([scenario.seed, 0x57A6, node])
+        if hi - lo <= STRAGGLER_LEAF_RANKS:
+            picks = lo + rng.choice(hi - lo, size=n, replace=False)
+            found.append(picks[(picks >= first) & (picks < stop)])
+            continue
+        mid = lo + (hi - lo) // 2
+        left = int(rng.hypergeometric(mid - lo, hi - mid, n))
+        todo += [(2 * node, lo, mid, left), (2 * node + 1, mid, hi, n - left)]
+    slow = np.sort(np.concatenate(found)).astype(np.int64) if found else np.zeros(0, dtype=np.int64)
+    return slow, np.full(slow.size, float(st.slowdown))
 
 
 def jitter_sigma(scenario, calibration) -> float:

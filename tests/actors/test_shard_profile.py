@@ -65,3 +65,20 @@ def test_folding_one_or_eight_instances_per_actor_gives_the_same_profiles_and_su
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     p1, p8 = predict(one), predict(eight)
     assert p1["straggler_cost_s"] > 0 and p1 == p8
+
+
+def test_stragglers_each_shard_draws_its_own_and_together_they_are_the_global_draw():
+    from types import SimpleNamespace as NS
+    sc = NS(seed=5, faults=NS(stragglers=NS(fraction=0.01, slowdown=1.3)))
+    ranks = 1_000_003                                   # not a power of two: uneven halves
+    slow, factor = chip.stragglers(sc, ranks)
+    assert slow.size == np.unique(slow).size == round(0.01 * ranks) and (factor == 1.3).all()
+    for width in (64, 37_000, 262_144):
+        parts = [chip.stragglers(sc, ranks, a, width)[0] for a in range(0, ranks, width)]
+        np.testing.assert_array_equal(np.concatenate(parts), slow)
+    # uniform over the ranks: each tenth of them holds a tenth of the stragglers, over many seeds
+    counts = np.zeros(10)
+    for seed in range(200):
+        s, _ = chip.stragglers(NS(seed=seed, faults=sc.faults), 100_000)
+        counts += np.bincount(s // 10_000, minlength=10)
+    assert counts.sum() == 200 * 1000 and np.abs(counts - 20_000).max() < 5 * np.sqrt(20_000 * 0.9)

@@ -61,9 +61,7 @@ class ShardWorker:
         self._bwd = np.where(chunks, times.backward_s, np.nan)
         self._opt = np.where(stages, times.optimizer_s, np.nan)
         self._attn = (float(times.attention_fwd_s), float(times.attention_bwd_s))
-        slow, factor = chip.stragglers(scenario, cluster.ranks)
-        mine = (slow >= shard.first_rank) & (slow < shard.first_rank + shard.ranks)
-        self._slow, self._factor = slow[mine], factor[mine]
+        self._slow, self._factor = chip.stragglers(scenario, cluster.ranks, shard.first_rank, shard.ranks)
         self._n = payload_elements(scenario, cluster)
         self._bounds = ring_bounds(self._n, len(cluster.shards))
         self._buf = np.empty(0)
