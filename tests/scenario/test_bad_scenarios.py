@@ -204,3 +204,17 @@ def test_bad_scenario_through_cli(tmp_path: Path, case: str) -> None:
     assert "Traceback" not in done.stdout + done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("  - ")]
     assert any(line.startswith(f"  - {path}:") and repr(given) in line for line in lines), done.stderr
+
+
+def test_interleaved_needs_microbatches_in_groups_of_pp(scenarios_dir) -> None:
+    """Megatron's interleaved schedule runs microbatches in groups of pp: 48 / (dp 4 x 1) = 12 is fine for
+    pp 2, 40 / 4 = 10 is not a multiple of pp 4 (the executed schedule would run extra microbatches)."""
+    from ultracluster import load_scenario
+    base = ["parallelism.pp_schedule=interleaved", "parallelism.virtual_stages=2"]
+    ok = load_scenario(scenarios_dir / "smoke.yaml", base + ["parallelism.pp=2", "training.global_batch=48"])
+    assert ok.training.global_batch // (ok.parallelism.dp * ok.training.micro_batch) % ok.parallelism.pp == 0
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(scenarios_dir / "smoke.yaml", base + ["parallelism.pp=4", "parallelism.tp=4",
+                                                            "training.global_batch=40"])
+    probs = [p for p in err.value.problems if p.path == "training.global_batch"]
+    assert probs and "a multiple of pp (4)" in probs[0].allowed

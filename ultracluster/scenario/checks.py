@@ -231,6 +231,19 @@ def check_layout(
                     f"a multiple of dp x micro_batch = {dp} x {training.micro_batch} = {dp * training.micro_batch}",
                 )
             )
+        elif dp is not None and par.pp_schedule == "interleaved" and par.pp > 1 and \
+                (training.global_batch // (dp * training.micro_batch)) % par.pp:
+            # Megatron's interleaved 1F1B runs microbatches in groups of pp: a count that is not a multiple of pp
+            # is refused there, and the executed schedule would run extra microbatches
+            m = training.global_batch // (dp * training.micro_batch)
+            problems.append(
+                Problem(
+                    "training.global_batch",
+                    training.global_batch,
+                    f"with pp_schedule interleaved, microbatches per replica (global_batch / (dp x micro_batch) = "
+                    f"{m}) a multiple of pp ({par.pp})",
+                )
+            )
         if training.seq_len % par.cp:
             problems.append(Problem("training.seq_len", training.seq_len, f"a multiple of parallelism.cp ({par.cp})"))
         if par.sequence_parallel and training.seq_len % par.tp:
