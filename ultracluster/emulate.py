@@ -19,6 +19,7 @@ from .cluster import build_cluster
 from .cluster.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
 from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory
+from .replay.degraded import replica_tp_records
 from .replay.engine import microbatches, plan_comm, replay_steps
 from .replay.events import RunResult, StepRecord
 from .replay.schedule import stage_programs
@@ -64,6 +65,7 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
         result.microbatches = microbatches(scenario)
         result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,
                                                             cluster.stage_layers(scenario.model.layers))
+        result.replica_tp_comm_s = replica_tp_records(comm, layout.pp, result.microbatches)
         tally = RankTally(layout, result.microbatches, t.warmup_steps)   # per-rank compute, for the report
         if progress:
             progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)

@@ -4,15 +4,16 @@ Pure: plain frozen dataclasses and numpy, no Ray. `build_cluster` is the stage's
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration, with_network_profile
 from .catalog import INSTANCES, ChipSpec, InstanceSpec, ultraserver_of
+from .degraded import DegradedPart, degraded_links, degraded_parts
 from .placement import Layout, group_span, rank_coords, stage_layers
 
 __all__ = [
-    "Calibration", "Cluster", "Links", "Layout", "ShardSpec", "build_cluster", "group_span", "rank_coords",
-    "stage_layers", "z_links",
+    "Calibration", "Cluster", "DegradedPart", "Links", "Layout", "ShardSpec", "build_cluster", "group_span",
+    "rank_coords", "stage_layers", "z_links",
 ]
 
 GBPS = 1e9 / 8  # bytes per second in one Gbit/s
@@ -63,6 +64,7 @@ class Cluster:
     links: Links
     shards: tuple[ShardSpec, ...]
     calibration: Calibration
+    degraded: tuple[DegradedPart, ...] = ()   # `faults.degraded`, resolved (empty: every instance healthy)
 
     @property
     def chip(self) -> ChipSpec:
@@ -94,6 +96,11 @@ class Cluster:
 
     def stage_layers(self, layers: int) -> "list[int]":
         return stage_layers(layers, self.layout.pp * self.layout.virtual_stages).tolist()
+
+    def degraded_copy(self, part: DegradedPart) -> "Cluster":
+        """This cluster with every instance at `part`'s links: where a collective touching one degraded
+        instance is priced (the slowest member sets the pace)."""
+        return replace(self, links=degraded_links(self.links, part), degraded=())
 
 
 def z_links(spec: InstanceSpec, ultraserver: bool, neuronlink_bytes_per_s_per_chip: float) -> dict[str, float]:
@@ -144,4 +151,5 @@ def build_cluster(scenario, instances_per_actor: int, calibration: Calibration =
         for i, first in enumerate(range(0, c.instances, ipa))
     )
     return Cluster(instance=spec, instances=c.instances, lnc=c.lnc, ultraserver=c.ultraserver, layout=layout,
-                   links=links, shards=shards, calibration=calibration)
+                   links=links, shards=shards, calibration=calibration,
+                   degraded=degraded_parts(scenario.faults, c.instances, spec.efa_nics, scenario.seed))

@@ -227,6 +227,9 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
         approx.append("compute jitter: each stage at its slowest replica's speed (the replay runs every replica)")
     if base.faults is not None and base.faults.stragglers is not None:
         approx.append("stragglers: each stage at its slowest replica's speed")
+    if base.faults is not None and base.faults.degraded:
+        approx.append("faults.degraded: left out (layouts are searched and replayed on healthy links; run a "
+                      "chosen layout with it)")
     approx.append("the last microbatch's gradient sends priced alone (the replay shares their links with the "
                   "first gradient buckets)")
     if base.storage is not None or base.checkpoint is not None:

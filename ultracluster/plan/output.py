@@ -46,6 +46,8 @@ def scenario_dict(base: Scenario, row, name: str) -> dict:
     if d["cluster"]["instance"] != row["instance"]:
         d["cluster"].pop("ultraserver", None)         # the new instance type's default
     d["cluster"].update({"instance": str(row["instance"]), "instances": int(row["instances"]), "lnc": int(row["lnc"])})
+    if d.get("faults"):
+        d["faults"]["degraded"] = []                   # instance ids of one cluster size: planned healthy
     return _drop_none(d)
 
 

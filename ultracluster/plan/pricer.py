@@ -57,8 +57,9 @@ def layout_scenario(base: Scenario, row: Any, name: str | None = None) -> Scenar
     upd: dict[str, Any] = {"instance": instance, "instances": int(get("instances")), "lnc": int(get("lnc"))}
     if instance != cl.instance:        # the new instance type's own UltraServer default
         upd["ultraserver"] = _ultraserver_default(instance, int(get("instances")))
+    faults = base.faults.model_copy(update={"degraded": []}) if base.faults and base.faults.degraded else base.faults
     return base.model_copy(update={"parallelism": par, "training": train, "cluster": cl.model_copy(update=upd),
-                                   **({"name": name} if name else {})})
+                                   "faults": faults, **({"name": name} if name else {})})
 
 
 def _ultraserver_default(instance: str, instances: int) -> bool:

@@ -31,6 +31,7 @@ from .. import operators as opslib
 from ..cluster import Cluster, rank_coords
 from ..network import Group, collective_time, group_of
 from ..network.collectives import concurrent_time
+from .degraded import degraded_plan
 from .events import CollectiveRecord, Slice, StepRecord
 from .profile import MergedProfile, ShardProfile, merge_profiles
 from .schedule import Execution, execute, stage_programs
@@ -81,6 +82,14 @@ class CommPlan:
                                               # with the overlapping gradient reduction
     dp_overlap: bool = True       # buckets start during the last backward (else after the pipeline ends)
     norm_s: float = 0.0           # all-reduce of the gradient norm over every rank, before the optimizer
+    # `faults.degraded`: per data-parallel replica where a replica's groups sit on degraded instances
+    # (None: every replica at the per-chunk values above)
+    replica_tp_fwd: np.ndarray | None = None     # [replicas, chunks] as tp_fwd
+    replica_tp_bwd: np.ndarray | None = None     # [replicas, chunks] as tp_bwd
+    replica_send_fwd: np.ndarray | None = None   # [replicas, chunks] as send_fwd
+    replica_send_bwd: np.ndarray | None = None   # [replicas, chunks] as send_bwd
+    replica_send_bwd_last: np.ndarray | None = None   # [replicas, chunks] as send_bwd_last
+    replica_cp_block_s: np.ndarray | None = None      # [replicas, 2] as (cp_block_fwd_s, cp_block_bwd_s)
 
 
 def microbatches(scenario) -> int:
@@ -96,7 +105,16 @@ def _stage_sum(values: np.ndarray, pp: int) -> np.ndarray:
 
 
 def plan_comm(scenario, cluster: Cluster) -> CommPlan:
-    """Cost every collective of a step once (they are the same for every replica and step)."""
+    """Cost every collective of a step once (they are the same for every replica and step), and, with
+    degraded instances (`cluster.degraded`), once more on each degraded copy of the links (`degraded_plan`)."""
+    comm = _plan_uniform(scenario, cluster)
+    for part in cluster.degraded:
+        comm = degraded_plan(comm, _plan_uniform(scenario, cluster.degraded_copy(part)), cluster, part)
+    return comm
+
+
+def _plan_uniform(scenario, cluster: Cluster) -> CommPlan:
+    """`plan_comm` with every instance at the cluster's links."""
     t, layout, par = scenario.training, cluster.layout, scenario.parallelism
     v = opslib.shape_variables(scenario, layout)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
@@ -324,11 +342,27 @@ def combine_profiles(profiles: Sequence[ShardProfile] | MergedProfile, layout,
 
 def cp_exposed(comm: CommPlan, prof: ComputeProfile, cp: int) -> tuple[float, float]:
     """Seconds per layer and microbatch that the context-parallel ring adds: cp - 1 block passes, each
-    hidden behind the attention on the block in hand (attention / cp) where it is shorter."""
+    hidden behind the attention on the block in hand (attention / cp) where it is shorter. With degraded
+    instances (`comm.replica_cp_block_s`), [replicas, 1] arrays."""
     if cp <= 1:
         return 0.0, 0.0
+    if comm.replica_cp_block_s is not None:
+        f, b = comm.replica_cp_block_s[:, :1], comm.replica_cp_block_s[:, 1:]
+        return (cp - 1) * np.maximum(0.0, f - prof.attn_fwd / cp), (cp - 1) * np.maximum(0.0, b - prof.attn_bwd / cp)
     return ((cp - 1) * max(0.0, comm.cp_block_fwd_s - prof.attn_fwd / cp),
             (cp - 1) * max(0.0, comm.cp_block_bwd_s - prof.attn_bwd / cp))
+
+
+def _replica_comm(comm: CommPlan, dp: int) -> tuple[np.ndarray, ...]:
+    """(tp_fwd, tp_bwd [replicas, chunks], send_fwd, send_bwd, send_bwd_last [chunks], or [replicas, chunks]
+    with degraded instances): what each replica's pipeline pays."""
+    n = comm.tp_fwd.size
+    last = comm.send_bwd_last
+    if comm.replica_tp_fwd is None:
+        return (np.broadcast_to(comm.tp_fwd, (dp, n)), np.broadcast_to(comm.tp_bwd, (dp, n)), comm.send_fwd,
+                comm.send_bwd, last)
+    return (comm.replica_tp_fwd, comm.replica_tp_bwd, comm.replica_send_fwd, comm.replica_send_bwd,
+            comm.replica_send_bwd_last if last is not None else None)
 
 
 def fsdp_exposed(comm: CommPlan, fwd: np.ndarray, bwd: np.ndarray, layers: np.ndarray) -> tuple[np.ndarray,
@@ -388,13 +422,14 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         prof = combine_profiles(merged, layout)
         fc, bc = prof.fwd, prof.bwd
         cp_f, cp_b = cp_exposed(comm, prof, layout.cp)
-        tp_f, tp_b = comm.tp_fwd + layers * cp_f, comm.tp_bwd + layers * cp_b
+        rtp_f, rtp_b, send_f, send_b, send_last = _replica_comm(comm, layout.dp)
+        tp_f, tp_b = rtp_f + layers * cp_f, rtp_b + layers * cp_b                   # [replicas, chunks]
         fs_f, fs_b = fsdp_exposed(comm, fc, bc, layers)
         fwd, bwd = fc + tp_f + fs_f, bc + tp_b + fs_b
-        last = {("B", m - 1, c): comm.send_bwd_last[c] for c in range(fc.shape[1])} \
-            if comm.send_bwd_last is not None else None
-        ex = execute(programs, fwd, bwd, comm.send_fwd, comm.send_bwd, last)
-        ex_free_sends = execute(programs, fwd, bwd, np.zeros_like(comm.send_fwd), np.zeros_like(comm.send_bwd))
+        last = {("B", m - 1, c): send_last[..., c] for c in range(fc.shape[1])} \
+            if send_last is not None else None
+        ex = execute(programs, fwd, bwd, send_f, send_b, last)
+        ex_free_sends = execute(programs, fwd, bwd, np.zeros_like(send_f), np.zeros_like(send_b))
         opt = prof.opt                                                                    # [pp]
         pipe_end = ex.stage_end.max(axis=0)                                               # [pp]
         rs_end, dp_hidden = gradient_reduction(ex, comm, layout.pp, m)
@@ -404,7 +439,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         crit_replica = int(np.argmax(ex.stage_end[:, crit_stage]))
         on_stage = np.arange(fc.shape[1]) % layout.pp == crit_stage
         compute = m * (fc[crit_replica, on_stage].sum() + bc[crit_replica, on_stage].sum())
-        tp = m * (tp_f[on_stage].sum() + tp_b[on_stage].sum())
+        tp = m * (tp_f[crit_replica, on_stage].sum() + tp_b[crit_replica, on_stage].sum())
         pipe = ex.stage_end[crit_replica, crit_stage]
         pipe_free_sends = ex_free_sends.stage_end[crit_replica, crit_stage]
         fsdp = m * (fs_f[crit_replica, on_stage].sum() + fs_b[crit_replica, on_stage].sum())   # exposed ZeRO-3 traffic
@@ -419,8 +454,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         if prof.slowest_rank >= 0:   # what the slow ranks cost: the same step with them at speed 1
             base = combine_profiles(merged, layout, with_stragglers=False)
             bf_f, bf_b = fsdp_exposed(comm, base.fwd, base.bwd, layers)
-            ex_b = execute(programs, base.fwd + tp_f + bf_f, base.bwd + tp_b + bf_b, comm.send_fwd, comm.send_bwd,
-                           last)
+            ex_b = execute(programs, base.fwd + tp_f + bf_f, base.bwd + tp_b + bf_b, send_f, send_b, last)
             end_b = np.maximum(ex_b.stage_end.max(axis=0), gradient_reduction(ex_b, comm, layout.pp, m)[0]) + comm.norm_s
             straggle = float(done.max() - (end_b + base.opt + comm.dp_after_s).max())
         payload_bytes, payload_ok = shards.reduce_payload(step)

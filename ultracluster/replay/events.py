@@ -144,3 +144,6 @@ class RunResult:
     # takes stage_compute_s[s], except the ranks listed in slow_rank_compute_s (global rank -> seconds)
     stage_compute_s: list[float] = field(default_factory=list)
     slow_rank_compute_s: dict[int, float] = field(default_factory=dict)
+    # `faults.degraded`: the replicas whose in-layer collectives are slower than their stage's
+    # (`stage_comm[s].tp_comm_s`): replica -> seconds per step of each stage (sparse: only those replicas)
+    replica_tp_comm_s: dict[int, list[float]] = field(default_factory=dict)

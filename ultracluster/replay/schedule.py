@@ -81,10 +81,12 @@ def execute(programs: list[list[Op]], fwd: np.ndarray, bwd: np.ndarray, send_fwd
     Args:
         programs: from `stage_programs`.
         fwd, bwd: [replicas, chunks] seconds of one microbatch's forward/backward of each chunk.
-        send_fwd: [chunks] seconds to send a chunk's output activation to the next chunk's stage.
-        send_bwd: [chunks] seconds to send a chunk's input gradient to the previous chunk's stage.
-        send_after: optional send seconds that replace the above for the output of particular ops (a send
-            that shares its links with other traffic at that moment).
+        send_fwd: [chunks] seconds to send a chunk's output activation to the next chunk's stage, or
+            [replicas, chunks] when replicas differ (degraded instances).
+        send_bwd: [chunks] (or [replicas, chunks]) seconds to send a chunk's input gradient to the previous
+            chunk's stage.
+        send_after: optional send seconds (a number, or [replicas]) that replace the above for the output
+            of particular ops (a send that shares its links with other traffic at that moment).
 
     Returns:
         The Execution.
@@ -106,13 +108,15 @@ def execute(programs: list[list[Op]], fwd: np.ndarray, bwd: np.ndarray, send_fwd
                 kind, k, c = prog[ptr[s]]
                 if kind == "F":
                     dep = ("F", k, c - 1) if c > 0 else None
-                    delay = send_fwd[c - 1] if c > 0 else 0.0
+                    delay = send_fwd[..., c - 1] if c > 0 else 0.0
                     dur = fwd[:, c]
                 else:
                     dep = ("B", k, c + 1) if c < n_chunks - 1 else ("F", k, c)
-                    delay = send_bwd[c + 1] if c < n_chunks - 1 else 0.0
+                    delay = send_bwd[..., c + 1] if c < n_chunks - 1 else 0.0
                     dur = bwd[:, c]
-                if send_after and dep in send_after and delay > 0:
+                if send_after and dep in send_after and np.ndim(delay):
+                    delay = np.where(delay > 0, send_after[dep], delay)
+                elif send_after and dep in send_after and delay > 0:
                     delay = send_after[dep]
                 if dep is not None and dep not in end:
                     break

@@ -259,11 +259,18 @@ class _RankCompute:
         comm = {c.stage: c for c in result.stage_comm}
         mem = {m.stage: m for m in result.memory}
         self.tp = np.array([comm[s].tp_comm_s if s in comm else np.nan for s in range(pp)])
+        self.replica_tp = result.replica_tp_comm_s                          # degraded replicas: their own
         self.dp = dp_exposed
         self.hbm = np.array([mem[s].total_gib if s in mem else np.nan for s in range(pp)])
         self.cap = np.array([mem[s].capacity_gib if s in mem else np.nan for s in range(pp)])
         self.rest_s = rest_s                              # step time - data stall - checkpoint - other
         self.median = np.array([self._stage_median(s) for s in range(pp)])
+
+    def tp_comm(self, replica: np.ndarray, stage: np.ndarray) -> np.ndarray:
+        """In-layer collective seconds per step of these rows (bounded): a degraded replica's own, else its
+        stage's."""
+        return np.array([self.replica_tp[d][s] if d in self.replica_tp else self.tp[s]
+                         for d, s in zip(replica.tolist(), stage.tolist())], dtype=np.float64)
 
     def compute(self, ranks: np.ndarray) -> np.ndarray:
         """Own compute seconds per step of the given ranks."""
@@ -362,11 +369,12 @@ def _ranks_frame(result: RunResult, v: _RankCompute, measured: pd.DataFrame) -> 
     grp, stage = rows // size, (rows // size) % pp
     compute = v.compute(rows)
     instance = rows // g["ranks_per_instance"]
+    tp = v.tp_comm(rows // (size * pp), stage)
     frame = pd.DataFrame({
         "rank": rows, "replica": rows // (size * pp), "stage": stage, "instance": instance,
         "chip": rows // g["ranks_per_chip"], "shard": shard_of_instance(result.shard_instances, instance),
-        "compute_s": compute, "tp_comm_s": v.tp[stage], "dp_comm_s": v.dp[stage],
-        "exposed_comm_s": v.tp[stage] + v.dp[stage], "idle_s": v.rest_s - compute - v.tp[stage] - v.dp[stage],
+        "compute_s": compute, "tp_comm_s": tp, "dp_comm_s": v.dp[stage],
+        "exposed_comm_s": tp + v.dp[stage], "idle_s": v.rest_s - compute - tp - v.dp[stage],
         "hbm_gib": v.hbm[stage], "hbm_capacity_gib": v.cap[stage], "slowdown": compute / v.median[stage],
         "paces_group": pacer[grp] == rows, "group_ranks": np.full(rows.size, size),
         "group_compute_min_s": gmin[grp], "group_compute_mean_s": gsum[grp] / size,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ultracluster.cluster.catalog import INSTANCES, ULTRASERVERS, ranks_per_instance, ultraserver_of
 from ultracluster.errors import Problem
 
-from .schema import ClusterSpec, ModelSpec, ParallelismSpec, TrainingSpec
+from .schema import ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, TrainingSpec
 
 
 def check(
@@ -21,6 +21,7 @@ def check(
     cluster: ClusterSpec | None,
     *,
     dp_given: bool = True,
+    faults: FaultsSpec | None = None,
 ) -> list[Problem]:
     """Runs every cross-field rule on the sections that parsed.
 
@@ -31,6 +32,7 @@ def check(
         cluster: the ``cluster`` section, or None.
         dp_given: whether the scenario gave ``parallelism.dp``; if not, ``dp`` was derived (or, when ranks are
             not divisible by tp*pp*cp, holds a placeholder that the rules ignore).
+        faults: the ``faults`` section, or None (absent or did not parse).
 
     Returns:
         Every problem found, in section order.
@@ -44,6 +46,31 @@ def check(
         problems += check_precision(training, cluster)
     if parallelism is not None:
         problems += check_layout(model, training, parallelism, cluster, dp_given=dp_given)
+    if faults is not None and cluster is not None:
+        problems += check_degraded(faults, cluster)
+    return problems
+
+
+def check_degraded(faults: FaultsSpec, cluster: ClusterSpec) -> list[Problem]:
+    """Degraded instances exist in the cluster; their NICs are at most the instance's."""
+    spec = INSTANCES[cluster.instance]
+    problems = []
+    for i, d in enumerate(faults.degraded):
+        path = f"faults.degraded[{i}]"
+        if isinstance(d.instances, int) and d.instances > cluster.instances:
+            problems.append(Problem(f"{path}.instances", d.instances,
+                                    f"a count of at most cluster.instances ({cluster.instances})"))
+        elif isinstance(d.instances, list) and max(d.instances) >= cluster.instances:
+            bad = [x for x in d.instances if x >= cluster.instances]
+            problems.append(Problem(f"{path}.instances", bad if len(bad) > 1 else bad[0],
+                                    f"instance ids 0 .. {cluster.instances - 1} (cluster.instances is "
+                                    f"{cluster.instances})"))
+        if d.efa_nics is not None and d.efa_nics > spec.efa_nics:
+            problems.append(Problem(f"{path}.efa_nics", d.efa_nics,
+                                    f"1 .. {spec.efa_nics} ({spec.name} has {spec.efa_nics} EFA NICs)"))
+        if d.efa_nics is None and d.neuronlink_scale is None:
+            problems.append(Problem(path, "neither efa_nics nor neuronlink_scale",
+                                    "efa_nics, neuronlink_scale or both (what is degraded)"))
     return problems
 
 

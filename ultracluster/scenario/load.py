@@ -25,7 +25,7 @@ from ultracluster.errors import Problem, ScenarioError
 
 from .checks import check
 from .presets import PRESETS
-from .schema import ClusterSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
+from .schema import ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
 from .yaml_input import InputError, load_yaml, read_yaml_file
 
 MISSING = "<missing>"
@@ -64,9 +64,11 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
             if not (preset_unknown and problem.path.startswith("model.") and problem.given == MISSING):
                 problems.append(problem)
         sections = [_section(raw, name, spec) for name, spec in _SECTIONS.items()]
+        faults = _section(raw, "faults", FaultsSpec) if raw.get("faults") is not None else None
     else:
         sections = [scenario.model, scenario.training, scenario.parallelism, scenario.cluster]
-    problems += check(*sections, dp_given=dp_given)
+        faults = scenario.faults
+    problems += check(*sections, dp_given=dp_given, faults=faults)
     if problems:
         raise ScenarioError(problems, where)
     return scenario
@@ -259,6 +261,8 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The schema model at a location (``()`` is ``Scenario``), or None."""
     model: type[BaseModel] | None = Scenario
     for key in loc:
+        if isinstance(key, int) and model is not None:
+            continue                    # an item of a list of models (`faults.degraded[0]`): the same model
         field = model.model_fields.get(key) if model and isinstance(key, str) else None
         model = _model_of(field.annotation) if field else None
     return model

@@ -204,8 +204,32 @@ class StragglersSpec(_Spec):
     slowdown: float = Field(ge=1, description="Compute-time multiplier of a straggler (ratio >= 1).")
 
 
+def _ids_or_count(value: object) -> object:
+    if type(value) is int and value >= 1:
+        return value
+    if type(value) is list and value and all(type(i) is int and i >= 0 for i in value) \
+            and len(set(value)) == len(value):
+        return value
+    raise PydanticCustomError("uc_ids_or_count", "a list of distinct instance ids (integers >= 0) or a count of "
+                              "instances (integer >= 1)")
+
+
+class DegradedSpec(_Spec):
+    """Instances running with fewer EFA NICs or slower NeuronLink (a what-if)."""
+
+    instances: Annotated[list[int] | int, PlainValidator(_ids_or_count, json_schema_input_type=list[int] | int)] = \
+        Field(description="Which instances: a list of instance ids (0 .. cluster.instances - 1), or a count of "
+              "instances drawn from the seed.")
+    efa_nics: int | None = Field(
+        None, ge=1, description="EFA NICs that still work on each of these instances (1 .. the instance's NICs); "
+        "absent = all.")
+    neuronlink_scale: float | None = Field(
+        None, gt=0, le=1, description="NeuronLink (and UltraServer link) bandwidth of these instances, as a fraction "
+        "of the catalog's (0 < x <= 1); absent = 1.")
+
+
 class FaultsSpec(_Spec):
-    """Stragglers and instance failures."""
+    """Stragglers, instance failures and degraded instances."""
 
     stragglers: StragglersSpec | None = Field(None, description="Slow ranks; absent = none.")
     instance_mtbf_hours: float | None = Field(
@@ -217,6 +241,9 @@ class FaultsSpec(_Spec):
         "[the calibration's compute_jitter, 0.01].")
     detect_minutes: float = Field(
         5.0, ge=0, description="Time from a failure to its detection, minutes (an assumption) [5].")
+    degraded: list[DegradedSpec] = Field(
+        default_factory=list, description="Instances running with fewer EFA NICs or slower NeuronLink: a "
+        "collective or send that touches one runs at its reduced rates (docs/collectives.md) [none].")
 
 
 class EmulationSpec(_Spec):
