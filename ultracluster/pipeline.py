@@ -14,7 +14,7 @@ from .cluster.calibration import Calibration
 from .emulate import emulate
 from .replay.events import StepRecord
 from .report import Report, build_report, write_run_dir
-from .report.rundir import RunDirectory
+from .report.rundir import RunDirectory, signals_held
 from .scenario import Scenario, load_scenario
 from .storage import summary_keys
 
@@ -48,10 +48,11 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
     writer = out.steps if out is not None else None
 
     def step_done(rec: StepRecord) -> None:
-        if writer:
-            writer.append(rec)
-        if on_step:
-            on_step(rec)
+        with signals_held():            # the row on disk and the caller's count move together
+            if writer:
+                writer.append(rec)
+            if on_step:
+                on_step(rec)
 
     if shards_factory is not None:
         result = emulate(scenario, shards_factory, step_done, calibration, progress)

@@ -21,6 +21,7 @@ Only this module and ``write.py`` create files in run directories.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -324,3 +325,14 @@ def _block_signals() -> set | None:
 def _unblock_signals(previous: set | None) -> None:
     if previous is not None:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Hold SIGINT/SIGTERM/SIGHUP for the duration (delivered right after): a finished step is written to
+    steps.csv and counted as one, never half."""
+    blocked = _block_signals()
+    try:
+        yield
+    finally:
+        _unblock_signals(blocked)
