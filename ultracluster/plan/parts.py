@@ -105,7 +105,7 @@ def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
         selective &= wf["names"] != "attention_core"
     mode = np.array([pk[3] for pk in per_key])[None, :]
     repeat = (mode == "full") | ((mode == "selective") & selective[:, None])
-    again = _sum0(np.where(repeat, lf, 0.0))
+    recompute_s = _sum0(np.where(repeat, lf, 0.0))
     ef, _ = kernels("embedding", "forward")
     eb, _ = kernels("embedding", "backward")
     hf, _ = kernels("head", "forward")
@@ -119,7 +119,7 @@ def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
                       for pk in per_key]).reshape(K, 4)
     over = getattr(cal, "layer_overhead_s", 0.0)           # per layer: forward once, backward 2 + recomputed passes
     passes_again = (mode[0] == "full").astype(float)
-    return Shapes(index=index, layer_fwd=_sum0(lf) + over, layer_bwd=_sum0(lb) + again + over * (2.0 + passes_again),
+    return Shapes(index=index, layer_fwd=_sum0(lf) + over, layer_bwd=_sum0(lb) + recompute_s + over * (2.0 + passes_again),
                   emb_fwd=_sum0(ef),
                   emb_bwd=_sum0(eb), head_fwd=_sum0(hf), head_bwd=_sum0(hb), attn_fwd=_sum0(lf[attn]),
                   attn_bwd=_sum0(lb[attn]), hide=hide, saved_layer=saved[:, 0], saved_emb=saved[:, 1],
@@ -213,7 +213,7 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     mx = getattr(opslib, "MX_PRECISIONS", ())
     if t.precision in mx:                            # + the MX copies of the weights, both orientations
         w_base += 2 * opslib.PRECISION_BYTES[t.precision]
-    o_bytes = 12.0 if t.master_weights == "fp32" else 4.0
+    o_bytes = opslib.optimizer_bytes(t)
     n = len(table)
     out = {k: np.zeros(n) for k in MEMORY_COLUMNS}
     sched, m_all = table["pp_schedule"].to_numpy(), table["microbatches"].to_numpy()
@@ -301,7 +301,7 @@ def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.
     sp, zero = bool(r.sequence_parallel), int(r.zero)
     V = sh.variables
     act = V["T"][k] * V["h"][k] * V["e"][k]
-    again = 1.0 if r.recompute == "full" else 0.0
+    recompute_repeats = 1.0 if r.recompute == "full" else 0.0
 
     def in_layer():
         tpg = group_of(cl, tp, 1)
@@ -379,7 +379,7 @@ def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.
     norm_s = pr.memo(("norm", ck), lambda: pr.collective(ck, "all_reduce", 4, group_of(cl, cl.ranks, 1))
                      if cal.step_costs and cl.ranks > 1 else 0.0)
     return engine.CommPlan(
-        tp_fwd=layers * (per_layer + a2a), tp_bwd=layers * (bwd_exposed + a2a + (per_layer + a2a) * again),
+        tp_fwd=layers * (per_layer + a2a), tp_bwd=layers * (bwd_exposed + a2a + (per_layer + a2a) * recompute_repeats),
         send_fwd=send_fwd, send_bwd=send_bwd, dp=np.zeros(pp), records=[], dp_overlap=cal.dp_overlap,
         norm_s=norm_s, dp_bucket_s=bucket_s, dp_buckets=buckets, dp_after_s=after, fsdp_gather_s=gather,
         fsdp_scatter_s=scatter, cp_block_fwd_s=cp_f, cp_block_bwd_s=cp_b, send_bwd_last=send_bwd_last)
