@@ -170,7 +170,7 @@ def sweep(cluster: Cluster, op: str, ranks: int, sizes: list[int], dtype: str = 
                                      + (f" x {ranks} ranks)" if unit != DTYPES[dtype] else ")"))])
     rows = []
     for size in sizes:
-        seconds, alg = collective_time(cluster, op, size, group)
+        seconds, alg = collective_time(cluster, op, size, group, in_graph=False)   # one standalone invocation
         algbw = size / seconds / 1e9 if seconds > 0 else 0.0
         rows.append(Row(op, ranks, cluster.instances, size, seconds * 1e6, algbw, algbw * bus_factor(op, ranks), alg))
     return rows

@@ -19,7 +19,7 @@ from .topology import fabric, locate
 
 
 def concurrent_time(cluster: Cluster, transfers: Sequence[tuple[str, float, Group]],
-                    calibration: NetworkCalibration | None = None) -> np.ndarray:
+                    calibration: NetworkCalibration | None = None, in_graph: bool | None = None) -> np.ndarray:
     """Seconds each of several collectives/sends takes when they all start at once and share links.
 
     Alone, a transfer takes its bandwidth part plus its other part (`collective_cost`). Together, the
@@ -33,6 +33,7 @@ def concurrent_time(cluster: Cluster, transfers: Sequence[tuple[str, float, Grou
         transfers: (op, nbytes, group) per transfer, e.g. a stage's data-parallel reduce-scatter and the
             pipeline sends overlapping it.
         calibration: collective factors (default: the cluster's, `cluster.calibration.network`).
+        in_graph: issued from a training step's compiled graph (launch capped); see `collective_cost`.
 
     Returns:
         [transfers] seconds from the common start to each transfer's end: never less than the transfer
@@ -44,7 +45,7 @@ def concurrent_time(cluster: Cluster, transfers: Sequence[tuple[str, float, Grou
     work, other = np.zeros(n), np.zeros(n)
     usage: list[tuple[np.ndarray, np.ndarray]] = []
     for i, (op, nbytes, group) in enumerate(transfers):
-        work[i], other[i], prof = collective_cost(cluster, op, nbytes, group, cal)
+        work[i], other[i], prof = collective_cost(cluster, op, nbytes, group, cal, in_graph)
         if prof.steps and work[i] > 0:
             res = np.concatenate([s.resource for s in prof.steps])
             amount = np.concatenate([s.per_byte * s.repeat * float(nbytes) for s in prof.steps])

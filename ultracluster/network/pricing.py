@@ -110,14 +110,15 @@ def _breakpoints(fab: Fabric, op: str, nbytes: float, group: Group, above: bool)
 # The fitted launch costs reproduce nccom-test, which times one standalone invocation at a time; its Trn2
 # examples (dated, per the Neuron docs) floor at about 0.5 ms. Inside a training step the collectives are
 # issued from the compiled graph, where Neuron gives the latency term as 10^0 to 10^1 us (H11, intra-node
-# collectives on Trn2). Where the two sources disagree we take H11 for in-step collectives (`together`):
-# their launch cost is capped at 10 us; standalone ones (`together=False`, `ultracluster collectives`)
-# keep the fitted cost. Trn1's fitted launch (about 9 us) is below the cap either way.
+# collectives on Trn2). Where the two sources disagree we take H11 for in-step collectives (`in_graph=True`,
+# which the replay engine passes): their launch cost is capped at 10 us; standalone ones (`in_graph=False`,
+# `ultracluster collectives`) keep the fitted cost. Trn1's fitted launch (about 9 us) is below the cap either way.
 IN_GRAPH_LAUNCH_MAX_S = 10e-6
 
 
 def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
-                    calibration: NetworkCalibration | None = None) -> tuple[float, float, Profile]:
+                    calibration: NetworkCalibration | None = None,
+                    in_graph: bool | None = None) -> tuple[float, float, Profile]:
     """(bandwidth seconds, other seconds, profile) of one collective; their sum is `collective_time`.
 
     Neuron switches algorithms at fixed sizes (1 MiB, 56 MiB), its measured sweet spots (H11). With
@@ -127,11 +128,16 @@ def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
     floored at the price just below the previous switch, the extra counting as "other" time. Either way a
     larger message never finishes sooner than a smaller one.
 
+    `in_graph`: the collective is issued from a training step's compiled graph, so its launch cost is capped
+    at H11's 10 us (`IN_GRAPH_LAUNCH_MAX_S`); False: a standalone invocation (nccom-test) keeps the fitted
+    launch cost. None: as the group says (a group whose like groups all run at once, `group.together`, is a
+    training step's).
+
     Raises:
         ValueError: an unknown op, or a group that does not fit the cluster.
     """
     cal = calibration or cluster.calibration.network
-    if group.together:  # inside a training step: the collective is issued from the compiled graph
+    if group.together if in_graph is None else in_graph:
         cal = cal.with_(launch_s_trn1=min(cal.launch_s_trn1, IN_GRAPH_LAUNCH_MAX_S),
                         launch_s_trn2=min(cal.launch_s_trn2, IN_GRAPH_LAUNCH_MAX_S),
                         launch_s_trn3=min(cal.launch_s_trn3, IN_GRAPH_LAUNCH_MAX_S))
@@ -154,7 +160,7 @@ def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
 
 
 def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,
-                    calibration: NetworkCalibration | None = None) -> tuple[float, str]:
+                    calibration: NetworkCalibration | None = None, in_graph: bool | None = None) -> tuple[float, str]:
     """Virtual seconds of one collective and the algorithm Neuron would use.
 
     Args:
@@ -165,6 +171,7 @@ def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,
         group: the group shape; with `group.together` every group of that shape on the same instances
             runs at the same time and shares links and NICs.
         calibration: collective factors (default: the cluster's, `cluster.calibration.network`).
+        in_graph: issued from a training step's compiled graph (launch capped); see `collective_cost`.
 
     Returns:
         (seconds, algorithm name): "mesh", "rdh", "ring", "kangaring", "pairwise",
@@ -174,5 +181,5 @@ def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,
     Raises:
         ValueError: an unknown op, or a group that does not fit the cluster.
     """
-    busy, other, prof = collective_cost(cluster, op, nbytes, group, calibration)
+    busy, other, prof = collective_cost(cluster, op, nbytes, group, calibration, in_graph)
     return busy + other, prof.algorithm

@@ -125,7 +125,7 @@ def _plan_uniform(scenario, cluster: Cluster) -> CommPlan:
     records: list[CollectiveRecord] = []
 
     def priced(name: str, op: str, nbytes: float, group: Group, count: float) -> float:
-        secs, alg = collective_time(cluster, op, nbytes, group)
+        secs, alg = collective_time(cluster, op, nbytes, group, in_graph=True)
         if secs > 0 and count > 0:
             records.append(CollectiveRecord(group=name, op=op, ranks=group.ranks, instances=group.instances,
                                             bytes=int(nbytes), algorithm=alg, time_s=secs,
@@ -202,8 +202,8 @@ def _plan_uniform(scenario, cluster: Cluster) -> CommPlan:
     chunk_grad = (dense + expert) * g_bytes
     buckets = np.maximum(1, np.ceil(chunk_grad / DP_BUCKET_BYTES)).astype(int)
     # a bucket holds dense and expert gradients in the chunk's proportion; each part reduces over its group
-    bucket_s = np.array([collective_time(cluster, reduce_op, gd / n, dpg)[0] + collective_time(
-        cluster, reduce_op, ge / n, xpg)[0] for gd, ge, n in zip(dense * g_bytes, expert * g_bytes, buckets)])
+    bucket_s = np.array([collective_time(cluster, reduce_op, gd / n, dpg, in_graph=True)[0] + collective_time(
+        cluster, reduce_op, ge / n, xpg, in_graph=True)[0] for gd, ge, n in zip(dense * g_bytes, expert * g_bytes, buckets)])
     after = np.zeros(layout.pp)
     if layout.dp > 1 and not shard.weights:
         priced("dp", reduce_op, dense[0] * g_bytes / buckets[0], dpg, buckets[0])   # the table: chunk 0's buckets
@@ -223,10 +223,10 @@ def _plan_uniform(scenario, cluster: Cluster) -> CommPlan:
     if shard.weights:
         buckets, bucket_s = np.zeros(0, int), np.zeros(0)
         unit_d, unit_e = dense / layers, expert / layers
-        fsdp_gather = np.array([collective_time(cluster, "all_gather", d * w_bytes, dpg)[0] + collective_time(
-            cluster, "all_gather", e * w_bytes, xpg)[0] for d, e in zip(unit_d, unit_e)])
-        fsdp_scatter = np.array([collective_time(cluster, "reduce_scatter", d * g_bytes, dpg)[0] + collective_time(
-            cluster, "reduce_scatter", e * g_bytes, xpg)[0] for d, e in zip(unit_d, unit_e)])
+        fsdp_gather = np.array([collective_time(cluster, "all_gather", d * w_bytes, dpg, in_graph=True)[0] + collective_time(
+            cluster, "all_gather", e * w_bytes, xpg, in_graph=True)[0] for d, e in zip(unit_d, unit_e)])
+        fsdp_scatter = np.array([collective_time(cluster, "reduce_scatter", d * g_bytes, dpg, in_graph=True)[0] + collective_time(
+            cluster, "reduce_scatter", e * g_bytes, xpg, in_graph=True)[0] for d, e in zip(unit_d, unit_e)])
         if layout.dp > 1:   # the table: chunk 0's layers
             priced("dp", "all_gather", unit_d[0] * w_bytes, dpg, 2 * layer_mbs)
             priced("dp", "reduce_scatter", unit_d[0] * g_bytes, dpg, layer_mbs)
@@ -243,7 +243,7 @@ def _plan_uniform(scenario, cluster: Cluster) -> CommPlan:
             if send_bwd[c] > 0:
                 send_bwd_last[c] = concurrent_time(cluster, [
                     ("send_recv", send_bytes, send_groups[c - 1]),
-                    (reduce_op, dense[c] * g_bytes / buckets[c], dpg)])[0]
+                    (reduce_op, dense[c] * g_bytes / buckets[c], dpg)], in_graph=True)[0]
     # gradient clipping by global norm: every rank's partial sum of squares is all-reduced (one fp32 number)
     norm_s = 0.0
     if cluster.calibration.step_costs and cluster.ranks > 1:
