@@ -158,6 +158,8 @@ class ChunkTimes:
     attention_bwd_s: float = 0.0
     flops_per_microbatch: np.ndarray | None = None   # [chunks] TensorE FLOPs of one microbatch, fwd + bwd
                                                       # + recompute (hardware FLOPs, HFU)
+    tp_hide_bwd_s: np.ndarray | None = None   # one layer's backward seconds of the matmuls that hide the
+                                              # tensor-parallel collectives (`tp_hide_seconds`)
 
 
 def _kernels(ops, where: str, phase: str, v: dict, rates: RankRates) -> tuple[np.ndarray, dict]:
@@ -172,7 +174,7 @@ def tp_hide_seconds(scenario, cluster: Cluster, library: tuple[opslib.Operator, 
     ops = opslib.applicable(library if library is not None else opslib.library_for(scenario), scenario, cal)
     v = opslib.shape_variables(scenario, cluster.layout, cal)
     lb, work = _kernels(ops, "layer", "backward", v, rank_rates(cluster, scenario.training.precision))
-    return lb[work["hides_tp"]]
+    return lb[work["hides_tp"]]      # chunk_times carries the same (tp_hide_bwd_s) for a caller that has it
 
 
 def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...] | None = None) -> ChunkTimes:
@@ -229,7 +231,8 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
     opt = op_seconds(opt_work, rates, v["e"], v["w"]).sum(axis=0)
     attn = wf["names"] == "attention_core"
     return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt, attention_fwd_s=float(lf[attn].sum()),
-                      attention_bwd_s=float(lb[attn].sum()), flops_per_microbatch=flops)
+                      attention_bwd_s=float(lb[attn].sum()), flops_per_microbatch=flops,
+                      tp_hide_bwd_s=lb[wb["hides_tp"]])
 
 
 STRAGGLER_LEAF_RANKS = 4096   # ranks per leaf of the straggler draw's split tree: a constant, never a shard's size

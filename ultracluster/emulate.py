@@ -57,10 +57,11 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
         price_per_hour_usd=cluster.instance.price_per_hour_usd)
     if reason is None:
         _check_payload(scenario, cluster)
-        per_rank = chip.chunk_times(scenario, cluster, library).flops_per_microbatch
+        chunks = chip.chunk_times(scenario, cluster, library)
         # chunk c runs on the tp x cp x dp = ranks / pp ranks of its stage, once per microbatch
-        result.hardware_flops_per_step = float(per_rank.sum() * microbatches(scenario) * cluster.ranks / layout.pp)
-        comm = plan_comm(scenario, cluster)
+        result.hardware_flops_per_step = float(chunks.flops_per_microbatch.sum() * microbatches(scenario)
+                                               * cluster.ranks / layout.pp)
+        comm = plan_comm(scenario, cluster, chunks.tp_hide_bwd_s)
         result.collectives = comm.records
         result.microbatches = microbatches(scenario)
         result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,

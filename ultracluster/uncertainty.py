@@ -50,9 +50,15 @@ class Evidence:
 
 
 @lru_cache(maxsize=1)
+def _fitted() -> dict:
+    """The committed calibration (calibration.json), read once per process."""
+    return json.loads(FITTED.read_text())
+
+
+@lru_cache(maxsize=1)
 def evidence() -> Evidence:
     """The fit's cross-validated residuals and the release spread, from the committed calibration."""
-    doc = json.loads(FITTED.read_text())
+    doc = _fitted()
     cv = [abs(math.log1p(v["cv_error_pct"] / 100)) for v in doc["layouts"].values() if "cv_error_pct" in v]
     return Evidence(fit_log=float(np.quantile(cv, 0.8)) if cv else 0.0,
                     release_sigma=float(doc.get("release_spread", 0.0)))
@@ -62,8 +68,7 @@ def chip_factors(generation: str, calibration: Calibration = DEFAULT) -> list[Un
     """Chip-model factors fitted on Trn1 that a newer chip's runs have not measured."""
     if generation == TRN1:
         return []
-    doc = json.loads(FITTED.read_text())
-    ident = doc.get("identifiability", {})
+    ident = _fitted().get("identifiability", {})
     out = []
     te = calibration.tensor_efficiency
     lo, hi = ident.get("tensor_efficiency", {}).get("low", te), ident.get("tensor_efficiency", {}).get("high", te)

@@ -104,16 +104,22 @@ def _stage_sum(values: np.ndarray, pp: int) -> np.ndarray:
     return out
 
 
-def plan_comm(scenario, cluster: Cluster) -> CommPlan:
+def plan_comm(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None = None) -> CommPlan:
     """Cost every collective of a step once (they are the same for every replica and step), and, with
-    degraded instances (`cluster.degraded`), once more on each degraded copy of the links (`degraded_plan`)."""
-    comm = _plan_uniform(scenario, cluster)
-    for part in cluster.degraded:
-        comm = degraded_plan(comm, _plan_uniform(scenario, cluster.degraded_copy(part)), cluster, part)
+    degraded instances (`cluster.degraded`), once more on each degraded copy of the links (`degraded_plan`).
+
+    `tp_hide_s`: one layer's backward seconds of the matmuls that hide tensor-parallel collectives
+    (`ChunkTimes.tp_hide_bwd_s`, from a caller that priced the chunks already; None: priced here)."""
+    if tp_hide_s is None and cluster.calibration.tp_overlap and scenario.parallelism.tp_comm_overlap \
+            and cluster.layout.tp > 1:
+        tp_hide_s = chip.tp_hide_seconds(scenario, cluster)
+    comm = _plan_uniform(scenario, cluster, tp_hide_s)
+    for part in cluster.degraded:     # degraded links do not change the chip: the same hiding matmuls
+        comm = degraded_plan(comm, _plan_uniform(scenario, cluster.degraded_copy(part), tp_hide_s), cluster, part)
     return comm
 
 
-def _plan_uniform(scenario, cluster: Cluster) -> CommPlan:
+def _plan_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> CommPlan:
     """`plan_comm` with every instance at the cluster's links."""
     t, layout, par = scenario.training, cluster.layout, scenario.parallelism
     v = opslib.shape_variables(scenario, layout)
@@ -154,7 +160,7 @@ def _plan_uniform(scenario, cluster: Cluster) -> CommPlan:
     # collectives in parallel to compute): only what outlasts the matmul is exposed. Forward collectives feed
     # the next matmul and stay exposed.
     if cluster.calibration.tp_overlap and par.tp_comm_overlap and layout.tp > 1:
-        hide = chip.tp_hide_seconds(scenario, cluster)
+        hide = np.asarray(tp_hide_s, dtype=float)
         hide = np.concatenate([hide, np.zeros(max(0, 2 - hide.size))])[:2]
         bwd_exposed = 2 * block_exposed + float(np.maximum(block_hideable - hide, 0.0).sum())
     else:

@@ -12,17 +12,20 @@ def _num(value, spec: str, unit: str = "") -> str:
     return f"{value:{spec}}{unit}"
 
 
+def _finite(*values) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
 def _band(low, high, spec: str) -> str:
     """" (low–high)" for an interval, "" when the summary has none (an older run directory, an infeasible run)."""
-    ok = all(isinstance(v, (int, float)) and math.isfinite(v) for v in (low, high))
-    return f" ({low:{spec}}–{high:{spec}})" if ok else ""
+    return f" ({low:{spec}}–{high:{spec}})" if _finite(low, high) else ""
 
 
 def overlap_note(a: dict, b: dict) -> str:
     """Whether two runs' 80 % step-time intervals overlap: "A is faster" inside overlapping intervals is not a
     finding. "" when either run has no interval."""
     lo_a, hi_a, lo_b, hi_b = (x.get(k) for x in (a, b) for k in ("step_time_low_s", "step_time_high_s"))
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lo_a, hi_a, lo_b, hi_b)):
+    if not _finite(lo_a, hi_a, lo_b, hi_b):
         return ""
     return "intervals overlap: not a finding" if lo_a <= hi_b and lo_b <= hi_a else "intervals apart: a finding"
 
