@@ -229,7 +229,7 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
         np.add.at(shard, on_stage, dense + expert)
     opt_work = opslib.evaluate(ops, "optimizer", "forward", dict(v, T=np.ones(layout.pp), P=shard))
     opt = op_seconds(opt_work, rates, v["e"], v["w"]).sum(axis=0)
-    attn = wf["names"] == "attention_core"
+    attn = np.isin(wf["names"], ("attention_core", "attention_materialized"))   # whichever kernel the job runs
     return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt, attention_fwd_s=float(lf[attn].sum()),
                       attention_bwd_s=float(lb[attn].sum()), flops_per_microbatch=flops,
                       tp_hide_bwd_s=lb[wb["hides_tp"]])
