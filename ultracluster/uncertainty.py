@@ -17,8 +17,9 @@ The fit and release parts combine in quadrature into one log half-width h; the h
 to each side: low = t exp(-sqrt(h^2 + d_fast^2)), high = t exp(sqrt(h^2 + d_slow^2)). The point estimate is
 always inside, and a chip with fewer measurements gets a wider interval.
 
-Pricing happens in this process on the same replay `run` uses (`emulate.emulate` with in-process shards, one
-step): no Ray, no files. Pure apart from that; numpy only.
+Pricing is vectorized: every factor setting is a row of one table priced by the planner's fast path, the
+replay's model over a row axis (`step_times`): two evaluations per interval (the factor ends, then the two
+corners), in this process, no Ray, no files.
 """
 from __future__ import annotations
 
@@ -124,20 +125,45 @@ def _value(calibration: Calibration, name: str) -> float:
     return float(getattr(calibration.network, name) if hasattr(calibration.network, name) else getattr(calibration, name))
 
 
-def _pricer(scenario, calibration: Calibration):
-    """A function calibration -> step time of one replayed step of `scenario`, in this process."""
+def _one_step(scenario):
+    """The scenario priced by the interval: one step, storage off (its stalls are not a hardware uncertainty of
+    the step); copied, not re-loaded, so nothing is read again from files (a job's directory may be gone)."""
+    return scenario.model_copy(update={"training": scenario.training.model_copy(update={"steps": 1, "warmup_steps": 0}),
+                                       "storage": None, "checkpoint": None})
+
+
+def step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
+    """Step time of one step of `scenario` under each calibration, in one vectorized evaluation.
+
+    The settings are rows of one table priced by the planner's fast path (`plan.fast.evaluate`, the replay's
+    model over a row axis: each distinct per-rank shape and collective priced once, the pipelines of all rows
+    run at once), each row with its own calibration (`Pricer(calibrations=...)`, column `cal`). Without jitter
+    and stragglers it gives the replay's step exactly (tests/test_uncertainty.py); with them, the stages' mean
+    speeds, which the interval only uses as ratios. A scenario with degraded instances (which the layout rows
+    cannot carry) is replayed once per setting instead, in this process.
+    """
+    one = _one_step(scenario)
+    if scenario.faults is not None and scenario.faults.degraded:
+        return np.array([_replayed(one, cal) for cal in calibrations])
+    import pandas as pd
+
+    from .plan.fast import evaluate
+    from .plan.pricer import Pricer
+    from .plan.space import _own_row
+
+    row = _own_row(one)
+    table = pd.DataFrame([{**row, "cal": i} for i in range(len(calibrations))])
+    out = evaluate(Pricer(one, calibrations=tuple(calibrations), shared_last_sends=True), table)
+    return np.where(out["feasible"].to_numpy(), out["step_time_s"].to_numpy(dtype=float), np.nan)
+
+
+def _replayed(one, cal: Calibration) -> float:
+    """One replayed step (`emulate` with in-process shards): no Ray, no files."""
     from .actors.local import local_shards
     from .emulate import emulate
 
-    # one step, storage off (its stalls are not a hardware uncertainty of the step); copied, not re-loaded,
-    # so nothing is read again from files (a job's working directory may be gone)
-    one = scenario.model_copy(update={"training": scenario.training.model_copy(update={"steps": 1, "warmup_steps": 0}),
-                                      "storage": None, "checkpoint": None})
-
-    def price(cal: Calibration) -> float:
-        res = emulate(one, local_shards, None, cal, export_metrics=False)
-        return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
-    return price
+    res = emulate(one, local_shards, None, cal, export_metrics=False)
+    return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
 
 
 def interval(scenario, point_s: float, calibration: Calibration | None = None,
@@ -156,16 +182,21 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
     cal = calibration or DEFAULT
     cluster = build_cluster(scenario, 1, cal)
     ev = evidence_ or evidence()
-    price = _pricer(scenario, cal)
-    base = price(cal)
+    factors = factors_for(cluster)
     swings, slow, fast = [], {}, {}
-    for f in factors_for(cluster):
-        lo, hi = price(cal.with_(**{f.name: f.low})), price(cal.with_(**{f.name: f.high}))
-        swings.append(FactorSwing(f, _value(cal, f.name), lo, hi, f.why))
-        slow[f.name], fast[f.name] = (f.low, f.high) if lo >= hi else (f.high, f.low)
     slow_log = fast_log = 0.0
+    if factors:
+        # one evaluation over the central setting and each factor's two ends, then one over the two corners
+        ends = [cal] + [cal.with_(**{f.name: x}) for f in factors for x in (f.low, f.high)]
+        times = step_times(scenario, ends)
+        base = float(times[0])
+        scale = point_s / base if math.isfinite(base) and base > 0 else float("nan")  # around the replayed point
+        for k, f in enumerate(factors):
+            lo, hi = float(times[1 + 2 * k]), float(times[2 + 2 * k])
+            swings.append(FactorSwing(f, _value(cal, f.name), lo * scale, hi * scale, f.why))
+            slow[f.name], fast[f.name] = (f.low, f.high) if lo >= hi else (f.high, f.low)
     if swings and math.isfinite(base) and base > 0:
-        t_slow, t_fast = price(cal.with_(**slow)), price(cal.with_(**fast))
+        t_slow, t_fast = (float(x) for x in step_times(scenario, [cal.with_(**slow), cal.with_(**fast)]))
         slow_log = max(0.0, math.log(t_slow / base)) if math.isfinite(t_slow) else 0.0
         fast_log = max(0.0, math.log(base / t_fast)) if math.isfinite(t_fast) and t_fast > 0 else 0.0
     h = ev.half_width_log

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from ultracluster import load_scenario
 from ultracluster.cluster.calibration import DEFAULT, FITTED
 from ultracluster.pipeline import predict
-from ultracluster.uncertainty import Z80, evidence, interval
+from ultracluster.uncertainty import Z80, _one_step, _replayed, evidence, interval, step_times
 
 
 def job(instance: str, tp: int = 8, pp: int = 1, instances: int = 2, seq: int = 4096, precision: str = "bf16"):
@@ -46,10 +46,10 @@ def test_trn1_interval_is_fit_release_and_its_one_open_link_factor():
 
 def test_the_slow_corner_is_every_factor_at_its_slow_end():
     sc = job("trn2.48xlarge", instances=1)
-    iv = interval(sc, 1.0)
-    assert len(iv.swings) >= 8
-    # each factor alone moves the step less than all of them together
     point = predict(sc)["step_time_s"]
+    iv = interval(sc, point)
+    assert len(iv.swings) >= 8
+    # each factor alone moves the step less than all of them together (the swings are around the point)
     worst_alone = max(max(sw.step_low_s, sw.step_high_s) for sw in iv.swings)
     assert point * math.exp(iv.slow_log) >= worst_alone * (1 - 1e-9)
     best_alone = min(min(sw.step_low_s, sw.step_high_s) for sw in iv.swings)
@@ -95,3 +95,27 @@ def test_sensitivity_command_writes_its_table_csv_and_page(tmp_path, scenarios_d
     bad = subprocess.run([sys.executable, "-m", "ultracluster", "sensitivity", str(scenarios_dir / "smoke.yaml"),
                           "--set", "parallelism.tp=3"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "parallelism.tp" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("instance,tp,pp,instances", [("trn2.48xlarge", 8, 2, 1), ("trn1.32xlarge", 32, 1, 2),
+                                                      ("trn2.48xlarge", 4, 4, 2)])
+def test_the_vectorized_pricing_is_the_replay_when_nothing_is_random(instance, tp, pp, instances):
+    sc = load_scenario({**job(instance, tp, pp, instances).to_dict(), "faults": {"jitter": 0.0}})
+    cals = [DEFAULT, DEFAULT.with_(tensor_efficiency=0.5), DEFAULT.with_(layer_overhead_s=0.004),
+            DEFAULT.with_(neuronlink_efficiency_trn1=0.4, neuronlink_efficiency_trn2=0.3),
+            DEFAULT.with_(efa_efficiency=0.2, launch_s_trn2=40e-6)]
+    fast = step_times(sc, cals)                          # one evaluation over the five settings
+    replayed = [_replayed(_one_step(sc), c) for c in cals]
+    assert fast == pytest.approx(replayed, rel=1e-9)
+    assert len(set(fast.round(12))) == len(cals)         # every setting moved the step
+
+
+def test_degraded_instances_are_replayed_per_setting():
+    sc = load_scenario({"name": "degraded", "model": {"preset": "llama2-7b", "layers": 4},
+                        "training": {"seq_len": 2048, "global_batch": 32, "steps": 1, "warmup_steps": 0},
+                        "parallelism": {"tp": 8}, "cluster": {"instance": "trn1.32xlarge", "instances": 2},
+                        "faults": {"degraded": [{"instances": [1], "efa_nics": 2}]}})
+    cals = [DEFAULT, DEFAULT.with_(efa_efficiency=0.2)]
+    times = step_times(sc, cals)
+    assert times == pytest.approx([_replayed(_one_step(sc), c) for c in cals], rel=1e-12)
+    assert times[1] > times[0]

@@ -47,7 +47,7 @@ from ..replay import engine
 from ..replay.events import StageMemory
 from .parts import (Group, Shapes, _counts, batched_chunks, batched_comm, batched_memory, cluster_columns, groups,
                     shapes)
-from .pricer import (CHECK_RTOL, LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, has_zero_stages,
+from .pricer import (CHECK_RTOL, calibration_index, LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, has_zero_stages,
                      layout_scenario)
 from .schedules import pipeline_times
 
@@ -168,8 +168,8 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
             attn_f, attn_b = (np.array([getattr(ct, f) for ct in cts]) for f in ("attention_fwd_s", "attention_bwd_s"))
         comms = [batched_comm(pr, rows[int(i)], sh, int(srow[int(i)]), g, int(j)) if pr.sources["comm"] == "batched"
                  else pr.real_comm(rows[int(i)]) for i, j in zip(idx, js)]
-        cals = [pr.cluster(rows[int(i)].instance, rows[int(i)].instances, rows[int(i)].lnc).cluster.calibration
-                for i in idx]
+        cals = [pr.cluster(rows[int(i)].instance, rows[int(i)].instances, rows[int(i)].lnc,
+                           calibration_index(rows[int(i)])).cluster.calibration for i in idx]
         # [n, pp]: each stage at its slowest replica's speed, averaged over the measured steps
         G = np.concatenate([pr.memo(("speed", int(r.tp), int(r.cp), int(r.pp), int(r.dp), sig),
                                     lambda r=r, sig=sig: speeds(pr, r, measured, sig).mean(axis=0, keepdims=True))

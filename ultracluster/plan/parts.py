@@ -20,7 +20,7 @@ from ..cluster import Layout, stage_layers
 from ..memory import GIB
 from ..network import group_of
 from ..replay import engine
-from .pricer import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Pricer, layout_scenario
+from .pricer import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Pricer, calibration_index, layout_scenario
 from .schedules import _run_lengths, program_arrays
 
 def _sum0(a: np.ndarray) -> np.ndarray:
@@ -62,7 +62,7 @@ class Shapes:
 
 def _shape_key(r) -> tuple:
     return (r.instance, int(r.lnc), int(r.tp), int(r.cp), int(r.micro_batch), str(r.recompute),
-            bool(r.sequence_parallel), int(r.ep))
+            bool(r.sequence_parallel), int(r.ep), calibration_index(r))
 
 
 def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
@@ -80,7 +80,7 @@ def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
     per_key = []
     for key in keys:
         r = first[key]
-        info = pr.cluster(r.instance, r.instances, r.lnc)
+        info = pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r))
         sc = layout_scenario(pr.scenario, r)
         cal = info.cluster.calibration
         v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
@@ -117,7 +117,7 @@ def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
     saved = np.array([[opslib.saved_bytes(pk[1], where, pk[0], pk[3]) for where in ("layer", "embedding", "head")]
                       + [opslib.saved_bytes(pk[1], "layer", pk[0], "none") if pk[3] == "full" else 0.0]
                       for pk in per_key]).reshape(K, 4)
-    over = getattr(cal, "layer_overhead_s", 0.0)           # per layer: forward once, backward 2 + recomputed passes
+    over = np.array([pk[4].layer_overhead_s for pk in per_key])   # per layer: forward 1, backward 2 + recomputed passes
     passes_again = (mode[0] == "full").astype(float)
     return Shapes(index=index, layer_fwd=_sum0(lf) + over, layer_bwd=_sum0(lb) + recompute_s + over * (2.0 + passes_again),
                   emb_fwd=_sum0(ef),
@@ -263,7 +263,7 @@ def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     idx = g.rows[js]
     k = srow[idx]
     sub = table.iloc[idx]
-    cal = pr.cluster(sub["instance"].iloc[0], sub["instances"].iloc[0], sub["lnc"].iloc[0]).cluster.calibration
+    cal = pr.calibration                             # the switches (the same for every row of a Pricer)
     fwd = g.layers[None, :] * sh.layer_fwd[k, None]
     bwd = g.layers[None, :] * sh.layer_bwd[k, None]
     if getattr(cal, "stage_ends", True):             # the embedding on the first chunk, the LM head on the last
@@ -274,8 +274,10 @@ def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     else:                                            # the same work spread evenly over the chunks
         fwd += ((sh.emb_fwd[k] + sh.head_fwd[k]) / g.layers.size)[:, None]
         bwd += ((sh.emb_bwd[k] + sh.head_bwd[k]) / g.layers.size)[:, None]
-    fwd += cal.microbatch_launch_s
-    bwd += cal.microbatch_launch_s
+    launch = np.array([c.microbatch_launch_s for c in pr.calibrations])[
+        sub["cal"].to_numpy() if "cal" in sub.columns else np.zeros(len(sub), dtype=np.int64)]
+    fwd += launch[:, None]
+    bwd += launch[:, None]
     dp, ep, zero = sub["dp"].to_numpy(), sub["ep"].to_numpy(), sub["zero"].to_numpy()
     dense, expert = g.dense[js], g.expert[js]
     shard = np.where((zero >= 1)[:, None], dense / dp[:, None] + expert / (dp // ep)[:, None], dense + expert)
@@ -294,7 +296,7 @@ def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
 def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.CommPlan:
     """`replay.engine.plan_comm` of row r (shape k, row j of its group), from memoized collectives."""
     t = pr.scenario.training
-    ck = (r.instance, int(r.instances), int(r.lnc))
+    ck = (r.instance, int(r.instances), int(r.lnc), calibration_index(r))
     cl = pr.cluster(*ck).cluster
     cal = cl.calibration
     tp, cp, pp, v, dp, ep = int(r.tp), int(r.cp), int(r.pp), int(r.virtual_stages), int(r.dp), int(r.ep)

@@ -26,6 +26,14 @@ PARTS = ("memory", "chunks", "comm")
 SCHEDULES_BY_CODE = ("gpipe", "1f1b", "interleaved")
 SCHEDULE_CODE = {name: i for i, name in enumerate(SCHEDULES_BY_CODE)}
 CHECK_RTOL = 1e-9
+# the Calibration switches (mechanisms on or off): one Pricer prices every row with one operator list
+SWITCHES = ("fusion", "engine_clock_rates", "flash_attention", "attention_serial", "stage_ends", "tp_overlap",
+            "dp_overlap", "step_costs")
+
+
+def calibration_index(row: Any) -> int:
+    """The row's calibration: column `cal`, an index into `Pricer.calibrations` (0 when the table has none)."""
+    return int(row.get("cal", 0) if isinstance(row, dict) else getattr(row, "cal", 0))
 
 
 def has_zero_stages() -> bool:
@@ -86,10 +94,18 @@ class Pricer:
     which source (batched or per layout) each part uses."""
 
     def __init__(self, scenario: Scenario, calibration: Calibration | None = None,
-                 sources: dict[str, str] | None = None, shared_last_sends: bool = False):
+                 sources: dict[str, str] | None = None, shared_last_sends: bool = False,
+                 calibrations: tuple[Calibration, ...] | None = None):
+        """`calibrations`: several settings of the numeric factors (the interval's factor ends); a table's
+        `cal` column picks one per row. Their switches must agree (one operator list prices every row)."""
         self.scenario = scenario
         self.shared_last_sends = shared_last_sends
-        self.calibration = calibration or DEFAULT_CALIBRATION
+        self.calibrations = tuple(calibrations) if calibrations else (calibration or DEFAULT_CALIBRATION,)
+        self.calibration = self.calibrations[0]
+        switches = {(f, getattr(c, f)) for c in self.calibrations for f in SWITCHES}
+        if len(switches) != len(SWITCHES):
+            raise ValueError(f"Pricer calibrations differ in a switch ({', '.join(SWITCHES)}); "
+                             "only numeric factors may vary between rows")
         self.library = opslib.library_for(scenario)
         self.sources = dict(sources or {part: "batched" for part in PARTS})
         self._clusters: dict[tuple, ClusterInfo] = {}
@@ -98,11 +114,12 @@ class Pricer:
         self._memo: dict[tuple, Any] = {}
 
     # --- clusters and collectives ------------------------------------------------------------------
-    def cluster(self, instance: str, instances: int, lnc: int) -> ClusterInfo:
-        key = (str(instance), int(instances), int(lnc))
+    def cluster(self, instance: str, instances: int, lnc: int, cal: int = 0) -> ClusterInfo:
+        key = (str(instance), int(instances), int(lnc), int(cal))
         info = self._clusters.get(key)
         if info is None:
-            cl = self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "tp": 1, "pp": 1,
+            cl = self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "cal": key[3],
+                                      "tp": 1, "pp": 1,
                                       "cp": 1, "ep": 1, "dp": 0, "micro_batch": 1, "recompute": "none",
                                       "pp_schedule": "1f1b", "virtual_stages": 1, "zero": 1,
                                       "sequence_parallel": False})
@@ -118,11 +135,12 @@ class Pricer:
     def layout_cluster(self, row: Any) -> Cluster:
         """The Cluster of one layout (one actor shard: shards never change a prediction). dp 0: all ranks."""
         row = dict(row) if isinstance(row, dict) else row._asdict()
+        cal = self.calibrations[calibration_index(row)]
         if not row["dp"]:
             sc = layout_scenario(self.scenario, {**row, "dp": 1})
-            row["dp"] = build_cluster(sc, row["instances"], self.calibration).ranks
+            row["dp"] = build_cluster(sc, row["instances"], cal).ranks
         sc = layout_scenario(self.scenario, row)
-        return build_cluster(sc, int(row["instances"]), self.calibration)
+        return build_cluster(sc, int(row["instances"]), cal)
 
     def collective(self, ck: tuple, op: str, nbytes: float, group) -> float:
         """`collective_time` seconds, memoized."""
@@ -167,6 +185,6 @@ def _part_key(r) -> tuple:
     """What chunk times and the communication plan depend on: everything but the pipeline schedule."""
     return (r.instance, int(r.instances), int(r.lnc), int(r.tp), int(r.pp), int(r.cp), int(r.ep), int(r.dp),
             int(r.micro_batch), str(r.recompute), int(r.virtual_stages), int(r.zero), bool(r.sequence_parallel),
-            str(r.pp_schedule) == "interleaved")
+            str(r.pp_schedule) == "interleaved", calibration_index(r))
 
 
