@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import operators as opslib
+from .units import GIB
 from .replay.events import StageMemory
 
-GIB = float(1 << 30)
 
 
 def in_flight_peak(program: list[tuple[str, int, int]], act_bytes: np.ndarray) -> float:

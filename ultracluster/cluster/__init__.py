@@ -10,13 +10,13 @@ from .calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration, with_netwo
 from .catalog import INSTANCES, ChipSpec, InstanceSpec, ultraserver_of
 from .degraded import DegradedPart, degraded_links, degraded_parts
 from .placement import Layout, group_span, rank_coords, stage_layers
+from ..units import GBPS
 
 __all__ = [
     "Calibration", "Cluster", "DegradedPart", "Links", "Layout", "ShardSpec", "build_cluster", "group_span",
     "rank_coords", "stage_layers", "z_links",
 ]
 
-GBPS = 1e9 / 8  # bytes per second in one Gbit/s
 
 
 @dataclass(frozen=True)

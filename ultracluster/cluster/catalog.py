@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-GiB = 2**30
-MiB = 2**20
+from ..units import GIB as GiB, MIB as MiB   # the catalog writes sizes as n * GiB
 
 _DOCS = {
     "H1": "aws-neuron-sdk about-neuron/arch/neuron-hardware/trainium.rst",

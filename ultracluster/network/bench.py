@@ -20,13 +20,13 @@ from ..cluster.catalog import INSTANCES, ultraserver_of
 from ..errors import Problem, ScenarioError
 from .algorithms import OPS
 from .collectives import Group, bus_factor, collective_time
+from ..units import GBPS, GIB, KIB, MIB
 
-GBPS = 1e9 / 8                                  # bytes/s in one Gbit/s
 DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "uint8": 1, "int32": 4, "uint32": 4,
           "int16": 2, "uint16": 2}
 OP_ALIASES = {"allr": "all_reduce", "allg": "all_gather", "redsct": "reduce_scatter", "sendrecv": "send_recv",
               "alltoall": "all_to_all"}
-SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+SUFFIX = {"": 1, "K": KIB, "M": MIB, "G": GIB}
 CSV_COLUMNS = ("op", "ranks", "instances", "bytes", "time_us", "algbw_gb_s", "busbw_gb_s", "algorithm")
 DEFAULT_SIZES = "8,1K,64K,1M,16M,64M,256M,1G"
 

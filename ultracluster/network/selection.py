@@ -14,9 +14,9 @@ import numpy as np
 from . import algorithms as algs
 from .groups import Group
 from .topology import Fabric, locate
+from ..units import MIB
 
 
-MIB = 1 << 20
 MESH_MAX_BYTES = 1 * MIB          # H11: Mesh best below 1 MB (intra); H12: Mesh for small messages (inter)
 RDH_MAX_BYTES = 56 * MIB          # H11: RDH best 1-56 MB, KangaRing above
 EFA_MESH_MAX_MEMBERS = 8          # H12 "Mesh: small groups" (assumption: up to 8 peers; ingress congestion beyond)

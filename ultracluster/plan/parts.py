@@ -17,7 +17,7 @@ import pandas as pd
 from .. import chip
 from .. import operators as opslib
 from ..cluster import Layout, stage_layers
-from ..memory import GIB
+from ..units import GIB
 from ..network import group_of
 from ..replay import engine
 from .pricer import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Pricer, calibration_index, layout_scenario

@@ -9,7 +9,8 @@ from .. import chip
 from .. import operators as opslib
 from ..cluster import Cluster, build_cluster
 from ..cluster.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
-from ..memory import GIB, stage_memory
+from ..memory import stage_memory
+from ..units import GIB
 from ..network import collective_time
 from ..network.collectives import concurrent_time
 from ..replay import engine

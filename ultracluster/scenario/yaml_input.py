@@ -23,8 +23,8 @@ from typing import Any, BinaryIO
 import yaml
 
 from ultracluster.errors import shorten_text
+from ultracluster.units import GIB, KIB, MIB
 
-MIB = 2**20
 MAX_INPUT_BYTES = 4 * MIB       # scenario files and operator libraries
 MAX_VALUES = 100_000            # scalars, lists and mappings after expanding aliases
 MAX_TEXT_CHARS = 16 * MIB       # characters of scalars after expanding aliases
@@ -50,7 +50,7 @@ class InputError(Exception):
 
 def size_text(n: int) -> str:
     """Bytes in words: ``"512 bytes"``, ``"4.0 MiB"``, ``"3.2 GiB"``."""
-    for unit, scale in (("GiB", 2**30), ("MiB", MIB), ("KiB", 2**10)):
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} bytes"
