@@ -223,8 +223,8 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
     dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, ep)
     on_stage = np.arange(n_chunks) % layout.pp
     shard = np.zeros(layout.pp)
-    if scenario.training.zero1:   # ZeRO-1: dense state over dp ranks, expert state over the dp / ep replicas
-        np.add.at(shard, on_stage, dense / layout.dp + expert / (layout.dp // ep))
+    if opslib.sharding(scenario.training).optimizer:   # ZeRO-1 and up: the optimizer state's dp share
+        np.add.at(shard, on_stage, opslib.dp_share(dense, expert, layout.dp, ep))
     else:
         np.add.at(shard, on_stage, dense + expert)
     opt_work = opslib.evaluate(ops, "optimizer", "forward", dict(v, T=np.ones(layout.pp), P=shard))

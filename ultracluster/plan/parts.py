@@ -223,7 +223,7 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
         k = srow[g.rows]
         dp, ep, zero = dp_all[g.rows], ep_all[g.rows], zero_all[g.rows]
         params = g.dense + g.expert
-        held = g.dense / dp[:, None] + g.expert / (dp // ep)[:, None]        # opslib.dp_share
+        held = opslib.dp_share(g.dense, g.expert, dp[:, None], ep[:, None])
         opt_params = np.where((zero >= 1)[:, None], held, params)
         unit = params / np.maximum(g.layers, 1)[None, :]
         act = g.layers[None, :] * sh.saved_layer[k, None]
@@ -280,7 +280,7 @@ def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     bwd += launch[:, None]
     dp, ep, zero = sub["dp"].to_numpy(), sub["ep"].to_numpy(), sub["zero"].to_numpy()
     dense, expert = g.dense[js], g.expert[js]
-    shard = np.where((zero >= 1)[:, None], dense / dp[:, None] + expert / (dp // ep)[:, None], dense + expert)
+    shard = np.where((zero >= 1)[:, None], opslib.dp_share(dense, expert, dp[:, None], ep[:, None]), dense + expert)
     shard = _stage_sum(shard, g.pp)
     n = len(idx)
     V = {name: np.repeat(val[k], g.pp) for name, val in sh.variables.items()}
