@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Cost of a prediction interval: one vectorized evaluation over the factor settings against one replayed
+step per setting.
+
+`uncertainty.interval` prices the central setting and both ends of every uncertain factor as rows of one
+table (the planner's fast path with a calibration per row), then the two corners. The old way replayed one
+step per setting in process (`uncertainty._replayed`, 2 x factors + 2 replays). Prints a table: scenario,
+chips, factors, median seconds of the interval over repeats, the same settings replayed one by one, and the
+largest relative difference between the two ways' step times over the settings.
+
+Usage: python benchmarks/intervals.py [--repeats N] [SCENARIO ...]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ultracluster import load_scenario
+from ultracluster.cluster import build_cluster
+from ultracluster.pipeline import predict
+from ultracluster.uncertainty import _one_step, _replayed, factors_for, interval, step_times
+
+HERE = Path(__file__).resolve().parents[1] / "scenarios"
+DEFAULT = ("smoke.yaml", "llama2-70b-tp32pp4-trn2-64.yaml", "llama3.1-70b-trn3-gen1.yaml",
+           "llama3.1-405b-trn2-16k.yaml", "rainier-131k.yaml")
+
+
+def measure(path: Path, repeats: int) -> dict:
+    sc = load_scenario(path)
+    point = predict(sc)["step_time_s"]
+    cluster = build_cluster(sc, 1)
+    factors = factors_for(cluster)
+    cal = cluster.calibration
+    settings = [cal] + [cal.with_(**{f.name: x}) for f in factors for x in (f.low, f.high)]
+    vec, rep = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        interval(sc, point)
+        vec.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    one = _one_step(sc)
+    replayed = np.array([_replayed(one, c) for c in settings + settings[:1]])[:len(settings)]   # 2k + 2, as before
+    rep.append(time.perf_counter() - t0)
+    fast = step_times(sc, settings)
+    return {"scenario": path.stem, "chips": cluster.chips, "factors": len(factors),
+            "interval_s": statistics.median(vec), "replayed_s": statistics.median(rep),
+            "max_diff_pct": float(np.max(np.abs(fast / replayed - 1))) * 100}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("scenarios", nargs="*", default=[str(HERE / n) for n in DEFAULT])
+    args = ap.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print("\n| scenario | chips | factors | interval s (vectorized, median) | the settings replayed one by one, s "
+          "| speed-up | largest step difference (jitter averaged) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for p in args.scenarios:
+        r = measure(Path(p), args.repeats)
+        print(f"| {r['scenario']} | {r['chips']:,} | {r['factors']} | {r['interval_s']:.3f} | {r['replayed_s']:.3f} "
+              f"| {r['replayed_s'] / r['interval_s']:.1f}x | {r['max_diff_pct']:.3f} % |")
+
+
+if __name__ == "__main__":
+    main()
