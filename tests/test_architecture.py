@@ -123,3 +123,18 @@ def test_no_module_is_long_without_a_reason():
     long = {p for p, n in lengths.items() if n > MAX_LINES}
     assert long <= set(LONG_MODULES), sorted(long - set(LONG_MODULES))
     assert set(LONG_MODULES) <= set(lengths), "a listed module is gone: drop it from LONG_MODULES"
+
+
+# The report only reads the replay's typed result (`replay.events`): it never calls back into the replay, the
+# emulation or the actors, at module level or inside a function.
+REPORT_MAY_NOT_IMPORT = ("ultracluster.replay.engine", "ultracluster.replay.records", "ultracluster.replay.profile",
+                         "ultracluster.replay.schedule", "ultracluster.replay.degraded", "ultracluster.emulate",
+                         "ultracluster.pipeline", "ultracluster.actors", "ultracluster.chip")
+
+
+def test_the_report_reads_the_result_and_never_calls_the_replay():
+    graph = import_graph()
+    report = {m: deps for m, deps in graph.items() if m == "ultracluster.report" or m.startswith("ultracluster.report.")}
+    assert "ultracluster.replay.events" in report["ultracluster.report.summary"]   # the graph sees the report's imports
+    bad = {m: sorted(d for d in deps if d.startswith(REPORT_MAY_NOT_IMPORT)) for m, deps in report.items()}
+    assert {m: d for m, d in bad.items() if d} == {}

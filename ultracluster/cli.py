@@ -153,24 +153,16 @@ def _check(run_dir: str) -> int:
     return EXIT_CONTRACT
 
 
-def _goodput(scenario, summary: dict, hours: float, out: Path) -> dict:
-    """`run --hours H`: the long run after the replay; goodput.json, failures.csv, time_lost.csv in `out`;
-    returns goodput.json's content."""
-    import pandas as pd
+def _goodput(scenario, report, hours: float, out: Path) -> dict:
+    """`run --hours H`: the long run after the replay, its unit of work the replayed step (computing and
+    communicating for its step time less its storage stalls); goodput.json, failures.csv, time_lost.csv in
+    `out` (`report.write.write_goodput`); returns goodput.json's content."""
+    from .goodput import long_run
+    from .report.write import write_goodput
 
-    from .goodput import Failure, format_goodput, long_run
-    from .report.write import atomic_write_text
-
-    g = long_run(scenario, summary, hours)
-    s = g.summary()
-    atomic_write_text(out / "goodput.json", json.dumps(s, indent=2) + "\n")
-    cols = list(Failure.__dataclass_fields__)
-    atomic_write_text(out / "failures.csv", pd.DataFrame(g.failure_rows(), columns=cols).to_csv(index=False))
-    lost = pd.DataFrame({"cause": ["useful", *[k.removesuffix("_s") for k in s["lost_s"]]],
-                         "seconds": [s["useful_s"], *s["lost_s"].values()]})
-    lost["hours"], lost["fraction"] = lost["seconds"] / 3600, lost["seconds"] / s["wall_s"]
-    atomic_write_text(out / "time_lost.csv", lost.to_csv(index=False))
-    return s
+    s = report.summary
+    busy = s["step_time_s"] - s["data_stall_s"] - s["checkpoint_s"]
+    return write_goodput(long_run(scenario, busy, hours, storage=report.storage), out)
 
 
 @contextmanager
@@ -220,7 +212,7 @@ def _run(scenario, args) -> int:
             report = run(scenario, out=run_dir, address=args.address, on_step=lambda rec: finished.append(rec.step),
                          progress=shown)
             if args.hours is not None and report.summary["feasible"]:
-                goodput = _goodput(scenario, report.summary, args.hours, run_dir.path)
+                goodput = _goodput(scenario, report, args.hours, run_dir.path)
     except KeyboardInterrupt as stop:
         stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
         if shown:
@@ -290,12 +282,8 @@ def _print_problems(err: ScenarioError) -> None:
 
 def _sensitivity(scenario, args) -> int:
     """`ultracluster sensitivity`: price the scenario in this process, then each uncertain factor at both ends."""
-    import csv
-    import io
-
     from .pipeline import predict
-    from .report.html import sensitivity_html
-    from .report.write import atomic_write_text
+    from .report.write import write_sensitivity
     from .uncertainty import SENSITIVITY_COLUMNS, interval, sensitivity_rows, tornado_text
 
     s = predict(scenario)
@@ -305,13 +293,7 @@ def _sensitivity(scenario, args) -> int:
     iv = interval(scenario, s["step_time_s"])
     rows = sensitivity_rows(iv)
     out = Path(args.out or Path("runs") / f"{scenario.name}-sensitivity")
-    out.mkdir(parents=True, exist_ok=True)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=SENSITIVITY_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(out / "sensitivity.csv", buf.getvalue())
-    atomic_write_text(out / "sensitivity.html", sensitivity_html(scenario.name, iv.point_s, iv.low_s, iv.high_s, rows))
+    write_sensitivity(out, scenario.name, iv.point_s, iv.low_s, iv.high_s, rows, SENSITIVITY_COLUMNS)
     if not args.quiet:
         print(tornado_text(iv, rows))
         print(f"wrote {out / 'sensitivity.csv'}, {out / 'sensitivity.html'}")

@@ -1,6 +1,9 @@
 """Scenario → RunResult: the stages of a run up to its replayed steps, without the report or files.
 
 scenario → cluster → memory (an infeasible layout stops here) → shards → step replay on the virtual clock.
+The RunResult is complete: the report reads its fields and never calls back into the replay (per-rank
+compute tallied from the merged profiles, per-chunk and per-stage communication, per-stage exposure, the
+storage figures from the cluster built here).
 `pipeline.run` adds the report and the run directory; `pipeline.predict`, the sweeps and the interval pricing
 (`ultracluster.uncertainty`) call it with in-process shards.
 """
@@ -22,10 +25,10 @@ from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records
 from .replay.engine import microbatches, plan_comm, replay_steps
 from .replay.events import RunResult, StepRecord
+from .replay.records import ComputeTally, comm_records, measured_steps, stage_dp_exposure
 from .replay.schedule import stage_programs
-from .report.ranks import RankTally, comm_records
 from .scenario import Scenario, load_scenario
-from .storage import StorageCosts
+from .storage import StorageCosts, figures
 
 
 def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: Callable | None = None,
@@ -54,7 +57,7 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
         peak_flop_per_s=cluster.chips * cluster.chip.dense_flop_per_s[t.precision],
         tokens_per_step=t.global_batch * t.seq_len, feasible=reason is None, reason=reason, memory=memory,
         shard_instances=[(s.first_instance, s.first_instance + s.instances - 1) for s in cluster.shards],
-        price_per_hour_usd=cluster.instance.price_per_hour_usd)
+        price_per_hour_usd=cluster.instance.price_per_hour_usd, storage=figures(scenario, cluster))
     if reason is None:
         _check_payload(scenario, cluster)
         chunks = chip.chunk_times(scenario, cluster, library)
@@ -67,7 +70,7 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
         result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,
                                                             cluster.stage_layers(scenario.model.layers))
         result.replica_tp_comm_s = replica_tp_records(comm, layout.pp, result.microbatches)
-        tally = RankTally(layout, result.microbatches, t.warmup_steps)   # per-rank compute, for the report
+        tally = ComputeTally(layout, result.microbatches, t.warmup_steps)   # per-rank compute
         if progress:
             progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)
         with shards_factory(scenario, cluster) as shards, storage_service(scenario, cluster) as fs:
@@ -77,13 +80,17 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
             if progress:
                 progress.started(shards.nodes)
             try:
-                result.steps, result.slices = replay_steps(scenario, cluster, tally.watch(shards), comm, programs,
+                result.steps, result.slices = replay_steps(scenario, cluster, shards, comm, programs,
                                                            _each(metrics.step_done, progress and progress.step_done,
                                                                  on_step),
-                                                           step_costs=StorageCosts(scenario, cluster, fs) if fs else None)
+                                                           step_costs=StorageCosts(scenario, cluster, fs) if fs else None,
+                                                           tally=tally)
             finally:
                 metrics.actors_alive(0)
         result.stage_compute_s, result.slow_rank_compute_s = tally.result()
+        if result.steps:
+            result.stage_dp_exposed_s = stage_dp_exposure(
+                result.slices, result.stage_comm, [s.step for s in measured_steps(result.steps)], layout.pp)
     return result
 
 

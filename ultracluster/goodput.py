@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .storage import StepSpan, StorageCosts, StorageServer, estimates, fsx_spec
+from .storage import StepSpan, StorageCosts, StorageFigures, StorageServer, figures, fsx_spec
 
 CAUSES = ("checkpoint_s", "data_stall_s", "lost_work_s", "detection_s", "restart_s", "restore_s")
 
@@ -175,7 +175,8 @@ def storage_costs(scenario, cluster, server=None) -> StorageCosts:
     return StorageCosts(scenario, cluster, server)
 
 
-def simulate(scenario, cluster, busy_s: float, hours: float, costs: StorageCosts | None = None) -> GoodputResult:
+def simulate(scenario, cluster, busy_s: float, hours: float, costs: StorageCosts | None = None,
+             storage: StorageFigures | None = None) -> GoodputResult:
     """Emulate `hours` of wall-clock training.
 
     Args:
@@ -184,6 +185,7 @@ def simulate(scenario, cluster, busy_s: float, hours: float, costs: StorageCosts
         busy_s: seconds one step computes and communicates (the replayed step time without storage).
         hours: wall-clock hours to emulate.
         costs: the storage costs to use (default: a fresh in-process file system, see `storage_costs`).
+        storage: the run's storage figures (`RunResult.storage`); None: priced here from the cluster.
 
     Returns:
         The GoodputResult.
@@ -289,32 +291,39 @@ def simulate(scenario, cluster, busy_s: float, hours: float, costs: StorageCosts
     n_ckpt = sum((c.first + c.n) // every - c.first // every for c in run_spans) if every else 0
     ck_total = sum(c.n * c.checkpoint_s for c in run_spans)
     stall_total = sum(c.n * c.data_stall_s for c in run_spans)
-    est = estimates(scenario, cluster) if scenario.storage is not None else {}
-    restore_s = float(est.get("restore_s", 0.0))
-    block = ck_total / n_ckpt if n_ckpt else est.get("checkpoint_block_s", 0.0)
+    fig = storage if storage is not None else figures(scenario, cluster)
+    restore_s = float(fig.restore_s or 0.0) if fig else 0.0
+    block = ck_total / n_ckpt if n_ckpt else (fig.checkpoint_block_s or 0.0 if fig else 0.0)
     return GoodputResult(
         scenario=scenario.name, hours=float(hours), wall_s=H, useful_s=useful, lost=lost, failures=failures,
         steps_kept=kept, steps_run=steps_run, checkpoints=n_ckpt, busy_s=float(busy_s),
         step_s=float(busy_s + (stall_total / steps_run if steps_run else 0.0)), every_steps=every,
         mtbf_system_s=mtbf / cluster.instances, checkpoint_block_s=float(block),
-        checkpoint_write_s=float(est.get("checkpoint_write_s", 0.0)), restore_s=float(restore_s),
+        checkpoint_write_s=float(fig.checkpoint_write_s or 0.0) if fig else 0.0, restore_s=float(restore_s),
         recovery_s=detect + restart + restore_s, explicit_steps=explicit,
         emulation_wall_s=time.perf_counter() - wall0, extra={"checkpoint_mode": costs.mode if every else None})
 
 
-def long_run(scenario, summary: dict, hours: float) -> GoodputResult:
-    """`ultracluster run --hours H`: emulate H hours with the replayed step (summary.json) as the unit of work.
+def long_run(scenario, busy_s: float, hours: float, storage: StorageFigures | None = None,
+             cluster=None) -> GoodputResult:
+    """`ultracluster run --hours H`: emulate H hours with the replayed step as the unit of work.
 
-    The step computes and communicates for step_time_s - data_stall_s - checkpoint_s of the replay; data
-    loading, checkpoints and restores run through a fresh in-process copy of the file system model.
+    Args:
+        scenario: the resolved scenario.
+        busy_s: seconds a replayed step computes and communicates (its mean step time less its data stall
+            and checkpoint stall).
+        hours: wall-clock hours to emulate.
+        storage: the run's storage figures (`Report.storage`); None: priced from the cluster.
+        cluster: the run's cluster; None: built from the scenario. Data loading, checkpoints and restores
+            run through a fresh in-process copy of the file system model on it.
     """
     from .cluster import build_cluster
     from .errors import Problem, ScenarioError
 
     if not (isinstance(hours, (int, float)) and math.isfinite(hours) and hours > 0):
         raise ScenarioError([Problem("--hours", hours, "a number of hours > 0")])
-    busy = summary["step_time_s"] - summary["data_stall_s"] - summary["checkpoint_s"]
-    return simulate(scenario, build_cluster(scenario, 1), float(busy), hours)
+    return simulate(scenario, cluster if cluster is not None else build_cluster(scenario, 1), float(busy_s), hours,
+                    storage=storage)
 
 
 def format_goodput(g: dict) -> str:

@@ -1,7 +1,8 @@
-"""The composition root: scenario → cluster → actors → step replay → report → run directory.
+"""The composition root: scenario → cluster → actors → step replay → RunResult → report → run directory.
 
 One function per stage, called in order; nothing else here decides anything. The stages up to the replayed
-steps are `ultracluster.emulate.emulate`.
+steps are `ultracluster.emulate.emulate`; its RunResult is complete (with the interval added here) before
+`build_report` reads it, and `report.write` writes the run directory.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from .emulate import emulate
 from .replay.events import StepRecord
 from .report import Report, build_report, write_run_dir
 from .report.rundir import RunDirectory, signals_held
+from .report.summary import summarize
 from .scenario import Scenario, load_scenario
-from .storage import summary_keys
 
 
 def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None = None, address: str | None = None,
@@ -61,9 +62,8 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
         with attached(address) as cpus:   # working dir; size `auto` folding for the cluster that runs the actors
             result = emulate(scenario, lambda sc, cl: launch_actors(sc, cl, address), step_done, calibration,
                              progress, cpus)
+    result.interval = interval_keys(scenario, summarize(result), calibration)
     report = build_report(result)
-    report.summary.update(summary_keys(scenario))   # storage: checkpoint size, write and restore times
-    report.summary.update(interval_keys(scenario, report.summary, calibration))
     if out is not None:
         write_run_dir(report, out.path)
     return report
@@ -85,11 +85,10 @@ def predict(scenario: Scenario | str | Path, calibration: Calibration | None = N
     """The summary of a scenario computed in this process, without Ray, files or pandas (for sweeps and
     calibration fits). Same numbers as `run`; with `intervals`, also its 80 % interval keys."""
     from .actors.local import local_shards
-    from .report.summary import summarize
 
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    out = {**summarize(emulate(scenario, local_shards, None, calibration)), **summary_keys(scenario)}
+    result = emulate(scenario, local_shards, None, calibration)
     if intervals:
-        out.update(interval_keys(scenario, out, calibration))
-    return out
+        result.interval = interval_keys(scenario, summarize(result), calibration)
+    return summarize(result)

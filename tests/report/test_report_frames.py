@@ -11,6 +11,7 @@ import pytest
 from ultracluster.replay.events import (
     BREAKDOWN_KEYS, ChunkComm, CollectiveRecord, RunResult, Slice, StageComm, StageMemory, StepRecord,
 )
+from ultracluster.replay.records import stage_dp_exposure
 from ultracluster.report import Report, build_report, format_summary
 from ultracluster.report.frames import bus_factor
 from ultracluster.report.html import render_html
@@ -45,10 +46,18 @@ STAGE_COMPUTE = [0.5, 0.45]                   # s per step of a rank at speed 1,
 SLOW = {5: 0.75, 20: 0.6, 30: 0.4}           # rank 30 runs faster than its stage
 
 
+def op_fields(stage: int, stream: str, name: str, pp: int = 2) -> dict:
+    """The typed fields the replay gives a forward/backward slice named "F mb0 c0" (chunk = c x pp + stage)."""
+    kind, mb, c = name.split() if stream == "compute" and name[:2] in ("F ", "B ") else ("", "mb-1", "c-1")
+    chunk = int(c[1:]) * pp + stage if kind else -1
+    return {"kind": kind, "microbatch": int(mb[2:]), "chunk": chunk}
+
+
 def make_slices() -> list[Slice]:
     out = []
     for st, t0, span in ((1, 3.0, 1.0), (2, 4.0, 1.5)):
-        out += [Slice(stage, stream, name, t0 + a * span, t0 + b * span, st, 0) for stage, stream, name, a, b in OPS]
+        out += [Slice(stage, stream, name, t0 + a * span, t0 + b * span, st, 0, **op_fields(stage, stream, name))
+                for stage, stream, name, a, b in OPS]
     out.append(Slice(0, "storage", "data stall", 4.0, 4.2, 2, 0))
     return out
 
@@ -68,7 +77,8 @@ def make_result() -> RunResult:
         collectives=[CollectiveRecord("tp", "all_reduce", 8, 1, 64 * 2**20, "ring", 1e-3, 160),
                      CollectiveRecord("dp", "reduce_scatter", 2, 2, 512 * 2**20, "ring", 0.02, 4)],
         shard_instances=[(0, 0), (1, 1)], price_per_hour_usd=PRICE, microbatches=1, chunk_comm=CHUNKS,
-        stage_comm=STAGE_COMM, stage_compute_s=STAGE_COMPUTE, slow_rank_compute_s=SLOW)
+        stage_comm=STAGE_COMM, stage_compute_s=STAGE_COMPUTE, slow_rank_compute_s=SLOW,
+        stage_dp_exposed_s=stage_dp_exposure(make_slices(), STAGE_COMM, [1, 2], 2))
 
 
 def make_infeasible() -> RunResult:
@@ -210,7 +220,7 @@ def test_timeline_split_and_critical_shard():
 def test_trace_tracks_and_names():
     result = make_result()
     tr = chrome_trace(build_report(result))
-    assert tr == chrome_trace(result) and tr["displayTimeUnit"] == "ms"
+    assert tr["displayTimeUnit"] == "ms"
     assert no_partial_overlap(tr) == []
     meta = {(e["pid"], e["tid"], e["name"]): e["args"] for e in tr["traceEvents"] if e["ph"] == "M"}
     assert meta[(1, 0, "process_name")] == {"name": "shard 1: instances 1-1"}
@@ -268,7 +278,7 @@ def test_trace_nested_and_equal_start_slices():
     r = make_result()
     r.slices = [Slice(0, "compute", "B mb0", 0.0, 1.0, 1, 0), Slice(0, "compute", "matmul", 0.2, 0.4, 1, 0),
                 Slice(0, "compute", "head", 0.0, 0.5, 1, 0), Slice(0, "compute", "late", 0.9, 1.1, 1, 0)]
-    tr = chrome_trace(r)
+    tr = chrome_trace(build_report(r))
     tid = {e["name"]: e["tid"] for e in tr["traceEvents"] if e["ph"] == "X"}
     assert tid["matmul"] == tid["B mb0"]          # nested: same lane
     assert tid["head"] != tid["B mb0"]            # same start, shorter: would read as a partial overlap

@@ -12,10 +12,9 @@ from hypothesis import given, settings, strategies as st
 
 from test_report_frames import make_result, step
 from ultracluster.replay.events import BREAKDOWN_KEYS, RunResult, StageComm, StageMemory
-from ultracluster.replay.profile import ShardProfile
 from ultracluster.report import build_report
 from ultracluster.report.ranks import (
-    MAX_GROUP_ROWS, RANK_COLUMNS, SHARD_COLUMNS, SLOWEST_RANKS, STAGE_COLUMNS, RankTally, comm_records,
+    MAX_GROUP_ROWS, RANK_COLUMNS, SHARD_COLUMNS, SLOWEST_RANKS, STAGE_COLUMNS,
 )
 
 REST = 1.25 - 0.1 - 0.05 - 0.05   # measured means: step time - data stall - checkpoint - other
@@ -166,44 +165,6 @@ def test_rank_table_stays_bounded_at_ultracluster_scale():
     crit = rep.ranks[(rep.ranks["replica"] == 1)]    # the critical replica of the last measured step
     assert sorted(crit["stage"].tolist()) == list(range(8))
     assert rep.shards["compute_mean_s"].to_numpy() == pytest.approx(1.0, rel=0.01)
-
-
-# --- collecting the data in the replay ---------------------------------------------------------------------
-def test_rank_tally_means_over_measured_steps():
-    layout = SimpleNamespace(tp=2, cp=1, pp=2, dp=1)
-    tally = RankTally(layout, microbatches=3, warmup_steps=1)
-
-    def prof(slow, factor, fwd=(0.1, 0.2)):
-        return [ShardProfile(shard=0, forward_s=np.array(fwd), backward_s=np.array([0.2, 0.4]),
-                             optimizer_s=np.array([0.05, 0.06]), attention_fwd_s=0.0, attention_bwd_s=0.0,
-                             first_group=0, group_speed=np.ones(2), slow_ranks=np.array(slow, dtype=np.int64),
-                             slow_factors=np.array(factor, dtype=float))]
-
-    tally.add(0, prof([3], [9.0], fwd=(1.0, 1.0)))   # warm-up: left out
-    tally.add(1, prof([1], [2.0]))
-    tally.add(2, prof([1, 2], [1.5, 3.0]))
-    base, slow = tally.result()
-    assert base == pytest.approx([3 * (0.1 + 0.2) + 0.05, 3 * (0.2 + 0.4) + 0.06])
-    assert slow == pytest.approx({1: 0.95 * (2.0 + 1.5) / 2, 2: 1.86 * (1 + 3.0) / 2})
-    watched = RankTally(layout, 3, 0).watch(SimpleNamespace(profiles=lambda s: prof([], []), nodes=3))
-    assert watched.nodes == 3 and watched.profiles(0)[0].optimizer_s.tolist() == [0.05, 0.06]
-    assert watched._tally.result()[0] == pytest.approx([0.95, 1.86])
-    old = RankTally(layout, 3, 0)
-    old.add(0, [{"fwd": np.ones((2, 1)), "bwd": np.ones((2, 1)), "opt": np.ones(2)}])   # an unknown format
-    assert old.result() == ([], {})
-
-
-def test_comm_records_per_chunk_and_stage():
-    comm = SimpleNamespace(tp_fwd=np.array([0.1, 0.2, 0.3, 0.4]), tp_bwd=np.array([1.0, 2.0, 3.0, 4.0]),
-                           send_fwd=np.array([0.01, 0.02, 0.03, 0.0]), send_bwd=np.array([0.0, 0.01, 0.02, 0.03]),
-                           dp=np.array([5.0, 6.0]))
-    chunks, stages = comm_records(comm, pp=2, microbatches=4, chunk_layers=[3, 4, 4, 3])
-    assert [(c.chunk, c.stage) for c in chunks] == [(0, 0), (1, 1), (2, 0), (3, 1)]
-    assert chunks[2].tp_bwd_s == 3.0 and chunks[3].send_bwd_s == 0.03
-    assert [s.layers for s in stages] == [7, 7]
-    assert stages[0].tp_comm_s == pytest.approx(4 * (0.1 + 1.0 + 0.3 + 3.0))
-    assert stages[1].pp_send_s == pytest.approx(4 * (0.02 + 0.0 + 0.01 + 0.03))
-    assert [s.dp_comm_s for s in stages] == [5.0, 6.0]
 
 
 # --- df.uc --------------------------------------------------------------------------------------------------

@@ -91,3 +91,34 @@ def test_llama3_anchor_lands_near_90_percent():
     r = simulate(sc, cl, 15.0, 54 * 24)       # a 15 s step, the size of the replayed one
     assert abs(len(r.failures) - 419) < 3 * math.sqrt(419)
     assert 0.86 < r.goodput < 0.94
+
+
+def test_long_run_takes_the_runs_typed_figures_and_the_writer_writes_its_files(tmp_path):
+    """`long_run` with the run's storage figures (the report's, priced from the run's cluster) gives the long run
+    it prices itself from the cluster; `report.write.write_goodput` writes goodput.json, failures.csv and
+    time_lost.csv."""
+    import json
+
+    import pandas as pd
+
+    from ultracluster.goodput import long_run
+    from ultracluster.report.write import write_goodput
+    from ultracluster.storage import figures
+
+    sc, cl = smoke(*NO_BURST_FSX, "checkpoint.every_steps=50", "checkpoint.mode=sync",
+                   "faults.instance_mtbf_hours=5")
+    fig = figures(sc, cl)
+    assert fig.checkpoint_block_s > 0 and fig.restore_s > 0
+    given = long_run(sc, 1.0, 100, storage=fig, cluster=cl)
+    own = long_run(sc, 1.0, 100)
+    s = given.summary()
+    assert {k: v for k, v in s.items() if k != "emulation_wall_s"} == \
+        {k: v for k, v in own.summary().items() if k != "emulation_wall_s"}
+    assert s["restore_s"] == fig.restore_s and s["checkpoint_write_s"] == fig.checkpoint_write_s
+    assert s["failures"] > 0
+    assert write_goodput(given, tmp_path) == s
+    assert json.loads((tmp_path / "goodput.json").read_text())["goodput"] == s["goodput"]
+    failures = pd.read_csv(tmp_path / "failures.csv")
+    assert len(failures) == s["failures"] and failures["instance"].between(0, cl.instances - 1).all()
+    lost = pd.read_csv(tmp_path / "time_lost.csv")
+    assert lost["cause"].tolist()[0] == "useful" and lost["seconds"].sum() == pytest.approx(s["wall_s"])

@@ -34,6 +34,7 @@ from ..network.collectives import concurrent_time
 from .degraded import degraded_plan
 from .events import CollectiveRecord, Slice, StepRecord
 from .profile import MergedProfile, ShardProfile, merge_profiles
+from .records import ComputeTally
 from .schedule import Execution, execute, stage_programs
 
 MAX_SLICES = 200_000  # keep the trace bounded: past this, only the last step's slices are kept
@@ -399,8 +400,8 @@ def fsdp_exposed(comm: CommPlan, fwd: np.ndarray, bwd: np.ndarray, layers: np.nd
 
 
 def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, programs: list,
-                 on_step: Callable[[StepRecord], None] | None = None,
-                 step_costs: StepCosts | None = None) -> tuple[list[StepRecord], list[Slice]]:
+                 on_step: Callable[[StepRecord], None] | None = None, step_costs: StepCosts | None = None,
+                 tally: ComputeTally | None = None) -> tuple[list[StepRecord], list[Slice]]:
     """Replay warm-up and measured steps.
 
     Args:
@@ -412,6 +413,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         on_step: called with each finished StepRecord (the run directory appends it to steps.csv).
         step_costs: storage costs per step; the data stall comes before the step's compute, the
             checkpoint stall after its optimizer. None: storage costs nothing.
+        tally: given each step's merged profile (the per-rank compute of the result, `ComputeTally`).
 
     Returns:
         (steps, slices of the critical replica on the virtual clock).
@@ -425,6 +427,8 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
     for step in range(t.warmup_steps + t.steps):
         wall0 = time.perf_counter()
         merged = merge_profiles(shards.profiles(step), layout.dp * layout.pp)
+        if tally is not None:
+            tally.add(step, merged)
         prof = combine_profiles(merged, layout)
         fc, bc = prof.fwd, prof.bwd
         cp_f, cp_b = cp_exposed(comm, prof, layout.cp)
@@ -508,7 +512,7 @@ def _slices(ex: Execution, d: int, comm: CommPlan, rs_end: np.ndarray, reduce_st
             key = (kind, k, c)
             out.append(Slice(stage=s, stream="compute", name=f"{kind} mb{k} c{c // layout.pp}",
                              start_s=clock + float(ex.start[key][d]), end_s=clock + float(ex.end[key][d]),
-                             step=step, shard=shard_of[s]))
+                             step=step, shard=shard_of[s], kind=str(kind), microbatch=int(k), chunk=int(c)))
         if reduce_s[s] > 0:
             t1 = clock + float(rs_end[s])
             out.append(Slice(stage=s, stream="dp", name="gradient reduction (bucketed, overlaps backward)",

@@ -6,6 +6,10 @@ files. No numpy arrays cross this boundary except `StageTimes`, and nothing here
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..storage.estimates import StorageFigures
 
 # The breakdown of one step on its critical path, in seconds; the parts add up to the step time.
 BREAKDOWN_KEYS: tuple[str, ...] = (
@@ -52,6 +56,9 @@ class Slice:
     end_s: float
     step: int
     shard: int           # actor shard holding the first rank of this stage in the critical replica
+    kind: str = ""       # a forward/backward on the compute stream: "F" or "B"; "" for every other slice
+    microbatch: int = -1  # its microbatch (-1: not a forward/backward)
+    chunk: int = -1      # its pipeline chunk id = virtual stage x pp + stage (-1: not a forward/backward)
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,8 @@ class StageComm:
 
 @dataclass
 class RunResult:
-    """Everything the report needs. Filled by the pipeline, consumed by `ultracluster.report`."""
+    """Everything the report needs, complete: filled by the replay (`ultracluster.emulate`), read field by
+    field by `ultracluster.report`, which never calls back into the replay."""
 
     scenario: dict                       # the resolved scenario (Scenario.to_dict())
     scenario_name: str
@@ -147,3 +155,10 @@ class RunResult:
     # `faults.degraded`: the replicas whose in-layer collectives are slower than their stage's
     # (`stage_comm[s].tp_comm_s`): replica -> seconds per step of each stage (sparse: only those replicas)
     replica_tp_comm_s: dict[int, list[float]] = field(default_factory=dict)
+    # exposed data-parallel seconds per step of each stage, off the critical replica's timeline (mean over
+    # the measured steps; `replay.records.stage_dp_exposure`); empty when nothing was replayed
+    stage_dp_exposed_s: list[float] = field(default_factory=list)
+    # one checkpoint and one restore alone on the file system (`storage.estimates`); None without storage
+    storage: StorageFigures | None = None
+    # further summary.json keys priced beside the replay (the 80 % interval, `ultracluster.uncertainty`)
+    interval: dict[str, float] = field(default_factory=dict)

@@ -9,13 +9,12 @@ multiplied by the group size.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -26,15 +25,17 @@ from ultracluster.replay.events import (
     BREAKDOWN_KEYS, CollectiveRecord, RunResult, Slice, StageMemory, StepRecord,
 )
 from ultracluster.report import accessor  # noqa: F401  (registers df.uc)
-from ultracluster.report.atomic import atomic_write_bytes, atomic_write_text
 from ultracluster.report.ranks import geometry, group_first_rank, rank_tables, shard_of_instance
 from ultracluster.report.summary import emulation_info, summarize
 from ultracluster.scenario.yaml_input import MIB, InputError, open_regular, read_bounded
 
+if TYPE_CHECKING:
+    from ultracluster.storage.estimates import StorageFigures
+
 _DTYPES = {"int": "int64", "float": "float64", "bool": "bool", "str": "str"}
 TABLES = ("steps", "breakdown", "memory", "collectives", "timeline", "ranks", "stages", "shards")
-# a compute slice the replay names "F mb3 c0": forward (F) or backward (B), microbatch 3, virtual chunk 0
-OP_NAME = re.compile(r"^([FB]) mb(\d+) c(\d+)$")
+# the typed fields of a forward/backward slice, used to split it and then left out of the timeline table
+SLICE_OP_FIELDS = ("kind", "microbatch", "chunk")
 STREAM_ORDER = {"storage": 0, "compute": 1, "tp": 2, "pp": 3, "dp": 4, "optimizer": 5}
 JSON_MAX_BYTES = 64 * MIB        # summary.json, run.json, scenario.json as `Report.from_run_dir` reads them
 CSV_MAX_BYTES = 1024 * MIB       # each table
@@ -100,18 +101,21 @@ class Report:
         scenario: the resolved scenario dict.
         shard_instances: per actor shard, its [first, last] instance index.
         emulation: how the run was emulated (actors, wall seconds, payload bytes): run.json.
+        storage: the run's storage figures (`ultracluster.storage.StorageFigures`, also in the summary);
+            None without storage or for a report read back from a run directory.
     """
 
     def __init__(self, steps: pd.DataFrame, breakdown: pd.DataFrame, memory: pd.DataFrame,
                  collectives: pd.DataFrame, timeline: pd.DataFrame, summary: dict, scenario: dict,
                  shard_instances: list[tuple[int, int]] | None = None, emulation: dict | None = None,
                  ranks: pd.DataFrame | None = None, stages: pd.DataFrame | None = None,
-                 shards: pd.DataFrame | None = None):
+                 shards: pd.DataFrame | None = None, storage: StorageFigures | None = None):
         self.steps, self.breakdown, self.memory = steps, breakdown, memory
         self.collectives, self.timeline = collectives, timeline
         self.summary, self.scenario = summary, scenario
         self.shard_instances = list(shard_instances or [])
         self.emulation = dict(emulation or {})
+        self.storage = storage
         blank = _blank() if ranks is None or stages is None or shards is None else None
         self.ranks = ranks if ranks is not None else blank.ranks
         self.stages = stages if stages is not None else blank.stages
@@ -120,12 +124,13 @@ class Report:
     def __repr__(self) -> str:
         return f"Report({self.summary.get('scenario')!r}, steps={len(self.steps)})"
 
-    def _tables(self) -> Iterator[tuple[str, pd.DataFrame]]:
+    def tables(self) -> Iterator[tuple[str, pd.DataFrame]]:
+        """(name, frame) of every table, in the order of `TABLES`."""
         return ((name, getattr(self, name)) for name in TABLES)
 
     def to_csv(self, directory: str | os.PathLike) -> Path:
         """Write every table (steps, breakdown, memory, collectives, timeline, ranks, stages, shards) as
-        `<name>.csv`, atomically.
+        `<name>.csv`, atomically (`ultracluster.report.write.write_tables`).
 
         Args:
             directory: created with its parents when missing.
@@ -133,14 +138,11 @@ class Report:
         Returns:
             The directory.
         """
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, frame in self._tables():
-            atomic_write_text(out / f"{name}.csv", frame.to_csv(index=False))
-        return out
+        from ultracluster.report.write import write_tables
+        return write_tables(self, directory, "csv")
 
     def to_parquet(self, directory: str | os.PathLike) -> Path:
-        """Write the same tables as `<name>.parquet`, atomically.
+        """Write the same tables as `<name>.parquet`, atomically (`ultracluster.report.write.write_tables`).
 
         Args:
             directory: created with its parents when missing.
@@ -151,17 +153,8 @@ class Report:
         Raises:
             RuntimeError: pyarrow is not installed.
         """
-        try:
-            import pyarrow  # noqa: F401  (optional extra)
-        except ImportError:
-            raise RuntimeError("to_parquet needs pyarrow: pip install 'ultracluster[parquet]'") from None
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, frame in self._tables():
-            buf = io.BytesIO()
-            frame.to_parquet(buf, index=False)
-            atomic_write_bytes(out / f"{name}.parquet", buf.getvalue())
-        return out
+        from ultracluster.report.write import write_tables
+        return write_tables(self, directory, "parquet")
 
     @classmethod
     def from_run_dir(cls, run_dir: str | os.PathLike) -> Report:
@@ -353,25 +346,24 @@ def timeline_frame(result: RunResult, steps: pd.DataFrame) -> pd.DataFrame:
         instance = group_first_rank(g, df["replica"].to_numpy(), df["stage"].to_numpy()) // g["ranks_per_instance"]
         df["shard"] = np.where(known, shard_of_instance(result.shard_instances, instance), df["shard"].to_numpy())
     if g is not None and result.chunk_comm and len(df):
-        df = _split_ops(df, result, g["pp"])
+        df = _split_ops(df, result)
+    df = df.drop(columns=list(SLICE_OP_FIELDS))
     df["duration_s"] = df["end_s"] - df["start_s"]
     order = df["stream"].map(STREAM_ORDER).fillna(len(STREAM_ORDER))
     df = df.assign(_o=order).sort_values(["step", "stage", "start_s", "_o"], kind="stable").drop(columns="_o")
     return df.reset_index(drop=True).astype({"replica": "int64", "shard": "int64"})
 
 
-def _split_ops(df: pd.DataFrame, result: RunResult, pp: int) -> pd.DataFrame:
-    """Carve the in-layer collectives out of forward/backward slices and add the pipeline sends."""
+def _split_ops(df: pd.DataFrame, result: RunResult) -> pd.DataFrame:
+    """Carve the in-layer collectives out of forward/backward slices (by their typed kind and chunk) and add
+    the pipeline sends."""
     n = len(result.chunk_comm)
     by_chunk = {c.chunk: c for c in result.chunk_comm}
     arr = {k: np.array([getattr(by_chunk[c], k) if c in by_chunk else 0.0 for c in range(n)])
            for k in ("tp_fwd_s", "tp_bwd_s", "send_fwd_s", "send_bwd_s")}
-    parts = df["name"].str.extract(OP_NAME)
-    is_op = (parts[0].notna() & (df["stream"] == "compute")).to_numpy()
-    fwd = (parts[0] == "F").to_numpy()
-    chunk = np.where(is_op, pd.to_numeric(parts[2], errors="coerce").fillna(0).to_numpy(dtype=np.int64) * pp
-                     + df["stage"].to_numpy(), -1)
-    is_op = is_op & (chunk >= 0) & (chunk < n)
+    kind, chunk = df["kind"].to_numpy(dtype=object), df["chunk"].to_numpy(dtype=np.int64)
+    fwd = kind == "F"
+    is_op = (fwd | (kind == "B")) & (df["stream"] == "compute").to_numpy() & (chunk >= 0) & (chunk < n)
     c = np.clip(chunk, 0, max(n - 1, 0))
     start, end = df["start_s"].to_numpy(), df["end_s"].to_numpy()
     tp = np.where(is_op, np.minimum(np.where(fwd, arr["tp_fwd_s"][c], arr["tp_bwd_s"][c]), end - start), 0.0)
@@ -410,4 +402,5 @@ def build_report(result: RunResult) -> Report:
         shard_instances=result.shard_instances,
         emulation=emulation_info(result),
         ranks=ranks, stages=stages, shards=shards,
+        storage=result.storage,
     )

@@ -25,8 +25,8 @@ Bounded at any scale (500k ranks are never a 500k-row table):
 
 Everything is computed from a sparse form (every rank of a stage computes as long as the others,
 except the slow ranks listed one by one), vectorized over groups, stages, shards and slow ranks: the cost
-never grows with the number of ranks. `RankTally` collects that form from the profiles the shards return
-to the replay.
+never grows with the number of ranks. The replay collects that form (`replay.records.ComputeTally`) and
+the per-stage exposure into the `RunResult`; this module only reads them.
 """
 from __future__ import annotations
 
@@ -34,9 +34,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-
-from ultracluster.replay.events import ChunkComm, StageComm
-from ultracluster.replay.profile import ShardProfile, merge_profiles
 
 if TYPE_CHECKING:
     from ultracluster.replay.events import RunResult
@@ -70,107 +67,6 @@ FIXED_PARTS = ("data_stall_s", "checkpoint_s", "other_s")   # the same for every
 def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
     """A frame with these columns and dtypes and no rows."""
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in columns.items()})
-
-
-# --- collecting the data during the replay ---------------------------------------------------------------
-class RankTally:
-    """Each rank's own compute seconds per step, from the profiles the shards return to the replay.
-
-    A profile (`replay.profile.ShardProfile`) gives, per shard, the seconds of one microbatch of the chunks
-    ("forward_s", "backward_s") and of the optimizer ("optimizer_s") of the stages it holds at speed 1, and
-    the shard's slow ranks with their slowdown. A rank of stage s at speed f computes
-    f x (microbatches x sum over its chunks of (fwd + bwd) + opt[s]) per step.
-
-    Args:
-        layout: the parallel degrees (tp, cp, pp, dp).
-        microbatches: microbatches per replica per step.
-        warmup_steps: steps left out of the mean (all steps count when every step is warm-up).
-    """
-
-    def __init__(self, layout, microbatches: int, warmup_steps: int):
-        self.layout, self.microbatches, self.warmup_steps = layout, microbatches, warmup_steps
-        self._base = {True: None, False: None}           # keyed by "is warm-up": summed [stages] seconds
-        self._extra: dict[bool, dict[int, float]] = {True: {}, False: {}}   # slow rank -> summed extra seconds
-        self._n = {True: 0, False: 0}
-        self.usable = True
-
-    def add(self, step: int, profiles: list[ShardProfile]) -> None:
-        """Add one step's profiles (one per shard)."""
-        if not profiles or not all(isinstance(p, ShardProfile) for p in profiles):
-            self.usable = False    # a profile format this tally does not know: no per-rank tables
-            return
-        pp, group = self.layout.pp, self.layout.tp * self.layout.cp
-        merged = merge_profiles(profiles, self.layout.dp * pp)
-        fwd, bwd, opt = merged.forward_s, merged.backward_s, merged.optimizer_s
-        base = np.zeros(pp)
-        np.add.at(base, np.arange(fwd.size) % pp, self.microbatches * (fwd + bwd))
-        base += opt
-        slow, factor = merged.slow_ranks, merged.slow_factors
-        warm = step < self.warmup_steps
-        self._base[warm] = base if self._base[warm] is None else self._base[warm] + base
-        extra = self._extra[warm]
-        for r, x in zip(slow.tolist(), (base[(slow // group) % pp] * (factor - 1.0)).tolist()):
-            extra[r] = extra.get(r, 0.0) + x
-        self._n[warm] += 1
-
-    def result(self) -> tuple[list[float], dict[int, float]]:
-        """(seconds per step of a rank at speed 1 on each stage, {slow rank: its seconds per step}), means
-        over the measured steps (all steps if none); ([], {}) when nothing usable was added."""
-        if not self.usable:
-            return [], {}
-        for warm in (False, True):
-            n = self._n[warm]
-            if n:
-                base = self._base[warm] / n
-                group, pp = self.layout.tp * self.layout.cp, self.layout.pp
-                return base.tolist(), {r: float(base[(r // group) % pp] + x / n)
-                                       for r, x in sorted(self._extra[warm].items())}
-        return [], {}
-
-    def watch(self, shards):
-        """The same shard set, with every `profiles` answer also added here."""
-        return _Watched(shards, self)
-
-
-class _Watched:
-    """A ShardSet proxy that tallies the profiles it passes through."""
-
-    def __init__(self, shards, tally: RankTally):
-        self._shards, self._tally = shards, tally
-
-    def profiles(self, step: int) -> list[ShardProfile]:
-        prof = self._shards.profiles(step)
-        self._tally.add(step, prof)
-        return prof
-
-    def __getattr__(self, name: str):
-        return getattr(self._shards, name)
-
-
-def comm_records(comm, pp: int, microbatches: int, chunk_layers: list[int]) -> tuple[list[ChunkComm],
-                                                                                     list[StageComm]]:
-    """Per-chunk and per-stage communication seconds from the replay's communication plan.
-
-    Args:
-        comm: `ultracluster.replay.engine.CommPlan` (arrays tp_fwd, tp_bwd, send_fwd, send_bwd per chunk,
-            dp per stage, seconds).
-        pp: pipeline stages; chunk c lives on stage c % pp.
-        microbatches: per replica per step.
-        chunk_layers: transformer layers of each chunk.
-
-    Returns:
-        (ChunkComm per chunk, StageComm per stage).
-    """
-    tp_f, tp_b = np.asarray(comm.tp_fwd, float), np.asarray(comm.tp_bwd, float)
-    s_f, s_b = np.asarray(comm.send_fwd, float), np.asarray(comm.send_bwd, float)
-    chunks = [ChunkComm(chunk=c, stage=c % pp, tp_fwd_s=float(tp_f[c]), tp_bwd_s=float(tp_b[c]),
-                        send_fwd_s=float(s_f[c]), send_bwd_s=float(s_b[c])) for c in range(tp_f.size)]
-    stage_of = np.arange(tp_f.size) % pp
-    stages = [StageComm(stage=s, layers=int(np.asarray(chunk_layers)[stage_of == s].sum()),
-                        tp_comm_s=float(microbatches * (tp_f + tp_b)[stage_of == s].sum()),
-                        pp_send_s=float(microbatches * (s_f + s_b)[stage_of == s].sum()),
-                        dp_comm_s=float(np.asarray(comm.dp, float)[s])) for s in range(pp)]
-    return chunks, stages
 
 
 # --- geometry ---------------------------------------------------------------------------------------------
@@ -211,36 +107,12 @@ def _means(steps: pd.DataFrame) -> tuple[float, dict[str, float], pd.DataFrame]:
     return float(measured["step_time_s"].mean()), {k: float(measured[k].mean()) for k in FIXED_PARTS}, measured
 
 
-def stage_dp_exposure(result: RunResult, measured_steps: list[int], pp: int) -> np.ndarray:
-    """Exposed data-parallel seconds per step of each stage, read off the critical replica's timeline.
-
-    Per stage and step: how long the gradient reduction outlasts the stage's last forward/backward (the
-    dp slices that end by the optimizer's start), plus the dp slices after the optimizer (ZeRO-1's
-    parameter all-gather). For the critical stage this is the breakdown's `dp_comm_s`. Mean over the
-    measured steps the timeline kept; the plan's unoverlapped `StageComm.dp_comm_s` for a stage without
-    slices.
-    """
-    plan = np.array([next((c.dp_comm_s for c in result.stage_comm if c.stage == s), np.nan) for s in range(pp)])
-    rows = [(x.stage, x.step, x.stream, x.start_s, x.end_s) for x in result.slices if x.step in set(measured_steps)]
-    if not rows:
-        return plan
-    sl = pd.DataFrame(rows, columns=["stage", "step", "stream", "start_s", "end_s"])
-    eps = 1e-12
-    out = np.full(pp, np.nan)
-    for stage, per in sl.groupby("stage"):
-        exposures = []
-        for _, x in per.groupby("step"):
-            ops, opt, dp = x[x["stream"] == "compute"], x[x["stream"] == "optimizer"], x[x["stream"] == "dp"]
-            if ops.empty or opt.empty:
-                continue
-            t_opt0, t_opt1 = opt["start_s"].min(), opt["end_s"].max()
-            before = dp[dp["end_s"] <= t_opt0 + eps]
-            after = dp[dp["start_s"] >= t_opt1 - eps]
-            tail = max(0.0, before["end_s"].max() - ops["end_s"].max()) if len(before) else 0.0
-            exposures.append(tail + float((after["end_s"] - after["start_s"]).sum()))
-        if exposures and 0 <= int(stage) < pp:
-            out[int(stage)] = float(np.mean(exposures))
-    return np.where(np.isnan(out), plan, out)
+def stage_dp(result: RunResult, pp: int) -> np.ndarray:
+    """Exposed data-parallel seconds per step of each stage: the replay's `stage_dp_exposed_s`, else (nothing
+    replayed) the plan's unoverlapped `StageComm.dp_comm_s`, NaN when unknown."""
+    if len(result.stage_dp_exposed_s) == pp:
+        return np.asarray(result.stage_dp_exposed_s, dtype=float)
+    return np.array([next((c.dp_comm_s for c in result.stage_comm if c.stage == s), np.nan) for s in range(pp)])
 
 
 class _RankCompute:
@@ -320,8 +192,7 @@ def rank_tables(result: RunResult, steps: pd.DataFrame) -> tuple[pd.DataFrame, p
     have = g is not None and len(result.stage_compute_s) == g["pp"] and len(measured) > 0
     view = None
     if have:
-        dp = stage_dp_exposure(result, measured["step"].tolist(), g["pp"])
-        view = _RankCompute(result, g, step_s - sum(fixed.values()), dp)
+        view = _RankCompute(result, g, step_s - sum(fixed.values()), stage_dp(result, g["pp"]))
     return (_ranks_frame(result, view, measured) if view else empty_frame(RANK_COLUMNS),
             _stages_frame(result, view, g, measured),
             _shards_frame(result, view, g))
@@ -399,8 +270,7 @@ def _stages_frame(result: RunResult, v: _RankCompute | None, g: dict | None, mea
         return np.array([getattr(mem[s], attr) if s in mem else np.nan for s in range(pp)], dtype=float)
 
     tp, send = from_comm("tp_comm_s"), from_comm("pp_send_s")
-    dp = v.dp if v is not None else (stage_dp_exposure(result, measured["step"].tolist(), pp)
-                                     if len(measured) else from_comm("dp_comm_s"))
+    dp = v.dp if v is not None else stage_dp(result, pp)
     cols = {"stage": np.arange(pp), "layers": [comm[s].layers if s in comm else 0 for s in range(pp)],
             "ranks": np.full(pp, g["tp"] * g["cp"] * g["dp"] if g else 0)}
     if v is not None:

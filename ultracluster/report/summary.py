@@ -1,4 +1,5 @@
-"""RunResult → summary dict: the fields of summary.json (docs/design.md "Output contract").
+"""RunResult → summary dict: the fields of summary.json (docs/design.md "Output contract"), read off the result's
+fields: the replayed steps, then the storage figures and the 80 % interval when the result has them.
 
 Means are over the measured (non-warmup) steps, or over all steps when every step is warmup. An infeasible
 run reports every measured float as NaN (JSON `NaN`), keeps `hbm_peak_gib` when the memory model ran, and
@@ -91,4 +92,6 @@ def summarize(result: RunResult) -> dict:
         "dp_comm_hidden_s": float(math.fsum(s.dp_comm_hidden_s for s in measured) / len(measured)) if ok else NAN,
         "straggler_cost_s": float(math.fsum(s.straggler_cost_s for s in measured) / len(measured)) if ok else NAN,
         "slowest_ranks": sorted({int(s.slowest_rank) for s in measured if s.straggler_cost_s > 0}) if ok else [],
+        **(result.storage.summary_keys() if result.storage is not None else {}),   # checkpoint, restore, FSx
+        **result.interval,
     }

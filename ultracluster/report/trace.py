@@ -25,8 +25,6 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ultracluster.replay.events import RunResult
-
 if TYPE_CHECKING:
     from ultracluster.report.frames import Report
 
@@ -76,11 +74,11 @@ def _condense(timeline: pd.DataFrame, keep_step) -> pd.DataFrame:
     return pd.concat([agg, full], ignore_index=True)
 
 
-def chrome_trace(source: Report | RunResult) -> dict:
+def chrome_trace(report: Report) -> dict:
     """Build the Chrome trace of a run.
 
     Args:
-        source: a Report (uses timeline, steps and shards), or a RunResult (built into a Report first).
+        report: the run's Report (uses timeline, steps and shards; built, or read back from a run directory).
 
     Returns:
         `{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`: "M" metadata events naming
@@ -88,10 +86,6 @@ def chrome_trace(source: Report | RunResult) -> dict:
         for condensed or aggregated slices what they stand for). `otherData` says which shards are in full
         and which steps were condensed.
     """
-    if isinstance(source, RunResult):
-        from ultracluster.report.frames import build_report
-        source = build_report(source)
-    report = source
     timeline = report.timeline
     measured = report.steps.loc[~report.steps["warmup"], "step"] if len(report.steps) else pd.Series([], dtype="int64")
     last = int(measured.iloc[-1]) if len(measured) else (int(timeline["step"].max()) if len(timeline) else -1)

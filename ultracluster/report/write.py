@@ -1,10 +1,16 @@
 """Report → run directory: atomic files (`report.atomic`: temp file in the same directory, fsync, os.replace).
 
-The only module of the package that writes report files. A reader never sees a half-written file, and a run
-interrupted after k steps leaves a steps.csv with exactly those k rows (`StepWriter`).
+The one module of the package that writes run files: the tables (CSV or Parquet, `write_tables`, which
+`Report.to_csv`/`to_parquet` call), summary.json, run.json, scenario.json, trace.json and report.html
+(`write_run_dir`, `render_run_dir`), the long run's goodput.json, failures.csv and time_lost.csv
+(`write_goodput`), the sensitivity files (`write_sensitivity`) and compare.html. A reader never sees a
+half-written file, and a run interrupted after k steps leaves a steps.csv with exactly those k rows
+(`StepWriter`).
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from collections.abc import Sequence
@@ -15,11 +21,12 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ultracluster.replay.events import StepRecord
-from ultracluster.report.atomic import atomic_write_bytes, atomic_write_text  # noqa: F401 (re-exported)
-from ultracluster.report.html import render_compare_html, render_html
+from ultracluster.report.atomic import atomic_write_bytes, atomic_write_text
+from ultracluster.report.html import render_compare_html, render_html, sensitivity_html
 from ultracluster.report.trace import chrome_trace
 
 if TYPE_CHECKING:
+    from ultracluster.goodput import GoodputResult
     from ultracluster.report.frames import Report
 
 STEP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord))
@@ -38,12 +45,86 @@ def write_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:
         The run directory.
     """
     out = Path(out_dir)
-    report.to_csv(out)
+    write_tables(report, out, "csv")
     atomic_write_text(out / "run.json", json.dumps(report.emulation, indent=2) + "\n")
     atomic_write_text(out / "scenario.json", json.dumps(report.scenario, indent=2, default=str) + "\n")
     render_run_dir(report, out)
     atomic_write_text(out / "summary.json", json.dumps(report.summary, indent=2) + "\n")
     return out
+
+
+def write_tables(report: Report, directory: str | os.PathLike, fmt: str = "csv") -> Path:
+    """Write every table of the report (steps, breakdown, memory, collectives, timeline, ranks, stages,
+    shards) as `<name>.csv` or `<name>.parquet`, atomically.
+
+    Args:
+        report: the report.
+        directory: created with its parents when missing.
+        fmt: "csv" or "parquet".
+
+    Returns:
+        The directory.
+
+    Raises:
+        RuntimeError: Parquet without pyarrow installed.
+        ValueError: another format.
+    """
+    if fmt not in ("csv", "parquet"):
+        raise ValueError(f"table format {fmt!r}: 'csv' or 'parquet'")
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401  (optional extra)
+        except ImportError:
+            raise RuntimeError("to_parquet needs pyarrow: pip install 'ultracluster[parquet]'") from None
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, frame in report.tables():
+        if fmt == "csv":
+            atomic_write_text(out / f"{name}.csv", frame.to_csv(index=False))
+        else:
+            buf = io.BytesIO()
+            frame.to_parquet(buf, index=False)
+            atomic_write_bytes(out / f"{name}.parquet", buf.getvalue())
+    return out
+
+
+def write_goodput(result: GoodputResult, out_dir: str | os.PathLike) -> dict:
+    """Write the long run's files into a run directory: goodput.json (`GoodputResult.summary`), failures.csv
+    (one row per failure) and time_lost.csv (useful time and each cause: seconds, hours, fraction).
+
+    Returns:
+        goodput.json's content.
+    """
+    from ultracluster.goodput import Failure
+
+    out = Path(out_dir)
+    s = result.summary()
+    atomic_write_text(out / "goodput.json", json.dumps(s, indent=2) + "\n")
+    cols = [f.name for f in fields(Failure)]
+    atomic_write_text(out / "failures.csv", pd.DataFrame(result.failure_rows(), columns=cols).to_csv(index=False))
+    lost = pd.DataFrame({"cause": ["useful", *[k.removesuffix("_s") for k in s["lost_s"]]],
+                         "seconds": [s["useful_s"], *s["lost_s"].values()]})
+    lost["hours"], lost["fraction"] = lost["seconds"] / 3600, lost["seconds"] / s["wall_s"]
+    atomic_write_text(out / "time_lost.csv", lost.to_csv(index=False))
+    return s
+
+
+def write_sensitivity(out_dir: str | os.PathLike, scenario_name: str, point_s: float, low_s: float, high_s: float,
+                      rows: list[dict], columns: Sequence[str]) -> tuple[Path, Path]:
+    """Write sensitivity.csv (one row per uncertain factor, `columns`) and sensitivity.html (the tornado
+    page, `html.sensitivity_html`) into `out_dir`, created when missing.
+
+    Returns:
+        (the CSV's path, the page's path).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return (atomic_write_text(out / "sensitivity.csv", buf.getvalue()),
+            atomic_write_text(out / "sensitivity.html", sensitivity_html(scenario_name, point_s, low_s, high_s, rows)))
 
 
 def render_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:

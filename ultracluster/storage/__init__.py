@@ -12,13 +12,13 @@ number is from docs/sources.md §1-2, "ref §x" in the modules):
   from the model and optimizer layout; restore reads).
 * `costs`: `StorageCosts`: the replay engine's `StepCosts` hook, failures and restores, with fast-forwarding of
   steps in which nothing changes (`StorageCosts.run`), used by `goodput`.
-* `estimates`: the summary's storage keys (one checkpoint and one restore alone).
+* `estimates`: the summary's storage keys (one checkpoint and one restore alone), typed as `StorageFigures`.
 
 Units: bytes, bytes/s, seconds. MB = 1e6 bytes (AWS's MB/s), TiB = 2**40 bytes, Gbit/s = 1e9/8 bytes/s.
 """
 from ..fairshare import max_min_fair
 from .costs import StepSpan, StorageProgress, StorageCosts
-from .estimates import estimates, summary_keys
+from .estimates import StorageFigures, estimates, figures
 from .fsx import (
     CLIENT_NON_EFA_BYTES_PER_S, CLIENT_PER_SERVER_BYTES_PER_S, GBPS, GIB, KINDS, LATENCY_HDD_S, LATENCY_SSD_S, MB,
     READ, READ_CACHED, TIB, TIERS, WRITE, FsxSpec, Tier, auto_metadata_iops, fsx_spec, tier_allowed,
@@ -29,6 +29,7 @@ from .server import StorageServer
 __all__ = [
     "CLIENT_NON_EFA_BYTES_PER_S", "CLIENT_PER_SERVER_BYTES_PER_S", "StepSpan", "FsxSpec", "GBPS", "GIB", "KINDS",
     "LATENCY_HDD_S", "LATENCY_SSD_S", "MB", "StorageProgress", "READ", "READ_CACHED", "StorageCosts", "StoragePlan",
-    "StorageServer", "TIB", "TIERS", "Tier", "WRITE", "auto_metadata_iops", "checkpoint_bytes_per_rank",
-    "estimates", "fsx_spec", "max_min_fair", "storage_plan", "summary_keys", "tier_allowed",
+    "StorageFigures", "StorageServer", "TIB", "TIERS", "Tier", "WRITE", "auto_metadata_iops",
+    "checkpoint_bytes_per_rank",
+    "estimates", "figures", "fsx_spec", "max_min_fair", "storage_plan", "tier_allowed",
 ]

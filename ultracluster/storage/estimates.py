@@ -1,12 +1,47 @@
 """Scenario → the storage keys of summary.json: one checkpoint and one restore alone on an idle file system.
 
-Pure (numpy only).
+`figures(scenario, cluster)` gives them typed (`StorageFigures`, which `ultracluster.emulate` puts in the
+`RunResult` from the cluster it built, and `goodput` reads); `estimates` the same as a dict. Pure (numpy only).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, fields
 
 from .fsx import READ, READ_CACHED, WRITE, FsxSpec, fsx_spec
 from .plan import storage_plan
 from .server import StorageServer
+
+
+@dataclass(frozen=True)
+class StorageFigures:
+    """One checkpoint and one restore alone on an idle file system with full buckets (see `estimates`).
+
+    Attributes:
+        data_gb_per_step: training data read per step, 10^9 bytes.
+        fsx_read_gb_s, fsx_write_gb_s: baseline of uncached reads and of writes (min of network and disk), GB/s.
+        checkpoint_gb: one checkpoint, 10^9 bytes (None without checkpoints, as the three below).
+        checkpoint_write_s: its write alone.
+        checkpoint_block_s: what it blocks training: device-to-host copy, plus the write for sync.
+        restore_s: read back and copied to the devices.
+    """
+
+    data_gb_per_step: float
+    fsx_read_gb_s: float
+    fsx_write_gb_s: float
+    checkpoint_gb: float | None = None
+    checkpoint_write_s: float | None = None
+    checkpoint_block_s: float | None = None
+    restore_s: float | None = None
+
+    def summary_keys(self) -> dict[str, float]:
+        """The summary.json keys, in order; the checkpoint ones only with checkpoints."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+def figures(scenario, cluster, spec: FsxSpec | None = None) -> StorageFigures | None:
+    """`estimates` typed; None without storage."""
+    est = estimates(scenario, cluster, spec)
+    return StorageFigures(**est) if est else None
 
 
 def estimates(scenario, cluster, spec: FsxSpec | None = None) -> dict[str, float]:
@@ -40,12 +75,3 @@ def estimates(scenario, cluster, spec: FsxSpec | None = None) -> dict[str, float
                 "checkpoint_block_s": float(plan.d2h_s + (write if scenario.checkpoint.mode == "sync" else 0.0)),
                 "restore_s": float(r.now + plan.d2h_s)}
     return out
-
-
-def summary_keys(scenario) -> dict[str, float]:
-    """The storage keys summary.json gains when the scenario has storage (see `estimates`), else {}."""
-    if scenario.storage is None:
-        return {}
-    from ..cluster import build_cluster
-
-    return estimates(scenario, build_cluster(scenario, 1))
