@@ -3,7 +3,6 @@ bounded size at UltraCluster scale, and consistency with a real replay (in proce
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd

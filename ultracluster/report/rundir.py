@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ultracluster.errors import OutDirError, RunInterrupted, shorten_text
-from ultracluster.report.write import StepWriter, atomic_write_text
+from ultracluster.report.write import StepWriter, write_run_record
 
 RUN_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.(csv|json|html|parquet)$|^\..+\.tmp$")
 _SIGNALS = tuple(s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s)
@@ -272,7 +272,7 @@ class RunDirectory:
             "steps_finished": len(self.steps.rows), "pid": os.getpid(), "host": socket.gethostname(),
             "started_at": self._started, "ended_at": _now(),
         }
-        atomic_write_text(self.path / "run.json", json.dumps(record, indent=2) + "\n")
+        write_run_record(self.path, record)
 
     def _publish(self) -> None:
         """Move the staging directory into place, replacing the previous run's directory as a whole."""

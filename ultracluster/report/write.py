@@ -46,11 +46,17 @@ def write_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:
     """
     out = Path(out_dir)
     write_tables(report, out, "csv")
-    atomic_write_text(out / "run.json", json.dumps(report.emulation, indent=2) + "\n")
+    write_run_record(out, report.emulation)
     atomic_write_text(out / "scenario.json", json.dumps(report.scenario, indent=2, default=str) + "\n")
     render_run_dir(report, out)
     atomic_write_text(out / "summary.json", json.dumps(report.summary, indent=2) + "\n")
     return out
+
+
+def write_run_record(out_dir: str | os.PathLike, record: dict) -> Path:
+    """Write run.json: how the run was emulated (`Report.emulation`), or what ended an unfinished run
+    (`report.rundir.RunDirectory`)."""
+    return atomic_write_text(Path(out_dir) / "run.json", json.dumps(record, indent=2) + "\n")
 
 
 def write_tables(report: Report, directory: str | os.PathLike, fmt: str = "csv") -> Path:
