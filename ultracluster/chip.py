@@ -177,8 +177,13 @@ def tp_hide_seconds(scenario, cluster: Cluster, library: tuple[opslib.Operator, 
     return lb[work["hides_tp"]]      # chunk_times carries the same (tp_hide_bwd_s) for a caller that has it
 
 
-def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...] | None = None) -> ChunkTimes:
-    """Price every pipeline chunk of a scenario on the chip model (library: default the scenario's)."""
+def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...] | None = None,
+                stages: np.ndarray | None = None) -> ChunkTimes:
+    """Price every pipeline chunk of a scenario on the chip model (library: default the scenario's).
+
+    With `stages` (ascending stage ids), only those stages: forward_s, backward_s and flops_per_microbatch
+    hold the chunks on them (chunk c lives on stage c % pp) in chunk order, optimizer_s one entry per given
+    stage; every number is the one the full table has. The per-layer kernels are priced either way."""
     cal = cluster.calibration
     ops = opslib.applicable(library if library is not None else opslib.library_for(scenario), scenario, cal)
     layout = cluster.layout
@@ -227,9 +232,13 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
         np.add.at(shard, on_stage, opslib.dp_share(dense, expert, layout.dp, ep))
     else:
         np.add.at(shard, on_stage, dense + expert)
-    opt_work = opslib.evaluate(ops, "optimizer", "forward", dict(v, T=np.ones(layout.pp), P=shard))
+    on = np.arange(layout.pp) if stages is None else np.asarray(stages, dtype=np.int64)
+    opt_work = opslib.evaluate(ops, "optimizer", "forward", dict(v, T=np.ones(on.size), P=shard[on]))
     opt = op_seconds(opt_work, rates, v["e"], v["w"]).sum(axis=0)
     attn = np.isin(wf["names"], ("attention_core", "attention_materialized"))   # whichever kernel the job runs
+    if stages is not None:
+        mine = np.isin(on_stage, on)
+        fwd, bwd, flops = fwd[mine], bwd[mine], flops[mine]
     return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt, attention_fwd_s=float(lf[attn].sum()),
                       attention_bwd_s=float(lb[attn].sum()), flops_per_microbatch=flops,
                       tp_hide_bwd_s=lb[wb["hides_tp"]])

@@ -10,11 +10,11 @@ from ultracluster.pipeline import predict
 from ultracluster.replay.profile import merge_profiles
 
 
-def scenario(instances_per_actor, tp=32, cp=2, instances=8):
+def scenario(instances_per_actor, tp=32, cp=2, instances=8, pp=1):
     return load_scenario({
         "name": "profile-test", "model": {"preset": "llama2-7b", "layers": 4},
         "training": {"seq_len": 4096, "global_batch": 64, "steps": 2, "warmup_steps": 1},
-        "parallelism": {"tp": tp, "cp": cp},
+        "parallelism": {"tp": tp, "cp": cp, "pp": pp},
         "cluster": {"instance": "trn1.32xlarge", "instances": instances},
         "faults": {"jitter": 0.02, "stragglers": {"fraction": 0.02, "slowdown": 1.5}},
         "emulation": {"instances_per_actor": instances_per_actor},
@@ -37,24 +37,51 @@ def test_a_shard_answers_for_its_own_groups_and_a_group_two_shards_hold_gets_one
         merge_profiles(profs[:3], lay.dp * lay.pp)
 
 
-def test_a_shard_holds_only_its_stages_chunks_and_stragglers():
-    sc = load_scenario({**scenario(1, tp=8, cp=1, instances=2).to_dict(), "parallelism": {"tp": 8, "pp": 2}})
+def test_each_stage_is_priced_by_one_shard_that_runs_it_and_the_merge_puts_the_parts_together():
+    sc = scenario(1, tp=32, cp=1, instances=8, pp=4)     # one stage per instance, two replicas
+    cl = build_cluster(sc, 1)
+    lay = cl.layout
+    assert (lay.pp, lay.dp, len(cl.shards)) == (4, 2, 8)
+    profs = LocalShards(sc, cl).profiles(0)
+    # shard i runs stage i % 4; the replica-0 shards 0-3 price one stage each, the replica-1 shards none
+    assert [p.stages.tolist() for p in profs] == [[0], [1], [2], [3], [], [], [], []]
+    assert [p.chunks.tolist() for p in profs][:4] == [[0], [1], [2], [3]]
+    for p, sh in zip(profs, cl.shards):
+        held = np.unique(np.arange(p.first_group, p.first_group + p.group_speed.size) % lay.pp)
+        assert set(p.stages.tolist()) <= set(held.tolist())
+        assert p.forward_s.size == p.chunks.size and p.optimizer_s.size == p.stages.size
+        assert ((p.slow_ranks >= sh.first_rank) & (p.slow_ranks < sh.first_rank + sh.ranks)).all()
+    merged = merge_profiles(profs, lay.dp * lay.pp)
+    full = chip.chunk_times(sc, cl)
+    for field in ("forward_s", "backward_s", "optimizer_s"):
+        np.testing.assert_array_equal(getattr(merged, field), getattr(full, field))
+    assert merged.attention_fwd_s == full.attention_fwd_s
+    slow, _ = chip.stragglers(sc, cl.ranks)
+    assert slow.size and np.array_equal(merged.slow_ranks, slow)
+    # a stage nobody priced is an error that names it, and so is a stage priced twice
+    with pytest.raises(ValueError, match=r"do not cover every pipeline stage.*\[2\]"):
+        merge_profiles(profs[:2] + profs[3:], lay.dp * lay.pp)
+    with pytest.raises(ValueError, match=r"overlap: pipeline stage \[1\]"):
+        merge_profiles(profs + [profs[1]], lay.dp * lay.pp)
+
+
+def test_a_shard_prices_only_its_stages_with_interleaved_chunks():
+    sc = load_scenario({**scenario(1, tp=8, cp=1, instances=2).to_dict(),
+                        "model": {"preset": "llama2-7b", "layers": 8},
+                        "parallelism": {"tp": 32, "pp": 2, "virtual_stages": 2,
+                                        "pp_schedule": "interleaved"}})
     cl = build_cluster(sc, 1)
     profs = LocalShards(sc, cl).profiles(0)
-    for p, sh in zip(profs, cl.shards):
-        stages = np.unique(np.arange(p.first_group, p.first_group + p.group_speed.size) % cl.layout.pp)
-        held = ~np.isnan(p.optimizer_s)
-        assert np.flatnonzero(held).tolist() == stages.tolist()
-        assert ((p.slow_ranks >= sh.first_rank) & (p.slow_ranks < sh.first_rank + sh.ranks)).all()
+    assert [p.stages.tolist() for p in profs] == [[0], [1]]
+    assert [p.chunks.tolist() for p in profs] == [[0, 2], [1, 3]]   # chunk c lives on stage c % pp
     merged = merge_profiles(profs, cl.layout.dp * cl.layout.pp)
-    slow, _ = chip.stragglers(sc, cl.ranks)
-    np.testing.assert_array_equal(merged.slow_ranks, slow)
-    assert not np.isnan(merged.forward_s).any()
+    np.testing.assert_array_equal(merged.forward_s, chip.chunk_times(sc, cl).forward_s)
 
 
-@pytest.mark.parametrize("tp, cp", [(32, 2), (8, 1)])
-def test_folding_one_or_eight_instances_per_actor_gives_the_same_profiles_and_summary(tp, cp):
-    one, eight = scenario(1, tp, cp), scenario(8, tp, cp)
+@pytest.mark.parametrize("tp, cp, pp", [(32, 2, 1), (8, 1, 1), (32, 1, 4), (32, 2, 2)])
+def test_folding_one_or_eight_instances_per_actor_gives_the_same_profiles_and_summary(tp, cp, pp):
+    # pp > 1: with one instance per actor the shards hold different stages and price one each (or none)
+    one, eight = scenario(1, tp, cp, pp=pp), scenario(8, tp, cp, pp=pp)
     c1, c8 = build_cluster(one, 1), build_cluster(eight, 8)
     assert (len(c1.shards), len(c8.shards)) == (8, 1)
     s1, s8 = LocalShards(one, c1), LocalShards(eight, c8)
@@ -63,8 +90,9 @@ def test_folding_one_or_eight_instances_per_actor_gives_the_same_profiles_and_su
         a, b = merge_profiles(s1.profiles(step), groups), merge_profiles(s8.profiles(step), groups)
         for field in ("forward_s", "backward_s", "optimizer_s", "group_speed", "slow_ranks", "slow_factors"):
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
-    p1, p8 = predict(one), predict(eight)
-    assert p1["straggler_cost_s"] > 0 and p1 == p8
+    p1, p8, p_auto = predict(one), predict(eight), predict(load_scenario(
+        {**one.to_dict(), "emulation": {"instances_per_actor": "auto"}}))
+    assert p1["straggler_cost_s"] > 0 and p1 == p8 == p_auto
 
 
 def test_stragglers_each_shard_draws_its_own_and_together_they_are_the_global_draw():

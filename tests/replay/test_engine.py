@@ -7,7 +7,7 @@ import pytest
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
 from ultracluster.replay.engine import CommPlan, replay_steps
-from ultracluster.replay.profile import ShardProfile
+from ultracluster.replay.profile import ShardProfile, priced_stages, stage_chunks
 from ultracluster.replay.schedule import stage_programs
 
 F, B, OPT = 0.2, 0.45, 0.01
@@ -36,8 +36,11 @@ class UniformShards:
         for sh in self.cluster.shards:
             mine = sorted(r for r in self.slow if sh.first_rank <= r < sh.first_rank + sh.ranks)
             first, last = sh.first_rank // size, (sh.first_rank + sh.ranks - 1) // size
-            out.append(ShardProfile(shard=sh.index, forward_s=np.full(chunks, F), backward_s=np.full(chunks, B),
-                                    optimizer_s=np.full(lay.pp, OPT), attention_fwd_s=0.0, attention_bwd_s=0.0,
+            stages = priced_stages(lay, sh.first_rank, sh.ranks)
+            ids = stage_chunks(stages, lay.pp, chunks)
+            out.append(ShardProfile(shard=sh.index, pipeline_stages=lay.pp, pipeline_chunks=chunks, stages=stages,
+                                    chunks=ids, forward_s=np.full(ids.size, F), backward_s=np.full(ids.size, B),
+                                    optimizer_s=np.full(stages.size, OPT), attention_fwd_s=0.0, attention_bwd_s=0.0,
                                     first_group=first, group_speed=np.ones(last - first + 1),
                                     slow_ranks=np.array(mine, dtype=np.int64),
                                     slow_factors=np.array([self.slow[r] for r in mine], dtype=float)))

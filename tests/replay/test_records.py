@@ -26,7 +26,8 @@ def test_compute_tally_means_over_measured_steps():
 
     def merged(slow, factor, fwd=(0.1, 0.2)):
         return merge_profiles([ShardProfile(
-            shard=0, forward_s=np.array(fwd), backward_s=np.array([0.2, 0.4]), optimizer_s=np.array([0.05, 0.06]),
+            shard=0, pipeline_stages=2, pipeline_chunks=2, stages=np.arange(2), chunks=np.arange(2),
+            forward_s=np.array(fwd), backward_s=np.array([0.2, 0.4]), optimizer_s=np.array([0.05, 0.06]),
             attention_fwd_s=0.0, attention_bwd_s=0.0, first_group=0, group_speed=np.ones(2),
             slow_ranks=np.array(slow, dtype=np.int64), slow_factors=np.array(factor, dtype=float))], 2)
 

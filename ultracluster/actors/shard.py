@@ -2,11 +2,13 @@
 
 `ShardWorker` is plain Python over numpy: Ray wraps it as an actor (`actors.launch`), tests and the
 in-process runner call it directly (`actors.local`). It owns whole instances, so a contiguous range of ranks
-and of (replica, stage) groups: it prices its pipeline chunks once on the chip model (cost by distinct
-shapes), keeps the stragglers among its ranks, and per step draws the jitter of the groups it holds from
-the stream keyed by (seed, step) at each group's position, so every folding into actors gives the same
-numbers.
-It answers with a frozen `ShardProfile` whose size grows with the groups it holds, never with its cores.
+and of (replica, stage) groups. It prices once, on the chip model, the chunks of the stages it is the pricer
+of (those whose first rank in replica 0 it holds, `replay.profile.priced_stages`: a stage takes the same
+time in every replica, so each is priced by one shard and the driver merges disjoint parts), keeps the
+stragglers among its ranks, and per step draws the jitter of the groups it holds from the stream keyed by
+(seed, step) at each group's position, so every folding into actors gives the same numbers.
+It answers with a frozen `ShardProfile` whose size grows with the stages and groups it holds, never with its
+cores.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from .. import chip
 from .. import operators as opslib
 from ..cluster import Cluster, ShardSpec
 from ..network.algorithms import schedule
-from ..replay.profile import ShardProfile
+from ..replay.profile import ShardProfile, priced_stages, stage_chunks
 
 PAYLOAD_MAX_BYTES = 1 << 30   # per actor; beyond it `emulation.payload_scale` is too large for one machine
 
@@ -53,14 +55,15 @@ class ShardWorker:
         self._groups = np.arange(first, last + 1, dtype=np.int64)      # group id = replica x pp + stage
         self._group_size = size
         self._sigma = chip.jitter_sigma(scenario, cluster.calibration)
-        times = chip.chunk_times(scenario, cluster)
-        stages = np.zeros(lay.pp, dtype=bool)
-        stages[np.unique(self._groups % lay.pp)] = True
-        chunks = stages[np.arange(times.forward_s.size) % lay.pp]   # chunk c lives on stage c % pp
-        self._fwd = np.where(chunks, times.forward_s, np.nan)
-        self._bwd = np.where(chunks, times.backward_s, np.nan)
-        self._opt = np.where(stages, times.optimizer_s, np.nan)
-        self._attn = (float(times.attention_fwd_s), float(times.attention_bwd_s))
+        self._stages = priced_stages(lay, shard.first_rank, shard.ranks)
+        self._chunks = stage_chunks(self._stages, lay.pp, lay.pp * lay.virtual_stages)
+        if self._stages.size:                        # price only the stages this shard is the pricer of
+            times = chip.chunk_times(scenario, cluster, stages=self._stages)
+            self._fwd, self._bwd, self._opt = times.forward_s, times.backward_s, times.optimizer_s
+            self._attn = (float(times.attention_fwd_s), float(times.attention_bwd_s))
+        else:
+            self._fwd = self._bwd = self._opt = np.zeros(0)
+            self._attn = (float("nan"), float("nan"))
         self._slow, self._factor = chip.stragglers(scenario, cluster.ranks, shard.first_rank, shard.ranks)
         self._n = payload_elements(scenario, cluster)
         self._bounds = ring_bounds(self._n, len(cluster.shards))
@@ -71,13 +74,17 @@ class ShardWorker:
         return self.shard.index
 
     def profile(self, step: int) -> ShardProfile:
-        """This shard's compute for `step`: its stages' chunk times at speed 1, this step's jitter of the
-        groups it holds (draw `group` of the (seed, step) stream, so a group two shards hold gets one value), and its
-        slow ranks. See `replay.profile.ShardProfile`."""
+        """This shard's compute for `step`: the chunk and optimizer times at speed 1 of the stages it prices
+        (`replay.profile.priced_stages`; the same every step), this step's jitter of the groups it holds
+        (draw `group` of the (seed, step) stream, so a group two shards hold gets one value), and its slow
+        ranks. See `replay.profile.ShardProfile`."""
+        lay = self.cluster.layout
         jitter = chip.group_jitter_of(self.scenario.seed, step, int(self._groups[0]), self._groups.size,
                                       self._group_size, self._sigma)
-        return ShardProfile(shard=self.shard.index, forward_s=self._fwd, backward_s=self._bwd,
-                            optimizer_s=self._opt, attention_fwd_s=self._attn[0], attention_bwd_s=self._attn[1],
+        return ShardProfile(shard=self.shard.index, pipeline_stages=lay.pp,
+                            pipeline_chunks=lay.pp * lay.virtual_stages, stages=self._stages, chunks=self._chunks,
+                            forward_s=self._fwd, backward_s=self._bwd, optimizer_s=self._opt,
+                            attention_fwd_s=self._attn[0], attention_bwd_s=self._attn[1],
                             first_group=int(self._groups[0]), group_speed=jitter, slow_ranks=self._slow,
                             slow_factors=self._factor)
 

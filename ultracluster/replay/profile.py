@@ -3,11 +3,20 @@
 
 A shard owns whole instances, so it holds a contiguous range of global ranks and, with them, a contiguous
 range of (replica, stage) groups, group id = replica x pp + stage (`cluster.rank_coords`): its tp x cp ranks
-are consecutive. A group wider than a shard (tp x cp over more ranks than one instance holds, with one
-instance per actor) is held by two or more shards; each draws its speed at the same position of the same
-keyed stream, so their answers for it are identical. The merge is therefore a maximum over
-disjoint-or-identical contributions, never a re-draw: the result is the same whichever folding (instances
-per actor) the run uses. Cost O(shards x chunks + groups + slow ranks), never O(ranks).
+are consecutive.
+
+- Chunk times: a pipeline stage's chunks take the same time in every replica, so each stage is priced by
+  exactly one shard, the one holding the stage's first rank in replica 0 (`priced_stages`); every other
+  shard of that stage prices nothing for it. The merge puts these disjoint parts together and checks that
+  every stage and chunk is covered exactly once.
+- Jitter: a group wider than a shard (tp x cp over more ranks than one instance holds, with one instance
+  per actor) is held by two or more shards; each draws its speed at the same position of the same keyed
+  stream, so their answers for it are identical, and the merge takes a maximum over disjoint-or-identical
+  contributions, never a re-draw.
+- Stragglers: each shard reports the slow ranks among its own ranks; these are disjoint.
+
+The result is the same whichever folding (instances per actor) the run uses. Cost O(shards + chunks +
+groups + slow ranks), never O(ranks).
 """
 from __future__ import annotations
 
@@ -17,16 +26,35 @@ from typing import Sequence
 import numpy as np
 
 
+def priced_stages(layout, first_rank: int, ranks: int) -> np.ndarray:
+    """The pipeline stages a shard holding global ranks [first_rank, first_rank + ranks) prices: those whose
+    first rank in replica 0 (rank stage x tp x cp, `cluster.rank_coords`) it holds. Every stage has exactly
+    one such shard, and it runs that stage."""
+    group = layout.tp * layout.cp
+    first_of_stage = np.arange(layout.pp, dtype=np.int64) * group
+    return np.flatnonzero((first_of_stage >= first_rank) & (first_of_stage < first_rank + ranks))
+
+
+def stage_chunks(stages: np.ndarray, pp: int, chunks: int) -> np.ndarray:
+    """Chunk ids, ascending, of the given stages of a pipeline of `chunks` chunks (chunk c lives on stage
+    c % pp, Megatron's interleaved order)."""
+    ids = np.arange(chunks, dtype=np.int64)
+    return ids[np.isin(ids % pp, stages)]
+
+
 @dataclass(frozen=True, eq=False)
 class ShardProfile:
     """One shard's compute for one step, over what it owns; sizes do not grow with its cores.
 
     Attributes:
         shard: the shard's index.
-        forward_s, backward_s: [chunks] seconds of one microbatch of each pipeline chunk at speed 1; NaN for
-            the chunks of stages the shard holds no rank of.
-        optimizer_s: [stages] seconds of the optimizer step at speed 1; NaN for stages it holds no rank of.
-        attention_fwd_s, attention_bwd_s: one layer's attention core per microbatch (context-parallel overlap).
+        pipeline_stages, pipeline_chunks: pp and pp x virtual stages of the whole pipeline.
+        stages: [k] ascending ids of the pipeline stages this shard prices (`priced_stages`); often empty.
+        chunks: ids of the chunks on those stages, ascending (`stage_chunks`).
+        forward_s, backward_s: [chunks] seconds of one microbatch of each of those chunks at speed 1.
+        optimizer_s: [k] seconds of the optimizer step of each of those stages at speed 1.
+        attention_fwd_s, attention_bwd_s: one layer's attention core per microbatch (context-parallel
+            overlap); NaN when the shard prices no stage.
         first_group: the first (replica, stage) group the shard holds a rank of.
         group_speed: [groups held] this step's jitter of each held group, first_group onwards: the speed
             factor of its slowest tp x cp member, draw `group` of the stream keyed by (seed, step)
@@ -35,6 +63,10 @@ class ShardProfile:
     """
 
     shard: int
+    pipeline_stages: int
+    pipeline_chunks: int
+    stages: np.ndarray
+    chunks: np.ndarray
     forward_s: np.ndarray
     backward_s: np.ndarray
     optimizer_s: np.ndarray
@@ -61,30 +93,55 @@ class MergedProfile:
     slow_factors: np.ndarray
 
 
+def _covered_once(parts: list[np.ndarray], n: int, what: str) -> None:
+    """Raise ValueError unless the id arrays `parts` cover 0 .. n - 1 exactly once between them."""
+    ids = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+    if ((ids < 0) | (ids >= n)).any():
+        raise ValueError(f"the shards' profiles name {what} {sorted(set(ids[(ids < 0) | (ids >= n)].tolist()))}, "
+                         f"outside 0-{n - 1}")
+    count = np.bincount(ids, minlength=n)
+    if (count == 0).any():
+        raise ValueError(f"the shards' profiles do not cover every {what} of the cluster: no shard priced "
+                         f"{what} {np.flatnonzero(count == 0).tolist()}")
+    if (count > 1).any():
+        raise ValueError(f"the shards' profiles overlap: {what} {np.flatnonzero(count > 1).tolist()} priced by "
+                         f"more than one shard")
+
+
 def merge_profiles(profiles: Sequence[ShardProfile], groups: int) -> MergedProfile:
-    """The shards' disjoint-or-identical answers → one profile over the whole cluster.
+    """The shards' answers → one profile over the whole cluster: disjoint stage parts put together, group
+    speeds that two shards share taken once (they are equal), slow ranks concatenated.
 
     Args:
         profiles: one per shard.
         groups: replicas x stages of the layout.
 
     Raises:
-        ValueError: a chunk, stage or group that no shard answered for (a shard set that does not cover
-            the cluster).
+        ValueError: a stage, chunk or group that no shard answered for (a shard set that does not cover
+            the cluster), a stage or chunk two shards priced, or shards that disagree on the pipeline.
     """
-    fwd = np.fmax.reduce([p.forward_s for p in profiles])
-    bwd = np.fmax.reduce([p.backward_s for p in profiles])
-    opt = np.fmax.reduce([p.optimizer_s for p in profiles])
+    if not profiles:
+        raise ValueError("the shards' profiles do not cover every stage of the cluster: no profiles")
+    shape = {(p.pipeline_stages, p.pipeline_chunks) for p in profiles}
+    if len(shape) != 1:
+        raise ValueError(f"the shards' profiles disagree on the pipeline (stages, chunks): {sorted(shape)}")
+    pp, n_chunks = shape.pop()
+    _covered_once([p.stages for p in profiles], pp, "pipeline stage")
+    _covered_once([p.chunks for p in profiles], n_chunks, "pipeline chunk")
+    fwd, bwd, opt = np.empty(n_chunks), np.empty(n_chunks), np.empty(pp)
+    for p in profiles:
+        fwd[p.chunks], bwd[p.chunks], opt[p.stages] = p.forward_s, p.backward_s, p.optimizer_s
     speed = np.full(groups, np.nan)
     for p in profiles:
         part = speed[p.first_group:p.first_group + p.group_speed.size]
         np.fmax(part, p.group_speed, out=part)
-    if np.isnan(fwd).any() or np.isnan(bwd).any() or np.isnan(opt).any() or np.isnan(speed).any():
-        raise ValueError("the shards' profiles do not cover every chunk, stage and group of the cluster")
+    if np.isnan(speed).any():
+        raise ValueError(f"the shards' profiles do not cover every group of the cluster: no speed for group(s) "
+                         f"{np.flatnonzero(np.isnan(speed))[:10].tolist()}")
+    pricing = next(p for p in profiles if p.stages.size)    # every stage's pricer has the same attention times
     slow = np.concatenate([p.slow_ranks for p in profiles]).astype(np.int64)
     factor = np.concatenate([p.slow_factors for p in profiles]).astype(float)
     order = np.argsort(slow, kind="stable")
     return MergedProfile(forward_s=fwd, backward_s=bwd, optimizer_s=opt,
-                         attention_fwd_s=max(p.attention_fwd_s for p in profiles),
-                         attention_bwd_s=max(p.attention_bwd_s for p in profiles),
+                         attention_fwd_s=pricing.attention_fwd_s, attention_bwd_s=pricing.attention_bwd_s,
                          group_speed=speed, slow_ranks=slow[order], slow_factors=factor[order])
