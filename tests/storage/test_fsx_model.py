@@ -34,11 +34,11 @@ def test_n_writers_take_n_s_over_t(n, throughput):
 @pytest.mark.parametrize("n", [1, 4, 32])
 def test_per_client_cap_binds_when_the_file_system_is_large(n):
     size, client = 3 * GB, 12.5 * GB / 8   # 12.5 Gbit/s per client
-    s = StorageServer(FsxSpec.simple(1e15, client=client), n)
+    s = StorageServer(FsxSpec.simple(1e15, client_bytes_per_s=client), n)
     s.submit("w", WRITE, size)
     assert finish_time(s, "w") == pytest.approx(size / client, rel=1e-9)
     # in between, the tighter of the two limits wins
-    s = StorageServer(FsxSpec.simple(n * client / 2, client=client), n)
+    s = StorageServer(FsxSpec.simple(n * client / 2, client_bytes_per_s=client), n)
     s.submit("w", WRITE, size)
     assert finish_time(s, "w") == pytest.approx(2 * size / client, rel=1e-9)
 
@@ -46,7 +46,7 @@ def test_per_client_cap_binds_when_the_file_system_is_large(n):
 @pytest.mark.parametrize("bucket_s,ratio,refill", [(10.0, 2.0, 1.0), (30.0, 4.0, 0.5), (5.0, 1.5, 2.0)])
 def test_burst_credits_drain_and_refill_as_configured(bucket_s, ratio, refill):
     base = 1 * GB
-    spec = FsxSpec.simple(base, burst=ratio * base, bucket_s=bucket_s, refill=refill)
+    spec = FsxSpec.simple(base, burst_bytes_per_s=ratio * base, bucket_s=bucket_s, refill_factor=refill)
     s = StorageServer(spec, 2)
     full = bucket_s * (ratio - 1)                        # seconds of baseline throughput
     assert s.level == pytest.approx([full, full])
@@ -70,14 +70,15 @@ def test_burst_credits_drain_and_refill_as_configured(bucket_s, ratio, refill):
 
 
 def test_no_bucket_means_no_burst():
-    s = StorageServer(FsxSpec.simple(1 * GB, burst=5 * GB, bucket_s=0), 1)
+    s = StorageServer(FsxSpec.simple(1 * GB, burst_bytes_per_s=5 * GB, bucket_s=0), 1)
     s.submit("w", WRITE, 10 * GB)
     assert finish_time(s, "w") == pytest.approx(10, rel=1e-9)
 
 
 def test_cached_reads_are_network_bound_uncached_take_the_lower_limit():
-    spec = FsxSpec(net=4 * GB, net_burst=4 * GB, disk_read=1 * GB, disk_write=0.5 * GB, disk_burst_read=1 * GB,
-                   disk_burst_write=0.5 * GB, client=math.inf)
+    spec = FsxSpec(net_bytes_per_s=4 * GB, net_burst_bytes_per_s=4 * GB, disk_read_bytes_per_s=1 * GB,
+                   disk_write_bytes_per_s=0.5 * GB, disk_burst_read_bytes_per_s=1 * GB,
+                   disk_burst_write_bytes_per_s=0.5 * GB, client_bytes_per_s=math.inf)
     for kind, rate in ((READ_CACHED, 4 * GB), (READ, 1 * GB), (WRITE, 0.5 * GB)):
         s = StorageServer(spec, 4)
         s.submit("x", kind, 2 * GB)
@@ -128,9 +129,11 @@ def test_published_tiers_and_their_errors():
     spec = fsx_spec(sc.storage)
     cap = 48.0                                               # TiB
     # docs/sources.md §1.9 worked example: 250 MB/s/TiB at ~47 TiB: disk 11.7 GB/s, burst 23.4; network 30.0
-    assert spec.disk_write == pytest.approx(250 * cap * MB) and spec.disk_burst_write == pytest.approx(500 * cap * MB)
-    assert spec.net == pytest.approx(640 * cap * MB) and spec.net_burst == pytest.approx(1300 * cap * MB)
-    assert spec.servers == 20 and spec.client == pytest.approx(100e9 / 8)     # 100 Gbps, 20 x 5 Gbps
+    assert spec.disk_write_bytes_per_s == pytest.approx(250 * cap * MB)
+    assert spec.disk_burst_write_bytes_per_s == pytest.approx(500 * cap * MB)
+    assert spec.net_bytes_per_s == pytest.approx(640 * cap * MB)
+    assert spec.net_burst_bytes_per_s == pytest.approx(1300 * cap * MB)
+    assert spec.servers == 20 and spec.client_bytes_per_s == pytest.approx(100e9 / 8)     # 100 Gbps, 20 x 5 Gbps
     with pytest.raises(ScenarioError) as err:
         load_scenario(_smoke(), base + ["storage.deployment=PERSISTENT_2", "storage.throughput_mbps_per_tib=300"])
     (p,) = err.value.problems

@@ -16,7 +16,7 @@ SMOKE = Path(__file__).resolve().parents[2] / "scenarios" / "smoke.yaml"
 
 def test_concurrent_clients_get_max_min_fair_shares(ray_session):
     ray = ray_session
-    fs = StorageActor.remote(FsxSpec.simple(9 * GB, client=4 * GB), 5)
+    fs = StorageActor.remote(FsxSpec.simple(9 * GB, client_bytes_per_s=4 * GB), 5)
 
     @ray.remote(num_cpus=0)
     def client(actor, i, want):
@@ -32,7 +32,7 @@ def test_concurrent_clients_get_max_min_fair_shares(ray_session):
         # 9 GB/s: 0.5, 1 and 2 are served in full, the two large clients split the remaining 5.5
         assert got == pytest.approx(np.array([1, 2, 2.75, 2.75, 0.5]) * GB)
         # a per-client cap binds once the file system is large
-        big = StorageActor.remote(FsxSpec.simple(100 * GB, client=4 * GB), 5)
+        big = StorageActor.remote(FsxSpec.simple(100 * GB, client_bytes_per_s=4 * GB), 5)
         ray.get([client.remote(big, i, d) for i, d in enumerate(demands)])
         rates = ray.get(big.rates.remote())
         assert [rates[f"client{i}"][i] for i in range(5)] == pytest.approx(np.array([1, 2, 4, 4, 0.5]) * GB)

@@ -38,7 +38,7 @@ class RayStorage:
 
     def __init__(self, actor, spec: FsxSpec, clients: int):
         self.actor, self.spec, self.clients = actor, spec, clients
-        self.full = spec.bucket_full
+        self.bucket_full_s = spec.bucket_full_s
         self.now = 0.0
         self._busy: tuple[str, ...] = ()
 

@@ -370,7 +370,7 @@ class StorageCosts:
         if len(rem):
             m = min(m, int(np.floor((rem / dec).min())) - 2)
         # bucket levels: stay clear of empty (the lowest level in a unit) and of full (the highest)
-        full = self.server.full
+        full = self.server.bucket_full_s
         for j in range(2):
             if moving[j]:
                 room = b1[2][j] / -db[j] if db[j] < 0 else (full[j] - b1[3][j]) / db[j]

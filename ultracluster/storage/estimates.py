@@ -68,8 +68,8 @@ def estimates(scenario, cluster, spec: FsxSpec | None = None) -> dict[str, float
     while r.transfers:
         r.advance(stop_on_finish=True)
     out = {"data_gb_per_step": float(plan.data.sum()) / 1e9,
-           "fsx_read_gb_s": float(min(spec.net, spec.disk_read) / 1e9),
-           "fsx_write_gb_s": float(min(spec.net, spec.disk_write) / 1e9)}
+           "fsx_read_gb_s": float(min(spec.net_bytes_per_s, spec.disk_read_bytes_per_s) / 1e9),
+           "fsx_write_gb_s": float(min(spec.net_bytes_per_s, spec.disk_write_bytes_per_s) / 1e9)}
     if scenario.checkpoint is not None:
         out |= {"checkpoint_gb": float(plan.checkpoint_bytes / 1e9), "checkpoint_write_s": float(write),
                 "checkpoint_block_s": float(plan.d2h_s + (write if scenario.checkpoint.mode == "sync" else 0.0)),

@@ -23,23 +23,24 @@ KINDS = (READ, READ_CACHED, WRITE)
 
 @dataclass(frozen=True)
 class Tier:
-    """One FSx deployment type at one per-unit throughput, in MB/s per TiB (ref §1.2 tables).
+    """One FSx deployment type at one per-unit throughput (ref §1.2 tables); throughputs in MB/s per TiB of
+    storage capacity.
 
     Attributes:
-        net: network baseline. net_burst: network burst (0: none).
-        disk_read, disk_write: disk baseline for reads and writes.
-        disk_burst_read, disk_burst_write: disk burst (0: none).
+        net_mbps_per_tib: network baseline. net_burst_mbps_per_tib: network burst (0: none).
+        disk_read_mbps_per_tib, disk_write_mbps_per_tib: disk baseline for reads and writes.
+        disk_burst_read_mbps_per_tib, disk_burst_write_mbps_per_tib: disk burst (0: none).
         cache_gib_per_tib: file servers' RAM cache.
         tib_per_server: storage per file server (OSS) ([S] in ref §1.3).
         hdd: HDD storage (data latency in ms).
     """
 
-    net: float
-    net_burst: float
-    disk_read: float
-    disk_write: float
-    disk_burst_read: float
-    disk_burst_write: float
+    net_mbps_per_tib: float
+    net_burst_mbps_per_tib: float
+    disk_read_mbps_per_tib: float
+    disk_write_mbps_per_tib: float
+    disk_burst_read_mbps_per_tib: float
+    disk_burst_write_mbps_per_tib: float
     cache_gib_per_tib: float
     tib_per_server: float
     hdd: bool = False
@@ -94,52 +95,57 @@ class FsxSpec:
     apply, else the baselines. A full bucket sustains `bucket_s` seconds of full burst.
 
     Attributes:
-        net, net_burst: network baseline and burst throughput of the whole file system, bytes/s.
-        disk_read, disk_write: disk baseline throughput for reads and for writes, bytes/s.
-        disk_burst_read, disk_burst_write: disk burst throughput, bytes/s.
-        client: limit of one client instance in one direction, bytes/s.
+        net_bytes_per_s, net_burst_bytes_per_s: network baseline and burst throughput of the whole file system.
+        disk_read_bytes_per_s, disk_write_bytes_per_s: disk baseline throughput for reads and for writes.
+        disk_burst_read_bytes_per_s, disk_burst_write_bytes_per_s: disk burst throughput.
+        client_bytes_per_s: limit of one client instance in one direction.
         servers: file servers (OSS), a count.
-        cache_bytes: the file servers' RAM cache, bytes.
+        cache_bytes: the file servers' RAM cache.
         metadata_iops: metadata operations per second.
-        latency_s: latency of one metadata operation or data RPC, seconds.
+        latency_s: latency of one metadata operation or data RPC.
         bucket_s: seconds of full burst a full bucket sustains.
-        refill: refill rate of the buckets, a multiple of the unused share of the baseline (dimensionless).
+        refill_factor: refill rate of the buckets, a multiple of the unused share of the baseline
+            (dimensionless).
     """
 
-    net: float                    # bytes/s
-    net_burst: float              # bytes/s
-    disk_read: float              # bytes/s
-    disk_write: float             # bytes/s
-    disk_burst_read: float        # bytes/s
-    disk_burst_write: float       # bytes/s
-    client: float                 # bytes/s, per client instance and direction
+    net_bytes_per_s: float
+    net_burst_bytes_per_s: float
+    disk_read_bytes_per_s: float
+    disk_write_bytes_per_s: float
+    disk_burst_read_bytes_per_s: float
+    disk_burst_write_bytes_per_s: float
+    client_bytes_per_s: float           # per client instance and direction
     servers: int = 1
     cache_bytes: float = 0.0
     metadata_iops: float = math.inf
     latency_s: float = 0.0
     bucket_s: float = 0.0
-    refill: float = 1.0
+    refill_factor: float = 1.0
 
     @property
-    def net_ratio(self) -> float:
-        return max(1.0, self.net_burst / self.net)
+    def net_burst_ratio(self) -> float:
+        """Network burst over baseline (at least 1)."""
+        return max(1.0, self.net_burst_bytes_per_s / self.net_bytes_per_s)
 
     @property
-    def disk_ratio(self) -> float:
-        return max(1.0, self.disk_burst_read / self.disk_read, self.disk_burst_write / self.disk_write)
+    def disk_burst_ratio(self) -> float:
+        """Disk burst over baseline, the larger of reads and writes (at least 1)."""
+        return max(1.0, self.disk_burst_read_bytes_per_s / self.disk_read_bytes_per_s,
+                   self.disk_burst_write_bytes_per_s / self.disk_write_bytes_per_s)
 
     @property
-    def bucket_full(self) -> np.ndarray:
+    def bucket_full_s(self) -> np.ndarray:
         """[network, disk] credit of a full bucket, in seconds of baseline throughput."""
-        return np.array([self.bucket_s * (self.net_ratio - 1.0), self.bucket_s * (self.disk_ratio - 1.0)])
+        return np.array([self.bucket_s * (self.net_burst_ratio - 1.0), self.bucket_s * (self.disk_burst_ratio - 1.0)])
 
     @classmethod
-    def simple(cls, throughput: float, client: float = math.inf, burst: float | None = None,
-               bucket_s: float = 0.0, refill: float = 1.0) -> "FsxSpec":
-        """A file system whose network and disk both carry `throughput` bytes/s (`burst` while in credit)."""
-        b = throughput if burst is None else burst
-        return cls(net=throughput, net_burst=b, disk_read=throughput, disk_write=throughput,
-                   disk_burst_read=b, disk_burst_write=b, client=client, bucket_s=bucket_s, refill=refill)
+    def simple(cls, bytes_per_s: float, client_bytes_per_s: float = math.inf, burst_bytes_per_s: float | None = None,
+               bucket_s: float = 0.0, refill_factor: float = 1.0) -> "FsxSpec":
+        """A file system whose network and disk both carry `bytes_per_s` (`burst_bytes_per_s` while in credit)."""
+        b = bytes_per_s if burst_bytes_per_s is None else burst_bytes_per_s
+        return cls(net_bytes_per_s=bytes_per_s, net_burst_bytes_per_s=b, disk_read_bytes_per_s=bytes_per_s,
+                   disk_write_bytes_per_s=bytes_per_s, disk_burst_read_bytes_per_s=b, disk_burst_write_bytes_per_s=b,
+                   client_bytes_per_s=client_bytes_per_s, bucket_s=bucket_s, refill_factor=refill_factor)
 
 
 def fsx_spec(storage, nic_bytes_per_s: float = math.inf) -> FsxSpec:
@@ -164,10 +170,13 @@ def fsx_spec(storage, nic_bytes_per_s: float = math.inf) -> FsxSpec:
         return max(per_tib, base) * cap * MB
 
     return FsxSpec(
-        net=t.net * cap * MB, net_burst=rate(t.net_burst, t.net),
-        disk_read=t.disk_read * cap * MB, disk_write=t.disk_write * cap * MB,
-        disk_burst_read=rate(t.disk_burst_read, t.disk_read), disk_burst_write=rate(t.disk_burst_write, t.disk_write),
-        client=client, servers=servers, cache_bytes=t.cache_gib_per_tib * cap * GIB,
+        net_bytes_per_s=t.net_mbps_per_tib * cap * MB,
+        net_burst_bytes_per_s=rate(t.net_burst_mbps_per_tib, t.net_mbps_per_tib),
+        disk_read_bytes_per_s=t.disk_read_mbps_per_tib * cap * MB,
+        disk_write_bytes_per_s=t.disk_write_mbps_per_tib * cap * MB,
+        disk_burst_read_bytes_per_s=rate(t.disk_burst_read_mbps_per_tib, t.disk_read_mbps_per_tib),
+        disk_burst_write_bytes_per_s=rate(t.disk_burst_write_mbps_per_tib, t.disk_write_mbps_per_tib),
+        client_bytes_per_s=client, servers=servers, cache_bytes=t.cache_gib_per_tib * cap * GIB,
         metadata_iops=storage.metadata_iops or auto_metadata_iops(cap),
         latency_s=LATENCY_HDD_S if t.hdd else LATENCY_SSD_S, bucket_s=storage.burst_bucket_s,
-        refill=storage.burst_refill)
+        refill_factor=storage.burst_refill)

@@ -34,15 +34,15 @@ class StorageServer:
     Args:
         spec: the file system's limits.
         clients: client instances (ids 0..clients-1).
-        client_caps: per-client limit, bytes/s, per direction [spec.client for all].
+        client_caps: per-client limit, bytes/s, per direction [spec.client_bytes_per_s for all].
     """
 
     def __init__(self, spec: FsxSpec, clients: int, client_caps=None):
         self.spec, self.clients = spec, int(clients)
-        caps = np.full(self.clients, spec.client, dtype=float) if client_caps is None \
+        caps = np.full(self.clients, spec.client_bytes_per_s, dtype=float) if client_caps is None \
             else np.broadcast_to(np.asarray(client_caps, dtype=float), (self.clients,)).copy()
-        self.full = spec.bucket_full
-        self.level = self.full.copy()
+        self.bucket_full_s = spec.bucket_full_s
+        self.level = self.bucket_full_s.copy()
         self.now = 0.0
         self.transfers: dict[str, _Transfer] = {}
         self.finished: dict[str, float] = {}
@@ -128,8 +128,11 @@ class StorageServer:
     def _rates(self, cl: np.ndarray, kind: np.ndarray, caps: np.ndarray) -> np.ndarray:
         """Per-client rate of each flow (class, transfer): max-min fair over every client of every class."""
         s = self.spec
-        net_cap = s.net_burst if self.level[0] > 0 else s.net
-        rd, wr = (s.disk_burst_read, s.disk_burst_write) if self.level[1] > 0 else (s.disk_read, s.disk_write)
+        net_cap = s.net_burst_bytes_per_s if self.level[0] > 0 else s.net_bytes_per_s
+        if self.level[1] > 0:
+            rd, wr = s.disk_burst_read_bytes_per_s, s.disk_burst_write_bytes_per_s
+        else:
+            rd, wr = s.disk_read_bytes_per_s, s.disk_write_bytes_per_s
         m = self.mult[cl]
         disk = np.array([1.0 / rd, 0.0, 1.0 / wr])[kind] * m
         return max_min_fair(2 * cl + (kind == 2), self.group_cap, caps, [(m, net_cap), (disk, 1.0)])
@@ -138,8 +141,8 @@ class StorageServer:
         """[network, disk] usage as a fraction of the baselines."""
         s = self.spec
         total = rates * self.mult[cl]
-        disk = total[kind == 0].sum() / s.disk_read + total[kind == 2].sum() / s.disk_write
-        return np.array([total.sum() / s.net, disk])
+        disk = total[kind == 0].sum() / s.disk_read_bytes_per_s + total[kind == 2].sum() / s.disk_write_bytes_per_s
+        return np.array([total.sum() / s.net_bytes_per_s, disk])
 
     def rates(self) -> dict[str, np.ndarray]:
         """Current rate of every transfer in flight, bytes/s per client (array over all clients)."""
@@ -182,8 +185,8 @@ class StorageServer:
             t_flow = np.full(len(r), np.inf)
             np.divide(rem, r, out=t_flow, where=r > 0)
             u = self._usage(cl, kind, r) if len(cl) else np.zeros(2)
-            drift = np.where(u > 1, 1.0 - u, self.spec.refill * (1.0 - u))
-            drift = np.where(self.full > 0, drift, 0.0)
+            drift = np.where(u > 1, 1.0 - u, self.spec.refill_factor * (1.0 - u))
+            drift = np.where(self.bucket_full_s > 0, drift, 0.0)
             t_empty = np.full(2, np.inf)
             np.divide(self.level, -drift, out=t_empty, where=(drift < 0) & (self.level > 0))
             dt = min(until - self.now, t_flow.min(initial=np.inf), min(pending, default=np.inf) - self.now,
@@ -199,7 +202,7 @@ class StorageServer:
                 for tr, live in live_tr:
                     tr.remaining[live] = left[i:i + len(live)]
                     i += len(live)
-            self.level = np.clip(self.level + drift * dt, 0.0, self.full)
+            self.level = np.clip(self.level + drift * dt, 0.0, self.bucket_full_s)
             self.level[t_empty <= dt * (1 + 1e-12)] = 0.0
             for ext in self._ext.values():
                 np.minimum(ext[0], self.level, out=ext[0])
@@ -227,7 +230,7 @@ class StorageServer:
         """Move the clock by `dt` and the state vector by `dvec` (layout of `state`), as if the repeating
         pattern that produced `dvec` had run on; `low`/`high`: the bucket levels it went through."""
         self.now += dt
-        self.level = np.clip(self.level + dvec[:2], 0.0, self.full)
+        self.level = np.clip(self.level + dvec[:2], 0.0, self.bucket_full_s)
         i = 2
         for tr in self.transfers.values():
             k = len(tr.remaining)
@@ -235,5 +238,5 @@ class StorageServer:
             tr.start += dt
             i += k
         for ext in self._ext.values():
-            np.minimum(ext[0], np.clip(low, 0.0, self.full), out=ext[0])
-            np.maximum(ext[1], np.clip(high, 0.0, self.full), out=ext[1])
+            np.minimum(ext[0], np.clip(low, 0.0, self.bucket_full_s), out=ext[0])
+            np.maximum(ext[1], np.clip(high, 0.0, self.bucket_full_s), out=ext[1])
