@@ -31,7 +31,7 @@ def test_local_ring_gives_every_shard_the_exact_sum():
     assert ok
     want = exact_sum(sc, cl, 5)
     for w in shards.workers:
-        np.testing.assert_array_equal(w._buf, want)
+        np.testing.assert_array_equal(w._payload, want)
     n, k = payload_elements(sc, cl), len(cl.shards)
     # ring all-reduce: 2(k-1) rounds, each shard sends one chunk per round: 2(k-1)/k of the buffer each
     assert moved == pytest.approx(2 * (k - 1) * n * 8, rel=0.01)
@@ -42,7 +42,7 @@ def test_a_corrupted_chunk_is_caught():
     cl = build_cluster(sc, 1)
     shards = LocalShards(sc, cl)
     shards.reduce_payload(step=0)
-    shards.workers[1]._buf[0] += 1
+    shards.workers[1]._payload[0] += 1
     assert not shards.workers[1].check_payload()
     assert shards.workers[0].check_payload()
 

@@ -35,7 +35,7 @@ def test_every_algorithm_gives_every_shard_the_exact_sum(algorithm, shards):
     assert ok
     want = exact(sc, cl, 3)
     for w in local.workers:
-        np.testing.assert_array_equal(w._buf, want)
+        np.testing.assert_array_equal(w._payload, want)
     # an all-reduce moves 2(p-1)/p of the buffer out of every participant, whatever the algorithm
     n = payload_elements(sc, cl)
     assert moved == pytest.approx(2 * (shards - 1) * n * 8, rel=0.02)

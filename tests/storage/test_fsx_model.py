@@ -64,7 +64,7 @@ def test_burst_credits_drain_and_refill_as_configured(bucket_s, ratio, refill):
     # half the baseline in use refills at half the rate
     s = StorageServer(spec, 1)
     s.level[:] = 0
-    s.submit("r", WRITE, 1e18, rate_cap=base / 2)
+    s.submit("r", WRITE, 1e18, rate_cap_bytes_per_s=base / 2)
     s.advance(until=4.0)
     assert s.level == pytest.approx([min(full, 2.0 * refill)] * 2, rel=1e-9)
 
@@ -95,7 +95,7 @@ def test_max_min_fair_example():
     # one file system of 9 GB/s, clients asking for 1, 3 and 10 GB/s: 1, 3, and the rest (5) to the third
     s = StorageServer(FsxSpec.simple(9 * GB), 3)
     for i, want in enumerate([1 * GB, 3 * GB, 10 * GB]):
-        s.submit(f"c{i}", WRITE, 1e18, clients=[i], rate_cap=want)
+        s.submit(f"c{i}", WRITE, 1e18, clients=[i], rate_cap_bytes_per_s=want)
     got = [s.rates()[f"c{i}"][i] for i in range(3)]
     assert got == pytest.approx([1 * GB, 3 * GB, 5 * GB])
 

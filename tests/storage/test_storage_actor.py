@@ -21,7 +21,7 @@ def test_concurrent_clients_get_max_min_fair_shares(ray_session):
     @ray.remote(num_cpus=0)
     def client(actor, i, want):
         """One instance asking the file system for bandwidth, from its own Ray worker."""
-        ray.get(actor.submit.remote(f"client{i}", WRITE, 1e15, clients=[i], rate_cap=want))
+        ray.get(actor.submit.remote(f"client{i}", WRITE, 1e15, clients=[i], rate_cap_bytes_per_s=want))
         return i
 
     try:

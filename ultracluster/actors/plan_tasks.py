@@ -1,8 +1,9 @@
-"""Layout chunks → Ray tasks across the cluster's nodes → priced chunks, and the Ray the planner runs in.
+"""Pieces of the layout table → Ray tasks across the cluster's nodes → priced pieces, and the Ray the planner
+runs in.
 
-`evaluate_on_ray` sends each chunk of the layout table to a task (`search.evaluate_chunk`, the same function
-the in-process search calls), spread over the nodes; the results are gathered in chunk order, so they do
-not depend on where, or on how many nodes, the tasks ran. Tasks take one CPU each (they compute).
+`evaluate_on_ray` sends each piece (a block of rows) of the layout table to a task (`search.evaluate_chunk`,
+the same function the in-process search calls), spread over the nodes; the results are gathered in order,
+so they do not depend on where, or on how many nodes, the tasks ran. Tasks take one CPU each (they compute).
 """
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ def cluster_cpus() -> int:
 
 def evaluate_on_ray(scenario, calibration, sources: dict[str, str],
                     pieces: list[pd.DataFrame]) -> tuple[list[pd.DataFrame], int]:
-    """Price the chunks with Ray tasks spread over the cluster (attached already).
+    """Price the pieces of the layout table with Ray tasks spread over the cluster (attached already).
 
     Returns:
-        (the priced chunks in order, how many distinct nodes ran them).
+        (the priced pieces in order, how many distinct nodes ran them).
 
     Raises:
         ActorError: a task failed twice or Ray went away.

@@ -56,19 +56,21 @@ class ShardWorker:
         self._group_size = size
         self._sigma = chip.jitter_sigma(scenario, cluster.calibration)
         self._stages = priced_stages(lay, shard.first_rank, shard.ranks)
-        self._chunks = stage_chunks(self._stages, lay.pp, lay.pp * lay.virtual_stages)
+        self._chunk_ids = stage_chunks(self._stages, lay.pp, lay.pp * lay.virtual_stages)
         if self._stages.size:                        # price only the stages this shard is the pricer of
             times = chip.chunk_times(scenario, cluster, stages=self._stages)
-            self._fwd, self._bwd, self._opt = times.forward_s, times.backward_s, times.optimizer_s
-            self._attn = (float(times.attention_fwd_s), float(times.attention_bwd_s))
+            self._forward_s, self._backward_s = times.forward_s, times.backward_s
+            self._optimizer_s = times.optimizer_s
+            self._attention_s = (float(times.attention_fwd_s), float(times.attention_bwd_s))
         else:
-            self._fwd = self._bwd = self._opt = np.zeros(0)
-            self._attn = (float("nan"), float("nan"))
-        self._slow, self._factor = chip.stragglers(scenario, cluster.ranks, shard.first_rank, shard.ranks)
-        self._n = payload_elements(scenario, cluster)
-        self._bounds = ring_bounds(self._n, len(cluster.shards))
-        self._buf = np.empty(0)
-        self._step = -1
+            self._forward_s = self._backward_s = self._optimizer_s = np.zeros(0)
+            self._attention_s = (float("nan"), float("nan"))
+        self._slow_ranks, self._slow_factors = chip.stragglers(scenario, cluster.ranks, shard.first_rank,
+                                                               shard.ranks)
+        self._payload_elements = payload_elements(scenario, cluster)
+        self._ring_bounds = ring_bounds(self._payload_elements, len(cluster.shards))
+        self._payload = np.empty(0)
+        self._payload_step = -1
 
     def ping(self) -> int:
         return self.shard.index
@@ -82,49 +84,51 @@ class ShardWorker:
         jitter = chip.group_jitter_of(self.scenario.seed, step, int(self._groups[0]), self._groups.size,
                                       self._group_size, self._sigma)
         return ShardProfile(shard=self.shard.index, pipeline_stages=lay.pp,
-                            pipeline_chunks=lay.pp * lay.virtual_stages, stages=self._stages, chunks=self._chunks,
-                            forward_s=self._fwd, backward_s=self._bwd, optimizer_s=self._opt,
-                            attention_fwd_s=self._attn[0], attention_bwd_s=self._attn[1],
-                            first_group=int(self._groups[0]), group_speed=jitter, slow_ranks=self._slow,
-                            slow_factors=self._factor)
+                            pipeline_chunks=lay.pp * lay.virtual_stages, stages=self._stages, chunks=self._chunk_ids,
+                            forward_s=self._forward_s, backward_s=self._backward_s, optimizer_s=self._optimizer_s,
+                            attention_fwd_s=self._attention_s[0], attention_bwd_s=self._attention_s[1],
+                            first_group=int(self._groups[0]), group_speed=jitter, slow_ranks=self._slow_ranks,
+                            slow_factors=self._slow_factors)
 
     # --- the payload all-reduce between shards, in the steps of the DP group's algorithm --------------
     def payload_algorithm(self) -> str:
         """The algorithm the actors use to all-reduce the payload (see `payload_algorithm`)."""
         return payload_algorithm(self.scenario, self.cluster)
 
-    def _chunk(self, c: int) -> slice:
-        return slice(int(self._bounds[c]), int(self._bounds[c + 1]))
+    def _ring_slice(self, c: int) -> slice:
+        """Ring chunk c of the payload buffer (a piece of the buffer, not a pipeline chunk)."""
+        return slice(int(self._ring_bounds[c]), int(self._ring_bounds[c + 1]))
 
     def start_payload(self, step: int, algorithm: str = "ring") -> int:
         """This shard's contribution for `step` (its instances' gradients, already reduced inside the
         shard), and the schedule the exchange will follow. Returns its bytes."""
-        self._buf = payload(self.scenario.seed, self.shard.index, step, self._n)
-        self._step = step
-        self._schedule = schedule(algorithm, "all_reduce", len(self.cluster.shards))
-        return self._buf.nbytes
+        self._payload = payload(self.scenario.seed, self.shard.index, step, self._payload_elements)
+        self._payload_step = step
+        self._payload_schedule = schedule(algorithm, "all_reduce", len(self.cluster.shards))
+        return self._payload.nbytes
 
-    def _entries(self, k: int, src: int, dst: int) -> np.ndarray:
-        st = self._schedule.steps[k]
+    def _ring_chunks(self, k: int, src: int, dst: int) -> np.ndarray:
+        """The ring chunks that step k of the payload schedule moves from shard src to shard dst."""
+        st = self._payload_schedule.steps[k]
         return st.chunk[(st.src == src) & (st.dst == dst)]
 
     def send_chunks(self, k: int, dst: int) -> np.ndarray:
         """Step k's chunks from this shard to shard `dst`, concatenated in schedule order."""
-        chunks = self._entries(k, self.shard.index, dst)
-        return np.concatenate([self._buf[self._chunk(int(c))] for c in chunks])
+        chunks = self._ring_chunks(k, self.shard.index, dst)
+        return np.concatenate([self._payload[self._ring_slice(int(c))] for c in chunks])
 
     def recv_chunks(self, k: int, src: int, data: np.ndarray) -> int:
         """Apply step k's message from shard `src`: add (reduce-scatter steps) or store (gather steps).
         Returns the bytes received."""
-        reduce = self._schedule.steps[k].reduce
+        reduce = self._payload_schedule.steps[k].reduce
         at = 0
-        for c in self._entries(k, src, self.shard.index):
-            sl = self._chunk(int(c))
+        for c in self._ring_chunks(k, src, self.shard.index):
+            sl = self._ring_slice(int(c))
             size = sl.stop - sl.start
             if reduce:
-                self._buf[sl] += data[at:at + size]
+                self._payload[sl] += data[at:at + size]
             else:
-                self._buf[sl] = data[at:at + size]
+                self._payload[sl] = data[at:at + size]
             at += size
         if at != data.size:
             raise ValueError(f"shard {self.shard.index}: step {k} message from shard {src} has {data.size} "
@@ -134,8 +138,8 @@ class ShardWorker:
     def check_payload(self) -> bool:
         """Is the reduced buffer the exact sum of every shard's payload?"""
         shards = len(self.cluster.shards)
-        exact = sum(payload(self.scenario.seed, s, self._step, self._n) for s in range(shards))
-        return bool(np.array_equal(self._buf, exact))
+        exact = sum(payload(self.scenario.seed, s, self._payload_step, self._payload_elements) for s in range(shards))
+        return bool(np.array_equal(self._payload, exact))
 
 
 def payload_algorithm(scenario, cluster: Cluster) -> str:

@@ -86,8 +86,8 @@ class StorageCosts:
         self._loading = False
         self._allowed = -1       # highest batch the loader may load
         self._writing: int | None = None   # steps covered by the checkpoint being written
-        self._acc = [0.0, 0.0]             # data stall and checkpoint seconds so far (fast-forward bookkeeping)
-        self._dvec = np.zeros(2)
+        self._totals_s = [0.0, 0.0]        # data stall and checkpoint seconds so far (fast-forward bookkeeping)
+        self._unit_change = np.zeros(2)    # how the state vector moves per repetition (`_repeats`)
 
     # -- helpers on the server -----------------------------------------------------------------------------------
     def _handle(self, done: list[tuple[str, float]]) -> None:
@@ -146,8 +146,8 @@ class StorageCosts:
         self.t = t1 + ck
         self.step = step + 1
         stall, ck = float(stall), float(ck)
-        self._acc[0] += stall
-        self._acc[1] += ck
+        self._totals_s[0] += stall
+        self._totals_s[1] += ck
         return stall, ck
 
     def _checkpoint(self, covered: int, t1: float) -> float:
@@ -238,8 +238,8 @@ class StorageCosts:
         prog = StorageProgress()
         self.durable = []
         end = self.step + steps
-        steps_h: list[tuple] = []
-        periods_h: list[tuple] = []
+        step_history: list[tuple] = []
+        period_history: list[tuple] = []
         self.limit = t_limit
         try:
             if not self.free:
@@ -247,15 +247,15 @@ class StorageCosts:
                 self.server.mark("period")
             while self.step < end:
                 if self.every and self.step % self.every == 0:
-                    periods_h = periods_h[-2:] + [(self._signature("period"), self.now(), self.step,
-                                                   tuple(self._acc), len(self.durable))]
+                    period_history = period_history[-2:] + [(self._signature("period"), self.now(), self.step,
+                                                             tuple(self._totals_s), len(self.durable))]
                     if not self.free:
                         self.server.mark("period")
-                    if len(periods_h) == 3 and self._period_jump(periods_h, busy_s, end, t_limit, prog):
-                        periods_h, steps_h = [], []
+                    if len(period_history) == 3 and self._period_jump(period_history, busy_s, end, t_limit, prog):
+                        period_history, step_history = [], []
                         continue
-                if len(steps_h) >= 2 and self._step_jump(steps_h, busy_s, end, t_limit, prog):
-                    steps_h = []
+                if len(step_history) >= 2 and self._step_jump(step_history, busy_s, end, t_limit, prog):
+                    step_history = []
                     continue
                 k = self.step
                 sig0 = self._signature("step")
@@ -266,7 +266,7 @@ class StorageCosts:
                     break
                 prog.explicit_steps += 1
                 self._add(prog, StepSpan(k, 1, busy_s, stall, ck))
-                steps_h = steps_h[-1:] + [(sig0, self._signature("step"), stall, ck)]
+                step_history = step_history[-1:] + [(sig0, self._signature("step"), stall, ck)]
                 if not self.free:
                     self.server.mark("step")
         finally:
@@ -298,7 +298,7 @@ class StorageCosts:
         if m < 1:
             return False
         self._shift(m, m, m * step_s, b1)
-        self._acc[0] += m * st_b
+        self._totals_s[0] += m * st_b
         self._add(prog, StepSpan(self.step - m, m, busy_s, st_b, 0.0))
         return True
 
@@ -307,25 +307,28 @@ class StorageCosts:
         p = self.every
         if k1 - k0 != p or k2 - k1 != p:
             return False
-        ua, ub = (t1 - t0, acc1[0] - acc0[0], acc1[1] - acc0[1]), (t2 - t1, acc2[0] - acc1[0], acc2[1] - acc1[1])
-        if not np.allclose(ua, ub, rtol=1e-9, atol=1e-12):
+        # (seconds, data stall, checkpoint) of each of the last two periods
+        prev_unit = (t1 - t0, acc1[0] - acc0[0], acc1[1] - acc0[1])
+        last_unit = (t2 - t1, acc2[0] - acc1[0], acc2[1] - acc1[1])
+        if not np.allclose(prev_unit, last_unit, rtol=1e-9, atol=1e-12):
             return False
-        ev_a = [(c - k0, w - t0) for c, w in self.durable[d0:d1]]
-        ev_b = [(c - k1, w - t1) for c, w in self.durable[d1:d2]]
-        if len(ev_a) != len(ev_b) or any(x[0] != y[0] or abs(x[1] - y[1]) > 1e-9 * max(1.0, ub[0])
-                                         for x, y in zip(ev_a, ev_b)):
+        prev_durable = [(c - k0, w - t0) for c, w in self.durable[d0:d1]]
+        last_durable = [(c - k1, w - t1) for c, w in self.durable[d1:d2]]
+        if len(prev_durable) != len(last_durable) or any(
+                x[0] != y[0] or abs(x[1] - y[1]) > 1e-9 * max(1.0, last_unit[0])
+                for x, y in zip(prev_durable, last_durable)):
             return False
-        period_s = ub[0]
+        period_s = last_unit[0]
         m = min((end - self.step) // p, self._limit_units(period_s, t_limit), self._repeats(s0, s1, s1, s2))
         if m < 1:
             return False
         self._shift(m * p, m, m * period_s, s2)
-        self._acc[0] += m * ub[1]
-        self._acc[1] += m * ub[2]
-        for c, w in ev_b:                     # the last repetition's durable checkpoints
+        self._totals_s[0] += m * last_unit[1]
+        self._totals_s[1] += m * last_unit[2]
+        for c, w in last_durable:                     # the last repetition's durable checkpoints
             self.durable.append((k2 + (m - 1) * p + c, t2 + (m - 1) * period_s + w))
             self.durable_step = self.durable[-1][0]
-        self._add(prog, StepSpan(self.step - m * p, m * p, busy_s, ub[1] / p, ub[2] / p))
+        self._add(prog, StepSpan(self.step - m * p, m * p, busy_s, last_unit[1] / p, last_unit[2] / p))
         return True
 
     def _shift(self, n: int, reps: int, dt: float, last) -> None:
@@ -334,9 +337,9 @@ class StorageCosts:
         if self.free:
             self.t += dt
         else:
-            low = np.minimum(last[2], last[2] + reps * self._dvec[:2])
-            high = np.maximum(last[3], last[3] + reps * self._dvec[:2])
-            self.server.jump(dt, self._dvec * reps, low, high)
+            low = np.minimum(last[2], last[2] + reps * self._unit_change[:2])
+            high = np.maximum(last[3], last[3] + reps * self._unit_change[:2])
+            self.server.jump(dt, self._unit_change * reps, low, high)
             self.t = self.server.now
         self.step += n
         self._ready += n
@@ -345,8 +348,9 @@ class StorageCosts:
             self._writing += n
 
     def _repeats(self, a0, a1, b0, b1) -> int:
-        """How many more times the last unit (b0 -> b1) can repeat unchanged (0: it did not repeat a0 -> a1)."""
-        self._dvec = np.zeros(2)
+        """How many more times the last unit (signature b0 at its start -> b1 at its end, `_signature`) can
+        repeat unchanged (0: it did not repeat the unit before it, a0 -> a1)."""
+        self._unit_change = np.zeros(2)
         if not (a0[0] == a1[0] == b0[0] == b1[0]) or a0[1].shape != b1[1].shape:
             return 0
         if self.free:
@@ -375,5 +379,5 @@ class StorageCosts:
             if moving[j]:
                 room = b1[2][j] / -db[j] if db[j] < 0 else (full[j] - b1[3][j]) / db[j]
                 m = min(m, int(np.floor(room)) - 2)
-        self._dvec = np.where(moving, db, 0.0)
+        self._unit_change = np.where(moving, db, 0.0)
         return max(m, 0)

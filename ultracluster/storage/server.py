@@ -20,7 +20,7 @@ class _Transfer:
     kind: str
     remaining: np.ndarray        # [classes] bytes each client of the class still has to move (0: none)
     start: float                 # virtual time the bytes start to flow (after metadata and latency)
-    flow_cap: np.ndarray         # [classes] bytes/s each client asks for at most (its demand)
+    demand_bytes_per_s: np.ndarray   # [classes] bytes/s each client asks for at most
 
 
 class StorageServer:
@@ -34,35 +34,38 @@ class StorageServer:
     Args:
         spec: the file system's limits.
         clients: client instances (ids 0..clients-1).
-        client_caps: per-client limit, bytes/s, per direction [spec.client_bytes_per_s for all].
+        client_caps_bytes_per_s: per-client limit, per direction [spec.client_bytes_per_s for all].
     """
 
-    def __init__(self, spec: FsxSpec, clients: int, client_caps=None):
+    def __init__(self, spec: FsxSpec, clients: int, client_caps_bytes_per_s=None):
         self.spec, self.clients = spec, int(clients)
-        caps = np.full(self.clients, spec.client_bytes_per_s, dtype=float) if client_caps is None \
-            else np.broadcast_to(np.asarray(client_caps, dtype=float), (self.clients,)).copy()
+        caps = np.full(self.clients, spec.client_bytes_per_s, dtype=float) if client_caps_bytes_per_s is None \
+            else np.broadcast_to(np.asarray(client_caps_bytes_per_s, dtype=float), (self.clients,)).copy()
         self.bucket_full_s = spec.bucket_full_s
         self.level = self.bucket_full_s.copy()
         self.now = 0.0
         self.transfers: dict[str, _Transfer] = {}
         self.finished: dict[str, float] = {}
-        self._ext: dict[str, list[np.ndarray]] = {}
-        self._caps = caps
+        self._level_extremes: dict[str, list[np.ndarray]] = {}   # slot -> [lowest, highest] bucket levels
+        self._client_caps_bytes_per_s = caps
         self._classes(np.unique(caps, return_inverse=True)[1].reshape(-1))
 
-    def _classes(self, cls: np.ndarray) -> None:
-        """Set the client classes (ids 0..k-1, numbered by first client): multiplicity, cap, members."""
-        _, first, inverse = np.unique(cls, return_index=True, return_inverse=True)
+    def _classes(self, labels: np.ndarray) -> None:
+        """Set the client classes from a label per client (ids 0..k-1, numbered by first client): each
+        client's class, each class's first client and number of clients, and the per-class caps."""
+        _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
         order = np.argsort(first)                      # number classes by their first client
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
-        self.cls = rank[inverse.reshape(-1)]
-        self.first = first[order]
-        self.mult = np.bincount(self.cls).astype(float)
-        self.group_cap = np.repeat(self._caps[self.first], 2)    # group 2k: class k reading, 2k+1: writing
+        self.client_class = rank[inverse.reshape(-1)]
+        self.class_first_client = first[order]
+        self.class_clients = np.bincount(self.client_class).astype(float)
+        # sharing group 2k: class k reading, 2k + 1: class k writing (each client's cap holds per direction)
+        self.group_cap_bytes_per_s = np.repeat(self._client_caps_bytes_per_s[self.class_first_client], 2)
 
     # -- requests ------------------------------------------------------------------------------------------
-    def submit(self, tag: str, kind: str, nbytes, clients=None, delay_s: float = 0.0, rate_cap=None) -> None:
+    def submit(self, tag: str, kind: str, nbytes, clients=None, delay_s: float = 0.0,
+               rate_cap_bytes_per_s=None) -> None:
         """Start a transfer of `nbytes` per client (scalar or array over `clients`, default every client).
 
         Args:
@@ -71,7 +74,7 @@ class StorageServer:
             nbytes: bytes per client.
             clients: client ids (default all).
             delay_s: seconds before the bytes start to flow (metadata operations, latency).
-            rate_cap: bytes/s each client asks for at most (default: as much as it can get).
+            rate_cap_bytes_per_s: what each client asks for at most (default: as much as it can get).
         """
         if kind not in KINDS:
             raise ValueError(f"transfer kind {kind!r}: allowed {KINDS}")
@@ -81,17 +84,19 @@ class StorageServer:
         b = np.zeros(self.clients)
         cap = np.full(self.clients, np.inf)
         b[cl] = np.broadcast_to(np.asarray(nbytes, dtype=float), cl.shape)
-        cap[cl] = np.broadcast_to(np.asarray(np.inf if rate_cap is None else rate_cap, dtype=float), cl.shape)
-        f = self.first
-        if not (np.array_equal(b, b[f][self.cls]) and np.array_equal(cap, cap[f][self.cls])):
-            old_cls = self.cls                         # the transfer splits classes: refine them
-            self._classes(np.unique(np.stack([old_cls.astype(float), b, cap], axis=1), axis=0,
+        asked = np.inf if rate_cap_bytes_per_s is None else rate_cap_bytes_per_s
+        cap[cl] = np.broadcast_to(np.asarray(asked, dtype=float), cl.shape)
+        f = self.class_first_client
+        if not (np.array_equal(b, b[f][self.client_class]) and np.array_equal(cap, cap[f][self.client_class])):
+            old_class = self.client_class                         # the transfer splits classes: refine them
+            self._classes(np.unique(np.stack([old_class.astype(float), b, cap], axis=1), axis=0,
                                     return_inverse=True)[1].reshape(-1))
-            back = old_cls[self.first]                 # each new class's old class
+            back = old_class[self.class_first_client]  # each new class's old class
             for tr in self.transfers.values():
-                tr.remaining, tr.flow_cap = tr.remaining[back], tr.flow_cap[back]
+                tr.remaining, tr.demand_bytes_per_s = tr.remaining[back], tr.demand_bytes_per_s[back]
         self.finished.pop(tag, None)
-        self.transfers[tag] = _Transfer(kind, b[self.first], self.now + max(0.0, delay_s), cap[self.first])
+        first = self.class_first_client
+        self.transfers[tag] = _Transfer(kind, b[first], self.now + max(0.0, delay_s), cap[first])
 
     def cancel(self, tag: str | None = None) -> None:
         """Drop one transfer in flight (or all of them: None)."""
@@ -106,7 +111,7 @@ class StorageServer:
     def remaining(self, tag: str) -> float:
         """Bytes the transfer still has to move, over all its clients (0 when finished or unknown)."""
         tr = self.transfers.get(tag)
-        return float(tr.remaining @ self.mult) if tr else 0.0
+        return float(tr.remaining @ self.class_clients) if tr else 0.0
 
     # -- sharing ---------------------------------------------------------------------------------------------
     def _flows(self):
@@ -119,7 +124,7 @@ class StorageServer:
             live_tr.append((tr, live))
             cl.append(live)
             kind.append(np.full(len(live), KINDS.index(tr.kind)))
-            caps.append(tr.flow_cap[live])
+            caps.append(tr.demand_bytes_per_s[live])
             rem.append(tr.remaining[live])
         if not cl:
             return live_tr, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
@@ -133,37 +138,37 @@ class StorageServer:
             rd, wr = s.disk_burst_read_bytes_per_s, s.disk_burst_write_bytes_per_s
         else:
             rd, wr = s.disk_read_bytes_per_s, s.disk_write_bytes_per_s
-        m = self.mult[cl]
+        m = self.class_clients[cl]
         disk = np.array([1.0 / rd, 0.0, 1.0 / wr])[kind] * m
-        return max_min_fair(2 * cl + (kind == 2), self.group_cap, caps, [(m, net_cap), (disk, 1.0)])
+        return max_min_fair(2 * cl + (kind == 2), self.group_cap_bytes_per_s, caps, [(m, net_cap), (disk, 1.0)])
 
     def _usage(self, cl: np.ndarray, kind: np.ndarray, rates: np.ndarray) -> np.ndarray:
         """[network, disk] usage as a fraction of the baselines."""
         s = self.spec
-        total = rates * self.mult[cl]
+        total = rates * self.class_clients[cl]
         disk = total[kind == 0].sum() / s.disk_read_bytes_per_s + total[kind == 2].sum() / s.disk_write_bytes_per_s
         return np.array([total.sum() / s.net_bytes_per_s, disk])
 
     def rates(self) -> dict[str, np.ndarray]:
         """Current rate of every transfer in flight, bytes/s per client (array over all clients)."""
         live_tr, cl, kind, caps, _ = self._flows()
-        per_class = {id(tr): np.zeros(len(self.first)) for tr in self.transfers.values()}
+        per_class = {id(tr): np.zeros(len(self.class_first_client)) for tr in self.transfers.values()}
         if len(cl):
             r = self._rates(cl, kind, caps)
             i = 0
             for tr, live in live_tr:
                 per_class[id(tr)][live] = r[i:i + len(live)]
                 i += len(live)
-        return {tag: per_class[id(tr)][self.cls] for tag, tr in self.transfers.items()}
+        return {tag: per_class[id(tr)][self.client_class] for tag, tr in self.transfers.items()}
 
     # -- the clock ---------------------------------------------------------------------------------------------
     def mark(self, slot: str = "step") -> None:
         """Start tracking the lowest and highest bucket levels from now in `slot` (for fast-forwarding)."""
-        self._ext[slot] = [self.level.copy(), self.level.copy()]
+        self._level_extremes[slot] = [self.level.copy(), self.level.copy()]
 
     def extremes(self, slot: str = "step") -> tuple[np.ndarray, np.ndarray]:
         """Lowest and highest bucket levels since `mark(slot)`."""
-        low, high = self._ext.get(slot, (self.level, self.level))
+        low, high = self._level_extremes.get(slot, (self.level, self.level))
         return low.copy(), high.copy()
 
     def advance(self, until: float = math.inf, wait_for: str | None = None,
@@ -204,7 +209,7 @@ class StorageServer:
                     i += len(live)
             self.level = np.clip(self.level + drift * dt, 0.0, self.bucket_full_s)
             self.level[t_empty <= dt * (1 + 1e-12)] = 0.0
-            for ext in self._ext.values():
+            for ext in self._level_extremes.values():
                 np.minimum(ext[0], self.level, out=ext[0])
                 np.maximum(ext[1], self.level, out=ext[1])
             self.now = until if self.now + dt >= until else self.now + dt
@@ -237,6 +242,6 @@ class StorageServer:
             tr.remaining = np.maximum(tr.remaining + dvec[i:i + k], 0.0)
             tr.start += dt
             i += k
-        for ext in self._ext.values():
+        for ext in self._level_extremes.values():
             np.minimum(ext[0], np.clip(low, 0.0, self.bucket_full_s), out=ext[0])
             np.maximum(ext[1], np.clip(high, 0.0, self.bucket_full_s), out=ext[1])
