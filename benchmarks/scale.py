@@ -3,14 +3,17 @@
 
 For each scenario: start a local Ray (not timed), launch the shard actors, replay the steps, and print
 wall seconds per step (Ray start and actor start excluded), peak RSS of the driver and of all actors
-(VmHWM from /proc), actors, Ray calls per step (actor method invocations the driver makes) and bytes
-moved between actors per step (the gradient payload ring).
+(VmHWM from /proc), actors, Ray calls per step (actor method invocations the driver makes), bytes
+moved between actors per step (the gradient payload ring), and what the shards' compute profiles cost
+per step: the bytes of their answers (`ShardProfile` arrays) and the driver's seconds to collect and merge
+them (`merge_profiles`).
 
-Usage: python benchmarks/scale.py [SCENARIO.yaml ...] [--steps N]
+Usage: python benchmarks/scale.py [SCENARIO.yaml ...] [--steps N] [--set KEY=VALUE ...]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import time
@@ -24,6 +27,7 @@ from ultracluster.cluster import build_cluster
 from ultracluster.memory import infeasible_reason, stage_memory
 from ultracluster.operators import library_for
 from ultracluster.replay.engine import microbatches, plan_comm, replay_steps
+from ultracluster.replay.profile import merge_profiles
 from ultracluster.replay.schedule import stage_programs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,8 +57,14 @@ class Counted:
         return _M()
 
 
-def bench(path: Path, steps: int) -> dict:
-    sc = load_scenario(path, [f"training.steps={steps}", "training.warmup_steps=0"])
+def profile_bytes(profiles) -> int:
+    """Bytes of the arrays in the shards' answers for one step."""
+    return sum(getattr(p, f.name).nbytes for p in profiles for f in dataclasses.fields(p)
+               if hasattr(getattr(p, f.name), "nbytes"))
+
+
+def bench(path: Path, steps: int, overrides: list[str] | None = None) -> dict:
+    sc = load_scenario(path, [f"training.steps={steps}", "training.warmup_steps=0", *(overrides or [])])
     cluster = build_cluster(sc, resolve_instances_per_actor(sc))
     layout = cluster.layout
     programs = stage_programs(sc.parallelism.pp_schedule, layout.pp, microbatches(sc), layout.virtual_stages)
@@ -71,6 +81,17 @@ def bench(path: Path, steps: int) -> dict:
             moved.append(out[0])
             return out
         shards.reduce_payload = counting
+        answers, profile_s = [], []
+        ask = shards.profiles
+
+        def timed_profiles(step):
+            t = time.perf_counter()
+            out = ask(step)
+            merge_profiles(out, layout.dp * layout.pp)
+            profile_s.append(time.perf_counter() - t)
+            answers.append(profile_bytes(out))
+            return out
+        shards.profiles = timed_profiles
         t0 = time.perf_counter()
         recs, _ = replay_steps(sc, cluster, shards, comm, programs)
         wall = (time.perf_counter() - t0) / len(recs)
@@ -79,22 +100,25 @@ def bench(path: Path, steps: int) -> dict:
     return {"scenario": sc.name, "chips": cluster.chips, "ranks": cluster.ranks, "actors": len(cluster.shards),
             "wall_s_per_step": wall, "driver_rss_mib": peak_rss_mib(os.getpid()), "actors_rss_mib": actor_rss,
             "calls_per_step": calls[0] / len(recs), "bytes_per_step": sum(moved) / len(moved),
-            "step_time_s": recs[-1].step_time_s}
+            "profile_bytes_per_step": sum(answers) / len(answers),
+            "profile_s_per_step": sum(profile_s) / len(profile_s), "step_time_s": recs[-1].step_time_s}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scenarios", nargs="*", default=[str(REPO / "scenarios" / s) for s in DEFAULT])
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="scenario override for every scenario, e.g. emulation.instances_per_actor=64")
     args = ap.parse_args()
     ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, "
           f"ray {ray.__version__}")
     cols = ["scenario", "chips", "ranks", "actors", "wall_s_per_step", "driver_rss_mib", "actors_rss_mib",
-            "calls_per_step", "bytes_per_step", "step_time_s"]
+            "calls_per_step", "bytes_per_step", "profile_bytes_per_step", "profile_s_per_step", "step_time_s"]
     print(" | ".join(cols))
     for s in args.scenarios:
-        r = bench(Path(s), args.steps)
+        r = bench(Path(s), args.steps, args.set)
         print(" | ".join(f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols), flush=True)
     ray.shutdown()
 
