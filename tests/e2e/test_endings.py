@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -90,6 +91,39 @@ def test_a_signal_ends_a_run_cleanly_and_keeps_its_steps(tmp_path, sig, code):
     while any(alive(p) for p in ray_processes) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in ray_processes if alive(p)]                             # embedded Ray shut down
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
+def test_a_signal_that_reaches_another_thread_still_waits_for_the_held_block():
+    """Ray's threads do not mask the signals: the kernel may hand SIGTERM to one of them, and Python then runs
+    the handler in the main thread at its next instruction. A held block (a step written and counted) must
+    still finish first."""
+    from ultracluster.report.rundir import signals_held
+
+    seen: list = []
+
+    def handler(signum, frame):
+        seen.append("handler")
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, args=(30,))
+    other.start()                     # started before the block: it does not mask SIGTERM
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with signals_held():
+                signal.pthread_kill(other.ident, signal.SIGTERM)
+                for _ in range(50):   # many instructions and returns from sleep: room for the handler to run
+                    time.sleep(0.002)
+                    seen.append("body")
+                seen.append("end of block")
+        assert seen == ["body"] * 50 + ["end of block", "handler"]
+        assert signal.getsignal(signal.SIGTERM) is handler          # the caller's handler is back
+    finally:
+        stop.set()
+        other.join()
+        signal.signal(signal.SIGTERM, previous)
 
 
 def processes_naming(text: str) -> list[int]:

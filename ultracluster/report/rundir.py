@@ -245,21 +245,18 @@ class RunDirectory:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        blocked = _block_signals()
-        try:
-            if not self.path.is_dir():
-                return                 # the staging directory was removed under the run: nothing to move
-            if kind is not None and not any(self.path.iterdir()):
-                shutil.rmtree(self.path, ignore_errors=True)     # nothing written: the directory stays as it was
-            else:
-                if kind is not None:
-                    self._record_unfinished(exc)
-                self._publish()
-        finally:
+        with signals_held():           # a signal now waits until the directory is in place and unlocked
             try:
-                self.lock.__exit__(kind, exc, tb)
+                if not self.path.is_dir():
+                    return             # the staging directory was removed under the run: nothing to move
+                if kind is not None and not any(self.path.iterdir()):
+                    shutil.rmtree(self.path, ignore_errors=True)  # nothing written: the directory stays as it was
+                else:
+                    if kind is not None:
+                        self._record_unfinished(exc)
+                    self._publish()
             finally:
-                _unblock_signals(blocked)
+                self.lock.__exit__(kind, exc, tb)
 
     def _record_unfinished(self, exc: BaseException | None) -> None:
         """An interrupted or failed run: no summary.json, and a run.json that says what ended it."""
@@ -316,7 +313,7 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def _block_signals() -> set | None:
-    """Hold SIGINT/SIGTERM/SIGHUP while the directory is swapped (they are delivered right after)."""
+    """Mask SIGINT/SIGTERM/SIGHUP in this (the main) thread; the previous mask, or None off the main thread."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         return None
     return signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
@@ -329,10 +326,32 @@ def _unblock_signals(previous: set | None) -> None:
 
 @contextlib.contextmanager
 def signals_held():
-    """Hold SIGINT/SIGTERM/SIGHUP for the duration (delivered right after): a finished step is written to
-    steps.csv and counted as one, never half."""
+    """Hold SIGINT/SIGTERM/SIGHUP for the duration: a finished step is written to steps.csv and counted as one,
+    never half, and the run directory is moved into place whole.
+
+    A signal that arrives is recorded and handed to the handler that was in place once the block ends (the
+    CLI's raises RunInterrupted there). Masking the main thread alone is not enough: the kernel may deliver a
+    process-wide signal to any thread that does not mask it (Ray's threads), and Python then runs the handler
+    in the main thread at its next instruction, inside the block. So the handlers are swapped for recorders
+    as well. Off the main thread (where handlers cannot be set) the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    callers = {s: signal.getsignal(s) for s in _SIGNALS}
+    for s in callers:
+        signal.signal(s, lambda signum, frame: held.append(signum))
     blocked = _block_signals()
     try:
         yield
     finally:
-        _unblock_signals(blocked)
+        _unblock_signals(blocked)            # a signal masked meanwhile is delivered now, to the recorders
+        for s, h in callers.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+        if held:
+            handler = callers.get(held[0])
+            if callable(handler):
+                handler(held[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(held[0])
