@@ -12,10 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MB = 1e6
-TIB = float(2**40)
-GIB = float(2**30)
-GBPS = 1e9 / 8
+from ..units import GB, GBPS, GIB, MB, TIB  # noqa: F401  (re-exported by ultracluster.storage)
 
 READ, READ_CACHED, WRITE = "read", "read_cached", "write"
 KINDS = (READ, READ_CACHED, WRITE)
