@@ -9,6 +9,7 @@ storage figures from the cluster built here).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +26,7 @@ from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records
 from .replay.engine import microbatches, plan_comm, replay_steps
 from .replay.events import RunResult, StepRecord
+from .replay.profile import merge_degraded
 from .replay.records import ComputeTally, comm_records, measured_steps, stage_dp_exposure
 from .replay.schedule import stage_programs
 from .scenario import Scenario, load_scenario
@@ -64,17 +66,19 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
         # chunk c runs on the tp x cp x dp = ranks / pp ranks of its stage, once per microbatch
         result.hardware_flops_per_step = float(chunks.flops_per_microbatch.sum() * microbatches(scenario)
                                                * cluster.ranks / layout.pp)
-        comm = plan_comm(scenario, cluster, chunks.tp_hide_bwd_s)
-        result.collectives = comm.records
         result.microbatches = microbatches(scenario)
-        result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,
-                                                            cluster.stage_layers(scenario.model.layers))
-        result.replica_tp_comm_s = replica_tp_records(comm, layout.pp, result.microbatches)
         tally = ComputeTally(layout, result.microbatches, t.warmup_steps)   # per-rank compute
         if progress:
             progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)
         with shards_factory(scenario, cluster) as shards, storage_service(scenario, cluster) as fs:
             result.ray_nodes = shards.nodes
+            # the shards own their instances: the collectives are priced on the degraded parts they report
+            cluster = replace(cluster, degraded=merge_degraded(shards.states(), cluster.instances))
+            comm = plan_comm(scenario, cluster, chunks.tp_hide_bwd_s)
+            result.collectives = comm.records
+            result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,
+                                                                cluster.stage_layers(scenario.model.layers))
+            result.replica_tp_comm_s = replica_tp_records(comm, layout.pp, result.microbatches)
             metrics = RunMetrics.create(scenario.name, t.warmup_steps + t.steps, enabled=export_metrics)   # Grafana
             metrics.actors_alive(len(cluster.shards))
             if progress:

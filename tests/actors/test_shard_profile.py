@@ -7,7 +7,7 @@ from ultracluster import chip, load_scenario
 from ultracluster.actors.local import LocalShards
 from ultracluster.cluster import build_cluster
 from ultracluster.pipeline import predict
-from ultracluster.replay.profile import merge_profiles
+from ultracluster.replay.profile import merge_degraded, merge_profiles
 
 
 def scenario(instances_per_actor, tp=32, cp=2, instances=8, pp=1):
@@ -110,3 +110,33 @@ def test_stragglers_each_shard_draws_its_own_and_together_they_are_the_global_dr
         s, _ = chip.stragglers(NS(seed=seed, faults=sc.faults), 100_000)
         counts += np.bincount(s // 10_000, minlength=10)
     assert counts.sum() == 200 * 1000 and np.abs(counts - 20_000).max() < 5 * np.sqrt(20_000 * 0.9)
+
+
+def degraded_scenario(instances_per_actor):
+    return load_scenario({
+        "name": "degraded-own", "model": {"preset": "llama2-7b", "layers": 4},
+        "training": {"seq_len": 4096, "global_batch": 64, "steps": 2, "warmup_steps": 1},
+        "parallelism": {"tp": 32, "pp": 2}, "cluster": {"instance": "trn1.32xlarge", "instances": 8},
+        "faults": {"degraded": [{"instances": [1, 2, 5], "efa_nics": 4},
+                                {"instances": [6], "neuronlink_scale": 0.5}]},
+        "emulation": {"instances_per_actor": instances_per_actor},
+    })
+
+
+def test_each_shard_reports_its_own_degraded_instances_and_the_driver_puts_them_back_together():
+    sc = degraded_scenario(2)
+    cl = build_cluster(sc, 2)
+    states = LocalShards(sc, cl).states()
+    assert [(s.first_instance, s.instances) for s in states] == [(0, 2), (2, 2), (4, 2), (6, 2)]
+    assert [[(e, p.instances) for e, p in s.degraded] for s in states] == [[(0, (1,))], [(0, (2,))], [(0, (5,))],
+                                                                          [(1, (6,))]]
+    assert merge_degraded(states, cl.instances) == cl.degraded
+    with pytest.raises(ValueError, match=r"instances \[2, 3\] are owned by \[0\] shards"):
+        merge_degraded([states[0], states[2], states[3]], cl.instances)
+
+
+def test_degraded_instances_give_the_same_steps_for_any_folding():
+    one, four = (predict(degraded_scenario(n)) for n in (1, 4))
+    healthy = predict(load_scenario({**degraded_scenario(1).to_dict(), "faults": {}}))
+    assert one["step_time_s"] == pytest.approx(four["step_time_s"], rel=1e-12)
+    assert one["dp_comm_s"] > healthy["dp_comm_s"]

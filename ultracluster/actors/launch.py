@@ -30,7 +30,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from ..cluster.catalog import INSTANCES, ultraserver_of
 from ..errors import ActorError, Problem, RunInterrupted, ScenarioError
-from ..replay.profile import ShardProfile
+from ..replay.profile import ShardProfile, ShardState
 from .shard import ShardWorker
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,9 @@ class RayShards:
                 except RayError as probe:
                     dead[i] = _last_line(probe)
         return [(self.cluster.shards[i].label, dead[i]) for i in sorted(dead)]
+
+    def states(self) -> list[ShardState]:
+        return self._get([a.state.remote() for a in self.actors])
 
     def profiles(self, step: int) -> list[ShardProfile]:
         return self._get([a.profile.remote(step) for a in self.actors])

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ..network.algorithms import schedule
-from ..replay.profile import ShardProfile
+from ..replay.profile import ShardProfile, ShardState
 from .shard import ShardWorker
 
 
@@ -16,6 +16,9 @@ class LocalShards:
         self.workers = [ShardWorker(scenario, cluster, s) for s in cluster.shards]
         self.nodes = 1
         self._algorithm: str | None = None
+
+    def states(self) -> list[ShardState]:
+        return [w.state() for w in self.workers]
 
     def profiles(self, step: int) -> list[ShardProfile]:
         return [w.profile(step) for w in self.workers]

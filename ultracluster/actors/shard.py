@@ -12,13 +12,15 @@ cores.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .. import chip
 from .. import operators as opslib
 from ..cluster import Cluster, ShardSpec
 from ..network.algorithms import schedule
-from ..replay.profile import ShardProfile, priced_stages, stage_chunks
+from ..replay.profile import ShardProfile, ShardState, priced_stages, stage_chunks
 
 PAYLOAD_MAX_BYTES = 1 << 30   # per actor; beyond it `emulation.payload_scale` is too large for one machine
 
@@ -74,6 +76,17 @@ class ShardWorker:
 
     def ping(self) -> int:
         return self.shard.index
+
+    def state(self) -> ShardState:
+        """Its instances and, of the scenario's degraded ones (`faults.degraded`), those it owns: the driver
+        prices the collectives from what the shards report (`replay.profile.merge_degraded`)."""
+        lo, n = self.shard.first_instance, self.shard.instances
+        mine = []
+        for entry, part in enumerate(self.cluster.degraded):
+            own = tuple(i for i in part.instances if lo <= i < lo + n)
+            if own:
+                mine.append((entry, replace(part, instances=own)))
+        return ShardState(shard=self.shard.index, first_instance=lo, instances=n, degraded=tuple(mine))
 
     def profile(self, step: int) -> ShardProfile:
         """This shard's compute for `step`: the chunk and optimizer times at speed 1 of the stages it prices

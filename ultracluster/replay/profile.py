@@ -145,3 +145,42 @@ def merge_profiles(profiles: Sequence[ShardProfile], groups: int) -> MergedProfi
     return MergedProfile(forward_s=fwd, backward_s=bwd, optimizer_s=opt,
                          attention_fwd_s=pricing.attention_fwd_s, attention_bwd_s=pricing.attention_bwd_s,
                          group_speed=speed, slow_ranks=slow[order], slow_factors=factor[order])
+
+
+@dataclass(frozen=True)
+class ShardState:
+    """What a shard says of the instances it stands for, once, before the first step.
+
+    Attributes:
+        shard: shard index.
+        first_instance, instances: the contiguous range of instances it owns.
+        degraded: per `faults.degraded` entry touching them, (entry index, that entry's part restricted to
+            this shard's instances); `cluster.DegradedPart`.
+    """
+
+    shard: int
+    first_instance: int
+    instances: int
+    degraded: tuple = ()
+
+
+def merge_degraded(states: Sequence[ShardState], instances: int) -> tuple:
+    """The cluster's degraded parts as the shards own them: each entry's instances put back together, in
+    entry order. Every instance must be owned by exactly one shard (a gap or an overlap is an error naming
+    the instances)."""
+    from dataclasses import replace
+
+    owned = np.zeros(instances, dtype=np.int64)
+    for s in states:
+        owned[s.first_instance:s.first_instance + s.instances] += 1
+    bad = np.flatnonzero(owned != 1)
+    if bad.size:
+        raise ValueError(f"instances {bad[:8].tolist()}{' ...' if bad.size > 8 else ''} are owned by "
+                         f"{sorted(set(owned[bad].tolist()))} shards each; every instance needs exactly one")
+    parts: dict[int, object] = {}
+    for s in states:
+        for entry, part in s.degraded:
+            have = parts.get(entry)
+            parts[entry] = part if have is None else replace(have, instances=tuple(sorted(have.instances
+                                                                                          + part.instances)))
+    return tuple(parts[e] for e in sorted(parts))
