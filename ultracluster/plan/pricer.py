@@ -2,7 +2,7 @@
 cluster figures, and which source (batched or per layout) each part of the fast path uses."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 from .. import chip
@@ -27,9 +27,8 @@ PARTS = ("memory", "chunks", "comm")
 SCHEDULES_BY_CODE = ("gpipe", "1f1b", "interleaved")
 SCHEDULE_CODE = {name: i for i, name in enumerate(SCHEDULES_BY_CODE)}
 CHECK_RTOL = 1e-9
-# the Calibration switches (mechanisms on or off): one Pricer prices every row with one operator list
-SWITCHES = ("fusion", "engine_clock_rates", "flash_attention", "attention_serial", "stage_ends", "tp_overlap",
-            "dp_overlap", "step_costs")
+# the Calibration switches (its bool fields: mechanisms on or off): one Pricer prices every row with one operator list
+SWITCHES = tuple(f.name for f in fields(Calibration) if f.type in ("bool", bool))
 
 
 def calibration_index(row: Any) -> int:

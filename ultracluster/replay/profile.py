@@ -20,7 +20,7 @@ groups + slow ranks), never O(ranks).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -168,8 +168,6 @@ def merge_degraded(states: Sequence[ShardState], instances: int) -> tuple:
     """The cluster's degraded parts as the shards own them: each entry's instances put back together, in
     entry order. Every instance must be owned by exactly one shard (a gap or an overlap is an error naming
     the instances)."""
-    from dataclasses import replace
-
     owned = np.zeros(instances, dtype=np.int64)
     for s in states:
         owned[s.first_instance:s.first_instance + s.instances] += 1
