@@ -15,7 +15,7 @@ from typing import Callable
 
 from . import chip
 from . import operators as opslib
-from .actors.launch import resolve_instances_per_actor
+from .actors.launch import Capacity, resolve_instances_per_actor
 from .actors.metrics import RunMetrics
 from .actors.shard import PAYLOAD_MAX_BYTES, payload_elements
 from .actors.storage_actor import storage_service
@@ -34,16 +34,17 @@ from .storage import StorageCosts, figures
 
 
 def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: Callable | None = None,
-            calibration: Calibration | None = None, progress=None, cpus: int | None = None,
+            calibration: Calibration | None = None, progress=None, capacity: Capacity | None = None,
             export_metrics: bool = True) -> RunResult:
     """The stages up to the replayed steps: scenario → cluster → memory → shards → replay → RunResult.
 
-    `cpus`: CPUs of the Ray cluster the shards run on, for `instances_per_actor: auto` (None: this machine).
+    `capacity`: what the Ray cluster the shard actors run on offers (`actors.launch.fold`: `auto` and the bound on
+    the actors; None: in-process shards, no bound).
     `export_metrics`: export the run's Ray metrics for Grafana (off for the interval's side pricings).
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    cluster = build_cluster(scenario, resolve_instances_per_actor(scenario, cpus),
+    cluster = build_cluster(scenario, resolve_instances_per_actor(scenario, capacity),
                             calibration or DEFAULT_CALIBRATION)
     library = opslib.library_for(scenario)
     layout, t = cluster.layout, scenario.training

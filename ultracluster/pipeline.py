@@ -59,9 +59,9 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
         result = emulate(scenario, shards_factory, step_done, calibration, progress)
     else:
         opslib.library_for(scenario)      # read the library before Ray may move this process into a job's
-        with attached(address) as cpus:   # working dir; size `auto` folding for the cluster that runs the actors
+        with attached(address) as capacity:   # working dir; fold the actors for the cluster that runs them
             result = emulate(scenario, lambda sc, cl: launch_actors(sc, cl, address), step_done, calibration,
-                             progress, cpus)
+                             progress, capacity)
     result.interval = interval_keys(scenario, summarize(result), calibration)
     report = build_report(result)
     if out is not None:

@@ -18,20 +18,25 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import signal
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator, Mapping
 
 import ray
+from ray._private import ray_constants as _ray_constants, utils as _ray_utils   # the embedded Ray's own sizing
 from ray.exceptions import RayActorError, RayError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from ..cluster import build_cluster
 from ..cluster.catalog import INSTANCES, ultraserver_of
 from ..errors import ActorError, Problem, RunInterrupted, ScenarioError
 from ..replay.profile import ShardProfile, ShardState
-from .shard import ShardWorker
+from ..units import GIB, MIB
+from .shard import ShardWorker, payload_elements
 
 log = logging.getLogger(__name__)
 
@@ -45,21 +50,115 @@ PROBE_TIMEOUT_S = 10.0                  # how long a liveness probe of the actor
 AUTO_ACTORS_PER_CPU = 2     # enough actors to keep every core busy while some wait on the payload ring
 MAX_AUTO_ACTORS = 16
 
+# What one shard actor costs, measured by benchmarks/actor_footprint.py (docs/performance.md, "Shard actors"):
+# a peak RSS of 155-159 MiB per actor with a 2 MiB payload, growing by 10 x its payload (the buffer, its sent
+# and received chunks, the exact sum it checks against), and about 1 CPU second to start.
+ACTOR_BASE_BYTES = 160 * MIB
+ACTOR_PAYLOAD_COPIES = 10
+ACTOR_MEMORY_SHARE = 0.5    # actors take at most half the memory the cluster reports: the driver, the object
+                            # store's copies and whatever else runs there keep the rest (Ray's memory monitor
+                            # kills workers once a node's memory is 95 % used: docs/sources.md §4.9)
+MAX_ACTORS_PER_CPU = 16     # each takes about 1 CPU second to start (benchmark): 16 per CPU start in about 16 s
 
-def resolve_instances_per_actor(scenario, cpus: int | None = None) -> int:
-    """Instances per actor: the scenario's number, or for `auto` a count that suits this machine.
 
-    `auto` aims at 2 actors per CPU (at most 16), never splitting an UltraServer (4 or 36 instances).
+@dataclass(frozen=True)
+class Capacity:
+    """What the Ray cluster that runs the actors offers them.
+
+    Attributes:
+        cpus: its CPUs (`ray.cluster_resources()`).
+        memory_bytes: its memory not yet claimed (`ray.available_resources()["memory"]`); for an embedded Ray
+            not started yet, the figure it will report (this machine's available memory less the object store).
+        where: how messages name it: "the Ray cluster" or "this machine".
+    """
+
+    cpus: int
+    memory_bytes: float
+    where: str = "the Ray cluster"
+
+    def max_actors(self, actor_bytes: float) -> int:
+        """The most shard actors it takes, each needing `actor_bytes`: MAX_ACTORS_PER_CPU per CPU, and their
+        footprints within ACTOR_MEMORY_SHARE of its memory; at least one."""
+        by_memory = int(ACTOR_MEMORY_SHARE * self.memory_bytes // max(actor_bytes, 1))
+        return max(1, min(MAX_ACTORS_PER_CPU * max(self.cpus, 1), by_memory))
+
+
+def cluster_capacity() -> Capacity:
+    """The Capacity of the Ray cluster this process is attached to, as Ray reports it."""
+    return Capacity(cpus=int(ray.cluster_resources().get("CPU", 0)) or 1,
+                    memory_bytes=float(ray.available_resources().get("memory", 0.0)))
+
+
+def machine_capacity() -> Capacity:
+    """The Capacity an embedded Ray on this machine will report: its CPUs, and Ray's own estimate of the
+    available memory (cgroup-aware) less the object store's default share, as `ray.init` computes them."""
+    available = _ray_utils.estimate_available_memory()
+    memory = available * (1 - _ray_constants.DEFAULT_OBJECT_STORE_MEMORY_PROPORTION)
+    return Capacity(cpus=os.cpu_count() or 1, memory_bytes=float(memory), where="this machine")
+
+
+def actor_bytes(scenario) -> float:
+    """One shard actor's memory for this scenario: ACTOR_BASE_BYTES + ACTOR_PAYLOAD_COPIES x its payload."""
+    whole = build_cluster(scenario, scenario.cluster.instances)       # one shard: the payload does not fold
+    return ACTOR_BASE_BYTES + ACTOR_PAYLOAD_COPIES * 8 * payload_elements(scenario, whole)
+
+
+@dataclass(frozen=True)
+class Folding:
+    """How a run's instances fold into shard actors.
+
+    Attributes:
+        instances_per_actor: instances each actor holds (the last may hold fewer).
+        actors: actors the run starts.
+        note: one line when an explicit `emulation.instances_per_actor` was raised to fit the cluster, else None.
+    """
+
+    instances_per_actor: int
+    actors: int
+    note: str | None = None
+
+
+def fold(scenario, capacity: Capacity | None = None) -> Folding:
+    """Instances per actor for a run: the scenario's number, or for `auto` a count that suits the cluster; with
+    a `capacity`, never more actors than it takes (`Capacity.max_actors`), folding more instances per actor.
+
+    `auto` aims at 2 actors per CPU (at most 16), never splitting an UltraServer (4 or 36 instances). An explicit
+    number that would start more actors than the capacity takes is raised to fit, with a note saying so.
+    Folding never changes a prediction. `capacity` None (in-process shards): no bound, `auto` for this machine.
     """
     setting = scenario.emulation.instances_per_actor
+    instances = scenario.cluster.instances
     us = ultraserver_of(INSTANCES[scenario.cluster.instance]) if scenario.cluster.ultraserver else None
     unit = us.instances if us is not None else 1
-    if setting != "auto":
-        return int(setting)
-    cpus = cpus or os.cpu_count() or 1
-    target = max(1, min(MAX_AUTO_ACTORS, AUTO_ACTORS_PER_CPU * cpus))
-    units = math.ceil(scenario.cluster.instances / unit)
-    return unit * math.ceil(units / target)
+    units = math.ceil(instances / unit)
+    most = None
+    if capacity is not None:
+        need = actor_bytes(scenario)
+        most = capacity.max_actors(need)
+    if setting == "auto":
+        cpus = capacity.cpus if capacity is not None else (os.cpu_count() or 1)
+        target = max(1, min(MAX_AUTO_ACTORS, AUTO_ACTORS_PER_CPU * cpus, most or MAX_AUTO_ACTORS))
+        ipa = unit * math.ceil(units / target)
+        return Folding(ipa, math.ceil(instances / ipa))
+    ipa = max(1, min(int(setting), instances))
+    actors = math.ceil(instances / ipa)
+    if most is None or actors <= most:
+        return Folding(ipa, actors)
+    raised = unit * math.ceil(units / most)
+    actors_now = math.ceil(instances / raised)
+    note = (f"note: emulation.instances_per_actor {setting} would start {actors:,} actors, more than "
+            f"{capacity.where} takes ({most:,}: {capacity.cpus} CPUs, {capacity.memory_bytes / GIB:.1f} GiB free, "
+            f"{need / MIB:,.0f} MiB per actor); folding {raised:,} instances per actor instead ({actors_now:,} "
+            f"actors, the same results)")
+    return Folding(raised, actors_now, note)
+
+
+def resolve_instances_per_actor(scenario, capacity: Capacity | None = None) -> int:
+    """Instances per actor for a run on `capacity` (`fold`); logs the one-line note when a setting was raised."""
+    folding = fold(scenario, capacity)
+    if folding.note:
+        log.warning(folding.note)
+    return folding.instances_per_actor
 
 
 @ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)
@@ -90,19 +189,21 @@ class RayShards:
         self.nodes = len(set(self.node_ids))
 
     def _get(self, refs: list) -> list:
-        """ray.get that turns a dead actor into an ActorError naming its shard and instances."""
+        """ray.get that turns dead actors into one ActorError naming how many died and of what (`dead_actor_message`)."""
         try:
             return ray.get(refs)
         except RayError as err:
+            _settle(refs)
             dead = self._dead_shards(err)
             if dead:
-                raise ActorError(dead_actor_message(dead)) from None
+                raise ActorError(dead_actor_message(dead, len(self.actors))) from None
             raise ActorError(f"Ray failed: {type(err).__name__}: {_last_line(err)}") from None
 
     def _dead_shards(self, err: RayError) -> list[tuple[str, str]]:
-        """(shard label, reason) of every dead actor: the one the error names, else those a ping finds dead."""
+        """(shard label, Ray's error text) of every dead actor: the one the error names, else those a ping finds
+        dead."""
         ids = self._actor_ids
-        dead = {ids.index(err.actor_id): _last_line(err)} if isinstance(err, RayActorError) \
+        dead = {ids.index(err.actor_id): str(err)} if isinstance(err, RayActorError) \
             and err.actor_id in ids else {}
         try:
             pings = [a.ping.remote() for a in self.actors]
@@ -114,7 +215,7 @@ class RayShards:
                 try:
                     ray.get(ref)
                 except RayError as probe:
-                    dead[i] = _last_line(probe)
+                    dead[i] = str(probe)
         return [(self.cluster.shards[i].label, dead[i]) for i in sorted(dead)]
 
     def states(self) -> list[ShardState]:
@@ -146,12 +247,74 @@ class RayShards:
         return int(moved), all(done[n + len(receives):])
 
 
-def dead_actor_message(dead: list[tuple[str, str]]) -> str:
-    """The error of a run whose actors died: every dead shard with its instances and Ray's reason."""
+def _settle(refs: list) -> None:
+    """Fetch every answer of a call that failed (waiting up to PROBE_TIMEOUT_S), so that Ray does not print each
+    failed one as an "unhandled error" with its full text when its reference is dropped."""
+    try:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=PROBE_TIMEOUT_S)
+    except RayError:
+        return
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except RayError:
+            pass
+
+
+CAUSES_SHOWN = 4          # causes named in a failed run's message; the rest are counted (the line stays < 2 KiB)
+DETAIL_CHARS = 300        # Ray's detail quoted for the first shard of each cause
+
+
+def death_cause(text: str) -> tuple[str, str]:
+    """(cause, detail) of a dead actor from Ray's error text: the cause names what killed it in words that are the
+    same for every shard it killed and read after a count ("20 killed by Ray's memory monitor ...", "3 whose
+    worker process exited (SYSTEM_ERROR)"); the detail is Ray's most telling line, cut to DETAIL_CHARS."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    last = lines[-1] if lines else "no reason given"
+    if "running low on memory" in text or "OutOfMemory" in text:
+        first = next((ln for ln in lines if "running low on memory" in ln), last)
+        return "killed by Ray's memory monitor (the node ran out of memory)", first[:DETAIL_CHARS]
+    if "ray.kill" in text:
+        return "killed with ray.kill", last[:DETAIL_CHARS]
+    exit_type = re.search(r"Worker exit type: (\w+)", text)
+    if exit_type:
+        detail = re.search(r"Worker exit detail: ([^.]*\.)", text)
+        return (f"whose worker process exited ({exit_type.group(1)})",
+                (detail.group(1) if detail else last)[:DETAIL_CHARS])
+    if re.search(r"\bnode\b.*\b(died|dead|failed)\b", text, re.IGNORECASE):
+        return "whose Ray node died", last[:DETAIL_CHARS]
+    # anything else: the last line with its numbers and ids blanked, so that the same failure groups
+    same = re.sub(r"\b[0-9a-f]{8,}\b|\d+(\.\d+)?", "N", last)[:DETAIL_CHARS]
+    return f"that failed with: {same}", last[:DETAIL_CHARS]
+
+
+def dead_actor_message(dead: list[tuple[str, str]], actors: int | None = None) -> str:
+    """The one-line error of a run whose actors died: the dead shards grouped by cause (`death_cause`), each
+    cause with how many it killed and the first shard's detail once; a cause that killed one shard names it.
+    At most CAUSES_SHOWN causes, so the line stays short whatever the number of shards.
+
+    Args:
+        dead: (shard label, Ray's error text) of each dead actor, in shard order.
+        actors: how many actors the run had (None: not said).
+    """
     if len(dead) == 1:
-        lead = f"the actor for {dead[0][0]} died ({dead[0][1]})"
+        lead = f"the actor for {dead[0][0]} died ({death_cause(dead[0][1])[1]})"
     else:
-        lead = f"{len(dead)} actors died: " + "; ".join(f"{label} ({reason})" for label, reason in dead)
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for label, text in dead:
+            cause, detail = death_cause(text)
+            groups.setdefault(cause, []).append((label, detail))
+        order = sorted(groups.items(), key=lambda kv: -len(kv[1]))        # stable: first shard's order on ties
+        parts = []
+        for cause, members in order[:CAUSES_SHOWN]:
+            label, detail = members[0]
+            parts.append(f"{label} ({detail})" if len(members) == 1 else
+                         f"{len(members):,} {cause} (the first, {label}: {detail})")
+        rest = order[CAUSES_SHOWN:]
+        if rest:
+            parts.append(f"and {sum(len(m) for _, m in rest):,} more of {len(rest)} other cause(s)")
+        of = f" of {actors:,}" if actors else ""
+        lead = f"{len(dead):,}{of} actors died: " + "; ".join(parts)
     return f"{lead}; the run stops here (steps.csv keeps the steps that finished)"
 
 
@@ -234,12 +397,28 @@ def _connect(address: str | None, shards: int) -> bool:
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise ActorError(f"could not {'connect to Ray at ' + address if address else 'start a local Ray'}: "
                              f"{err}") from None
+    _raylet_echo(False)
     if held:                      # a signal came while Ray started: stop it whole, then act on the signal
-        ray.shutdown()
+        shutdown()
         signum, handler = held[0]
         handler(signum, None)
         raise RunInterrupted(signum)   # the handler chose not to raise: Ray is down, the run cannot go on
     return True
+
+
+def _raylet_echo(on: bool) -> None:
+    """Whether the driver prints the raylet's messages (one per worker that dies or starts late). Off in the Ray
+    sessions this process opens: a run whose actors die says so in one line (`dead_actor_message`), however
+    many there were. Ray's own switch, the one its debugger (`ray.util.rpdb`) turns off."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    if worker is not None and hasattr(worker, "_worker_logs_enabled"):
+        worker._worker_logs_enabled = on
+
+
+def shutdown() -> None:
+    """Stop the Ray session this process opened (`_connect`), and give Ray back its raylet messages."""
+    ray.shutdown()
+    _raylet_echo(True)
 
 
 @contextmanager
@@ -276,23 +455,24 @@ def _signals_held() -> Iterator[list]:
 
 
 @contextmanager
-def attached(address: str | None = None) -> Iterator[int | None]:
-    """Attach to the Ray cluster a run is sent to, for the length of the run, yielding its CPUs.
+def attached(address: str | None = None) -> Iterator[Capacity]:
+    """Attach to the Ray cluster a run is sent to, for the length of the run, yielding its Capacity.
 
-    `emulation.instances_per_actor: auto` sizes the actors for the cluster that will run them, not for the
-    driver's machine. Yields None when no cluster is named (no running Ray, no address, no RAY_ADDRESS):
-    the embedded Ray, started later by `launch_actors`, runs on this machine.
+    Folding (`fold`: `auto`, and the bound on the actors a run starts) is sized for the cluster that will run
+    the actors, not for the driver's machine. When no cluster is named (no running Ray, no address, no
+    RAY_ADDRESS) the embedded Ray, started later by `launch_actors`, runs on this machine: its Capacity is the
+    one that Ray will report (`machine_capacity`).
     """
     address = address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized() and not address:
-        yield None
+        yield machine_capacity()
         return
     started = _connect(address, 0)
     try:
-        yield int(ray.cluster_resources().get("CPU", 0)) or None
+        yield cluster_capacity()
     finally:
         if started:
-            ray.shutdown()
+            shutdown()
 
 
 @contextmanager
@@ -334,4 +514,4 @@ def launch_actors(scenario, cluster, address: str | None = None,
             except RayError:
                 pass
         if started:
-            ray.shutdown()
+            shutdown()

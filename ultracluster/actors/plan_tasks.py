@@ -18,7 +18,7 @@ from ray.exceptions import RayError
 
 from ..errors import ActorError
 from ..plan.search import evaluate_chunk
-from .launch import _connect
+from .launch import _connect, shutdown
 
 
 @ray.remote(num_cpus=1, max_retries=2)
@@ -68,4 +68,4 @@ def planning_ray(address: str | None, shards: int = 0) -> Iterator[float]:
         yield time.perf_counter() - t0
     finally:
         if started:
-            ray.shutdown()
+            shutdown()

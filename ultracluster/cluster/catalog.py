@@ -550,6 +550,19 @@ ULTRASERVERS: Mapping[str, UltraServerSpec] = {
 """UltraServer of each instance type that joins one (`InstanceSpec.ultraserver_capable`)."""
 
 
+# The largest cluster of each chip AWS describes, in chips: how many instances a layout search may ask for.
+ULTRACLUSTER_CHIPS: Mapping[str, int] = {
+    "trainium": 30_000,       # H2: Trn1/Trn1n in an EC2 UltraCluster "to over 30,000 Trainium devices"
+    "trainium2": 500_000,     # H21: Project Rainier, an EC2 UltraCluster of "nearly half a million Trainium2 chips"
+    "trainium3": 1_000_000,   # TS10 (press; no AWS page says): UltraClusters of "up to 1 million Trainium3 chips"
+}
+
+
+def largest_cluster(spec: InstanceSpec) -> int:
+    """The most instances of a type in the catalog's largest cluster of its chip (`ULTRACLUSTER_CHIPS`)."""
+    return ULTRACLUSTER_CHIPS[spec.chip.name] // spec.chips
+
+
 def ultraserver_of(spec: InstanceSpec) -> UltraServerSpec | None:
     """The UltraServer an instance type joins, or None."""
     return ULTRASERVERS.get(spec.name) if spec.ultraserver_capable else None

@@ -14,6 +14,7 @@ tests/plan/test_space.py loads generated layouts through `load_scenario`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import pandas as pd
 
@@ -56,7 +57,17 @@ class SearchSpace:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n, ascending (trial division up to its square root: a cluster of a million ranks is
+    instant)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def clusters(base: Scenario, space: SearchSpace) -> list[tuple[str, int, int, int]]:
@@ -78,41 +89,74 @@ def clusters(base: Scenario, space: SearchSpace) -> list[tuple[str, int, int, in
     return out
 
 
-def enumerate_layouts(base: Scenario, space: SearchSpace = SearchSpace()) -> pd.DataFrame:
+def _zero_values(space: SearchSpace) -> tuple[int, ...]:
+    return space.zero if space.zero is not None else ((0, 1, 3) if has_zero_stages() else (0, 1))
+
+
+def _shapes(base: Scenario, space: SearchSpace, ranks: int):
+    """(tp, cp, pp, dp, ep, micro_batch, microbatches, [(schedule, virtual stages), ...]) of every valid layout
+    of a cluster of `ranks` ranks but its recompute mode and ZeRO stage, in the table's order."""
+    m, t = base.model, base.training
+    moe = m.moe
+    tps = [tp for tp in _divisors(ranks) if m.heads % tp == 0 and (m.kv_heads % tp == 0 or tp % m.kv_heads == 0)
+           and (tp == 1 or t.seq_len % tp == 0) and (space.tp is None or tp in space.tp)]
+    for tp in tps:
+        for cp in [c for c in _divisors(ranks // tp) if c <= space.max_cp and c & (c - 1) == 0
+                   and t.seq_len % c == 0]:
+            for pp in [p for p in _divisors(ranks // (tp * cp)) if p <= m.layers
+                       and (space.pp is None or p in space.pp)]:
+                dp = ranks // (tp * cp * pp)
+                eps = [e for e in _divisors(dp) if moe and moe.experts % e == 0] if moe else [1]
+                for ep in eps:
+                    for mb in space.micro_batches:
+                        if t.global_batch % (dp * mb):
+                            continue
+                        mbs = t.global_batch // (dp * mb)
+                        scheds = [("1f1b", 1)] if pp == 1 else \
+                            [(s, 1) for s in space.schedules if s != "interleaved"] + \
+                            [("interleaved", v) for v in space.virtual_stages if "interleaved" in space.schedules
+                             and pp * v <= m.layers and mbs % pp == 0]
+                        yield tp, cp, pp, dp, ep, mb, mbs, scheds
+
+
+def count_layouts(base: Scenario, space: SearchSpace = SearchSpace(), stop_above: int | None = None) -> int:
+    """How many layouts `enumerate_layouts` generates (it may add one more: the scenario's own layout, when the
+    search's rules leave it out), without building them: the plan's size before it starts.
+
+    Args:
+        stop_above: stop counting once the count passes this (the search is too large anyway).
+    """
+    per_shape = len(space.recompute) * len(_zero_values(space))
+    total = 0
+    for _, _, _, ranks in clusters(base, space):
+        total += per_shape * sum(len(scheds) for *_, scheds in _shapes(base, space, ranks))
+        if stop_above is not None and total > stop_above:
+            break
+    return total
+
+
+def enumerate_layouts(base: Scenario, space: SearchSpace = SearchSpace(),
+                      progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Every valid layout of the search space, in a fixed order, with `microbatches` per replica.
+
+    Args:
+        progress: called with the layouts generated so far after each cluster (instance type, count, lnc).
 
     Returns:
         DataFrame with LAYOUT_COLUMNS and `microbatches`; row 0 is the scenario's own layout when the space
         covers its cluster.
     """
-    m, t = base.model, base.training
-    zero_values = space.zero if space.zero is not None else ((0, 1, 3) if has_zero_stages() else (0, 1))
-    moe = m.moe
+    zero_values = _zero_values(space)
     rows: list[tuple] = []
     own = _own_row(base)
     for inst, n, lnc, ranks in clusters(base, space):
-        tps = [tp for tp in _divisors(ranks) if m.heads % tp == 0 and (m.kv_heads % tp == 0 or tp % m.kv_heads == 0)
-               and (tp == 1 or t.seq_len % tp == 0) and (space.tp is None or tp in space.tp)]
-        for tp in tps:
-            for cp in [c for c in _divisors(ranks // tp) if c <= space.max_cp and c & (c - 1) == 0
-                       and t.seq_len % c == 0]:
-                for pp in [p for p in _divisors(ranks // (tp * cp)) if p <= m.layers
-                           and (space.pp is None or p in space.pp)]:
-                    dp = ranks // (tp * cp * pp)
-                    eps = [e for e in _divisors(dp) if moe and moe.experts % e == 0] if moe else [1]
-                    for ep in eps:
-                        for mb in space.micro_batches:
-                            if t.global_batch % (dp * mb):
-                                continue
-                            mbs = t.global_batch // (dp * mb)
-                            scheds = [("1f1b", 1)] if pp == 1 else \
-                                [(s, 1) for s in space.schedules if s != "interleaved"] + \
-                                [("interleaved", v) for v in space.virtual_stages if "interleaved" in space.schedules
-                                 and pp * v <= m.layers and mbs % pp == 0]
-                            for rc in space.recompute:
-                                for z in zero_values:
-                                    for sched, v in scheds:
-                                        rows.append((inst, n, lnc, tp, pp, cp, ep, dp, mb, rc, sched, v, z, tp > 1, mbs))
+        for tp, cp, pp, dp, ep, mb, mbs, scheds in _shapes(base, space, ranks):
+            for rc in space.recompute:
+                for z in zero_values:
+                    for sched, v in scheds:
+                        rows.append((inst, n, lnc, tp, pp, cp, ep, dp, mb, rc, sched, v, z, tp > 1, mbs))
+        if progress is not None:
+            progress(len(rows))
     cols = list(LAYOUT_COLUMNS) + ["microbatches"]
     table = pd.DataFrame(rows, columns=cols)
     extra = [own] + [dict(r) for r in space.extra]
