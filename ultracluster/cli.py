@@ -64,7 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--tokens", type=float, metavar="T", help="tokens to train: time_to_train_days per layout")
     pl.add_argument("--max-usd-per-hour", type=float, metavar="X", help="keep clusters costing at most X $/hour")
     pl.add_argument("--top", type=int, default=5, metavar="K", help="layouts to replay with `run` and write as "
-                                                                   "top-N.yaml (default 5)")
+                                                                   "top-N.yaml (default 5, at most 20)")
+    pl.add_argument("--max-search-minutes", type=float, default=10.0, metavar="M",
+                    help="refuse, before it starts, a search estimated to take longer (default 10)")
     pl.add_argument("--out", help="plan directory (default plans/<scenario name>)")
     pl.add_argument("--address", help="Ray cluster to spread the search over (default: RAY_ADDRESS, else this "
                                       "process, or an embedded Ray where that is faster)")
@@ -240,20 +242,28 @@ def _run(scenario, args) -> int:
 def _plan(scenario, args) -> int:
     """`plan`: search the layouts, replay the best, write the plan directory, print the best layouts."""
     from .plan import SearchSpace, format_plan, parse_instance_types, parse_instances, plan
+    from .report import WorkProgress
 
     space = SearchSpace(instance_types=parse_instance_types(args.instance_types) if args.instance_types else None,
                         instance_counts=parse_instances(args.instances) if args.instances else None)
     out = Path(args.out) if args.out else Path("plans") / scenario.name
-    say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
+    # a bar on a terminal, plain lines elsewhere (each phase, and every 10 s), nothing with --quiet
+    shown = None if args.quiet else WorkProgress(f"plan {scenario.name}")
+    say = shown.say if shown else (lambda line: None)
     try:
         with _signals_end_the_run():
             result = plan(scenario, space, objective=args.objective, tokens=args.tokens,
                           max_usd_per_hour=args.max_usd_per_hour, top=args.top, out=out, address=args.address,
-                          log=say)
+                          log=say, max_search_minutes=args.max_search_minutes, progress=shown)
     except KeyboardInterrupt as stop:
         stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
+        if shown:
+            shown.finish()
         print(f"plan interrupted ({stop.signal_name}); {out} may hold an older plan", file=sys.stderr)
         return stop.exit_code
+    finally:
+        if shown:
+            shown.finish()
     s = result.summary
     if not args.quiet:
         print(format_plan(result))

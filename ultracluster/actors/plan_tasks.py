@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pandas as pd
 import ray
@@ -31,9 +31,18 @@ def cluster_cpus() -> int:
     return int(ray.cluster_resources().get("CPU", 0)) or 1
 
 
-def evaluate_on_ray(scenario, calibration, sources: dict[str, str],
-                    pieces: list[pd.DataFrame]) -> tuple[list[pd.DataFrame], int]:
+def search_cpus() -> int:
+    """CPUs a layout search can spread over: the Ray cluster's when this process is attached to one, else this
+    machine's (a cluster named by address is not reached before the search: its CPUs count as this machine's)."""
+    return cluster_cpus() if ray.is_initialized() else (os.cpu_count() or 1)
+
+
+def evaluate_on_ray(scenario, calibration, sources: dict[str, str], pieces: list[pd.DataFrame],
+                    on_done: Callable[[int], None] | None = None) -> tuple[list[pd.DataFrame], int]:
     """Price the pieces of the layout table with Ray tasks spread over the cluster (attached already).
+
+    Args:
+        on_done: called with the layouts priced so far each time a piece comes back (progress).
 
     Returns:
         (the priced pieces in order, how many distinct nodes ran them).
@@ -43,7 +52,14 @@ def evaluate_on_ray(scenario, calibration, sources: dict[str, str],
     """
     sc, cal = ray.put(scenario), ray.put(calibration)
     refs = [_evaluate_task.options(scheduling_strategy="SPREAD").remote(sc, cal, sources, piece) for piece in pieces]
+    sizes = {ref: len(piece) for ref, piece in zip(refs, pieces)}
+    pending, priced = list(refs), 0
     try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            priced += sum(sizes[r] for r in ready)
+            if on_done is not None:
+                on_done(priced)
         done = ray.get(refs)
     except RayError as err:
         lines = [ln for ln in str(err).splitlines() if ln.strip()]

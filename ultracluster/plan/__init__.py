@@ -21,13 +21,13 @@ import numpy as np
 import pandas as pd
 
 from ..cluster.calibration import Calibration
-from ..cluster.catalog import INSTANCES
+from ..cluster.catalog import INSTANCES, ULTRACLUSTER_CHIPS, largest_cluster
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario, load_scenario
 from . import search
 from .fast import Pricer
 from .output import format_plan, layout_yaml, write_plan_dir
-from .space import SearchSpace, clusters, enumerate_layouts, parse_instance_types, parse_instances
+from .space import SearchSpace, clusters, count_layouts, enumerate_layouts, parse_instance_types, parse_instances
 
 __all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "plan"]
 
@@ -35,6 +35,14 @@ EMBEDDED_RAY_START_S = 12.0    # starting an embedded local Ray and warming work
                                # 5-12 s on the 2-CPU development machine): the in-process search must save more
 IN_PROCESS_LAYOUTS_PER_S = 5000.0   # a conservative in-process rate (docs/performance.md measures about 10,000/s)
 REPLAY_DIFFERENCE_NOTE = 0.01  # a replayed layout further than this from its fast-path step time gets a note
+MAX_TOP = 20                   # layouts replayed at most: each is a `run` with its own actors (seconds to a minute
+                               # each on the 2-CPU development machine); plan.csv ranks every layout anyway
+SLOWEST_LAYOUTS_PER_CPU_S = 1000.0   # the slowest pricing measured, per CPU, for the search's time estimate
+                               # (docs/performance.md: 405B on trn2, about 2,000 layouts per CPU second): half of it,
+                               # so that "too large" is said before a search that would take too long, not after
+MAX_SEARCH_MINUTES = 10.0      # default --max-search-minutes: a longer search is refused before it starts
+PRICING_PIECE_LAYOUTS = 4096   # layouts priced per piece in this process, for progress (the same numbers and the
+                               # same speed as one piece: docs/performance.md)
 
 
 @dataclass
@@ -57,9 +65,12 @@ class PlanResult:
 
 
 def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: float | None,
-                   max_usd_per_hour: float | None, top: int) -> list[str]:
+                   max_usd_per_hour: float | None, top: int, max_search_minutes: float = MAX_SEARCH_MINUTES) -> list[str]:
     """Bad option combinations raise ScenarioError naming the flag; returns notes for the plan."""
     problems, notes = [], []
+    if not (isinstance(max_search_minutes, (int, float)) and math.isfinite(max_search_minutes)
+            and max_search_minutes > 0):
+        problems.append(Problem("--max-search-minutes", max_search_minutes, "a number of minutes > 0"))
     if objective not in search.OBJECTIVES:
         problems.append(Problem("--objective", objective, "one of: " + ", ".join(search.OBJECTIVES)))
     if objective == "time_to_train" and tokens is None:
@@ -68,8 +79,9 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
         problems.append(Problem("--tokens", tokens, "a number of tokens > 0, e.g. 15e12"))
     if max_usd_per_hour is not None and not (math.isfinite(max_usd_per_hour) and max_usd_per_hour > 0):
         problems.append(Problem("--max-usd-per-hour", max_usd_per_hour, "a number of US dollars > 0"))
-    if top < 1:
-        problems.append(Problem("--top", top, "an integer >= 1"))
+    if not 1 <= top <= MAX_TOP:
+        problems.append(Problem("--top", top, f"an integer from 1 to {MAX_TOP} (each is replayed with `run`; "
+                                              f"plan.csv ranks every layout)"))
     types = space.instance_types or (base.cluster.instance,)
     unpriced = [t for t in types if INSTANCES[t].price_per_hour_usd is None]
     if unpriced and (objective == "usd_per_million_tokens" or max_usd_per_hour is not None):
@@ -83,7 +95,10 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
         else:
             notes.append(f"the catalog has no price for {', '.join(unpriced)}: their layouts have no cost and are "
                          f"not ranked by cost" + (" nor kept under --max-usd-per-hour" if max_usd_per_hour else ""))
-    if not clusters(base, space):
+    too_many = _beyond_largest_cluster(base, space)
+    if too_many:
+        problems.append(too_many)
+    elif not clusters(base, space):
         problems.append(Problem("--instances", ",".join(map(str, space.instance_counts or ())),
                                 "instance counts the instance types can form (UltraServers: multiples of 4)"))
     if problems:
@@ -91,19 +106,70 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
     return notes
 
 
+def _beyond_largest_cluster(base: Scenario, space: SearchSpace) -> Problem | None:
+    """An instance count beyond the catalog's largest cluster of its instance type's chip, as the flag's problem."""
+    types = space.instance_types or (base.cluster.instance,)
+    counts = space.instance_counts or (base.cluster.instances,)
+    limit, kind = min((largest_cluster(INSTANCES[t]), t) for t in types)
+    over = [n for n in counts if n > limit]
+    if not over:
+        return None
+    spec = INSTANCES[kind]
+    given = over[0] if len(over) == 1 else ",".join(map(str, over))
+    return Problem("--instances" if space.instance_counts else "cluster.instances", given,
+                   f"instance counts up to {limit:,} for {kind} (the catalog's largest {spec.chip.name} cluster: "
+                   f"{ULTRACLUSTER_CHIPS[spec.chip.name]:,} chips, {spec.chips} per instance)")
+
+
+def _check_size(base: Scenario, space: SearchSpace, max_search_minutes: float) -> int:
+    """The layouts the search will price (`count_layouts`); a search whose estimated time, at the slowest
+    measured rate (SLOWEST_LAYOUTS_PER_CPU_S per CPU it can use: `plan_tasks.search_cpus`), exceeds
+    `max_search_minutes` is refused before it starts, naming its size and what to narrow."""
+    from ..actors import plan_tasks
+
+    cpus = plan_tasks.search_cpus()
+    rate = SLOWEST_LAYOUTS_PER_CPU_S * cpus
+    budget = int(max_search_minutes * 60 * rate)
+    n = count_layouts(base, space, stop_above=budget)
+    if n <= budget:
+        return n
+    from ..report.progress import duration
+
+    counts = space.instance_counts or (base.cluster.instances,)
+    flag = "--instances" if space.instance_counts else "--instance-types"
+    given = ",".join(map(str, counts)) if flag == "--instances" else ",".join(space.instance_types or ())
+    raise ScenarioError([Problem(flag, given, (
+        f"a search that ends within --max-search-minutes {max_search_minutes:g}: this one has "
+        f"{'more than ' if n > budget else ''}{n:,} layouts over {len(clusters(base, space)):,} clusters, about "
+        f"{duration(n / rate)} at {rate:,.0f} layouts/s ({cpus} CPU{'s' * (cpus != 1)}). Ask for fewer instance "
+        f"counts (a few sizes, e.g. {','.join(map(str, _few(counts)))}) or instance types, or allow it with "
+        f"--max-search-minutes {math.ceil(n / rate / 60)}"))])
+
+
+def _few(counts: tuple[int, ...], most: int = 5) -> list[int]:
+    """Up to `most` of the counts, spread from the smallest to the largest (a suggestion)."""
+    ordered = sorted(set(counts))
+    if len(ordered) <= most:
+        return ordered
+    picks = np.unique(np.geomspace(ordered[0], ordered[-1], most).round().astype(int))
+    return [min(ordered, key=lambda c: abs(c - p)) for p in picks]
+
+
 def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | None, address: str | None,
-              log: Callable[[str], None], session: ExitStack, shards: int) -> search.Evaluated:
+              log: Callable[[str], None], session: ExitStack, shards: int, progress=None) -> search.Evaluated:
     """Check the sources, then price every chunk here or with Ray tasks; times the search itself. A Ray it
-    attaches to (or starts) stays attached in `session` for the replays (`shards`: actor slots they need)."""
+    attaches to (or starts) stays attached in `session` for the replays (`shards`: actor slots they need).
+    `progress` (a `report.WorkProgress`) is told the layouts priced as pieces come back."""
     t0 = time.perf_counter()
     pr = Pricer(base, calibration)
     sources, mismatches = search.check_sources(pr, table)
     from ..actors import plan_tasks          # the only Ray the planner touches
 
+    done = progress.advance if progress is not None else None
     if plan_tasks.wanted(address):
         session.enter_context(plan_tasks.planning_ray(address, shards))
         pieces = search.chunks(table, 2 * plan_tasks.cluster_cpus())
-        results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, pieces)
+        results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, pieces, done)
         return search.Evaluated(table, sources, mismatches, time.perf_counter() - t0, nodes, results)
     cpus = os.cpu_count() or 1
     expected_s = len(table) / IN_PROCESS_LAYOUTS_PER_S
@@ -111,16 +177,22 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
     if cpus > 1 and expected_s * (1 - 1 / cpus) > EMBEDDED_RAY_START_S:
         log(f"plan: {len(table):,} layouts: pricing them on an embedded Ray ({cpus} CPUs)")
         session.enter_context(plan_tasks.planning_ray(None, shards))
-        results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, search.chunks(table, 2 * cpus))
-    else:                          # here, in one piece (the fewest, largest batches; the same numbers)
-        results = [search.evaluate_chunk(base, calibration, sources, table, pr)]
+        results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, search.chunks(table, 2 * cpus), done)
+    else:                          # here, in pieces of the table's order (the same numbers)
+        results = []
+        for lo in range(0, len(table), PRICING_PIECE_LAYOUTS):
+            results.append(search.evaluate_chunk(base, calibration, sources,
+                                                 table.iloc[lo:lo + PRICING_PIECE_LAYOUTS], pr))
+            if done:
+                done(min(len(table), lo + PRICING_PIECE_LAYOUTS))
     return search.Evaluated(table, sources, mismatches, time.perf_counter() - t0, nodes, results)
 
 
 def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), objective: str = "tokens_per_s",
          tokens: float | None = None, max_usd_per_hour: float | None = None, top: int = 5,
          out: str | Path | None = None, address: str | None = None, calibration: Calibration | None = None,
-         replay: bool = True, log: Callable[[str], None] | None = None) -> PlanResult:
+         replay: bool = True, log: Callable[[str], None] | None = None,
+         max_search_minutes: float = MAX_SEARCH_MINUTES, progress=None) -> PlanResult:
     """Search every valid layout of a scenario's model and job, replay the best, and write the plan.
 
     Args:
@@ -138,22 +210,32 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         calibration: named calibration factors (default: the fitted ones).
         replay: replay the top layouts with `run` (the exact numbers).
         log: progress lines (stderr in the CLI).
+        max_search_minutes: a search estimated to take longer (its layouts counted before it starts, at the
+            slowest measured pricing rate) is refused.
+        progress: told each phase (enumerating, pricing, replaying) and how far it got (`report.WorkProgress`).
 
     Returns:
         The PlanResult; `summary["feasible"] == 0` when no layout fits (the CLI exits 3).
 
     Raises:
-        ScenarioError: bad options (each names its flag) or a bad scenario.
+        ScenarioError: bad options (each names its flag), a search too large for `max_search_minutes`, or a bad
+            scenario.
     """
     log = log or (lambda _: None)
     base = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
-    notes = _check_options(base, space, objective, tokens, max_usd_per_hour, top)
+    notes = _check_options(base, space, objective, tokens, max_usd_per_hour, top, max_search_minutes)
     t0 = time.perf_counter()
-    table = enumerate_layouts(base, space)
+    expected = _check_size(base, space, max_search_minutes)
+    if progress is not None:
+        progress.phase("enumerating", expected)
+    table = enumerate_layouts(base, space, progress.advance if progress is not None else None)
     enumerate_s = time.perf_counter() - t0
-    log(f"plan: {len(table):,} layouts to price")
+    if progress is not None:
+        progress.phase("pricing", len(table))
+    else:
+        log(f"plan: {len(table):,} layouts to price")
     with ExitStack() as session:         # one Ray session (if any) for the search and the replays
-        ev = _evaluate(base, table, calibration, address, log, session, _replay_shards(base, space))
+        ev = _evaluate(base, table, calibration, address, log, session, _replay_shards(base), progress)
         wall_s = enumerate_s + ev.wall_s
         full = search.assemble(table, ev.results, tokens)
         best = search.ranked(full, objective, max_usd_per_hour)
@@ -165,7 +247,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
             text, sc = layout_yaml(base, r, i, objective, None)
             yamls.append(text)
             scenarios.append(sc)
-        replays = _replay(scenarios, out, address, log) if replay and scenarios else []
+        replays = _replay(scenarios, out, address, log, progress) if replay and scenarios else []
     _interval_columns(full, picks.index, replays)
     summary = _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows,
                        replays, notes, out)
@@ -189,27 +271,32 @@ def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) ->
             full.loc[row, col] = float(v) if isinstance(v, (int, float)) else np.nan
 
 
-def _replay_shards(base: Scenario, space: SearchSpace) -> int:
-    """Actor slots an embedded Ray must advertise for the replays: the most shards any searched cluster folds into."""
-    from ..actors.launch import resolve_instances_per_actor
+def _replay_shards(base: Scenario) -> int:
+    """Actor slots an embedded Ray must advertise for the replays: the most actors a run of this model takes on
+    this machine (`actors.launch`: every replay folds its instances to fit)."""
+    from ..actors.launch import actor_bytes, machine_capacity
 
-    per_actor = resolve_instances_per_actor(base)
-    return max(math.ceil(n / max(1, min(per_actor, n))) for _, n, _, _ in clusters(base, space))
+    return machine_capacity().max_actors(actor_bytes(base))
 
 
-def _replay(scenarios: list[Scenario], out, address: str | None, log) -> list[dict]:
+def _replay(scenarios: list[Scenario], out, address: str | None, log, progress=None) -> list[dict]:
     """Run each top layout with the full run path (Ray actors), in one Ray session."""
     from ..actors import plan_tasks
-    from ..actors.launch import resolve_instances_per_actor
+    from ..actors.launch import fold, machine_capacity
     from ..pipeline import run
 
-    shards = max(math.ceil(sc.cluster.instances / resolve_instances_per_actor(sc)) for sc in scenarios)
+    capacity = machine_capacity()
+    shards = max(fold(sc, capacity).actors for sc in scenarios)
     summaries = []
+    if progress is not None:
+        progress.phase("replaying", len(scenarios))
     with plan_tasks.planning_ray(address, shards):     # already attached when the search used Ray
         for i, sc in enumerate(scenarios, 1):
             log(f"plan: replaying layout {i} of {len(scenarios)}")
             rep = run(sc, out=None if out is None else Path(out) / "runs" / f"top-{i}", address=address)
             summaries.append(rep.summary)
+            if progress is not None:
+                progress.advance(i)
     return summaries
 
 

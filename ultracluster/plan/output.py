@@ -43,6 +43,8 @@ def scenario_dict(base: Scenario, row, name: str) -> dict:
                           "zero1": zero >= 1})
     if has_zero_stages():
         d["training"]["zero"] = zero
+    if (d["cluster"]["instance"], d["cluster"]["instances"]) != (row["instance"], int(row["instances"])):
+        d["emulation"]["instances_per_actor"] = "auto"   # a folding meant for the scenario's size is not this one's
     if d["cluster"]["instance"] != row["instance"]:
         d["cluster"].pop("ultraserver", None)         # the new instance type's default
     d["cluster"].update({"instance": str(row["instance"]), "instances": int(row["instances"]), "lnc": int(row["lnc"])})

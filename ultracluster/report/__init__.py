@@ -1,8 +1,8 @@
 """Replay events (RunResult) → pandas Report → run-directory files (CSV/Parquet, JSON, trace, HTML)."""
 from ultracluster.report.frames import Report, RunDirError, build_report
-from ultracluster.report.progress import Progress
+from ultracluster.report.progress import Progress, WorkProgress
 from ultracluster.report.table import format_compare, format_summary
 from ultracluster.report.write import StepWriter, render_run_dir, write_compare_html, write_run_dir
 
 __all__ = ["Report", "RunDirError", "build_report", "write_run_dir", "render_run_dir", "write_compare_html",
-           "StepWriter", "format_summary", "format_compare", "Progress"]
+           "StepWriter", "format_summary", "format_compare", "Progress", "WorkProgress"]

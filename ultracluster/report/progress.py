@@ -1,9 +1,12 @@
-"""Run events (actors starting and started, steps replayed) → a progress display on stderr.
+"""Run events (actors starting and started, steps replayed), or counted work in phases (the planner's layouts
+enumerated and priced, its replays) → a progress display on stderr.
 
 On a terminal (a TTY): one bar line, redrawn in place a few times a second, that appears only once the
-run has taken `delay_s` (2 s), so short runs print nothing, and is erased when the run ends. Elsewhere
-(a pipe, a log file, `ray job logs`): one plain line per event. `ultracluster run --quiet` makes none.
-The pipeline calls `starting`, `started` and `step_done`; the CLI calls `finish`.
+work has taken `delay_s` (2 s), so short runs print nothing, and is erased when it ends. Elsewhere
+(a pipe, a log file, `ray job logs`): plain lines, one per run event (`Progress`), or at a phase's start and
+end and every `every_s` between (`WorkProgress`). `--quiet` makes none.
+The pipeline calls `starting`, `started` and `step_done`; the planner `phase`, `advance` and `say`; the CLI
+calls `finish`.
 """
 from __future__ import annotations
 
@@ -17,14 +20,14 @@ BAR_WIDTH = 24
 SPINNER = "|/-\\"
 
 
-class Progress:
-    """Progress of one run.
+class _Display:
+    """One progress line on a stream: a bar redrawn in place on a TTY, plain lines elsewhere.
 
     Args:
-        name: the scenario name, shown first.
+        name: shown first.
         stream: where to write (default sys.stderr).
         tty: draw a bar (True) or plain lines (False); default: whether `stream` is a TTY.
-        delay_s: a bar appears only after this many seconds of the run.
+        delay_s: a bar appears only after this many seconds.
         tick_s: redraw period of the bar in s; None draws only on events (tests).
         clock: monotonic seconds (tests pass a fake one).
     """
@@ -35,14 +38,66 @@ class Progress:
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
         self.delay_s, self.tick_s, self.clock = delay_s, tick_s, clock
         self.t0 = clock()
-        self.actors, self.nodes, self.actors_up = 0, 0, False
-        self.steps, self.warmup, self.done = 0, 0, 0
-        self.last_step_s: float | None = None
-        self._t_actors: float | None = None
         self._drawn, self._frame = False, 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def line(self) -> str:
+        """The bar's text at this moment."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Stop redrawing and erase the bar (what follows is printed in its place)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        with self._lock:
+            self._erase()
+
+    def _erase(self) -> None:          # with the lock held
+        if self._drawn:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self._drawn = False
+
+    def _start_ticking(self) -> None:
+        if self.tty and self.tick_s and self._thread is None:
+            self._thread = threading.Thread(target=self._tick, name="ultracluster-progress", daemon=True)
+            self._thread.start()
+
+    def _draw(self) -> None:
+        if not self.tty or self.clock() - self.t0 < self.delay_s:
+            return
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._frame += 1
+            width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
+            self.stream.write("\r\033[K" + self.line()[:width])
+            self.stream.flush()
+            self._drawn = True
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            self._draw()
+
+    def _say(self, text: str) -> None:
+        with self._lock:
+            self._erase()
+            print(f"{self.name}: {text}", file=self.stream, flush=True)
+
+
+class Progress(_Display):
+    """Progress of one run (arguments: `_Display`'s)."""
+
+    def __init__(self, name: str, stream: TextIO | None = None, tty: bool | None = None, delay_s: float = 2.0,
+                 tick_s: float | None = 0.2, clock: Callable[[], float] = time.monotonic):
+        super().__init__(name, stream, tty, delay_s, tick_s, clock)
+        self.actors, self.nodes, self.actors_up = 0, 0, False
+        self.steps, self.warmup, self.done = 0, 0, 0
+        self.last_step_s: float | None = None
+        self._t_actors: float | None = None
 
     # --- events -------------------------------------------------------------------------------------------
     def starting(self, actors: int, steps: int, warmup: int = 0) -> None:
@@ -52,9 +107,7 @@ class Progress:
         if not self.tty:
             self._say(f"starting {actors} actor{'s' * (actors != 1)} for {steps} step{'s' * (steps != 1)}"
                       + (f" ({warmup} warm-up)" if warmup else ""))
-        elif self.tick_s and self._thread is None:
-            self._thread = threading.Thread(target=self._tick, name="ultracluster-progress", daemon=True)
-            self._thread.start()
+        self._start_ticking()
         self._draw()
 
     def started(self, nodes: int) -> None:
@@ -77,17 +130,6 @@ class Progress:
             self._say(f"step {rec.step + 1}{total}{tag}: {rec.step_time_s:.4g} s emulated, {rec.wall_s:.2f} s wall")
         self._draw()
 
-    def finish(self) -> None:
-        """Stop redrawing and erase the bar (the summary follows)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-        with self._lock:
-            if self._drawn:
-                self.stream.write("\r\033[K")
-                self.stream.flush()
-                self._drawn = False
-
     # --- drawing ------------------------------------------------------------------------------------------
     def line(self) -> str:
         """The bar's text at this moment."""
@@ -105,22 +147,95 @@ class Progress:
         parts.append(f"{elapsed:.1f} s")
         return " | ".join(parts)
 
-    def _draw(self) -> None:
-        if not self.tty or self.clock() - self.t0 < self.delay_s:
-            return
-        with self._lock:
-            if self._stop.is_set():
-                return
-            self._frame += 1
-            width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
-            self.stream.write("\r\033[K" + self.line()[:width])
-            self.stream.flush()
-            self._drawn = True
 
-    def _tick(self) -> None:
-        while not self._stop.wait(self.tick_s):
-            self._draw()
+def duration(seconds: float) -> str:
+    """A time span for people: "8 s", "4.5 min", "2.1 h"."""
+    if not seconds < float("inf"):
+        return "unknown"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
-    def _say(self, text: str) -> None:
+
+def _pace(per_s: float) -> str:
+    """A rate for people: "2,076/s", or "12.5 s each" below one a second."""
+    return f"{per_s:,.0f}/s" if per_s >= 1 or per_s <= 0 else f"{1 / per_s:.1f} s each"
+
+
+class WorkProgress(_Display):
+    """Progress of counted work in phases (the planner: layouts enumerated, layouts priced, layouts replayed),
+    with the count done, the rate and an estimate of the time left from the phase's rate so far.
+
+    On a TTY the bar; elsewhere a line when a phase starts, one every `every_s` seconds while it runs, and one
+    when it ends. `say` prints a message line (erasing the bar first). Other arguments: `_Display`'s.
+    """
+
+    def __init__(self, name: str, stream: TextIO | None = None, tty: bool | None = None, delay_s: float = 2.0,
+                 tick_s: float | None = 0.2, clock: Callable[[], float] = time.monotonic, every_s: float = 10.0):
+        super().__init__(name, stream, tty, delay_s, tick_s, clock)
+        self.every_s = every_s
+        self.label, self.unit, self.total, self.done = "", "", 0, 0
+        self._t_phase = self._t_said = self.t0
+
+    def phase(self, label: str, total: int, unit: str = "layouts") -> None:
+        """A phase of `total` units of work begins (ending the one before)."""
+        self._end_phase()
         with self._lock:
-            print(f"{self.name}: {text}", file=self.stream, flush=True)
+            self.label, self.unit, self.total, self.done = label, unit, total, 0
+            self._t_phase = self._t_said = self.clock()
+        if not self.tty:
+            self._say(f"{label} {total:,} {unit}")
+        self._start_ticking()
+        self._draw()
+
+    def advance(self, done: int) -> None:
+        """`done` units of the phase are done so far."""
+        with self._lock:
+            self.done = done
+            due = not self.tty and self.clock() - self._t_said >= self.every_s and done < self.total
+        if due:
+            self._say(self._status())
+            self._t_said = self.clock()
+        self._draw()
+
+    def say(self, text: str) -> None:
+        """A message line (the bar, if drawn, is erased first and comes back at the next redraw)."""
+        with self._lock:
+            self._erase()
+            print(text, file=self.stream, flush=True)
+
+    def finish(self) -> None:
+        self._end_phase()
+        super().finish()
+
+    def _end_phase(self) -> None:
+        if self.label and not self.tty:
+            spent = self.clock() - self._t_phase
+            self._say(f"{self.label}: {self.done:,} {self.unit} in {spent:.1f} s")
+        self.label = ""
+
+    def _rate_left(self) -> tuple[float, float]:
+        """The phase's units per second so far, and the seconds left at that rate (inf before any is done)."""
+        spent = self.clock() - self._t_phase
+        rate = self.done / spent if spent > 0 else 0.0
+        return rate, (self.total - self.done) / rate if rate > 0 else float("inf")
+
+    def _status(self) -> str:
+        rate, left = self._rate_left()
+        pct = 100 * self.done // self.total if self.total else 100
+        return f"{self.label}: {self.done:,}/{self.total:,} {self.unit} ({pct}%), {_pace(rate)}, about {duration(left)} left"
+
+    def line(self) -> str:
+        """The bar's text at this moment."""
+        parts = [self.name]
+        if self.label:
+            rate, left = self._rate_left()
+            filled = BAR_WIDTH * self.done // self.total if self.total else 0
+            parts.append(f"{self.label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {self.done:,}/{self.total:,} "
+                         f"{self.unit}")
+            parts.append(f"{_pace(rate)}, about {duration(left)} left" if self.done else
+                         f"estimating {SPINNER[self._frame % len(SPINNER)]}")
+        parts.append(f"{self.clock() - self.t0:.1f} s")
+        return " | ".join(parts)
