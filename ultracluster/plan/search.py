@@ -18,7 +18,6 @@ from ..scenario import Scenario
 from . import fast
 from .fast import LAYOUT_COLUMNS, PARTS, Pricer
 
-CHUNK_LAYOUTS = 2048          # layouts per chunk: a Ray task's work (a few tenths of a second)
 OBJECTIVES = {                # objective -> (column, smaller is better)
     "tokens_per_s": ("tokens_per_s", False),
     "usd_per_million_tokens": ("usd_per_million_tokens", True),
@@ -32,11 +31,27 @@ RECOMPUTE_SHORT = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc"}
 _WORKER_PRICERS: dict[tuple, Pricer] = {}     # per process: warm caches across the chunks it evaluates
 
 
+CLUSTER_COLUMNS = ["instance", "instances", "lnc"]
+
+
 def chunks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
-    """The table cut in order into chunks of at most CHUNK_LAYOUTS rows, and at least `pieces` of them."""
+    """The table cut into at least `pieces` chunks along its clusters (instance type, count, lnc), largest first.
+
+    A chunk holds the layouts of one cluster, or a consecutive part of a cluster larger than the table over
+    `pieces`: a process that prices a chunk shares across it what a cluster's layouts share (its collectives),
+    where chunks that mix clusters make every process price every cluster's (on two Ray workers that is 1.7
+    times the CPU seconds: docs/performance.md). Largest first, so the last chunks to finish are small.
+    """
     n = len(table)
-    size = max(1, min(CHUNK_LAYOUTS, math.ceil(n / max(pieces, 1))))
-    return [table.iloc[lo:lo + size] for lo in range(0, n, size)]
+    size = max(1, math.ceil(n / max(pieces, 1)))
+    keys = table[CLUSTER_COLUMNS].astype(str).agg("|".join, axis=1).to_numpy()
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]).tolist() + [n]
+    out = []
+    for lo, hi in zip(starts[:-1], starts[1:]):
+        parts = math.ceil((hi - lo) / size)
+        bounds = np.linspace(lo, hi, parts + 1).round().astype(int)
+        out += [table.iloc[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    return sorted(out, key=len, reverse=True)
 
 
 def sample_rows(table: pd.DataFrame, most: int = 6) -> list[int]:
