@@ -111,13 +111,14 @@ def test_cli_run_infeasible_exit_code_and_smoke(tmp_path, scenarios_dir):
 
 def test_auto_folding_sizes_for_the_attached_cluster(ray_session, scenarios_dir):
     """With Ray attached (the session's 2-CPU Ray), `auto` is sized from the cluster's CPUs: 2 per CPU."""
-    from ultracluster.actors.launch import attached, resolve_instances_per_actor
+    from ultracluster.actors.launch import Capacity, attached, resolve_instances_per_actor
 
     sc = load_scenario(scenarios_dir / "calib-gpt3-23b-tp8pp4.yaml", ["training.steps=1"])
-    with attached(None) as cpus:
-        assert cpus == int(ray_session.cluster_resources()["CPU"]) == 2
-        assert resolve_instances_per_actor(sc, cpus) == 8                  # 32 instances over 4 actors
-    assert resolve_instances_per_actor(sc, 64) == 2                        # a big cluster: 16 actors at most
+    with attached(None) as capacity:
+        assert capacity.cpus == int(ray_session.cluster_resources()["CPU"]) == 2
+        assert capacity.memory_bytes == ray_session.available_resources()["memory"] > 0
+        assert resolve_instances_per_actor(sc, capacity) == 8              # 32 instances over 4 actors
+    assert resolve_instances_per_actor(sc, Capacity(64, 2.0**40)) == 2     # a big cluster: 16 actors at most
     assert ray_session.is_initialized()                                    # attaching never stops a Ray it found
     rep = run(sc)
     assert rep.emulation["actors"] == 4

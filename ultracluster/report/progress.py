@@ -186,7 +186,7 @@ class WorkProgress(_Display):
             self.label, self.unit, self.total, self.done = label, unit, total, 0
             self._t_phase = self._t_said = self.clock()
         if not self.tty:
-            self._say(f"{label} {total:,} {unit}")
+            self._say(f"{label} {total:,} {self._units(total)}")
         self._start_ticking()
         self._draw()
 
@@ -213,8 +213,11 @@ class WorkProgress(_Display):
     def _end_phase(self) -> None:
         if self.label and not self.tty:
             spent = self.clock() - self._t_phase
-            self._say(f"{self.label}: {self.done:,} {self.unit} in {spent:.1f} s")
+            self._say(f"{self.label}: {self.done:,} {self._units(self.done)} in {spent:.1f} s")
         self.label = ""
+
+    def _units(self, n: int) -> str:
+        return self.unit.removesuffix("s") if n == 1 else self.unit
 
     def _rate_left(self) -> tuple[float, float]:
         """The phase's units per second so far, and the seconds left at that rate (inf before any is done)."""
