@@ -7,7 +7,12 @@ of the Ray sessions the command started).
 The default commands are the ones issue 26 measures: a real-size search (Llama 3.1 405B on trn2 at 64 to 8,192
 instances) and three hostile ones (400 instance counts, 100 million instances, --top 100000).
 
-Usage: python benchmarks/plan_limits.py [--only real|hostile]
+Then (`--only pieces`, or by default) the CPU seconds of pricing the real-size search's layouts on two workers,
+each with its own Pricer as a Ray worker has: the table cut in its order into chunks of 2,048 dealt in turn
+(how the search cut it before), against `search.chunks` (the chunks follow the clusters), each chunk going to
+the worker with the fewer CPU seconds so far, as Ray's next free worker takes the next task.
+
+Usage: python benchmarks/plan_limits.py [--only real|hostile|pieces]
 """
 from __future__ import annotations
 
@@ -66,6 +71,35 @@ def measure(args: list[str]) -> dict:
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
+def pieces_cpu() -> None:
+    """CPU seconds of two workers pricing the real-size search: chunks in table order against chunks by cluster."""
+    from ultracluster import load_scenario
+    from ultracluster.plan import search
+    from ultracluster.plan.fast import Pricer
+    from ultracluster.plan.space import SearchSpace, enumerate_layouts
+
+    base = load_scenario(REPO / REAL[1][0])
+    table = enumerate_layouts(base, SearchSpace(instance_counts=tuple(int(n) for n in REAL[1][2].split(","))))
+    sources, _ = search.check_sources(Pricer(base), table)
+    ordered = [table.iloc[lo:lo + 2048] for lo in range(0, len(table), 2048)]
+    print()
+    print(f"| {len(table):,} layouts of `{shown(REAL[1])}` on two workers | worker CPU s | all CPU s "
+          "| layouts per CPU-second |")
+    print("| --- | --- | --- | --- |")
+    for label, pieces, dealt in [("table order, 2,048 per chunk, dealt in turn", ordered, "turn"),
+                                 ("`search.chunks(table, 4)`: by cluster, largest first", search.chunks(table, 4),
+                                  "free")]:
+        workers = [Pricer(base, None, sources), Pricer(base, None, sources)]
+        spent = [0.0, 0.0]
+        for i, piece in enumerate(pieces):
+            w = i % 2 if dealt == "turn" else spent.index(min(spent))
+            t0 = time.process_time()
+            search.evaluate_chunk(base, None, sources, piece, workers[w])
+            spent[w] += time.process_time() - t0
+        print(f"| {label} | {spent[0]:.1f}, {spent[1]:.1f} | {sum(spent):.1f} | {len(table) / sum(spent):,.0f} |",
+              flush=True)
+
+
 def shown(args: list[str]) -> str:
     text = " ".join(args)
     return text if len(text) <= 70 else text[:40] + " ... " + text[-25:]
@@ -73,15 +107,16 @@ def shown(args: list[str]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=["real", "hostile"])
+    ap.add_argument("--only", choices=["real", "hostile", "pieces"])
     args = ap.parse_args()
     todo = [c for c in [REAL, *HOSTILE] if args.only in (None, c[0])]
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}; "
           f"load average {os.getloadavg()[0]:.2f} at the start; {time.strftime('%Y-%m-%d')}")
-    print()
-    print("| plan command | exit | wall s | enumerate s | price s | replay s | layouts | printed bytes (lines) "
-          "| peak RSS MiB (largest so far) | memory-monitor kills | outcome |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    if todo:
+        print()
+        print("| plan command | exit | wall s | enumerate s | price s | replay s | layouts | printed bytes (lines) "
+              "| peak RSS MiB (largest so far) | memory-monitor kills | outcome |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for _, cmd in todo:
         r = measure(cmd)
         ph = r["phases"]
@@ -89,6 +124,8 @@ def main() -> int:
               f"| {ph.get('pricing', 0):.1f} | {ph.get('replaying', 0):.1f} | {r['layouts']} "
               f"| {r['bytes']:,} ({r['lines']}) | {r['peak_rss_mib']:.0f} | {r['oom']} | {r['last'][:110]} |",
               flush=True)
+    if args.only in (None, "pieces"):
+        pieces_cpu()
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     return 0
 

@@ -20,7 +20,7 @@ from ultracluster.cli import main
 from ultracluster.cluster.catalog import INSTANCES, largest_cluster
 from ultracluster.plan import MAX_TOP, search
 from ultracluster.plan.output import scenario_dict
-from ultracluster.plan.space import SearchSpace, count_layouts, enumerate_layouts
+from ultracluster.plan.space import SearchSpace, clusters, count_layouts, enumerate_layouts
 from ultracluster.report.progress import WorkProgress
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,16 +59,17 @@ def test_a_search_too_large_for_its_time_is_refused_before_it_starts_with_what_t
                "--out", str(tmp_path / "plan")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-    m = re.search(r"allowed: a search that ends within --max-search-minutes 0.05: this one has more than ([\d,]+) "
-                  r"layouts over 200 clusters, about .* at ([\d,]+) layouts/s \(\d+ CPUs?\)\. Ask for fewer instance "
-                  r"counts \(a few sizes, e\.g\. ([\d,]+)\) or instance types, or allow it with "
-                  r"--max-search-minutes (\d+)$", err.strip())
+    m = re.search(r"allowed: a search that ends within --max-search-minutes 0.05: this one has ([\d,]+) layouts in "
+                  r"its first (\d+) of 200 clusters \(about ([\d,]+) in all\), about .* at ([\d,]+) layouts/s "
+                  r"\(\d+ CPUs?\)\. Ask for fewer instance counts \(a few sizes, e\.g\. ([\d,]+)\) or instance "
+                  r"types, or allow it with --max-search-minutes (\d+)$", err.strip())
     assert m, err
-    layouts, rate = int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))
-    assert layouts > 0.05 * 60 * rate                                     # counted past the budget, then stopped
-    suggested = [int(c) for c in m.group(3).split(",")]
+    layouts, first, total, rate = (int(m.group(i).replace(",", "")) for i in (1, 2, 3, 4))
+    assert layouts > 0.05 * 60 * rate and first < 200                     # counted past the budget, then stopped
+    assert total == round(layouts * 200 / first)
+    suggested = [int(c) for c in m.group(5).split(",")]
     assert 2 <= len(suggested) <= 5 and suggested[0] == 1 and suggested[-1] == 200
-    assert int(m.group(4)) >= 1
+    assert int(m.group(6)) >= total / rate / 60
     assert not (tmp_path / "plan").exists()
 
 
@@ -78,10 +79,11 @@ def test_a_search_too_large_for_its_time_is_refused_before_it_starts_with_what_t
 def test_the_layouts_are_counted_without_building_them(scenarios_dir, name, counts):
     base = load_scenario(scenarios_dir / name)
     space = SearchSpace(instance_counts=counts)
-    n = count_layouts(base, space)
+    n, counted = count_layouts(base, space)
     assert len(enumerate_layouts(base, space)) - n in (0, 1)             # enumerate may add the scenario's own
-    assert n > 1000
-    assert n >= count_layouts(base, space, stop_above=10) > 10          # stops once past the bound
+    assert n > 1000 and counted == len(clusters(base, space))
+    early, first = count_layouts(base, space, stop_above=10)
+    assert n >= early > 10 and first == 1                                # stops once past the bound
 
 
 def test_ray_pieces_follow_the_clusters_and_cover_the_table_once(scenarios_dir):
@@ -171,7 +173,7 @@ def test_a_plan_says_each_phase_with_its_count(ray_session, scenarios_dir, tmp_p
     assert main(["plan", str(scenarios_dir / "smoke.yaml"), "--top", "1", "--out", str(tmp_path / "plan")]) == 0
     err = capsys.readouterr().err.splitlines()
     n = len(pd.read_csv(tmp_path / "plan" / "plan.csv"))
-    counted = count_layouts(load_scenario(scenarios_dir / "smoke.yaml"))
+    counted, _ = count_layouts(load_scenario(scenarios_dir / "smoke.yaml"))
     assert err[0] == f"plan smoke: enumerating {counted:,} layouts" and n - counted in (0, 1)
     assert f"plan smoke: pricing {n:,} layouts" in err
     assert any(re.fullmatch(rf"plan smoke: pricing: {n:,} layouts in \d+\.\d s", line) for line in err)

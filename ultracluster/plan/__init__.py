@@ -37,9 +37,9 @@ IN_PROCESS_LAYOUTS_PER_S = 5000.0   # a conservative in-process rate (docs/perfo
 REPLAY_DIFFERENCE_NOTE = 0.01  # a replayed layout further than this from its fast-path step time gets a note
 MAX_TOP = 20                   # layouts replayed at most: each is a `run` with its own actors (seconds to a minute
                                # each on the 2-CPU development machine); plan.csv ranks every layout anyway
-SLOWEST_LAYOUTS_PER_CPU_S = 1000.0   # the slowest pricing measured, per CPU, for the search's time estimate
-                               # (docs/performance.md: 405B on trn2, about 2,000 layouts per CPU second): half of it,
-                               # so that "too large" is said before a search that would take too long, not after
+SLOWEST_LAYOUTS_PER_CPU_S = 1000.0   # per CPU, for the search's time estimate: under a third of the slowest rate
+                               # measured (docs/performance.md: the 405B search on trn2, 3,500 layouts per CPU-second;
+                               # a loaded machine gets less of each CPU), so "too large" comes before a long search
 MAX_SEARCH_MINUTES = 10.0      # default --max-search-minutes: a longer search is refused before it starts
 PRICING_PIECE_LAYOUTS = 4096   # layouts priced per piece in this process, for progress (the same numbers and the
                                # same speed as one piece: docs/performance.md)
@@ -130,20 +130,23 @@ def _check_size(base: Scenario, space: SearchSpace, max_search_minutes: float) -
     cpus = plan_tasks.search_cpus()
     rate = SLOWEST_LAYOUTS_PER_CPU_S * cpus
     budget = int(max_search_minutes * 60 * rate)
-    n = count_layouts(base, space, stop_above=budget)
+    n, counted = count_layouts(base, space, stop_above=budget)
     if n <= budget:
         return n
     from ..report.progress import duration
 
+    every = len(clusters(base, space))
+    total = n * every / counted                       # the clusters not counted, at the counted ones' mean
     counts = space.instance_counts or (base.cluster.instances,)
     flag = "--instances" if space.instance_counts else "--instance-types"
     given = ",".join(map(str, counts)) if flag == "--instances" else ",".join(space.instance_types or ())
+    size = f"{n:,} layouts" if counted == every else \
+        f"{n:,} layouts in its first {counted:,} of {every:,} clusters (about {total:,.0f} in all)"
     raise ScenarioError([Problem(flag, given, (
-        f"a search that ends within --max-search-minutes {max_search_minutes:g}: this one has "
-        f"{'more than ' if n > budget else ''}{n:,} layouts over {len(clusters(base, space)):,} clusters, about "
-        f"{duration(n / rate)} at {rate:,.0f} layouts/s ({cpus} CPU{'s' * (cpus != 1)}). Ask for fewer instance "
-        f"counts (a few sizes, e.g. {','.join(map(str, _few(counts)))}) or instance types, or allow it with "
-        f"--max-search-minutes {math.ceil(n / rate / 60)}"))])
+        f"a search that ends within --max-search-minutes {max_search_minutes:g}: this one has {size}, about "
+        f"{duration(total / rate)} at {rate:,.0f} layouts/s ({cpus} CPU{'s' * (cpus != 1)}). Ask for fewer "
+        f"instance counts (a few sizes, e.g. {','.join(map(str, _few(counts)))}) or instance types, or allow it "
+        f"with --max-search-minutes {math.ceil(total / rate / 60)}"))])
 
 
 def _few(counts: tuple[int, ...], most: int = 5) -> list[int]:

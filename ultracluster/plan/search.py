@@ -39,8 +39,8 @@ def chunks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
 
     A chunk holds the layouts of one cluster, or a consecutive part of a cluster larger than the table over
     `pieces`: a process that prices a chunk shares across it what a cluster's layouts share (its collectives),
-    where chunks that mix clusters make every process price every cluster's (on two Ray workers that is 1.7
-    times the CPU seconds: docs/performance.md). Largest first, so the last chunks to finish are small.
+    where chunks that mix clusters make every process price every cluster's (more CPU seconds on two Ray workers:
+    docs/performance.md, `benchmarks/plan_limits.py`). Largest first, so the last chunks to finish are small.
     """
     n = len(table)
     size = max(1, math.ceil(n / max(pieces, 1)))

@@ -119,20 +119,25 @@ def _shapes(base: Scenario, space: SearchSpace, ranks: int):
                         yield tp, cp, pp, dp, ep, mb, mbs, scheds
 
 
-def count_layouts(base: Scenario, space: SearchSpace = SearchSpace(), stop_above: int | None = None) -> int:
+def count_layouts(base: Scenario, space: SearchSpace = SearchSpace(),
+                  stop_above: int | None = None) -> tuple[int, int]:
     """How many layouts `enumerate_layouts` generates (it may add one more: the scenario's own layout, when the
     search's rules leave it out), without building them: the plan's size before it starts.
 
     Args:
         stop_above: stop counting once the count passes this (the search is too large anyway).
+
+    Returns:
+        (layouts, clusters counted): every cluster of the search (`clusters`) unless the count stopped early.
     """
     per_shape = len(space.recompute) * len(_zero_values(space))
-    total = 0
+    total = counted = 0
     for _, _, _, ranks in clusters(base, space):
         total += per_shape * sum(len(scheds) for *_, scheds in _shapes(base, space, ranks))
+        counted += 1
         if stop_above is not None and total > stop_above:
             break
-    return total
+    return total, counted
 
 
 def enumerate_layouts(base: Scenario, space: SearchSpace = SearchSpace(),
