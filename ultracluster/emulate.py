@@ -67,6 +67,7 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
         result.hardware_flops_per_step = float(chunks.flops_per_microbatch.sum() * microbatches(scenario)
                                                * cluster.ranks / layout.pp)
         result.microbatches = microbatches(scenario)
+        result.residual_fraction = chunks.residual_fraction()
         tally = ComputeTally(layout, result.microbatches, t.warmup_steps)   # per-rank compute
         if progress:
             progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)

@@ -75,10 +75,10 @@ def chip_factors(generation: str, calibration: Calibration = DEFAULT) -> list[Un
     lo, hi = ident.get("tensor_efficiency", {}).get("low", te), ident.get("tensor_efficiency", {}).get("high", te)
     out.append(UncertainFactor("tensor_efficiency", min(lo, 0.8 * te), min(1.0, max(hi, 1.2 * te)), (generation,),
                                "fitted on Trn1 only: the range Trn1's layouts allow, at least 20 % either way"))
-    lo_ = calibration.layer_overhead_s
-    out.append(UncertainFactor("layer_overhead_s", 0.0, 2 * lo_, (generation,),
-                               "the per-layer residual fitted on Trn1 (software and runtime as much as chip): "
-                               "none of it to twice it"))
+    sync = calibration.network.in_graph_sync_s
+    out.append(UncertainFactor("in_graph_sync_s", 0.5 * sync, 2 * sync, (generation,),
+                               "the in-graph collective hand-off fitted on Trn1 (runtime and collective cores as "
+                               "much as chip; Trn2 has more collective cores per chip, H5): half to twice it"))
     return out
 
 
