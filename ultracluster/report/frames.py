@@ -27,7 +27,7 @@ from ultracluster.replay.events import (
 from ultracluster.report import accessor  # noqa: F401  (registers df.uc)
 from ultracluster.report.ranks import geometry, group_first_rank, rank_tables, shard_of_instance
 from ultracluster.report.summary import emulation_info, summarize
-from ultracluster.scenario.yaml_input import InputError, open_regular, read_bounded
+from ultracluster.yaml_input import InputError, open_regular, read_bounded
 from ultracluster.units import MIB
 
 if TYPE_CHECKING:
