@@ -135,7 +135,7 @@ def _one_step(scenario):
 def step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
     """Step time of one step of `scenario` under each calibration, in one vectorized evaluation.
 
-    The settings are rows of one table priced by the planner's fast path (`plan.fast.evaluate`, the replay's
+    The settings are rows of one table priced by the planner's fast path (`layouts.fast.evaluate`, the replay's
     model over a row axis: each distinct per-rank shape and collective priced once, the pipelines of all rows
     run at once), each row with its own calibration (`Pricer(calibrations=...)`, column `cal`). Without jitter
     and stragglers it gives the replay's step exactly (tests/test_uncertainty.py); with them, the stages' mean
@@ -147,9 +147,9 @@ def step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
         return np.array([_replayed(one, cal) for cal in calibrations])
     import pandas as pd
 
-    from .plan.fast import evaluate
-    from .plan.pricer import Pricer
-    from .plan.space import _own_row
+    from .layouts.fast import evaluate
+    from .layouts.pricer import Pricer
+    from .layouts.space import _own_row
 
     row = _own_row(one)
     table = pd.DataFrame([{**row, "cal": i} for i in range(len(calibrations))])
@@ -162,7 +162,7 @@ def _replayed(one, cal: Calibration) -> float:
     from .actors.local import local_shards
     from .emulate import emulate
 
-    res = emulate(one, local_shards, None, cal, export_metrics=False)
+    res = emulate(one, local_shards, None, cal)
     return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
 
 

@@ -4,6 +4,8 @@ Pure: plain frozen dataclasses and numpy, no Ray. `build_cluster` is the stage's
 """
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, replace
 
 from .calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration, with_network_profile
@@ -14,7 +16,7 @@ from ..units import GBPS
 
 __all__ = [
     "Calibration", "Cluster", "DegradedPart", "Links", "Layout", "ShardSpec", "build_cluster", "group_span",
-    "rank_coords", "stage_layers", "z_links",
+    "rank_coords", "resolve_instances_per_actor", "stage_layers", "z_links",
 ]
 
 
@@ -113,6 +115,26 @@ def z_links(spec: InstanceSpec, ultraserver: bool, neuronlink_bytes_per_s_per_ch
         return {"z_link_bytes_per_s_per_chip": neuronlink_bytes_per_s_per_chip * spec.switch_level_shares[2],
                 "z_latency_s": us.z_hop_latency_s}
     return {"z_link_bytes_per_s_per_chip": us.z_link_bytes_per_s_per_chip, "z_latency_s": us.z_hop_latency_s}
+
+
+AUTO_ACTORS_PER_CPU = 2     # enough actors to keep every core busy while some wait on the payload ring
+MAX_AUTO_ACTORS = 16
+
+
+def resolve_instances_per_actor(scenario, cpus: int | None = None) -> int:
+    """Instances per actor: the scenario's number, or for `auto` a count that suits this machine.
+
+    `auto` aims at 2 actors per CPU (at most 16), never splitting an UltraServer (4 or 36 instances).
+    """
+    setting = scenario.emulation.instances_per_actor
+    us = ultraserver_of(INSTANCES[scenario.cluster.instance]) if scenario.cluster.ultraserver else None
+    unit = us.instances if us is not None else 1
+    if setting != "auto":
+        return int(setting)
+    cpus = cpus or os.cpu_count() or 1
+    target = max(1, min(MAX_AUTO_ACTORS, AUTO_ACTORS_PER_CPU * cpus))
+    units = math.ceil(scenario.cluster.instances / unit)
+    return unit * math.ceil(units / target)
 
 
 def build_cluster(scenario, instances_per_actor: int, calibration: Calibration = DEFAULT_CALIBRATION) -> Cluster:

@@ -24,10 +24,10 @@ from ..cluster.calibration import Calibration
 from ..cluster.catalog import INSTANCES
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario, load_scenario
-from . import search
-from .fast import Pricer
+from ..layouts import search
+from ..layouts.fast import Pricer
+from ..layouts.space import SearchSpace, clusters, enumerate_layouts, parse_instance_types, parse_instances
 from .output import format_plan, layout_yaml, write_plan_dir
-from .space import SearchSpace, clusters, enumerate_layouts, parse_instance_types, parse_instances
 
 __all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "plan"]
 
@@ -191,7 +191,7 @@ def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) ->
 
 def _replay_shards(base: Scenario, space: SearchSpace) -> int:
     """Actor slots an embedded Ray must advertise for the replays: the most shards any searched cluster folds into."""
-    from ..actors.launch import resolve_instances_per_actor
+    from ..cluster import resolve_instances_per_actor
 
     per_actor = resolve_instances_per_actor(base)
     return max(math.ceil(n / max(1, min(per_actor, n))) for _, n, _, _ in clusters(base, space))
@@ -200,7 +200,7 @@ def _replay_shards(base: Scenario, space: SearchSpace) -> int:
 def _replay(scenarios: list[Scenario], out, address: str | None, log) -> list[dict]:
     """Run each top layout with the full run path (Ray actors), in one Ray session."""
     from ..actors import plan_tasks
-    from ..actors.launch import resolve_instances_per_actor
+    from ..cluster import resolve_instances_per_actor
     from ..pipeline import run
 
     shards = max(math.ceil(sc.cluster.instances / resolve_instances_per_actor(sc)) for sc in scenarios)
