@@ -8,7 +8,7 @@ import math
 import os
 from dataclasses import dataclass, replace
 
-from .calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration, with_network_profile
+from .calibration import Calibration, fitted, with_network_profile
 from .catalog import INSTANCES, ChipSpec, InstanceSpec, ultraserver_of
 from .degraded import DegradedPart, degraded_links, degraded_parts
 from .placement import Layout, group_span, rank_coords, stage_layers
@@ -137,14 +137,14 @@ def resolve_instances_per_actor(scenario, cpus: int | None = None) -> int:
     return unit * math.ceil(units / target)
 
 
-def build_cluster(scenario, instances_per_actor: int, calibration: Calibration = DEFAULT_CALIBRATION) -> Cluster:
+def build_cluster(scenario, instances_per_actor: int, calibration: Calibration | None = None) -> Cluster:
     """Build the Cluster of a validated scenario.
 
     Args:
         scenario: a resolved `ultracluster.scenario.Scenario`.
         instances_per_actor: instances folded into one actor (already resolved from "auto").
-        calibration: the named calibration factors; `cluster.network.calibration` applies a named collective
-            calibration on top of them.
+        calibration: the named calibration factors (default: the fitted ones); `cluster.network.calibration`
+            applies a named collective calibration on top of them.
 
     Returns:
         The Cluster. The last shard may hold fewer instances than the others.
@@ -162,6 +162,7 @@ def build_cluster(scenario, instances_per_actor: int, calibration: Calibration =
         **z_links(spec, c.ultraserver, net.neuronlink_gbps_per_chip * GBPS if net and net.neuronlink_gbps_per_chip
                   else spec.neuronlink_bytes_per_s_per_chip),
     )
+    calibration = calibration or fitted()
     if net is not None and net.calibration != "default":     # a named collective calibration on top
         calibration = with_network_profile(calibration, net.calibration)
     layout = Layout(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, virtual_stages=p.virtual_stages)

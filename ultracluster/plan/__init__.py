@@ -216,14 +216,14 @@ def _replay(scenarios: list[Scenario], out, address: str | None, log) -> list[di
 def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows, replays,
              notes, out) -> dict:
     from ..chip import jitter_sigma
-    from ..cluster.calibration import DEFAULT as DEFAULT_CALIBRATION
+    from ..cluster.calibration import fitted
     from ..replay.events import BREAKDOWN_KEYS
 
     n = len(full)
     feasible = int(full["feasible"].sum())
     notes = list(notes)
     approx = []
-    if jitter_sigma(base, DEFAULT_CALIBRATION) > 0:
+    if jitter_sigma(base, fitted()) > 0:
         approx.append("compute jitter: each stage at its slowest replica's speed (the replay runs every replica)")
     if base.faults is not None and base.faults.stragglers is not None:
         approx.append("stragglers: each stage at its slowest replica's speed")
