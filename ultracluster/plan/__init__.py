@@ -1,10 +1,10 @@
 """The layout planner: a scenario's model and job → every valid layout priced → the best replayed → a plan.
 
-`plan` is the planner's composition root, one call per stage: `space.enumerate_layouts` (every valid layout)
-→ `search.check_sources` (the batched parts against the functions they mirror) → the chunks priced by
-`fast.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) → `search.ranked` → the top layouts
-replayed with `pipeline.run` → `output.write_plan_dir`. `schedules` runs the engine's pipeline programs over
-a row axis; `parts` batches the three parts of a layout's price; `pricer` keeps a process's memo. See
+`plan` is the planner's composition root, one call per stage: `layouts.space.enumerate_layouts` (every valid
+layout) → `layouts.search.check_sources` (the batched parts against the functions they mirror) → the chunks
+priced by `layouts.fast.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) →
+`layouts.search.ranked` → the top layouts replayed with `pipeline.run` → `output.write_plan_dir`. The pure
+search and pricing live in `ultracluster.layouts`, below this command (which sits above `pipeline`). See
 docs/plan.md.
 """
 from __future__ import annotations
