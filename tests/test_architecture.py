@@ -7,6 +7,7 @@ import ast
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ultracluster"
@@ -255,3 +256,11 @@ def test_the_report_reads_the_result_and_never_calls_the_replay():
     assert "ultracluster.replay.events" in report["ultracluster.report.summary"]   # the graph sees the report's imports
     bad = {m: sorted(d for d in deps if d.startswith(REPORT_MAY_NOT_IMPORT)) for m, deps in report.items()}
     assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_every_subpackage_is_listed_for_the_wheel():
+    """pyproject.toml lists the packages (it does not find them): a new subpackage missing there installs
+    from a checkout but not from a wheel (tests/cluster_ray/test_cluster_packaging.py builds one)."""
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {_module_name(p) for p in PACKAGE.rglob("__init__.py")}
+    assert "ultracluster.layouts" in found and found - listed == set(), sorted(found - listed)
