@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from ultracluster.errors import Problem
-from ultracluster.scenario.yaml_input import InputError, read_bounded
+from ultracluster.yaml_input import InputError, read_bounded
 
 # What `check` reads, bounded like `report` reads a run directory (docs/design.md "Limits on what is read"):
 # regular files only (a FIFO or a device is refused, never waited on), JSON and HTML at most 64 MiB, CSV 1 GiB.
