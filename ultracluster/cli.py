@@ -328,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
             for prob in err.problems:
                 print(f"error: {prob}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        except UltraclusterError as err:      # a fitted calibration file missing or damaged
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_RUNTIME
     from .scenario import load_scenario  # after parsing, so --help stays fast
     try:
         scenario = load_scenario(args.scenario, args.set)

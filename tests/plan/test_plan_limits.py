@@ -18,9 +18,10 @@ import yaml
 from ultracluster import load_scenario
 from ultracluster.cli import main
 from ultracluster.cluster.catalog import INSTANCES, largest_cluster
-from ultracluster.plan import MAX_TOP, search
+from ultracluster.layouts import search
+from ultracluster.plan import MAX_TOP
 from ultracluster.plan.output import scenario_dict
-from ultracluster.plan.space import SearchSpace, clusters, count_layouts, enumerate_layouts
+from ultracluster.layouts.space import SearchSpace, clusters, count_layouts, enumerate_layouts
 from ultracluster.report.progress import WorkProgress
 
 REPO = Path(__file__).resolve().parents[2]

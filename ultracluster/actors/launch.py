@@ -16,7 +16,6 @@ docs/ray-clusters.md.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 import signal
@@ -31,12 +30,10 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ..cluster import build_cluster
-from ..cluster.catalog import INSTANCES, ultraserver_of
+from ..cluster import Capacity
 from ..errors import ActorError, Problem, RunInterrupted, ScenarioError
 from ..replay.profile import ShardProfile, ShardState
-from ..units import GIB, MIB
-from .shard import ShardWorker, payload_elements
+from .shard import ShardWorker
 
 log = logging.getLogger(__name__)
 
@@ -47,118 +44,18 @@ PLACEMENT_TIMEOUT_S = 120.0             # bounded wait for the placement group (
 PLACEMENT_TIMEOUT_ENV = "ULTRACLUSTER_PLACEMENT_TIMEOUT_S"
 PROBE_TIMEOUT_S = 10.0                  # how long a liveness probe of the actors may take after a failure
 
-AUTO_ACTORS_PER_CPU = 2     # enough actors to keep every core busy while some wait on the payload ring
-MAX_AUTO_ACTORS = 16
-
-# What one shard actor costs, measured by benchmarks/actor_footprint.py (docs/performance.md, "Shard actors"):
-# a peak RSS of 155-159 MiB per actor with a 2 MiB payload, growing by 10 x its payload (the buffer, its sent
-# and received chunks, the exact sum it checks against), and about 1 CPU second to start.
-ACTOR_BASE_BYTES = 160 * MIB
-ACTOR_PAYLOAD_COPIES = 10
-ACTOR_MEMORY_SHARE = 0.5    # actors take at most half the memory the cluster reports: the driver, the object
-                            # store's copies and whatever else runs there keep the rest (Ray's memory monitor
-                            # kills workers once a node's memory is 95 % used: docs/sources.md §4.9)
-MAX_ACTORS_PER_CPU = 16     # each takes about 1 CPU second to start (benchmark): 16 per CPU start in about 16 s
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """What the Ray cluster that runs the actors offers them.
-
-    Attributes:
-        cpus: its CPUs (`ray.cluster_resources()`).
-        memory_bytes: its memory not yet claimed (`ray.available_resources()["memory"]`); for an embedded Ray
-            not started yet, the figure it will report (this machine's available memory less the object store).
-        where: how messages name it: "the Ray cluster" or "this machine".
-    """
-
-    cpus: int
-    memory_bytes: float
-    where: str = "the Ray cluster"
-
-    def max_actors(self, actor_bytes: float) -> int:
-        """The most shard actors it takes, each needing `actor_bytes`: MAX_ACTORS_PER_CPU per CPU, and their
-        footprints within ACTOR_MEMORY_SHARE of its memory; at least one."""
-        by_memory = int(ACTOR_MEMORY_SHARE * self.memory_bytes // max(actor_bytes, 1))
-        return max(1, min(MAX_ACTORS_PER_CPU * max(self.cpus, 1), by_memory))
-
-
 def cluster_capacity() -> Capacity:
-    """The Capacity of the Ray cluster this process is attached to, as Ray reports it."""
+    """What the Ray cluster this process is attached to offers shard actors, as Ray reports it."""
     return Capacity(cpus=int(ray.cluster_resources().get("CPU", 0)) or 1,
                     memory_bytes=float(ray.available_resources().get("memory", 0.0)))
 
 
 def machine_capacity() -> Capacity:
-    """The Capacity an embedded Ray on this machine will report: its CPUs, and Ray's own estimate of the
-    available memory (cgroup-aware) less the object store's default share, as `ray.init` computes them."""
+    """What an embedded Ray on this machine will offer: its CPUs, and Ray's own estimate of the available memory
+    (cgroup-aware) less the object store's default share, as `ray.init` computes its `memory` resource."""
     available = _ray_utils.estimate_available_memory()
     memory = available * (1 - _ray_constants.DEFAULT_OBJECT_STORE_MEMORY_PROPORTION)
     return Capacity(cpus=os.cpu_count() or 1, memory_bytes=float(memory), where="this machine")
-
-
-def actor_bytes(scenario) -> float:
-    """One shard actor's memory for this scenario: ACTOR_BASE_BYTES + ACTOR_PAYLOAD_COPIES x its payload."""
-    whole = build_cluster(scenario, scenario.cluster.instances)       # one shard: the payload does not fold
-    return ACTOR_BASE_BYTES + ACTOR_PAYLOAD_COPIES * 8 * payload_elements(scenario, whole)
-
-
-@dataclass(frozen=True)
-class Folding:
-    """How a run's instances fold into shard actors.
-
-    Attributes:
-        instances_per_actor: instances each actor holds (the last may hold fewer).
-        actors: actors the run starts.
-        note: one line when an explicit `emulation.instances_per_actor` was raised to fit the cluster, else None.
-    """
-
-    instances_per_actor: int
-    actors: int
-    note: str | None = None
-
-
-def fold(scenario, capacity: Capacity | None = None) -> Folding:
-    """Instances per actor for a run: the scenario's number, or for `auto` a count that suits the cluster; with
-    a `capacity`, never more actors than it takes (`Capacity.max_actors`), folding more instances per actor.
-
-    `auto` aims at 2 actors per CPU (at most 16), never splitting an UltraServer (4 or 36 instances). An explicit
-    number that would start more actors than the capacity takes is raised to fit, with a note saying so.
-    Folding never changes a prediction. `capacity` None (in-process shards): no bound, `auto` for this machine.
-    """
-    setting = scenario.emulation.instances_per_actor
-    instances = scenario.cluster.instances
-    us = ultraserver_of(INSTANCES[scenario.cluster.instance]) if scenario.cluster.ultraserver else None
-    unit = us.instances if us is not None else 1
-    units = math.ceil(instances / unit)
-    most = None
-    if capacity is not None:
-        need = actor_bytes(scenario)
-        most = capacity.max_actors(need)
-    if setting == "auto":
-        cpus = capacity.cpus if capacity is not None else (os.cpu_count() or 1)
-        target = max(1, min(MAX_AUTO_ACTORS, AUTO_ACTORS_PER_CPU * cpus, most or MAX_AUTO_ACTORS))
-        ipa = unit * math.ceil(units / target)
-        return Folding(ipa, math.ceil(instances / ipa))
-    ipa = max(1, min(int(setting), instances))
-    actors = math.ceil(instances / ipa)
-    if most is None or actors <= most:
-        return Folding(ipa, actors)
-    raised = unit * math.ceil(units / most)
-    actors_now = math.ceil(instances / raised)
-    note = (f"note: emulation.instances_per_actor {setting} would start {actors:,} actors, more than "
-            f"{capacity.where} takes ({most:,}: {capacity.cpus} CPUs, {capacity.memory_bytes / GIB:.1f} GiB free, "
-            f"{need / MIB:,.0f} MiB per actor); folding {raised:,} instances per actor instead ({actors_now:,} "
-            f"actors, the same results)")
-    return Folding(raised, actors_now, note)
-
-
-def resolve_instances_per_actor(scenario, capacity: Capacity | None = None) -> int:
-    """Instances per actor for a run on `capacity` (`fold`); logs the one-line note when a setting was raised."""
-    folding = fold(scenario, capacity)
-    if folding.note:
-        log.warning(folding.note)
-    return folding.instances_per_actor
 
 
 @ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)

@@ -18,11 +18,17 @@ import numpy as np
 
 from .. import chip
 from .. import operators as opslib
-from ..cluster import Cluster, ShardSpec
+from ..cluster import Cluster, ShardSpec, build_cluster
 from ..network.algorithms import schedule
 from ..replay.profile import ShardProfile, ShardState, priced_stages, stage_chunks
+from ..units import MIB
 
 PAYLOAD_MAX_BYTES = 1 << 30   # per actor; beyond it `emulation.payload_scale` is too large for one machine
+# What one shard actor's process costs, measured by benchmarks/actor_footprint.py (docs/performance.md, "Shard
+# actors"): a peak RSS of 155-159 MiB with a 2 MiB payload, growing by 10 x its payload (the buffer, the chunks it
+# sends and receives, the exact sum it checks against).
+ACTOR_BASE_BYTES = 160 * MIB
+ACTOR_PAYLOAD_COPIES = 10
 
 
 def payload_elements(scenario, cluster: Cluster) -> int:
@@ -34,6 +40,13 @@ def payload_elements(scenario, cluster: Cluster) -> int:
     params = opslib.chunk_params(scenario.model, layout.tp, layers, layout.pp).sum() * layout.tp
     g_bytes = opslib.grad_bytes(t)
     return max(1, int(params * g_bytes * scenario.emulation.payload_scale / 8))
+
+
+def actor_bytes(scenario) -> float:
+    """One shard actor's memory for this scenario (the bound on a run's actors, `cluster.fold`):
+    ACTOR_BASE_BYTES + ACTOR_PAYLOAD_COPIES x its payload (the same for any folding)."""
+    whole = build_cluster(scenario, scenario.cluster.instances)       # one shard: the payload does not fold
+    return ACTOR_BASE_BYTES + ACTOR_PAYLOAD_COPIES * 8 * payload_elements(scenario, whole)
 
 
 def payload(seed: int, shard: int, step: int, n: int) -> np.ndarray:

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration, with_network_profile
+from .calibration import Calibration, fitted, with_network_profile
 from .catalog import INSTANCES, ChipSpec, InstanceSpec, ultraserver_of
 from .degraded import DegradedPart, degraded_links, degraded_parts
+from .folding import Capacity, Folding, fold, resolve_instances_per_actor
 from .placement import Layout, group_span, rank_coords, stage_layers
 from ..units import GBPS
 
 __all__ = [
-    "Calibration", "Cluster", "DegradedPart", "Links", "Layout", "ShardSpec", "build_cluster", "group_span",
-    "rank_coords", "stage_layers", "z_links",
+    "Calibration", "Capacity", "Cluster", "DegradedPart", "Folding", "Links", "Layout", "ShardSpec", "build_cluster",
+    "fold", "group_span", "rank_coords", "resolve_instances_per_actor", "stage_layers", "z_links",
 ]
-
 
 
 @dataclass(frozen=True)
@@ -115,14 +115,14 @@ def z_links(spec: InstanceSpec, ultraserver: bool, neuronlink_bytes_per_s_per_ch
     return {"z_link_bytes_per_s_per_chip": us.z_link_bytes_per_s_per_chip, "z_latency_s": us.z_hop_latency_s}
 
 
-def build_cluster(scenario, instances_per_actor: int, calibration: Calibration = DEFAULT_CALIBRATION) -> Cluster:
+def build_cluster(scenario, instances_per_actor: int, calibration: Calibration | None = None) -> Cluster:
     """Build the Cluster of a validated scenario.
 
     Args:
         scenario: a resolved `ultracluster.scenario.Scenario`.
         instances_per_actor: instances folded into one actor (already resolved from "auto").
-        calibration: the named calibration factors; `cluster.network.calibration` applies a named collective
-            calibration on top of them.
+        calibration: the named calibration factors (default: the fitted ones); `cluster.network.calibration`
+            applies a named collective calibration on top of them.
 
     Returns:
         The Cluster. The last shard may hold fewer instances than the others.
@@ -140,6 +140,7 @@ def build_cluster(scenario, instances_per_actor: int, calibration: Calibration =
         **z_links(spec, c.ultraserver, net.neuronlink_gbps_per_chip * GBPS if net and net.neuronlink_gbps_per_chip
                   else spec.neuronlink_bytes_per_s_per_chip),
     )
+    calibration = calibration or fitted()
     if net is not None and net.calibration != "default":     # a named collective calibration on top
         calibration = with_network_profile(calibration, net.calibration)
     layout = Layout(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, virtual_stages=p.virtual_stages)

@@ -553,7 +553,7 @@ ULTRASERVERS: Mapping[str, UltraServerSpec] = {
 # The largest cluster of each chip AWS describes, in chips: how many instances a layout search may ask for.
 ULTRACLUSTER_CHIPS: Mapping[str, int] = {
     "trainium": 30_000,       # H2: Trn1/Trn1n in an EC2 UltraCluster "to over 30,000 Trainium devices"
-    "trainium2": 500_000,     # H21: Project Rainier, an EC2 UltraCluster of "nearly half a million Trainium2 chips"
+    "trainium2": 500_000,     # H22: Project Rainier, an EC2 UltraCluster of "nearly half a million Trainium2 chips"
     "trainium3": 1_000_000,   # TS10 (press; no AWS page says): UltraClusters of "up to 1 million Trainium3 chips"
 }
 

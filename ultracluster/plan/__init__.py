@@ -1,10 +1,10 @@
 """The layout planner: a scenario's model and job → every valid layout priced → the best replayed → a plan.
 
-`plan` is the planner's composition root, one call per stage: `space.enumerate_layouts` (every valid layout)
-→ `search.check_sources` (the batched parts against the functions they mirror) → the chunks priced by
-`fast.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) → `search.ranked` → the top layouts
-replayed with `pipeline.run` → `output.write_plan_dir`. `schedules` runs the engine's pipeline programs over
-a row axis; `parts` batches the three parts of a layout's price; `pricer` keeps a process's memo. See
+`plan` is the planner's composition root, one call per stage: `layouts.space.enumerate_layouts` (every valid
+layout) → `layouts.search.check_sources` (the batched parts against the functions they mirror) → the chunks
+priced by `layouts.fast.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) →
+`layouts.search.ranked` → the top layouts replayed with `pipeline.run` → `output.write_plan_dir`. The pure
+search and pricing live in `ultracluster.layouts`, below this command (which sits above `pipeline`). See
 docs/plan.md.
 """
 from __future__ import annotations
@@ -20,14 +20,18 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from ..actors.shard import actor_bytes
+from ..cluster import fold
 from ..cluster.calibration import Calibration
 from ..cluster.catalog import INSTANCES, ULTRACLUSTER_CHIPS, largest_cluster
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario, load_scenario
-from . import search
-from .fast import Pricer
+from ..layouts import search
+from ..layouts.fast import Pricer
+from ..layouts.space import SearchSpace, clusters, count_layouts, enumerate_layouts, parse_instance_types, \
+    parse_instances
+from ..report.progress import duration
 from .output import format_plan, layout_yaml, write_plan_dir
-from .space import SearchSpace, clusters, count_layouts, enumerate_layouts, parse_instance_types, parse_instances
 
 __all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "plan"]
 
@@ -133,8 +137,6 @@ def _check_size(base: Scenario, space: SearchSpace, max_search_minutes: float) -
     n, counted = count_layouts(base, space, stop_above=budget)
     if n <= budget:
         return n
-    from ..report.progress import duration
-
     every = len(clusters(base, space))
     total = n * every / counted                       # the clusters not counted, at the counted ones' mean
     counts = space.instance_counts or (base.cluster.instances,)
@@ -276,8 +278,8 @@ def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) ->
 
 def _replay_shards(base: Scenario) -> int:
     """Actor slots an embedded Ray must advertise for the replays: the most actors a run of this model takes on
-    this machine (`actors.launch`: every replay folds its instances to fit)."""
-    from ..actors.launch import actor_bytes, machine_capacity
+    this machine (`cluster.fold`: every replay folds its instances to fit)."""
+    from ..actors.launch import machine_capacity
 
     return machine_capacity().max_actors(actor_bytes(base))
 
@@ -285,11 +287,11 @@ def _replay_shards(base: Scenario) -> int:
 def _replay(scenarios: list[Scenario], out, address: str | None, log, progress=None) -> list[dict]:
     """Run each top layout with the full run path (Ray actors), in one Ray session."""
     from ..actors import plan_tasks
-    from ..actors.launch import fold, machine_capacity
+    from ..actors.launch import machine_capacity
     from ..pipeline import run
 
     capacity = machine_capacity()
-    shards = max(fold(sc, capacity).actors for sc in scenarios)
+    shards = max(fold(sc, capacity, actor_bytes(sc)).actors for sc in scenarios)
     summaries = []
     if progress is not None:
         progress.phase("replaying", len(scenarios))
@@ -306,14 +308,14 @@ def _replay(scenarios: list[Scenario], out, address: str | None, log, progress=N
 def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows, replays,
              notes, out) -> dict:
     from ..chip import jitter_sigma
-    from ..cluster.calibration import DEFAULT as DEFAULT_CALIBRATION
+    from ..cluster.calibration import fitted
     from ..replay.events import BREAKDOWN_KEYS
 
     n = len(full)
     feasible = int(full["feasible"].sum())
     notes = list(notes)
     approx = []
-    if jitter_sigma(base, DEFAULT_CALIBRATION) > 0:
+    if jitter_sigma(base, fitted()) > 0:
         approx.append("compute jitter: each stage at its slowest replica's speed (the replay runs every replica)")
     if base.faults is not None and base.faults.stragglers is not None:
         approx.append("stragglers: each stage at its slowest replica's speed")

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from ultracluster.errors import Problem
-from ultracluster.scenario.yaml_input import InputError, read_bounded
+from ultracluster.yaml_input import InputError, read_bounded
 
 # What `check` reads, bounded like `report` reads a run directory (docs/design.md "Limits on what is read"):
 # regular files only (a FIFO or a device is refused, never waited on), JSON and HTML at most 64 MiB, CSV 1 GiB.
@@ -41,7 +41,7 @@ SUMMARY_FIELDS = {
     "chips": "int", "neuron_cores": "int", "ranks": "int", "layout": "str", "ray_nodes": "int",
     "steps_replayed": "int", "steps_measured": "int", "step_time_s": "number", "tokens_per_s": "number",
     "seq_per_s": "number", "tokens_per_step": "int", "mfu": "number", "hbm_peak_gib": "number",
-    **{k: "number" for k in BREAKDOWN}, "dp_comm_hidden_s": "number", "straggler_cost_s": "number",
+    **{k: "number" for k in BREAKDOWN}, "dp_comm_hidden_s": "number", "residual_s": "number", "straggler_cost_s": "number",
     "slowest_ranks": "list", "model_flops_per_step": "number", "peak_flop_per_s": "number",
     "price_per_hour_usd": "number?", "cost_per_step_usd": "number?", "usd_per_million_tokens": "number?",
     "payload_checked": "bool",

@@ -90,6 +90,7 @@ def summarize(result: RunResult) -> dict:
         "payload_checked": bool(result.steps) and all(s.payload_checked for s in result.steps),
         # beside the breakdown (not part of it): reduction hidden behind backward, what stragglers cost
         "dp_comm_hidden_s": float(math.fsum(s.dp_comm_hidden_s for s in measured) / len(measured)) if ok else NAN,
+        "residual_s": float(mean["compute_s"] * result.residual_fraction) if ok else NAN,   # part of compute_s
         "straggler_cost_s": float(math.fsum(s.straggler_cost_s for s in measured) / len(measured)) if ok else NAN,
         "slowest_ranks": sorted({int(s.slowest_rank) for s in measured if s.straggler_cost_s > 0}) if ok else [],
         **(result.storage.summary_keys() if result.storage is not None else {}),   # checkpoint, restore, FSx

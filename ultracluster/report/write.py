@@ -1,7 +1,7 @@
 """Report → run directory: atomic files (`report.atomic`: temp file in the same directory, fsync, os.replace).
 
-The one module of the package that writes run files: the tables (CSV or Parquet, `write_tables`, which
-`Report.to_csv`/`to_parquet` call), summary.json, run.json, scenario.json, trace.json and report.html
+The one module of the package that writes run files: the tables (CSV, `report.atomic.write_tables`, which
+`Report.to_csv`/`to_parquet` call too), summary.json, run.json, scenario.json, trace.json and report.html
 (`write_run_dir`, `render_run_dir`), the long run's goodput.json, failures.csv and time_lost.csv
 (`write_goodput`), the sensitivity files (`write_sensitivity`) and compare.html. A reader never sees a
 half-written file, and a run interrupted after k steps leaves a steps.csv with exactly those k rows
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ultracluster.replay.events import StepRecord
-from ultracluster.report.atomic import atomic_write_bytes, atomic_write_text
+from ultracluster.report.atomic import atomic_write_text, write_tables
 from ultracluster.report.html import render_compare_html, render_html, sensitivity_html
 from ultracluster.report.trace import chrome_trace
 
@@ -45,7 +45,7 @@ def write_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:
         The run directory.
     """
     out = Path(out_dir)
-    write_tables(report, out, "csv")
+    write_tables(report.tables(), out, "csv")
     write_run_record(out, report.emulation)
     atomic_write_text(out / "scenario.json", json.dumps(report.scenario, indent=2, default=str) + "\n")
     render_run_dir(report, out)
@@ -57,41 +57,6 @@ def write_run_record(out_dir: str | os.PathLike, record: dict) -> Path:
     """Write run.json: how the run was emulated (`Report.emulation`), or what ended an unfinished run
     (`report.rundir.RunDirectory`)."""
     return atomic_write_text(Path(out_dir) / "run.json", json.dumps(record, indent=2) + "\n")
-
-
-def write_tables(report: Report, directory: str | os.PathLike, fmt: str = "csv") -> Path:
-    """Write every table of the report (steps, breakdown, memory, collectives, timeline, ranks, stages,
-    shards) as `<name>.csv` or `<name>.parquet`, atomically.
-
-    Args:
-        report: the report.
-        directory: created with its parents when missing.
-        fmt: "csv" or "parquet".
-
-    Returns:
-        The directory.
-
-    Raises:
-        RuntimeError: Parquet without pyarrow installed.
-        ValueError: another format.
-    """
-    if fmt not in ("csv", "parquet"):
-        raise ValueError(f"table format {fmt!r}: 'csv' or 'parquet'")
-    if fmt == "parquet":
-        try:
-            import pyarrow  # noqa: F401  (optional extra)
-        except ImportError:
-            raise RuntimeError("to_parquet needs pyarrow: pip install 'ultracluster[parquet]'") from None
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, frame in report.tables():
-        if fmt == "csv":
-            atomic_write_text(out / f"{name}.csv", frame.to_csv(index=False))
-        else:
-            buf = io.BytesIO()
-            frame.to_parquet(buf, index=False)
-            atomic_write_bytes(out / f"{name}.parquet", buf.getvalue())
-    return out
 
 
 def write_goodput(result: GoodputResult, out_dir: str | os.PathLike) -> dict:
