@@ -74,9 +74,9 @@ def measure(args: list[str]) -> dict:
 def pieces_cpu() -> None:
     """CPU seconds of two workers pricing the real-size search: chunks in table order against chunks by cluster."""
     from ultracluster import load_scenario
-    from ultracluster.plan import search
-    from ultracluster.plan.fast import Pricer
-    from ultracluster.plan.space import SearchSpace, enumerate_layouts
+    from ultracluster.layouts import search
+    from ultracluster.layouts.fast import Pricer
+    from ultracluster.layouts.space import SearchSpace, enumerate_layouts
 
     base = load_scenario(REPO / REAL[1][0])
     table = enumerate_layouts(base, SearchSpace(instance_counts=tuple(int(n) for n in REAL[1][2].split(","))))

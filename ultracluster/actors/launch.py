@@ -355,7 +355,7 @@ def _signals_held() -> Iterator[list]:
 def attached(address: str | None = None) -> Iterator[Capacity]:
     """Attach to the Ray cluster a run is sent to, for the length of the run, yielding its Capacity.
 
-    Folding (`fold`: `auto`, and the bound on the actors a run starts) is sized for the cluster that will run
+    Folding (`cluster.fold`: `auto`, and the bound on the actors a run starts) is sized for the cluster that will run
     the actors, not for the driver's machine. When no cluster is named (no running Ray, no address, no
     RAY_ADDRESS) the embedded Ray, started later by `launch_actors`, runs on this machine: its Capacity is the
     one that Ray will report (`machine_capacity`).
