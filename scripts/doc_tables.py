@@ -119,8 +119,19 @@ def uncertainty_coverage() -> str:
             f"spread ({100 * fit['release_spread']:.0f} %) honestly give.\n")
 
 
+def plan_largest_clusters() -> str:
+    """docs/plan.md: the most instances `plan --instances` accepts per instance type (the catalog's largest
+    cluster of its chip)."""
+    from ultracluster.cluster.catalog import INSTANCES, ULTRACLUSTER_CHIPS, largest_cluster
+
+    rows = ["| instance type | chip | largest cluster (chips) | most instances |", "| --- | --- | --- | --- |"]
+    rows += [f"| {name} | {spec.chip.name} | {ULTRACLUSTER_CHIPS[spec.chip.name]:,} | {largest_cluster(spec):,} |"
+             for name, spec in INSTANCES.items()]
+    return "\n".join(rows) + "\n"
+
+
 GENERATORS = {"uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust, "uncertainty-examples": uncertainty_examples,
-              "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn}
+              "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn, "plan-largest-clusters": plan_largest_clusters}
 
 
 def render(text: str, cache: dict[str, str]) -> str:
