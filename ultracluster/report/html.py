@@ -42,6 +42,7 @@ HEADLINE = (("step time", "step_time_s"), ("tokens/s", "tokens_per_s"), ("MFU", 
 CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1150px}
 h2{margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
+td{white-space:nowrap}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 table.sortable th{cursor:pointer}table.sortable th:hover{background:#e8e8e8}
 .infeasible{border:2px solid #c0392b;background:#fdecea;padding:12px;font-size:16px;margin:12px 0}
@@ -53,7 +54,7 @@ pre{background:#f7f7f7;padding:12px;overflow:auto}svg text{font-size:11px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
 .note{color:#666}.better{color:#1a7f37}.worse{color:#c0392b}
 .warning{border-left:4px solid #edc948;background:#fdf6e0;padding:6px 10px;margin:6px 0}
-svg text.axis{fill:#444}svg text.tick{fill:#666}"""
+.wide{overflow-x:auto}svg text.axis{fill:#444}svg text.tick{fill:#666}"""
 # Click a header of a sortable table to sort by it (numbers numerically, then text); again to reverse.
 SORT_JS = """document.querySelectorAll("table.sortable").forEach(function (table) {
   var heads = table.querySelectorAll("th");
@@ -97,7 +98,8 @@ def _table(rows: list[list], header: list[str], sortable: bool = True, keys: lis
 def _frame_table(frame: pd.DataFrame, sortable: bool = True, ref: float = 0.0) -> str:
     if frame.empty:
         return "<p>none</p>"
-    return _table(frame.to_numpy(dtype=object).tolist(), [str(c) for c in frame.columns], sortable, ref=ref)
+    return ('<div class="wide">' + _table(frame.to_numpy(dtype=object).tolist(), [str(c) for c in frame.columns],
+                                          sortable, ref=ref) + "</div>")
 
 
 def _rect(x: float, y: float, w: float, h: float, color: str, tip: str) -> str:
@@ -153,8 +155,9 @@ def stacked_bars(rows: list[tuple[str, dict[str, float]]], colors: dict[str, str
     marks = [x for x in [limit, *(limits or [])] if _finite(x)]
     ticks = nice_ticks(max(totals + marks + [1e-30]))
     scale, row_h, out = PLOT_W / ticks[-1], 22, []
+    pad = 16 if _finite(limit) and limit_label else 0      # room above the bars for the limit's label
     for i, ((label, parts), total) in enumerate(zip(rows, totals)):
-        y, x = i * row_h, LABEL_W
+        y, x = pad + i * row_h, LABEL_W
         out.append(f'<text x="0" y="{y + 15}">{escape(label)}</text>')
         for part, value in parts.items():
             if _finite(value) and value > 0:
@@ -169,12 +172,12 @@ def stacked_bars(rows: list[tuple[str, dict[str, float]]], colors: dict[str, str
             out.append(f'<line x1="{cx:.2f}" y1="{y + 1}" x2="{cx:.2f}" y2="{y + row_h - 1}" stroke="#c0392b" '
                        f'stroke-width="2" stroke-dasharray="4 3"><title>{escape(limit_label)}: '
                        f'{escape(fmt_value(cap, unit))}</title></line>')
-    height = len(rows) * row_h
+    height = pad + len(rows) * row_h
     if _finite(limit):
         lx = LABEL_W + limit * scale
-        out.append(f'<line x1="{lx:.2f}" y1="0" x2="{lx:.2f}" y2="{height}" stroke="#c0392b" '
+        out.append(f'<line x1="{lx:.2f}" y1="{pad}" x2="{lx:.2f}" y2="{height}" stroke="#c0392b" '
                    f'stroke-dasharray="4 3"><title>{escape(limit_label)}</title></line>'
-                   f'<text class="limit" x="{lx - 4:.2f}" y="{height + 30}" text-anchor="end" fill="#c0392b">'
+                   f'<text class="limit" x="{lx:.2f}" y="{pad - 4}" text-anchor="middle" fill="#c0392b">'
                    f'{escape(limit_label)}</text>')
     out.append(axis_svg(LABEL_W, height + 2, ticks, scale, unit, axis or unit))
     return (f'<svg width="{LABEL_W + PLOT_W + 80}" height="{height + AXIS_H + 4}" role="img">{"".join(out)}</svg>'
@@ -285,7 +288,7 @@ def timeline_svg(timeline: pd.DataFrame, breakdown: pd.DataFrame) -> str:
 def _cards(s: dict) -> str:
     out = []
     for label, key in HEADLINE:
-        text = hbm_text(s).removesuffix(" per rank") if key == "hbm_peak_gib" else fmt(s.get(key), key)
+        text = hbm_text(s, "") if key == "hbm_peak_gib" else fmt(s.get(key), key)
         out.append(f'<div class="card"><span>{escape(label)}</span><b>{escape(text)}</b></div>')
     return '<div class="cards">' + "".join(out) + "</div>"
 
@@ -356,7 +359,7 @@ def render_html(report: Report) -> str:
     step = s.get("step_time_s") if _finite(s.get("step_time_s")) else 0.0
     body = f"""<h1>ultracluster: {name}</h1>{banner}
 <h2>Summary</h2>{_cards(s)}{_warnings(s)}
-<details><summary>every summary.json field</summary>{_summary_fields(s)}</details>
+<details><summary>every summary.json field</summary>{_fields_table(s)}</details>
 <h2>Step time and its 80 % interval</h2><p class="note">the band: fit residuals (leave-one-layout-out), the spread
 between Neuron releases, and the factors no measurement pins on this hardware (docs/uncertainty.md)</p>{interval_svg([(
     str(s.get("scenario")), s)])}
@@ -369,19 +372,22 @@ dashed line: the rank's HBM capacity</p>{memory_svg(report.memory)}{_frame_table
 <h2>Stages</h2><p class="note">seconds per step over all ranks of the stage; idle = step time - compute -
 exposed comm - data stall - checkpoint - other</p>{_frame_table(stages, ref=step)}
 <h2>Slowest ranks</h2>{slowest_ranks(report.ranks, step)}
-<h2>Collectives</h2>{_frame_table(report.collectives)}
-<h2>Emulation</h2><p class="note">how the emulator ran (never a prediction)</p>{_table(
-        [[k, json.dumps(v) if isinstance(v, (list, dict)) else v] for k, v in report.emulation.items()],
-        ["key", "value"], False, keys=["", ""])}
+<h2>Collectives</h2><p class="note">each kind as priced once (time) and how often the critical rank runs it per
+step</p>{_frame_table(report.collectives.drop(columns=["time_us"], errors="ignore"))}
+<h2>Emulation</h2><p class="note">how the emulator ran (never a prediction)</p>{_fields_table(report.emulation, False)}
 <h2>Scenario</h2><pre>{escape(json.dumps(report.scenario, indent=2, default=str))}</pre>"""
     return _page(f"ultracluster: {name}", body)
 
 
-def _summary_fields(s: dict) -> str:
-    """Every summary.json field, each number in its unit (the key names it), as a two-column table."""
-    rows = "".join(f"<tr><td>{escape(k)}</td>{_cell(json.dumps(v) if isinstance(v, (list, dict)) else v, k)}</tr>"
-                   for k, v in s.items())
-    return f'<table class="sortable"><tr><th>key</th><th>value</th></tr>{rows}</table>'
+def _fields_table(fields: dict, sortable: bool = True) -> str:
+    """Every field of a dict (summary.json, run.json), each number in the unit its key names, as a key-value
+    table; the seconds of a step within float noise of the step time read 0."""
+    step = fields.get("step_time_s") if _finite(fields.get("step_time_s")) else 0.0
+    rows = "".join(f"<tr><td>{escape(k)}</td>"
+                   f"{_cell(json.dumps(v) if isinstance(v, (list, dict)) else v, k, step if k.endswith('_s') else 0)}"
+                   f"</tr>" for k, v in fields.items())
+    cls = ' class="sortable"' if sortable else ""
+    return f"<table{cls}><tr><th>key</th><th>value</th></tr>{rows}</table>"
 
 
 def render_compare_html(runs: list[tuple[str, Report]]) -> str:
@@ -411,7 +417,7 @@ def render_compare_html(runs: list[tuple[str, Report]]) -> str:
                 text, cls = compare_difference(key, base, s)
                 cells.append(f'<td class="{cls}">{escape(text)}</td>' if cls else f"<td>{escape(text)}</td>")
         body_rows.append(f"<tr><td>{escape(key)}</td>{''.join(cells)}</tr>")
-    table = f'<table class="sortable"><tr><th>field</th>{head}</tr>{"".join(body_rows)}</table>'
+    table = f'<div class="wide"><table class="sortable"><tr><th>field</th>{head}</tr>{"".join(body_rows)}</table></div>'
     bars = [(label, {k: rep.summary.get(k) for k in BREAKDOWN_KEYS}) for label, rep in runs
             if _finite(rep.summary.get("step_time_s"))]
     mem = [(label, {"hbm_peak_gib": rep.summary.get("hbm_peak_gib")}) for label, rep in runs]

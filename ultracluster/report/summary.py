@@ -107,6 +107,18 @@ def warnings_for(scenario: dict) -> list[str]:
     return []
 
 
+def goodput_warnings(goodput: dict) -> list[str]:
+    """One line per figure of a long run (goodput.json) that is 0 only because its model is off."""
+    out = []
+    if goodput.get("mtbf_system_hours") is None:
+        out.append("no failures configured: goodput counts no failure, lost work or restore (set "
+                   "faults.instance_mtbf_hours; see docs/scenarios.md)")
+    if not goodput.get("checkpoint_every_steps"):
+        out.append("no checkpoints modelled: checkpoint time is 0 (set storage and checkpoint.every_steps; "
+                   "see docs/scenarios.md)")
+    return out
+
+
 def summarize(result: RunResult) -> dict:
     """Summarize one run for summary.json.
 

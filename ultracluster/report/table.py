@@ -168,7 +168,8 @@ def difference(key: str, base, value, ref: float = 0.0) -> tuple[str, str]:
     """Text and CSS class ("better", "worse" or "") of `value` against `base` for one field.
 
     "0" when the difference is within `REL_ZERO` of the larger of |base|, |value| and `ref` (float noise:
-    never coloured), "+53.4 ms (+13.8 %)" otherwise; "=" or "differs" for text, "n/a" when a side is NaN.
+    never coloured), "+53.4 ms (+13.8 %)" otherwise (a fraction's in percentage points: "+0.5 points (+7 %)");
+    "=" or "differs" for text, "n/a" when a side is NaN. Hidden seconds are neither better nor worse.
     """
     if not (_real(base) and _real(value)):
         return ("=" if base == value else "differs"), ""
@@ -177,9 +178,10 @@ def difference(key: str, base, value, ref: float = 0.0) -> tuple[str, str]:
     d = value - base
     if d == 0 or abs(d) <= REL_ZERO * max(abs(base), abs(value), abs(ref)):
         return "0", ""
-    sign = "+" if d > 0 else "-"
-    text = sign + fmt_value(abs(d), unit_of(key)).lstrip("-") + (f" ({_pct(d / base)})" if base else "")
-    cls = "" if key in NEUTRAL else ("better" if (d > 0) == (key in HIGHER_IS_BETTER) else "worse")
+    sign, unit = ("+" if d > 0 else "-"), unit_of(key)
+    size = f"{_plain(100 * abs(d), UNITS['%'][0])} points" if unit == "%" else fmt_value(abs(d), unit).lstrip("-")
+    text = sign + size + (f" ({_pct(d / base)})" if base else "")
+    cls = "" if key in NEUTRAL or key.endswith("_hidden_s") else ("better" if (d > 0) == (key in HIGHER_IS_BETTER) else "worse")
     return text, cls
 
 
@@ -190,8 +192,8 @@ def numeric_difference(key: str, base: dict, run: dict) -> tuple[float | None, f
     if not _finite(a, b):
         return None, None
     if compare_difference(key, base, run)[0] == "0":
-        return 0.0, 0.0
-    return float(b - a), (float(b / a - 1) if a else None)
+        return 0 * (b - a), 0.0
+    return b - a, (float(b / a - 1) if a else None)
 
 
 def step_ref(summary: dict, key: str) -> float:
@@ -255,10 +257,10 @@ def breakdown_lines(summary: dict) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def hbm_text(summary: dict) -> str:
+def hbm_text(summary: dict, per_rank: str = " per rank") -> str:
     """"1.38 GiB per rank of 16 GiB (8.6 %)": the peak with the capacity of a rank when the summary has it."""
     peak, cap = summary.get("hbm_peak_gib"), summary.get("hbm_capacity_gib")
-    text = fmt(peak, "hbm_peak_gib") + " per rank"
+    text = fmt(peak, "hbm_peak_gib") + per_rank
     if _finite(peak, cap) and cap > 0:
         text += f" of {fmt(cap, 'hbm_capacity_gib')} ({_plain(100 * peak / cap, 3)} %)"
     return text

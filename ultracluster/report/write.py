@@ -96,7 +96,8 @@ def write_tables(report: Report, directory: str | os.PathLike, fmt: str = "csv")
 
 
 def write_goodput(result: GoodputResult, out_dir: str | os.PathLike) -> dict:
-    """Write the long run's files into a run directory: goodput.json (`GoodputResult.summary`), failures.csv
+    """Write the long run's files into a run directory: goodput.json (`GoodputResult.summary` and `warnings`:
+    one line per figure that is 0 only because its model is off), failures.csv
     (one row per failure) and time_lost.csv (useful time and each cause: seconds, hours, fraction).
 
     Returns:
@@ -104,8 +105,11 @@ def write_goodput(result: GoodputResult, out_dir: str | os.PathLike) -> dict:
     """
     from ultracluster.goodput import Failure
 
+    from ultracluster.report.summary import goodput_warnings
+
     out = Path(out_dir)
     s = result.summary()
+    s["warnings"] = goodput_warnings(s)
     atomic_write_text(out / "goodput.json", json.dumps(s, indent=2) + "\n")
     cols = [f.name for f in fields(Failure)]
     atomic_write_text(out / "failures.csv", pd.DataFrame(result.failure_rows(), columns=cols).to_csv(index=False))
