@@ -89,7 +89,7 @@ def comm_by_kind(result: RunResult, measured: list) -> dict[str, float]:
                 ep, tp = ep + tp, 0.0
             parts = {k: (x, max(total[k] - x, 0.0)) for k, x in (("tp", tp), ("cp", cp), ("ep", ep))}
         parts["pp"] = (st.pp_comm_s, max((comm.pp_send_s if comm else 0.0) - st.pp_comm_s, 0.0))
-        parts["dp"] = (st.dp_comm_s, st.dp_comm_hidden_s)
+        parts["dp"] = (st.dp_comm_s, max(st.dp_comm_hidden_s, 0.0))   # the replay's -1e-18 is 0
         for k, (exposed, hidden) in parts.items():
             sums[f"comm_{k}_exposed_s"] += exposed
             sums[f"comm_{k}_hidden_s"] += hidden

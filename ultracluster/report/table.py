@@ -25,7 +25,7 @@ from ultracluster.replay.events import BREAKDOWN_KEYS
 
 REL_ZERO = 1e-9          # a difference within this fraction of its reference is float noise: shown as 0
 COMPARE_WIDTH = 100      # columns of the terminal compare table
-LABEL_MAX = 24           # a run's label in the terminal compare header, then "…"
+CELL_MAX = 24            # characters of a cell of the terminal compare table, then "…" (compare.csv has it whole)
 
 # unit -> (significant digits, multiples as (factor, name), largest first; None: the unit as is)
 _TIME = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
@@ -179,7 +179,10 @@ def difference(key: str, base, value, ref: float = 0.0) -> tuple[str, str]:
     if d == 0 or abs(d) <= REL_ZERO * max(abs(base), abs(value), abs(ref)):
         return "0", ""
     sign, unit = ("+" if d > 0 else "-"), unit_of(key)
-    size = f"{_plain(100 * abs(d), UNITS['%'][0])} points" if unit == "%" else fmt_value(abs(d), unit).lstrip("-")
+    if unit == "%":
+        size = f"{_plain(100 * abs(d), UNITS['%'][0])} points"
+    else:   # a rate's difference reads in the unit its value shows beside it
+        size = fmt_value(abs(d), "" if unit in ("tokens/s", "seq/s") else unit, UNITS[unit][0]).lstrip("-")
     text = sign + size + (f" ({_pct(d / base)})" if base else "")
     cls = "" if key in NEUTRAL or key.endswith("_hidden_s") else ("better" if (d > 0) == (key in HIGHER_IS_BETTER) else "worse")
     return text, cls
@@ -346,14 +349,17 @@ def compare_difference(key: str, base: dict, run: dict) -> tuple[str, str]:
     return difference(key, base.get(key), run.get(key), max(step_ref(base, key), step_ref(run, key)))
 
 
-def _short(label: str) -> str:
-    return label if len(label) <= LABEL_MAX else label[:LABEL_MAX - 1] + "…"
+def _short(text: str) -> str:
+    """`text` cut to `CELL_MAX` characters in its middle (labels that differ at the end stay apart)."""
+    head = (CELL_MAX - 1) // 2
+    return text if len(text) <= CELL_MAX else text[:head] + "…" + text[len(text) - (CELL_MAX - 1 - head):]
 
 
 def format_compare(runs: list[tuple[str, dict]], width: int = COMPARE_WIDTH) -> str:
     """Summaries side by side: one row per field (`compare_keys`), a column per run and, for every run after
     the first, its difference against the first ("+53.4 ms (+13.8 %)", "0" within float noise). At most
-    `width` columns: runs that do not fit go to further blocks, each beginning with the first run again.
+    `width` columns: runs that do not fit go to further blocks, each beginning with the first run again, and a
+    cell is cut in its middle at `CELL_MAX` characters (compare.csv has every field whole).
 
     Args:
         runs: (label, summary dict) pairs; the first is the baseline.
@@ -364,17 +370,17 @@ def format_compare(runs: list[tuple[str, dict]], width: int = COMPARE_WIDTH) -> 
     """
     summaries = [s for _, s in runs]
     keys = compare_keys(summaries)
-    base_label, base = _short(runs[0][0]), runs[0][1]
+    base = runs[0][1]
     field = ["field", "80 % interval", *keys]
     overlap = [overlap_note(base, s) for s in summaries[1:]]
 
     def run_col(label: str, s: dict) -> list[str]:
         band = fmt_interval(s.get("step_time_low_s"), s.get("step_time_high_s"), s.get("step_time_s"), "s")
-        return [_short(label), band or "n/a", *(compare_cell(s, k) for k in keys)]
+        return [_short(label), band or "n/a", *(_short(compare_cell(s, k)) for k in keys)]
 
     def diff_col(s: dict, note: str) -> list[str]:
-        return [f"vs {base_label}", {"": "n/a"}.get(note, note.split(":")[0].removeprefix("intervals ")),
-                *(compare_difference(k, base, s)[0] for k in keys)]
+        return [_short(f"vs {runs[0][0]}"), {"": "n/a"}.get(note, note.split(":")[0].removeprefix("intervals ")),
+                *(_short(compare_difference(k, base, s)[0]) for k in keys)]
 
     groups = [[run_col(*runs[0])]] + [[run_col(label, s), diff_col(s, note)]
                                       for (label, s), note in zip(runs[1:], overlap)]
