@@ -424,7 +424,7 @@ def render_compare_html(runs: list[tuple[str, Report]]) -> str:
     caps = [capacity_gib(rep) for _, rep in runs]
     body = f"""<h1>ultracluster: {len(runs)} runs compared</h1>
 <p class="note">differences against {escape(labels[0])}; green is better, red is worse; a difference within float
-noise (1e-9 of the value or of the step time) reads 0; compare.csv beside this page has every field in full</p>
+noise (one part in a billion of the value, or of the step time) reads 0; compare.csv beside this page has every field in full</p>
 <h2>Summaries</h2>{table}
 <h2>Step time and 80 % intervals</h2><p class="note">overlapping bands: "faster" is not a finding</p>{interval_svg(
     [(label, rep.summary) for label, rep in runs])}
