@@ -203,3 +203,10 @@ def test_compare_text_of_summaries_without_the_new_keys():
     text = format_compare([("old", old), ("new", build_report(make_result()).summary)])
     assert re.search(r"^hbm_peak_gib +20\.5 GiB +20\.5 of 32 GiB +0$", text, re.M)
     assert "comm_tp_hidden_s" in text and not EXPONENT.search(text)
+
+
+def test_the_summary_table_quoted_in_the_docs_is_what_run_prints(scenarios_dir):
+    doc = (scenarios_dir.parent / "docs" / "reports.md").read_text(encoding="utf-8")
+    block = doc.split("The summary table of `run` and `report`:\n\n```\n", 1)[1].split("```", 1)[0]
+    s = predict(load_scenario(scenarios_dir / "smoke.yaml", ["parallelism.tp=4", "parallelism.cp=2"]), intervals=True)
+    assert block.rstrip("\n") == format_summary({**s, "actors": 2})
