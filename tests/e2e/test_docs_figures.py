@@ -9,15 +9,16 @@ and left to go stale.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO
 from ultracluster import load_scenario
 from ultracluster.cluster.catalog import INSTANCES, ultraserver_of
 from ultracluster.pipeline import predict
 
+REPO = Path(__file__).resolve().parents[2]
 DOC = (REPO / "docs" / "scenarios.md").read_text(encoding="utf-8")
 
 

@@ -1,11 +1,12 @@
 """Report → report.html, and several Reports → compare.html: self-contained offline pages.
 
 Inline CSS, inline SVG charts and a few lines of inline JavaScript (click a table header to sort);
-nothing is loaded from anywhere, every text is escaped. Sections of report.html: the summary (headline
-figures, then every summary.json field), the step-time breakdown (stacked bars: the measured mean, then
-one bar per step), the pipeline timeline of the last measured step (one row per stage: compute, and
-below it the tp/pp/dp/storage streams), HBM per rank of each stage (stacked bars against the capacity),
-the per-stage table, the slowest ranks, the collectives, how it was emulated, and the scenario.
+nothing is loaded from anywhere, every text is escaped, every number written by `table.fmt` (the one rule)
+and every chart on an axis with its unit. Sections of report.html: the summary (headline figures, the
+warnings, every summary.json field), the interval, the breakdown (a table of each part exposed and hidden,
+then stacked bars: the measured mean and one bar per step), the pipeline timeline of the last measured step,
+HBM per rank of each stage against the capacity, the stages, the slowest ranks (grouped), the collectives,
+how it was emulated, and the scenario.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ultracluster.replay.events import BREAKDOWN_KEYS
+from ultracluster.report.ranks import grouped_ranks
 from ultracluster.report.table import (
     breakdown_lines, compare_cell, compare_difference, compare_keys, fmt, fmt_interval, fmt_value, hbm_text,
 )
@@ -299,38 +301,18 @@ def _warnings(s: dict) -> str:
     return "".join(f'<p class="warning"><b>warning:</b> {escape(str(w))}</p>' for w in lines)
 
 
-def rank_list(ranks: list[int], shown: int = 6) -> str:
-    """"0–7, 16–23, 40": ranks as ranges, the first `shown` ranges then "…"."""
-    runs: list[list[int]] = []
-    for r in sorted(ranks):
-        if runs and r == runs[-1][1] + 1:
-            runs[-1][1] = r
-        else:
-            runs.append([r, r])
-    parts = [f"{a}" if a == b else f"{a}–{b}" for a, b in runs]
-    return ", ".join(parts[:shown]) + (", …" if len(parts) > shown else "")
-
-
 def slowest_ranks(ranks: pd.DataFrame, ref: float = 0.0) -> str:
-    """The slowest ranks of ranks.csv, slowest first, grouped: ranks whose figures read the same (compute,
-    exposed communication, idle, HBM, slowdown as `table.fmt` writes them) share one row with their count."""
+    """The slowest ranks of ranks.csv, slowest first, ranks whose figures read the same on one row with their
+    count (`ranks.grouped_ranks`)."""
     if ranks.empty:
         return "<p>none</p>"
-    cols = [c for c in ("compute_s", "exposed_comm_s", "idle_s", "hbm_gib", "slowdown") if c in ranks.columns]
-    shown = pd.DataFrame({c: [fmt(v, c, ref) for v in ranks[c]] for c in cols})
-    groups = ranks.assign(_key=shown.astype(str).agg("|".join, axis=1).to_numpy()).groupby("_key", sort=False)
-    rows = []
-    for _, g in groups:
-        first = g.iloc[0]
-        rows.append((float(first["compute_s"]), int(g["rank"].min()), [
-            rank_list(g["rank"].tolist()), len(g), rank_list(g["stage"].unique().tolist()),
-            *(first[c] for c in cols)]))
-    rows.sort(key=lambda r: (-r[0], r[1]))
-    top = [r[2] for r in rows[:TOP_RANKS]]
-    note = (f'<p class="note">{min(TOP_RANKS, len(rows))} of {len(rows)} groups of the {len(ranks):,} ranks in '
+    groups = grouped_ranks(ranks, ref)
+    note = (f'<p class="note">{min(TOP_RANKS, len(groups))} of {len(groups)} groups of the {len(ranks):,} ranks in '
             f"ranks.csv (each replica-stage group's pacing rank and the stragglers), slowest first; ranks with the "
             f"same figures share a row.</p>")
-    return note + _table(top, ["ranks", "count", "stages", *cols], keys=["", "", "", *cols], ref=ref)
+    top = groups.head(TOP_RANKS)
+    return note + _table(top.to_numpy(dtype=object).tolist(), list(top.columns), keys=["", "", "", *top.columns[3:]],
+                         ref=ref)
 
 
 def _page(title: str, body: str) -> str:
@@ -421,7 +403,8 @@ def render_compare_html(runs: list[tuple[str, Report]]) -> str:
     bars = [(label, {k: rep.summary.get(k) for k in BREAKDOWN_KEYS}) for label, rep in runs
             if _finite(rep.summary.get("step_time_s"))]
     mem = [(label, {"hbm_peak_gib": rep.summary.get("hbm_peak_gib")}) for label, rep in runs]
-    caps = [capacity_gib(rep) for _, rep in runs]
+    caps = [rep.summary.get("hbm_capacity_gib", rep.memory["capacity_gib"].max() if len(rep.memory) else None)
+            for _, rep in runs]   # a run directory written before hbm_capacity_gib: memory.csv's
     body = f"""<h1>ultracluster: {len(runs)} runs compared</h1>
 <p class="note">differences against {escape(labels[0])}; green is better, red is worse; a difference within float
 noise (one part in a billion of the value, or of the step time) reads 0; compare.csv beside this page has every field in full</p>
@@ -436,14 +419,6 @@ noise (one part in a billion of the value, or of the step time) reads 0; compare
         f"<details><summary>{escape(label)}</summary><pre>{escape(json.dumps(rep.scenario, indent=2, default=str))}"
         f"</pre></details>" for label, rep in runs)
     return _page(f"ultracluster: compare {escape(', '.join(labels))}", body)
-
-
-def capacity_gib(report: Report) -> float | None:
-    """A rank's HBM capacity: the summary's `hbm_capacity_gib`, else (older run directories) memory.csv's."""
-    cap = report.summary.get("hbm_capacity_gib")
-    if _finite(cap):
-        return float(cap)
-    return float(report.memory["capacity_gib"].max()) if len(report.memory) else None
 
 
 def sensitivity_html(scenario_name: str, point_s: float, low_s: float, high_s: float, rows: list[dict]) -> str:
