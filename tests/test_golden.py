@@ -8,8 +8,10 @@ import json
 
 import pytest
 
-from conftest import REPO, SCENARIOS
+from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]   # not `from conftest import`: tests/report has a conftest too
+SCENARIOS = REPO / "scenarios"
 GOLDEN = REPO / "tests" / "golden"
 
 

@@ -119,12 +119,10 @@ def fmt_value(value, unit: str = "", digits: int | None = None, ref: float = 0.0
         x = 0.0
     if isinstance(value, numbers.Integral) and steps is None:
         text = f"{int(value):,}"
-    elif steps is not None:
-        factor, name = _multiple(x if like is None or like == 0 else like, steps, digits)
-        if x == 0:
-            factor, name = steps[0] if unit != "B" else steps[-1]
-        text = f"{_plain(x / factor, digits)} {name}"
-        return text
+    elif steps is not None:   # 0 reads in the unit itself: "0 s", "0 B"
+        factor, name = (_multiple(x if not like else like, steps, digits) if x or like
+                        else steps[0] if unit == "s" else steps[-1])
+        return f"{_plain(x / factor, digits)} {name}"
     elif unit == "%":
         return f"{_plain(100 * x, digits)} %"
     elif unit == "$":
@@ -323,16 +321,18 @@ COMPARE_KEYS = ("instance_type", "instances", "chips", "ranks", "layout", "feasi
 
 
 def compare_keys(summaries: list[dict]) -> list[str]:
-    """The fields the compare table shows: `COMPARE_KEYS`, with the exposed seconds of cp and ep after
-    `tp_comm_s` when a run has them, and the hidden seconds of each kind any run hides."""
-    extra = [f"comm_{k}_exposed_s" for k in ("tp", "cp", "ep") if any(comm_kinds_shown(s) for s in summaries)
-             and any(_finite(s.get(f"comm_{k}_exposed_s")) and (s[f"comm_{k}_exposed_s"] > 0 or (
-                 _finite(s.get(f"comm_{k}_hidden_s")) and s[f"comm_{k}_hidden_s"] > 0)) for s in summaries)]
-    hidden = [f"comm_{k}_hidden_s" for k in ("tp", "cp", "ep", "pp", "dp")
-              if any(_finite(s.get(f"comm_{k}_hidden_s")) and s[f"comm_{k}_hidden_s"] > 0 for s in summaries)]
+    """The fields the compare table shows: `COMPARE_KEYS`, with the exposed seconds of tp, cp and ep after
+    `tp_comm_s` when a run splits it (`comm_kinds_shown`), and after `dp_comm_s` the hidden seconds of each
+    kind that some run hides."""
+    def some(key: str) -> bool:   # above float noise in some run
+        return any(_finite(s.get(key)) and s[key] > REL_ZERO * step_ref(s, key) for s in summaries)
+
+    shown = {k for s in summaries for k in comm_kinds_shown(s)}
+    split = [f"comm_{k}_exposed_s" for k in ("tp", "cp", "ep") if k in shown]
+    hidden = [f"comm_{k}_hidden_s" for k in ("tp", "cp", "ep", "pp", "dp") if some(f"comm_{k}_hidden_s")]
     keys = list(COMPARE_KEYS)
-    at = keys.index("tp_comm_s") + 1
-    return keys[:at] + extra + keys[at:at + 2] + hidden + keys[at + 2:]
+    tp, dp = keys.index("tp_comm_s") + 1, keys.index("dp_comm_s") + 1
+    return keys[:tp] + split + keys[tp:dp] + hidden + keys[dp:]
 
 
 def compare_cell(summary: dict, key: str) -> str:
