@@ -5,10 +5,9 @@ regenerated (`python scripts/golden.py`, which prints what moved), so every move
 """
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
-
-from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]   # not `from conftest import`: tests/report has a conftest too
 SCENARIOS = REPO / "scenarios"

@@ -282,6 +282,7 @@ def test_compare_page_shows_capacity_and_no_noise(chromium, tmp_path):
     assert colours(png).get("c0392b", 0) > 20                # the red dashed capacity lines are drawn
     hbm = seen[0]["charts"][-1]
     assert [t["text"] for t in hbm if t["cls"] == "axis"] == ["HBM per rank"]
+    assert [t["text"] for t in hbm if t["cls"] == "limit" and t["width"] > 0] == ["capacity 32 GiB"] * 2
 
 
 def test_infeasible_report_and_compare_page_render(chromium, tmp_path):

@@ -173,7 +173,8 @@ def stacked_bars(rows: list[tuple[str, dict[str, float]]], colors: dict[str, str
             cx = LABEL_W + cap * scale
             out.append(f'<line x1="{cx:.2f}" y1="{y + 1}" x2="{cx:.2f}" y2="{y + row_h - 1}" stroke="#c0392b" '
                        f'stroke-width="2" stroke-dasharray="4 3"><title>{escape(limit_label)}: '
-                       f'{escape(fmt_value(cap, unit))}</title></line>')
+                       f'{escape(fmt_value(cap, unit))}</title></line><text class="limit" x="{cx + 4:.2f}" '
+                       f'y="{y + 15}" fill="#c0392b">capacity {escape(fmt_value(cap, unit))}</text>')
     height = pad + len(rows) * row_h
     if _finite(limit):
         lx = LABEL_W + limit * scale
