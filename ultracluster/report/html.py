@@ -147,6 +147,13 @@ def axis_svg(x0: float, y: float, ticks: list[float], scale: float, unit: str, t
 AXIS_H = 38   # px under a chart for its axis
 
 
+def _limit_mark(x: float, y0: float, y1: float, title: str, label: str, lx: float, ly: float, anchor: str) -> str:
+    """A dashed red limit line from y0 to y1 at x (e.g. HBM capacity) with a tooltip and a visible label."""
+    return (f'<line x1="{x:.2f}" y1="{y0}" x2="{x:.2f}" y2="{y1}" stroke="#c0392b" stroke-width="2" '
+            f'stroke-dasharray="4 3"><title>{escape(title)}</title></line><text class="limit" x="{lx:.2f}" '
+            f'y="{ly}" text-anchor="{anchor}" fill="#c0392b">{escape(label)}</text>')
+
+
 def stacked_bars(rows: list[tuple[str, dict[str, float]]], colors: dict[str, str], unit: str,
                  limit: float | None = None, limit_label: str = "", axis: str = "",
                  limits: list[float | None] | None = None) -> str:
@@ -171,17 +178,12 @@ def stacked_bars(rows: list[tuple[str, dict[str, float]]], colors: dict[str, str
         cap = limits[i] if limits and i < len(limits) else None
         if _finite(cap):
             cx = LABEL_W + cap * scale
-            out.append(f'<line x1="{cx:.2f}" y1="{y + 1}" x2="{cx:.2f}" y2="{y + row_h - 1}" stroke="#c0392b" '
-                       f'stroke-width="2" stroke-dasharray="4 3"><title>{escape(limit_label)}: '
-                       f'{escape(fmt_value(cap, unit))}</title></line><text class="limit" x="{cx + 4:.2f}" '
-                       f'y="{y + 15}" fill="#c0392b">capacity {escape(fmt_value(cap, unit))}</text>')
+            out.append(_limit_mark(cx, y + 1, y + row_h - 1, f"{limit_label}: {fmt_value(cap, unit)}",
+                                   f"capacity {fmt_value(cap, unit)}", cx + 4, y + 15, "start"))
     height = pad + len(rows) * row_h
     if _finite(limit):
         lx = LABEL_W + limit * scale
-        out.append(f'<line x1="{lx:.2f}" y1="{pad}" x2="{lx:.2f}" y2="{height}" stroke="#c0392b" '
-                   f'stroke-dasharray="4 3"><title>{escape(limit_label)}</title></line>'
-                   f'<text class="limit" x="{lx:.2f}" y="{pad - 4}" text-anchor="middle" fill="#c0392b">'
-                   f'{escape(limit_label)}</text>')
+        out.append(_limit_mark(lx, pad, height, limit_label, limit_label, lx, pad - 4, "middle"))
     out.append(axis_svg(LABEL_W, height + 2, ticks, scale, unit, axis or unit))
     return (f'<svg width="{LABEL_W + PLOT_W + 80}" height="{height + AXIS_H + 4}" role="img">{"".join(out)}</svg>'
             + _legend(colors))
