@@ -4,7 +4,7 @@ and left to go stale.
 - the example's cluster: instances, instance type and NeuronCores of the example YAML on the page;
 - the ready scenarios table: every "N <instance type>", "N ... chips", "N ... UltraServers", "TPn PPn DPn",
   "sequence N" and "global batch N" in a row, against that row's scenario file;
-- the degraded-instances paragraph: the step times and the data-parallel reduction it quotes, predicted.
+- (the degraded-instances paragraph is generated: scripts/doc_tables.py, tests/test_doc_tables.py)
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import yaml
 
 from ultracluster import load_scenario
 from ultracluster.cluster.catalog import INSTANCES, ultraserver_of
-from ultracluster.pipeline import predict
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = (REPO / "docs" / "scenarios.md").read_text(encoding="utf-8")
