@@ -119,6 +119,30 @@ def uncertainty_coverage() -> str:
             f"spread ({100 * fit['release_spread']:.0f} %) honestly give.\n")
 
 
+def reports_summary() -> str:
+    """docs/reports.md: the summary table `run` prints, for the smoke scenario at TP4 CP2 on 2 actors."""
+    from ultracluster import load_scenario
+    from ultracluster.pipeline import predict
+    from ultracluster.report import format_summary
+
+    s = predict(load_scenario(SCENARIOS / "smoke.yaml", ["parallelism.tp=4", "parallelism.cp=2"]), intervals=True)
+    return "```\n" + format_summary({**s, "actors": 2}) + "\n```\n"
+
+
+def scenarios_degraded() -> str:
+    """docs/scenarios.md: what the two degraded-instance examples do to the smoke scenario."""
+    smoke = SCENARIOS / "smoke.yaml"
+    base = _predict(smoke)
+    nics = _predict(smoke, ("faults.degraded=[{instances: [1], efa_nics: 4}]",))
+    link = _predict(smoke, ("faults.degraded=[{instances: [0], neuronlink_scale: 0.5}]",))
+    ms = lambda v: f"{1e3 * v:.1f}"   # noqa: E731
+    return (f"On `scenarios/smoke.yaml` (2 trn1.32xlarge, tp 8, pp 2, dp 4) `--set 'faults.degraded=[{{instances: [1],\n"
+            f"efa_nics: 4}}]'` raises the data-parallel reduction from {ms(base['dp_comm_s'])} to {ms(nics['dp_comm_s'])} ms "
+            f"and the step from {ms(base['step_time_s'])} to {ms(nics['step_time_s'])} ms;\n"
+            "`--set 'faults.degraded=[{instances: [0], neuronlink_scale: 0.5}]'` slows the tensor-parallel collectives of\n"
+            f"replicas 0 and 1 (on instance 0; the `ranks` table shows them) and the step to {ms(link['step_time_s'])} ms.\n")
+
+
 def plan_largest_clusters() -> str:
     """docs/plan.md: the most instances `plan --instances` accepts per instance type (the catalog's largest
     cluster of its chip)."""
@@ -130,7 +154,7 @@ def plan_largest_clusters() -> str:
     return "\n".join(rows) + "\n"
 
 
-GENERATORS = {"uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust, "uncertainty-examples": uncertainty_examples,
+GENERATORS = {"scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary, "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust, "uncertainty-examples": uncertainty_examples,
               "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn, "plan-largest-clusters": plan_largest_clusters}
 
 

@@ -132,7 +132,7 @@ def _render(args) -> int:
     page = write_compare_html(list(zip(labels, reports)), args.out)
     if not args.quiet:
         print(format_compare([(label, rep.summary) for label, rep in zip(labels, reports)]))
-        print(f"comparison page: {page}")
+        print(f"comparison page: {page}; every field in full: {page.parent / 'compare.csv'}")
     return EXIT_OK
 
 

@@ -23,6 +23,7 @@ import pandas as pd
 from ultracluster.replay.events import StepRecord
 from ultracluster.report.atomic import atomic_write_text, write_tables
 from ultracluster.report.html import render_compare_html, render_html, sensitivity_html
+from ultracluster.report.table import compare_keys, numeric_difference
 from ultracluster.report.trace import chrome_trace
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ def write_run_record(out_dir: str | os.PathLike, record: dict) -> Path:
 
 
 def write_goodput(result: GoodputResult, out_dir: str | os.PathLike) -> dict:
-    """Write the long run's files into a run directory: goodput.json (`GoodputResult.summary`), failures.csv
+    """Write the long run's files into a run directory: goodput.json (`GoodputResult.summary` and `warnings`:
+    one line per figure that is 0 only because its model is off), failures.csv
     (one row per failure) and time_lost.csv (useful time and each cause: seconds, hours, fraction).
 
     Returns:
@@ -68,8 +70,11 @@ def write_goodput(result: GoodputResult, out_dir: str | os.PathLike) -> dict:
     """
     from ultracluster.goodput import Failure
 
+    from ultracluster.report.summary import goodput_warnings
+
     out = Path(out_dir)
     s = result.summary()
+    s["warnings"] = goodput_warnings(s)
     atomic_write_text(out / "goodput.json", json.dumps(s, indent=2) + "\n")
     cols = [f.name for f in fields(Failure)]
     atomic_write_text(out / "failures.csv", pd.DataFrame(result.failure_rows(), columns=cols).to_csv(index=False))
@@ -115,18 +120,38 @@ def render_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:
 
 
 def write_compare_html(runs: list, path: str | os.PathLike) -> Path:
-    """Write the comparison page of several runs (see `render_compare_html`), atomically.
+    """Write the comparison page of several runs (see `render_compare_html`) and, beside it, compare.csv
+    (`compare_frame`: the full table), atomically.
 
     Args:
         runs: (label, Report) pairs; the first is the baseline.
         path: the HTML file; its directory is created when missing.
 
     Returns:
-        The file's path.
+        The page's path (compare.csv is `path.parent / "compare.csv"`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path.parent / "compare.csv", compare_frame(runs).to_csv(index=False))
     return atomic_write_text(path, render_compare_html(runs))
+
+
+def compare_frame(runs: list) -> pd.DataFrame:
+    """The full comparison as a table (compare.csv): one row per summary field of any run (the terminal's
+    fields first), a column of full-precision values per run (lists as JSON) and, for each run after the
+    first, `<label> - <first>` (the difference: 0 within float noise, `table.REL_ZERO`; empty for text) and
+    `<label> / <first> - 1` (the relative difference)."""
+    summaries = [rep.summary for _, rep in runs]
+    keys = list(dict.fromkeys([*compare_keys(summaries), *(k for s in summaries for k in s)]))
+    base_label, base = runs[0][0], summaries[0]
+    cols: dict[str, list] = {"field": keys}
+    for i, ((label, _), s) in enumerate(zip(runs, summaries)):
+        cols[label] = [json.dumps(s.get(k)) if isinstance(s.get(k), (list, dict)) else s.get(k) for k in keys]
+        if i:
+            diffs = [numeric_difference(k, base, s) for k in keys]
+            cols[f"{label} - {base_label}"] = [d for d, _ in diffs]
+            cols[f"{label} / {base_label} - 1"] = [r for _, r in diffs]
+    return pd.DataFrame(cols)
 
 
 class StepWriter:
