@@ -165,7 +165,21 @@ def trn2_factors() -> str:
     return "\n".join(out) + "\n"
 
 
-GENERATORS = {"trn2-factors": trn2_factors, "scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary, "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust, "uncertainty-examples": uncertainty_examples,
+def trn2_whatifs() -> str:
+    """docs/trn2.md: the Llama-2-70B TP32 PP4 job under the what-ifs the page discusses."""
+    cases = [("trn2.48xlarge, BF16 (the scenario)", ()),
+             ("FP8 on every matmul (`training.precision=fp8`)", ("training.precision=fp8",)),
+             ("64 trn2u.48xlarge (UltraServers, Z links)", ("cluster.instance=trn2u.48xlarge",)),
+             ("64 trn2u.48xlarge, EFA 800 Gbit/s per instance", ("cluster.instance=trn2u.48xlarge",
+                                                                  "cluster.network.efa_gbps=800"))]
+    out = ["| case | step | compute | data-parallel |", "| --- | ---: | ---: | ---: |"]
+    for label, sets in cases:
+        s = _predict(L70_TRN2, sets)
+        out.append(f"| {label} | {s['step_time_s']:.1f} s | {s['compute_s']:.1f} s | {s['dp_comm_s']:.1f} s |")
+    return "\n".join(out) + "\n"
+
+
+GENERATORS = {"trn2-whatifs": trn2_whatifs, "trn2-factors": trn2_factors, "scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary, "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust, "uncertainty-examples": uncertainty_examples,
               "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn}
 
 
