@@ -374,6 +374,34 @@ def fit_trn2(lay: Layouts, params: dict) -> dict:
             "error_pct": round(100 * (after / target - 1), 2), "pinned": pinned}
 
 
+def domain(lay: Layouts) -> dict:
+    """Where the evidence is, per chip generation: the ranges of tp, pp, cp, sequence length and model size
+    (billions of parameters) and the ZeRO stages and recomputations of the fitted and paper rows, and the best
+    MFU a published run of that generation reached (`ultracluster.uncertainty.extrapolated` reads it)."""
+    from ultracluster.cluster import build_cluster
+    from ultracluster.uncertainty import model_params_b
+
+    out: dict[str, dict] = {}
+    for n in lay.names:
+        if not (n in lay.certain or lay.quality[n] == "paper"):
+            continue
+        sc = lay.scenarios[n]
+        cl = build_cluster(sc, sc.cluster.instances)
+        peak = cl.chips * cl.chip.dense_flop_per_s[sc.training.precision]
+        from ultracluster import operators as opslib
+        mfu = opslib.model_flops_per_step(sc) / (peak * sc_step(lay, n))
+        d = out.setdefault(cl.chip.name, {"tp": [], "pp": [], "cp": [], "seq_len": [], "params_b": [], "zero": [],
+                                          "recompute": [], "mfu_best": 0.0, "layouts": []})
+        for k, v in (("tp", sc.parallelism.tp), ("pp", sc.parallelism.pp), ("cp", sc.parallelism.cp),
+                     ("seq_len", sc.training.seq_len), ("params_b", model_params_b(sc))):
+            d[k] = [min(d[k] + [v]), max(d[k] + [v])] if d[k] else [v, v]
+        d["zero"] = sorted(set(d["zero"]) | {sc.training.zero})
+        d["recompute"] = sorted(set(d["recompute"]) | {sc.training.recompute})
+        d["mfu_best"] = round(max(d["mfu_best"], mfu), 4)
+        d["layouts"].append(n)
+    return out
+
+
 def sc_step(lay: Layouts, name: str) -> float:
     """The published step time of a layout (its median's)."""
     return lay.scenarios[name].training.global_batch / lay.median[name]
@@ -423,6 +451,7 @@ def results(data: Path) -> dict:
         "ablation": ablation(lay),
         "residual_check": residual_check(lay),
         "trn2": trn2,
+        "domain": domain(lay),
         "rows": {r["id"]: round(100 * (pred[r["layout"]] / float(r["seq_per_s"]) - 1), 2) for r in lay.rows},
         "scaling": scaling_results(lay, cal, pred),
     }
@@ -512,6 +541,19 @@ def render(res: dict, data: Path) -> str:
                   "| factor | pinned range |", "| --- | --- |"]
         for fname, (a, b) in t2["pinned"].items():
             lines.append(f"| `{fname}` | {a:g} – {b:g} |")
+    dom = res.get("domain")
+    if dom:
+        lines += ["", "## Where the evidence is (the calibrated domain)", "",
+                  "Per chip generation, what the fitted (and the Trn2 paper) rows span; a prediction outside any of "
+                  "these is flagged `extrapolated` with the axes, and its interval widens (docs/uncertainty.md). "
+                  "`mfu_best` is the highest MFU a published run of that generation reached.", "",
+                  "| generation | tp | pp | cp | sequence | model (B params) | ZeRO | recompute | mfu_best |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for gen, d in dom.items():
+            rng = lambda a: f"{a[0]:g}" if a[0] == a[1] else f"{a[0]:g} – {a[1]:g}"   # noqa: E731
+            lines.append(f"| {gen} | {rng(d['tp'])} | {rng(d['pp'])} | {rng(d['cp'])} | {rng(d['seq_len'])} | "
+                         f"{rng(d['params_b'])} | {', '.join(map(str, d['zero']))} | {', '.join(d['recompute'])} | "
+                         f"{100 * d['mfu_best']:.1f} % |")
     sc = res.get("scaling")
     if sc:
         lines += ["", "## Data-parallel scaling (same-release pairs)", "",
