@@ -30,3 +30,20 @@ def calibration_dir() -> Path:
 @pytest.fixture(scope="session")
 def scenarios_dir() -> Path:
     return SCENARIOS
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """A function loading one of the repository's scripts/ (calibrate, golden, doc_tables) as a module."""
+    import importlib.util
+
+    loaded = {}
+
+    def load(name: str):
+        if name not in loaded:
+            spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            loaded[name] = mod
+        return loaded[name]
+    return load

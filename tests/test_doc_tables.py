@@ -1,5 +1,4 @@
 """Figures quoted in the docs are generated (scripts/doc_tables.py) and kept current here."""
-import importlib.util
 
 import pytest
 
@@ -9,11 +8,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def tables():
-    spec = importlib.util.spec_from_file_location("doc_tables", REPO / "scripts" / "doc_tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def tables(load_script):
+    return load_script("doc_tables")
 
 
 def test_every_generated_block_is_current(tables):

@@ -3,7 +3,6 @@
 A model change that moves any number by more than a relative 1e-9 fails here until the goldens are
 regenerated (`python scripts/golden.py`, which prints what moved), so every move is seen in review.
 """
-import importlib.util
 import json
 
 import pytest
@@ -17,11 +16,8 @@ GOLDEN = REPO / "tests" / "golden"
 
 
 @pytest.fixture(scope="module")
-def golden():
-    spec = importlib.util.spec_from_file_location("golden", REPO / "scripts" / "golden.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def golden(load_script):
+    return load_script("golden")
 
 
 def test_every_shipped_scenario_has_a_golden_summary():

@@ -80,7 +80,11 @@ def interval_keys(scenario: Scenario, summary: dict, calibration: Calibration | 
     step = summary.get("step_time_s")
     if not summary.get("feasible") or not isinstance(step, float) or not step > 0:
         return nan_keys()
-    return interval(scenario, step, calibration).summary_keys(summary["tokens_per_step"])
+    iv = interval(scenario, step, calibration)
+    mfu = summary.get("mfu")
+    # a predicted MFU above the best any published run of this chip generation reached is not evidence-backed
+    implausible = bool(iv.mfu_best is not None and isinstance(mfu, float) and mfu > iv.mfu_best)
+    return {**iv.summary_keys(summary["tokens_per_step"]), "mfu_implausible": implausible}
 
 
 def predict(scenario: Scenario | str | Path, calibration: Calibration | None = None,

@@ -24,12 +24,12 @@ corners), in this process, no Ray, no files.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace, field
 from functools import lru_cache
 
 import numpy as np
 
-from .cluster.calibration import FITTED, TRN1, Calibration, fitted, load_fitted
+from .cluster.calibration import FITTED, TRN1, TRN2, Calibration, fitted, load_fitted
 from .cluster.uncertain import UncertainFactor, for_generation
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
@@ -74,17 +74,79 @@ def chip_factors(generation: str, calibration: Calibration | None = None) -> lis
     lo, hi = ident.get("tensor_efficiency", {}).get("low", te), ident.get("tensor_efficiency", {}).get("high", te)
     out.append(UncertainFactor("tensor_efficiency", min(lo, 0.8 * te), min(1.0, max(hi, 1.2 * te)), (generation,),
                                "fitted on Trn1 only: the range Trn1's layouts allow, at least 20 % either way"))
-    sync = calibration.network.in_graph_sync_s
-    out.append(UncertainFactor("in_graph_sync_s", 0.5 * sync, 2 * sync, (generation,),
-                               "the in-graph collective hand-off fitted on Trn1 (runtime and collective cores as "
-                               "much as chip; Trn2 has more collective cores per chip, H5): half to twice it"))
+    scale = calibration.network.in_graph_sync_scale_trn2
+    argued = _fitted().get("trn2", {}).get("argued_range", [0.0, 1.0])
+    out.append(UncertainFactor("in_graph_sync_scale_trn2", min(argued[0], scale), max(argued[1], scale), (generation,),
+                               "the in-graph collective hand-off on Trn2 (Trn3 borrows it) as a multiple of Trn1's: "
+                               "fitted to the one Trn2 training row, which cannot separate it from the other Trn2 "
+                               "factors; from none to the Trn1 value (docs/trn2.md)"))
     return out
 
 
-def factors_for(cluster) -> list[UncertainFactor]:
-    """Every uncertain factor that applies to the cluster's chip."""
+# The axes of the calibrated domain (calibration.json "domain", per chip generation): numeric ranges and sets
+DOMAIN_RANGES = ("tp", "pp", "cp", "seq_len", "params_b")
+DOMAIN_SETS = ("zero", "recompute")
+
+
+def model_params_b(scenario) -> float:
+    """The model's parameters in billions (dense and expert, embedding and head)."""
+    from . import operators as opslib
+
+    dense, expert = opslib.chunk_params_split(scenario.model, 1, np.array([float(scenario.model.layers)]), 1, 1)
+    return float(dense.sum() + expert.sum()) / 1e9
+
+
+def extrapolated(scenario, generation: str) -> list[str]:
+    """The axes on which `scenario` lies outside what the calibration rows span ("generation" when no row of
+    its chip generation exists); empty inside the calibrated domain."""
+    dom = _fitted().get("domain", {})
+    if not dom:
+        return []
+    # the layout axes count as checked where a row of any generation spans them (the mechanisms they exercise
+    # were checked there; what a newer chip changes is in its hardware factors); the generation by its own rows
+    d = {k: [min(g[k][0] for g in dom.values()), max(g[k][1] for g in dom.values())] for k in DOMAIN_RANGES}
+    d.update({k: sorted({v for g in dom.values() for v in g[k]}, key=str) for k in DOMAIN_SETS})
+    value = {"tp": scenario.parallelism.tp, "pp": scenario.parallelism.pp, "cp": scenario.parallelism.cp,
+             "seq_len": scenario.training.seq_len, "params_b": model_params_b(scenario),
+             "zero": scenario.training.zero, "recompute": scenario.training.recompute}
+    out = ["generation"] if generation not in dom else []
+    out += [k for k in DOMAIN_RANGES if not d[k][0] * (1 - 1e-6) <= value[k] <= d[k][1] * (1 + 1e-6)]
+    return out + [k for k in DOMAIN_SETS if value[k] not in d[k]]
+
+
+def mfu_best(generation: str) -> float | None:
+    """The best MFU any published run of the generation reached (None: no run of it)."""
+    d = _fitted().get("domain", {}).get(generation)
+    return None if d is None else float(d["mfu_best"])
+
+
+def extrapolation_log(axes: list[str]) -> float:
+    """Log half-width each extrapolated axis adds, in quadrature: the worst leave-one-layout-out error of the
+    fit, what the model missed by on a layout it had not seen (docs/uncertainty.md)."""
+    worst = _fitted().get("cross_validation", {}).get("worst_abs_error_pct", 0.0)
+    return math.sqrt(len(axes)) * math.log1p(worst / 100)
+
+
+def factors_for(cluster, pinned: bool = True) -> list[UncertainFactor]:
+    """Every uncertain factor that applies to the cluster's chip. On Trainium2, with `pinned`, each range is
+    narrowed to the part over which the published Trn2 row stays within its release spread
+    (calibration.json "trn2" "pinned", scripts/calibrate.py), never excluding the factor's central value."""
     gen = cluster.chip.name
-    return chip_factors(gen, cluster.calibration) + for_generation(gen)
+    out = chip_factors(gen, cluster.calibration) + for_generation(gen)
+    narrow = _fitted().get("trn2", {}).get("pinned", {}) if pinned and gen == TRN2 else {}
+    if not narrow:
+        return out
+    cal = cluster.calibration
+    res = []
+    for f in out:
+        if f.name not in narrow:
+            res.append(f)
+            continue
+        central = getattr(cal.network, f.name) if hasattr(cal.network, f.name) else getattr(cal, f.name)
+        low, high = narrow[f.name]
+        res.append(replace(f, low=min(max(f.low, low), central), high=max(min(f.high, high), central),
+                           why=f.why + "; narrowed to what the Trn2 row allows"))
+    return res
 
 
 @dataclass
@@ -114,10 +176,13 @@ class Interval:
     slow_log: float          # log(step at the slow corner / point)
     fast_log: float          # log(point / step at the fast corner)
     swings: list[FactorSwing] = field(default_factory=list)
+    extrapolated: list[str] = field(default_factory=list)   # axes outside the calibrated domain (widened)
+    mfu_best: float | None = None                             # the best published MFU of the chip generation
 
     def summary_keys(self, tokens_per_step: float) -> dict:
         return {"step_time_low_s": self.low_s, "step_time_high_s": self.high_s,
-                "tokens_per_s_low": tokens_per_step / self.high_s, "tokens_per_s_high": tokens_per_step / self.low_s}
+                "tokens_per_s_low": tokens_per_step / self.high_s, "tokens_per_s_high": tokens_per_step / self.low_s,
+                "extrapolated": list(self.extrapolated)}
 
 
 def _value(calibration: Calibration, name: str) -> float:
@@ -198,16 +263,18 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
         t_slow, t_fast = (float(x) for x in step_times(scenario, [cal.with_(**slow), cal.with_(**fast)]))
         slow_log = max(0.0, math.log(t_slow / base)) if math.isfinite(t_slow) else 0.0
         fast_log = max(0.0, math.log(base / t_fast)) if math.isfinite(t_fast) and t_fast > 0 else 0.0
-    h = ev.half_width_log
+    axes = extrapolated(scenario, cluster.chip.name)
+    h = math.hypot(ev.half_width_log, extrapolation_log(axes))
     return Interval(point_s=point_s, low_s=point_s * math.exp(-math.hypot(h, fast_log)),
                     high_s=point_s * math.exp(math.hypot(h, slow_log)), fit_log=ev.fit_log,
                     release_log=Z80 * ev.release_sigma, slow_log=slow_log, fast_log=fast_log,
-                    swings=sorted(swings, key=lambda s: -s.swing_s))
+                    swings=sorted(swings, key=lambda s: -s.swing_s), extrapolated=axes,
+                    mfu_best=mfu_best(cluster.chip.name))
 
 
 def nan_keys() -> dict:
     """The interval keys of an infeasible run."""
-    return {k: float("nan") for k in INTERVAL_KEYS}
+    return {**{k: float("nan") for k in INTERVAL_KEYS}, "extrapolated": [], "mfu_implausible": False}
 
 
 # ---------------------------------------------------------------------------------------------------------

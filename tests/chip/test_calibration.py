@@ -4,7 +4,6 @@ The full fit with its cross-validation and ablation takes about a minute (`pytho
 tests check what can go stale cheaply: the inputs the fit saw, the in-sample predictions, the generated page,
 that the committed factors are a minimum of the loss, and that no factor sits at a bound.
 """
-import importlib.util
 import json
 import math
 
@@ -17,11 +16,8 @@ REPO = FITTED.parents[2]
 
 
 @pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location("calibrate", REPO / "scripts" / "calibrate.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def script(load_script):
+    return load_script("calibrate")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,10 @@ from hypothesis import given, settings, strategies as st
 from ultracluster import load_scenario
 from ultracluster.cluster.calibration import DEFAULT, FITTED
 from ultracluster.pipeline import predict
-from ultracluster.uncertainty import Z80, _one_step, _replayed, evidence, interval, step_times
+from ultracluster.uncertainty import (Z80, _one_step, _replayed, evidence, extrapolated, extrapolation_log, interval,
+                                      step_times)
+
+REPO = FITTED.parents[2]
 
 
 def job(instance: str, tp: int = 8, pp: int = 1, instances: int = 2, seq: int = 4096, precision: str = "bf16"):
@@ -21,6 +24,25 @@ def job(instance: str, tp: int = 8, pp: int = 1, instances: int = 2, seq: int = 
         "training": {"seq_len": seq, "global_batch": 64, "precision": precision, "steps": 1, "warmup_steps": 0},
         "parallelism": {"tp": tp, "pp": pp}, "cluster": {"instance": instance, "instances": instances},
     })
+
+
+def test_off_the_calibrated_domain_the_axes_are_named_and_the_interval_widens():
+    doc = json.loads(FITTED.read_text())
+    worst = doc["cross_validation"]["worst_abs_error_pct"]
+    assert extrapolation_log([]) == 0.0
+    assert extrapolation_log(["tp", "pp"]) == pytest.approx(math.sqrt(2) * math.log1p(worst / 100))
+    inside = load_scenario(REPO / "scenarios" / "calib-gpt3-23b-tp8pp4.yaml")
+    assert extrapolated(inside, "trainium") == []
+    wide = inside.model_copy(update={"parallelism": inside.parallelism.model_copy(update={"tp": 2, "cp": 2})})
+    assert extrapolated(wide, "trainium") == ["tp", "cp"]
+    assert extrapolated(inside, "trainium3") == ["generation"]
+    s_in = predict(inside, intervals=True)
+    assert s_in["extrapolated"] == [] and s_in["mfu_implausible"] is False
+    s_out = predict(load_scenario(REPO / "scenarios" / "calib-gpt3-23b-tp8pp4.yaml", ["training.seq_len=1024"]),
+                    intervals=True)
+    assert s_out["extrapolated"] == ["seq_len"]
+    iv_in, iv_out = interval(inside, 10.0), interval(wide, 10.0)
+    assert iv_out.high_s / iv_out.low_s > iv_in.high_s / iv_in.low_s
 
 
 def test_evidence_is_the_committed_cross_validation():
@@ -37,7 +59,8 @@ def test_trn1_interval_is_fit_release_and_its_one_open_link_factor():
     s = predict(sc, intervals=True)
     iv = interval(sc, s["step_time_s"])
     assert [sw.factor.name for sw in iv.swings] == ["neuronlink_efficiency_trn1"]
-    h = evidence().half_width_log
+    # off the calibrated domain each extrapolated axis adds the worst leave-one-out error in quadrature
+    h = math.hypot(evidence().half_width_log, extrapolation_log(iv.extrapolated))
     assert iv.high_s == pytest.approx(s["step_time_s"] * math.exp(math.hypot(h, iv.slow_log)))
     assert iv.low_s == pytest.approx(s["step_time_s"] * math.exp(-math.hypot(h, iv.fast_log)))
     assert s["step_time_low_s"] == pytest.approx(iv.low_s) and s["step_time_high_s"] == pytest.approx(iv.high_s)

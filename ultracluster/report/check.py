@@ -54,6 +54,9 @@ COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" for k in COMM_KINDS
                                                     for p in ("exposed", "hidden")}, "warnings": "list"}
 
+#: The axes `extrapolated` may name (ultracluster.uncertainty.extrapolated)
+EXTRAPOLATION_AXES = ("generation", "tp", "pp", "cp", "seq_len", "params_b", "zero", "recompute")
+
 #: Columns of steps.csv the contract names (a run writes more); breakdown.csv has the same less the ids.
 STEP_COLUMNS = ("step", "warmup", "step_time_s", *BREAKDOWN)
 
@@ -138,6 +141,12 @@ def _check_feasible_summary(s: dict, problems: list[Problem]) -> None:
     if _is_number(tokens) and isinstance(step_tokens, int) and not _close(tokens * step, step_tokens):
         problems.append(Problem("summary.json: tokens_per_s", tokens,
                                 f"tokens_per_step / step_time_s = {step_tokens / step!r}"))
+    # where the evidence ends (docs/uncertainty.md): optional for run directories written before it existed
+    ext = s.get("extrapolated")
+    if ext is not None and not (isinstance(ext, list) and all(a in EXTRAPOLATION_AXES for a in ext)):
+        problems.append(Problem("summary.json: extrapolated", ext, f"a list of axes among {', '.join(EXTRAPOLATION_AXES)}"))
+    if s.get("mfu_implausible") not in (None, True, False):
+        problems.append(Problem("summary.json: mfu_implausible", s.get("mfu_implausible"), "true or false"))
     measured, replayed = s.get("steps_measured"), s.get("steps_replayed")
     if isinstance(measured, int) and isinstance(replayed, int) and not 1 <= measured <= replayed:
         problems.append(Problem("summary.json: steps_measured", measured,

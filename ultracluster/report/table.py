@@ -309,6 +309,11 @@ def format_summary(summary: dict) -> str:
             rows.append(("cost", f"{fmt(s['cost_per_step_usd'], 'cost_per_step_usd')} per step, "
                                  f"{fmt(s.get('usd_per_million_tokens'), 'usd_per_million_tokens')} per million "
                                  f"tokens"))
+    if s.get("extrapolated"):
+        rows.append(("evidence", "extrapolated on " + ", ".join(s["extrapolated"])
+                     + ": no calibration row spans this; the interval is widened (docs/uncertainty.md)"))
+    if s.get("mfu_implausible"):
+        rows.append(("evidence", "MFU above the best any published run of this chip reached: implausible"))
     rows += [("warning", w) for w in s.get("warnings") or []]
     width = max(len(label) for label, _ in rows)
     text = [f"{label:<{width}}  {value}".rstrip() for label, value in rows]
