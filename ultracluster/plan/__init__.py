@@ -21,15 +21,19 @@ import numpy as np
 import pandas as pd
 
 from ..cluster.calibration import Calibration
-from ..cluster.catalog import INSTANCES
+from ..cluster.catalog import INSTANCES, NO_PRICE
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario, load_scenario
 from . import search
-from .fast import Pricer
-from .output import format_plan, layout_yaml, write_plan_dir
-from .space import SearchSpace, clusters, enumerate_layouts, parse_instance_types, parse_instances
+from .fast import LAYOUT_COLUMNS, Pricer
+from .output import check_plan_dir, format_plan, full_table_name, layout_yaml, write_plan_dir
+from .space import (SearchSpace, _own_row, clusters, enumerate_layouts, parse_instance_types, parse_instances,
+                    parse_prices, search_space)
 
-__all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "plan"]
+__all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "parse_prices",
+           "plan", "search_space"]
+DEFAULT_HBM_HEADROOM = 0.05    # a layout may use at most 95 % of a rank's HBM: the model's HBM count is an estimate
+                               # (docs/plan.md), and a run at 99 % leaves nothing for the allocator's fragmentation
 
 EMBEDDED_RAY_START_S = 12.0    # starting an embedded local Ray and warming workers that import the planner (measured
                                # 5-12 s on the 2-CPU development machine): the in-process search must save more
@@ -56,10 +60,33 @@ class PlanResult:
     replays: list[dict] = field(default_factory=list)
 
 
+def resolve_prices(base: Scenario, space: SearchSpace, given: dict[str, float] | None
+                   ) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Every searched instance type's price, USD per instance-hour (None: unknown), and where it comes from:
+    `--price-per-hour TYPE=USD` (`given`), else the scenario's `cluster.price_per_hour_usd` (its own instance
+    type), else the catalog's public price."""
+    types = space.instance_types or (base.cluster.instance,)
+    prices, sources = {}, {}
+    for t in types:
+        if given and t in given:
+            prices[t], sources[t] = float(given[t]), "--price-per-hour"
+        elif t == base.cluster.instance and base.cluster.price_per_hour_usd is not None:
+            prices[t], sources[t] = float(base.cluster.price_per_hour_usd), "cluster.price_per_hour_usd"
+        elif INSTANCES[t].price_per_hour_usd is not None:
+            prices[t], sources[t] = float(INSTANCES[t].price_per_hour_usd), "catalog (public On-Demand price)"
+        else:
+            prices[t], sources[t] = None, NO_PRICE
+    return prices, sources
+
+
 def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: float | None,
-                   max_usd_per_hour: float | None, top: int) -> list[str]:
+                   max_usd_per_hour: float | None, top: int, prices: dict[str, float | None],
+                   given: dict[str, float] | None, hbm_headroom: float) -> list[str]:
     """Bad option combinations raise ScenarioError naming the flag; returns notes for the plan."""
     problems, notes = [], []
+    if not (isinstance(hbm_headroom, (int, float)) and math.isfinite(hbm_headroom) and 0 <= hbm_headroom < 1):
+        problems.append(Problem("--hbm-headroom", hbm_headroom, "a fraction of HBM to leave free, 0 <= x < 1 "
+                                                                "(0.05: a layout may use 95 %)"))
     if objective not in search.OBJECTIVES:
         problems.append(Problem("--objective", objective, "one of: " + ", ".join(search.OBJECTIVES)))
     if objective == "time_to_train" and tokens is None:
@@ -70,19 +97,22 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
         problems.append(Problem("--max-usd-per-hour", max_usd_per_hour, "a number of US dollars > 0"))
     if top < 1:
         problems.append(Problem("--top", top, "an integer >= 1"))
-    types = space.instance_types or (base.cluster.instance,)
-    unpriced = [t for t in types if INSTANCES[t].price_per_hour_usd is None]
+    unpriced = [t for t, usd in prices.items() if usd is None]
     if unpriced and (objective == "usd_per_million_tokens" or max_usd_per_hour is not None):
-        if len(unpriced) == len(types):
-            flag = "--objective" if objective == "usd_per_million_tokens" else "--max-usd-per-hour"
-            problems.append(Problem(flag, objective if flag == "--objective" else max_usd_per_hour,
-                                    f"a cost needs an instance price and the catalog has none for "
-                                    f"{', '.join(unpriced)}; rank by tokens_per_s or time_to_train, or search "
-                                    f"instance types with a price ("
-                                    + ", ".join(n for n, s in INSTANCES.items() if s.price_per_hour_usd) + ")"))
-        else:
-            notes.append(f"the catalog has no price for {', '.join(unpriced)}: their layouts have no cost and are "
-                         f"not ranked by cost" + (" nor kept under --max-usd-per-hour" if max_usd_per_hour else ""))
+        flag = "--objective" if objective == "usd_per_million_tokens" else "--max-usd-per-hour"
+        own = base.cluster.instance in unpriced
+        problems.append(Problem(flag, objective if flag == "--objective" else max_usd_per_hour,
+                                f"a price for every instance type searched, and {', '.join(unpriced)} has "
+                                f"{NO_PRICE}" + (f" (the scenario's {base.cluster.instance})" if own else "")
+                                + " or --price-per-hour TYPE=USD (e.g. "
+                                + ",".join(f"{t}=USD" for t in unpriced) + "); or rank by tokens_per_s or "
+                                "time_to_train"))
+    elif unpriced:
+        notes.append(f"{', '.join(unpriced)}: {NO_PRICE} (or --price-per-hour TYPE=USD): their layouts have no "
+                     f"cost")
+    ignored = sorted(set(given or {}) - set(prices))
+    if ignored:
+        notes.append(f"--price-per-hour: {', '.join(ignored)} not searched (--instance-types): its price is unused")
     if not clusters(base, space):
         problems.append(Problem("--instances", ",".join(map(str, space.instance_counts or ())),
                                 "instance counts the instance types can form (UltraServers: multiples of 4)"))
@@ -120,7 +150,8 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
 def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), objective: str = "tokens_per_s",
          tokens: float | None = None, max_usd_per_hour: float | None = None, top: int = 5,
          out: str | Path | None = None, address: str | None = None, calibration: Calibration | None = None,
-         replay: bool = True, log: Callable[[str], None] | None = None) -> PlanResult:
+         replay: bool = True, log: Callable[[str], None] | None = None, prices: dict[str, float] | None = None,
+         hbm_headroom: float = DEFAULT_HBM_HEADROOM, force: bool = False) -> PlanResult:
     """Search every valid layout of a scenario's model and job, replay the best, and write the plan.
 
     Args:
@@ -138,16 +169,25 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         calibration: named calibration factors (default: the fitted ones).
         replay: replay the top layouts with `run` (the exact numbers).
         log: progress lines (stderr in the CLI).
+        prices: US dollars per instance-hour by instance type, over the scenario's `cluster.price_per_hour_usd`
+            (its own type) and the catalog (`--price-per-hour TYPE=USD`).
+        hbm_headroom: the fraction of a rank's HBM a layout must leave free to be feasible (0.05: at most 95 %).
+        force: replace a plan already in `out` (otherwise that raises OutDirError).
 
     Returns:
         The PlanResult; `summary["feasible"] == 0` when no layout fits (the CLI exits 3).
 
     Raises:
         ScenarioError: bad options (each names its flag) or a bad scenario.
+        OutDirError: `out` holds an earlier plan and `force` is not set.
     """
     log = log or (lambda _: None)
     base = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
-    notes = _check_options(base, space, objective, tokens, max_usd_per_hour, top)
+    price_of, price_sources = resolve_prices(base, space, prices)
+    notes = _check_options(base, space, objective, tokens, max_usd_per_hour, top, price_of, prices, hbm_headroom)
+    if out is not None and check_plan_dir(out, force):
+        log(f"plan: replacing the earlier plan in {out} (--force)")
+        notes.append(f"replaced an earlier plan in {out} (--force)")
     t0 = time.perf_counter()
     table = enumerate_layouts(base, space)
     enumerate_s = time.perf_counter() - t0
@@ -155,20 +195,30 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     with ExitStack() as session:         # one Ray session (if any) for the search and the replays
         ev = _evaluate(base, table, calibration, address, log, session, _replay_shards(base, space))
         wall_s = enumerate_s + ev.wall_s
-        full = search.assemble(table, ev.results, tokens)
+        full = search.assemble(table, ev.results, tokens, base.tokens_per_step, price_of, hbm_headroom)
+        folded = search.fold_equivalent(full)
+        search.mark_pareto(full)
         best = search.ranked(full, objective, max_usd_per_hour)
         picks = best.head(top)
-        top_rows = [{"rank": i, "label": r["layout"], "layout": search.layout_record(r), **search.numbers(r)}
-                    for i, (_, r) in enumerate(picks.iterrows(), 1)]
+        per_type = search.best_per_type(full, objective, max_usd_per_hour)
+        _role_columns(full, base, picks.index, per_type.index)
+        top_rows = [_record(r, rank=i) for i, (_, r) in enumerate(picks.iterrows(), 1)]
         yamls, scenarios = [], []
+        overrides = {t: usd for t, usd in price_of.items() if usd is not None and not price_sources[t].startswith(
+            "catalog")}
         for i, (_, r) in enumerate(picks.iterrows(), 1):
-            text, sc = layout_yaml(base, r, i, objective, None)
+            text, sc = layout_yaml(base, r, i, objective, None, overrides)
             yamls.append(text)
             scenarios.append(sc)
         replays = _replay(scenarios, out, address, log) if replay and scenarios else []
     _interval_columns(full, picks.index, replays)
     summary = _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows,
                        replays, notes, out)
+    summary["best_per_type"] = _json_clean([_record(r) for _, r in per_type.iterrows()])
+    summary["prices"] = {t: {"usd_per_hour": price_of[t], "source": price_sources[t]} for t in price_of}
+    summary["hbm_headroom"] = hbm_headroom
+    summary["folded"] = folded
+    summary["full_table"] = full_table_name()
     result = PlanResult(table=full, summary=summary, top=top_rows, yamls=yamls, replays=replays)
     if out is not None:
         write_plan_dir(result, out)
@@ -176,6 +226,25 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
 
 
 INTERVAL_COLUMNS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
+
+
+def _record(r, rank: int | None = None) -> dict:
+    """A ranking row as plan.json holds it: label, layout, figures, the settings folded into it."""
+    rec = {"rank": rank} if rank is not None else {}
+    rec.update({"label": r["layout"], "instance": r["instance"], "layout": search.layout_record(r),
+                **search.numbers(r), "equivalent": r.get("equivalent", "") or None})
+    return rec
+
+
+def _role_columns(full: pd.DataFrame, base: Scenario, top_rows, best_rows) -> None:
+    """plan.csv's columns saying why a row is in it: `rank` (its place among the top layouts), `best_of_type`,
+    `scenario_layout` (the scenario's own layout); `pareto` is set by `search.mark_pareto`."""
+    full["rank"] = pd.array([pd.NA] * len(full), dtype="Int64")
+    full.loc[list(top_rows), "rank"] = np.arange(1, len(top_rows) + 1)
+    full["best_of_type"] = False
+    full.loc[list(best_rows), "best_of_type"] = True
+    own = _own_row(base)
+    full["scenario_layout"] = (full[list(LAYOUT_COLUMNS)] == pd.Series({k: own[k] for k in LAYOUT_COLUMNS})).all(axis=1)
 
 
 def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) -> None:
@@ -273,6 +342,8 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
         "top": top,
         "search": {"instance_types": list(space.instance_types or (base.cluster.instance,)),
                    "instance_counts": list(space.instance_counts or (base.cluster.instances,)),
+                   "tp": None if space.tp is None else list(space.tp),
+                   "pp": None if space.pp is None else list(space.pp),
                    "micro_batches": list(space.micro_batches), "recompute": list(space.recompute),
                    "schedules": list(space.schedules), "virtual_stages": list(space.virtual_stages),
                    "max_cp": space.max_cp, "zero": sorted(int(z) for z in full["zero"].unique())},
