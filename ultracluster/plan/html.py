@@ -1,9 +1,9 @@
 """A finished plan → plan.html: one offline page (inline CSS and SVG, nothing loaded from anywhere).
 
-Sections: what was searched and how fast; the best layout of each instance type; the Pareto chart of tokens/s
-against $ per million tokens (every feasible layout of a priced instance type a dot, the Pareto front joined,
-the top layouts numbered; the types without a price named); tokens/s against HBM use for every instance type,
-priced or not (a colour per type); the top layouts with their fast and replayed step times; the near-misses, the
+Sections: what was searched and how fast; the best layout of each instance type; the top layouts with their
+fast and replayed step times; the Pareto chart of tokens/s against $ per million tokens (every feasible layout
+of a priced instance type a dot, the Pareto front joined, the top layouts numbered; the types without a price
+named); tokens/s against HBM use for every instance type, priced or not (a colour per type); the near-misses, the
 infeasible layouts closest to fitting, each with the HBM it needs against what a rank has; the notes. Follows
 `report.html` (same CSS, escaping and sortable tables).
 """
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DOT_COLOR", "FRONT_COLOR", "TOP_COLOR", "TYPE_COLORS", "pareto_front", "render_plan_html"]
 
-CHART_W, CHART_H, MARGIN = 760, 380, 60   # px
+CHART_W, CHART_H, MARGIN = 760, 300, 60   # px
 MAX_DOTS = 4000                            # dots drawn per chart (the front and the top layouts always)
 NEAR_MISSES = 8
 TOP_COLOR, FRONT_COLOR, DOT_COLOR = "#e15759", "#4e79a7", "#bab0ac"
@@ -250,9 +250,9 @@ def render_plan_html(result: PlanResult) -> str:
     notes = "".join(f"<li>{escape(n)}</li>" for n in s.get("notes", []))
     body = f"""<h1>ultracluster plan: {name}</h1>{head}
 <h2>Best of each instance type</h2><p class="note">fast path; ranked by {escape(s['objective'])}</p>{best}
+<h2>Top layouts</h2><p class="note">fast path, and the same layout replayed with the full run path</p>{top}
 <h2>Tokens/s against cost</h2>{pareto_svg(result)}
 <h2>Tokens/s against HBM use, every instance type</h2>{types_svg(result)}
-<h2>Top layouts</h2><p class="note">fast path, and the same layout replayed with the full run path</p>{top}
 <h2>Near misses</h2><p class="note">the infeasible layouts closest to fitting: the HBM a rank of their worst
 stage needs against what it has</p>{miss_html}
 <h2>Notes</h2><ul>{notes or "<li>none</li>"}</ul>"""

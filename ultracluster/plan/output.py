@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..cluster.catalog import NO_PRICE
 from ..errors import OutDirError
 from ..replay.events import BREAKDOWN_KEYS
 from ..report.atomic import atomic_write_bytes
@@ -191,7 +190,8 @@ def _label(row: dict) -> str:
     if not eq:
         return row["label"]
     short = {"recompute none": "no-rc", "recompute selective": "sel-rc", "recompute full": "full-rc"}
-    alts = [short.get(e, e.replace("zero ", "zero").replace("schedule ", "")) for e in eq.split("; ")]
+    alts = ["+".join(short.get(p, p.replace("zero ", "zero").replace("schedule ", "").replace("interleaved ", "int"))
+                     for p in alt.split(" + ")) for alt in eq.split("; ")]
     return f"{row['label']} [= {', '.join(alts)}]"
 
 
@@ -248,10 +248,7 @@ def format_plan(result: PlanResult) -> str:
                          _fmt(price, ",.2f") if price is not None else "no price",
                          *_cost_cells(row, with_tokens), _hbm(row)])
         lines += _columns(head, rows, left=(0, 1))
-        unpriced = [r["instance"] for r in per_type if r.get("price_per_hour_usd") is None]
-        if unpriced:
-            lines.append(f"  {', '.join(unpriced)}: {NO_PRICE} (or --price-per-hour TYPE=USD)")
-    lines.append("where the time goes (replayed):")
+    where = []
     for rep in s["replayed"]:
         b = rep.get("breakdown") or {}
         step = rep.get("replay_step_time_s")
@@ -259,7 +256,9 @@ def format_plan(result: PlanResult) -> str:
             continue
         parts = ", ".join(f"{k.removesuffix('_s')} {100 * b[k] / step:.0f}%" for k in BREAKDOWN_KEYS
                           if b.get(k) and b[k] / step >= 0.005)
-        lines.append(f"  {rep['rank']}: {parts}")
+        where.append(f"  {rep['rank']}: {parts}")
+    if where:
+        lines += ["where the time goes (replayed):", *where]
     for note in s.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)

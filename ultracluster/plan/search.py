@@ -140,43 +140,45 @@ def _close_key(x: np.ndarray) -> np.ndarray:
 
 
 def fold_equivalent(out: pd.DataFrame) -> int:
-    """Feasible rows that differ from another only in a setting of EQUIVALENT_SETTINGS (the pipeline schedule
-    with its virtual stages) at the same step time and HBM peak are one layout: the row with the simplest value
-    is kept and lists the others in `equivalent` ("recompute selective"); each other row names the kept one in
-    `same_as` and does not rank. Adds both columns in place; returns how many rows were folded."""
+    """Feasible rows that differ from another only in settings of EQUIVALENT_SETTINGS (the pipeline schedule
+    with its virtual stages) at the same step time and HBM peak are one layout: the row with the simplest values
+    is kept and lists the others in `equivalent` ("recompute selective; zero 1"); each other row names the kept
+    one in `same_as` and does not rank. Adds both columns in place; returns how many rows were folded."""
     n = len(out)
     same_as = np.full(n, "", dtype=object)
-    equivalent = [[] for _ in range(n)]
-    alive = out["feasible"].to_numpy(dtype=bool).copy()
-    step_key, hbm_key = _close_key(out["step_time_s"].to_numpy(float)), _close_key(out["hbm_peak_gib"].to_numpy(float))
-    labels_ = out["layout"].to_numpy()
-    folded = 0
-    for setting, order in EQUIVALENT_SETTINGS.items():
-        varied = {setting, "virtual_stages"} if setting == "pp_schedule" else {setting}
-        rows = np.flatnonzero(alive)
-        if rows.size < 2:
-            break
+    equivalent = np.full(n, "", dtype=object)
+    rows = np.flatnonzero(out["feasible"].to_numpy(dtype=bool))
+    if rows.size > 1:
         sub = out.iloc[rows]
-        keys = [c for c in LAYOUT_COLUMNS if c not in varied]
-        frame = sub[keys].assign(_s=step_key[rows], _h=hbm_key[rows])
+        keys = [c for c in LAYOUT_COLUMNS if c not in EQUIVALENT_SETTINGS and c != "virtual_stages"]
+        frame = sub[keys].assign(_s=_close_key(sub["step_time_s"].to_numpy(float)),
+                                 _h=_close_key(sub["hbm_peak_gib"].to_numpy(float)))
         gid = frame.groupby(list(frame.columns), sort=False, dropna=False).ngroup().to_numpy()
-        rank = sub[setting].map({v: i for i, v in enumerate(order)}).to_numpy()
-        pos = np.lexsort((np.arange(rows.size), rank, gid))     # by group, then simplest value, then table order
+        ranks = [sub[c].map({v: i for i, v in enumerate(order)}).to_numpy() for c, order in
+                 EQUIVALENT_SETTINGS.items()]
+        # by group, then the simplest values (recompute, then ZeRO, then schedule and virtual stages), then order
+        pos = np.lexsort((np.arange(rows.size), sub["virtual_stages"].to_numpy(), *ranks[::-1], gid))
         first = np.ones(rows.size, dtype=bool)
         first[1:] = gid[pos][1:] != gid[pos][:-1]
         keeper = pos[np.maximum.accumulate(np.where(first, np.arange(rows.size), 0))]
+        labels_ = out["layout"].to_numpy()
+        values = {c: sub[c].to_numpy() for c in (*EQUIVALENT_SETTINGS, "virtual_stages")}
+        alternatives: dict[int, list[str]] = {}
         for j, k in zip(pos[~first], keeper[~first]):
-            a, b = rows[j], rows[k]
-            same_as[a] = labels_[b]
-            value = sub[setting].iloc[j]
-            if setting == "pp_schedule" and value == "interleaved":
-                value = f"interleaved {sub['virtual_stages'].iloc[j]}"
-            equivalent[b].append(f"{'schedule' if setting == 'pp_schedule' else setting} {value}")
-            alive[a] = False
-            folded += 1
-    out["equivalent"] = ["; ".join(e) for e in equivalent]
+            same_as[rows[j]] = labels_[rows[k]]
+            what = []
+            for c in EQUIVALENT_SETTINGS:
+                if values[c][j] != values[c][k] or (c == "pp_schedule" and
+                                                    values["virtual_stages"][j] != values["virtual_stages"][k]):
+                    v = values[c][j]
+                    v = f"interleaved {values['virtual_stages'][j]}" if v == "interleaved" else v
+                    what.append(f"{'schedule' if c == 'pp_schedule' else c} {v}")
+            alternatives.setdefault(int(rows[k]), []).append(" + ".join(what))
+        for row, alts in alternatives.items():
+            equivalent[row] = "; ".join(alts)
+    out["equivalent"] = equivalent
     out["same_as"] = same_as
-    return folded
+    return int((same_as != "").sum())
 
 
 def pareto_front(cost: np.ndarray, speed: np.ndarray) -> np.ndarray:
