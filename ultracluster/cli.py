@@ -8,7 +8,8 @@ steps, no summary.json).
 was infeasible; `compare`
 exits 0 or 2; `collectives` exits 0, or 2 for bad arguments (each printed with its flag). `check RUN_DIR` exits 0
 when the directory meets the output contract, 1 with every problem printed, 2 when it is not a directory;
-`schema` prints the scenario files' JSON Schema. `plan` exits 0, 2 for a bad flag (named) or scenario, 3 when
+`schema` prints the scenario files' JSON Schema. `plan` exits 0, 2 for a bad flag (named) or scenario (or an
+--out holding a plan, without --force), 3 when
 no layout of the search space fits (it prints the closest and why), 4 for a runtime failure.
 """
 from __future__ import annotations
