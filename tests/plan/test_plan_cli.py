@@ -86,10 +86,12 @@ def test_top_yaml_runs_as_it_is_and_with_another_count(planned, tmp_path):
 def test_terminal_shows_days_and_total_cost(scenarios_dir, tmp_path, capsys):
     out = tmp_path / "ttt"
     assert main(["plan", str(scenarios_dir / "smoke.yaml"), "--objective", "time_to_train", "--tokens", "2e12",
-                 "--top", "1", "--tp", "8", "--pp", "2", "--out", str(out)]) == 0
+                 "--top", "1", "--tp", "8", "--pp", "2", "--price-per-hour", "30", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     s = json.loads((out / "plan.json").read_text())
+    assert s["prices"] == {"trn1.32xlarge": {"usd_per_hour": 30.0, "source": "cluster.price_per_hour_usd"}}
     top = s["best_per_type"][0]
+    assert top["price_per_hour_usd"] == 60.0 and "60.00" in text        # 2 instances at $30 (over the catalog's)
     head = next(line for line in text.splitlines() if line.startswith("#  layout"))
     assert "days" in head and "total $" in head
     assert f"{top['time_to_train_days']:,.1f}" in text and f"{top['total_cost_usd']:,.0f}" in text

@@ -165,3 +165,14 @@ def test_plan_html_plots_every_type_and_names_the_unpriced(seven_b, tmp_path):
     cost_chart = page[page.index('<svg id="pareto"'):]
     assert "trn2.48xlarge" not in cost_chart[:cost_chart.index("</svg>")]
     assert "Best of each instance type" in page
+
+
+def test_without_pyarrow_the_full_table_is_gzip_csv(seven_b, tmp_path, monkeypatch):
+    import ultracluster.plan as planner
+    monkeypatch.setattr(planner, "full_table_name", lambda: "plan-full.csv.gz")   # what it says without pyarrow
+    result = plan(seven_b, SMALL, top=1, replay=False, out=tmp_path / "plan")
+    assert result.summary["full_table"] == "plan-full.csv.gz"
+    assert (tmp_path / "plan" / "plan-full.csv.gz").exists() and not (tmp_path / "plan" / "plan-full.parquet").exists()
+    full = read_full_table(tmp_path / "plan")
+    assert len(full) == result.summary["layouts_evaluated"]
+    np.testing.assert_allclose(full["step_time_s"].to_numpy(), result.table["step_time_s"].to_numpy(), rtol=1e-9)
