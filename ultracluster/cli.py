@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--quiet", action="store_true", help="print nothing but errors")
     pl.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour over the "
                     "catalog: USD for the scenario's type (as cluster.price_per_hour_usd), TYPE=USD for any")
-    pl.add_argument("--hbm-headroom", type=float, default=0.05, metavar="FRACTION",
+    pl.add_argument("--hbm-headroom", type=float, metavar="FRACTION",
                     help="HBM a layout must leave free (default 0.05: at most 95 %% of a rank's HBM)")
     pl.add_argument("--force", action="store_true", help="replace a plan already in the plan directory")
     for flag, meta, what in (("--tp", "N,N,...", "tensor-parallel degrees to try (default: every valid one)"),
@@ -267,7 +267,8 @@ def _plan(scenario, args) -> int:
         with _signals_end_the_run():
             result = plan(scenario, space, objective=args.objective, tokens=args.tokens,
                           max_usd_per_hour=args.max_usd_per_hour, top=args.top, out=out, address=args.address,
-                          log=say, prices=prices, hbm_headroom=args.hbm_headroom, force=args.force)
+                          log=say, prices=prices, force=args.force,
+                          **({} if args.hbm_headroom is None else {"hbm_headroom": args.hbm_headroom}))
     except KeyboardInterrupt as stop:
         stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
         print(f"plan interrupted ({stop.signal_name}); {out} may hold an older plan", file=sys.stderr)

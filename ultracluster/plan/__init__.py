@@ -32,8 +32,10 @@ from .space import (SearchSpace, _own_row, clusters, enumerate_layouts, parse_in
 
 __all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "parse_prices",
            "plan", "search_space"]
-DEFAULT_HBM_HEADROOM = 0.05    # a layout may use at most 95 % of a rank's HBM: the model's HBM count is an estimate
-                               # (docs/plan.md), and a run at 99 % leaves nothing for the allocator's fragmentation
+DEFAULT_HBM_HEADROOM = 0.05    # a planning margin, not a measured figure: a layout may use at most 95 % of a rank's
+                               # HBM (issue 24: the winners sat at 95-99 %, where the model's HBM estimate leaves
+                               # nothing for the allocator); `--hbm-headroom` sets it
+CATALOG_PRICE = "catalog (public On-Demand price)"
 
 EMBEDDED_RAY_START_S = 12.0    # starting an embedded local Ray and warming workers that import the planner (measured
                                # 5-12 s on the 2-CPU development machine): the in-process search must save more
@@ -73,7 +75,7 @@ def resolve_prices(base: Scenario, space: SearchSpace, given: dict[str, float] |
         elif t == base.cluster.instance and base.cluster.price_per_hour_usd is not None:
             prices[t], sources[t] = float(base.cluster.price_per_hour_usd), "cluster.price_per_hour_usd"
         elif INSTANCES[t].price_per_hour_usd is not None:
-            prices[t], sources[t] = float(INSTANCES[t].price_per_hour_usd), "catalog (public On-Demand price)"
+            prices[t], sources[t] = float(INSTANCES[t].price_per_hour_usd), CATALOG_PRICE
         else:
             prices[t], sources[t] = None, NO_PRICE
     return prices, sources
@@ -204,8 +206,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         _role_columns(full, base, picks.index, per_type.index)
         top_rows = [_record(r, rank=i) for i, (_, r) in enumerate(picks.iterrows(), 1)]
         yamls, scenarios = [], []
-        overrides = {t: usd for t, usd in price_of.items() if usd is not None and not price_sources[t].startswith(
-            "catalog")}
+        overrides = {t: usd for t, usd in price_of.items() if usd is not None and price_sources[t] != CATALOG_PRICE}
         for i, (_, r) in enumerate(picks.iterrows(), 1):
             text, sc = layout_yaml(base, r, i, objective, None, overrides)
             yamls.append(text)
