@@ -364,7 +364,7 @@ def _instance_sources(neuronlink: str, efa: str, nics: str, price: str, trn2: bo
 NO_PRICE = "no public price: set cluster.price_per_hour_usd"
 """What the catalog says of an instance type without a public On-Demand price (its `price_per_hour_usd` is None):
 a scenario sets one with `cluster.price_per_hour_usd`, `run` and `plan` with `--price-per-hour`."""
-_NO_PRICE = f"{NO_PRICE} (no On-Demand price in the public sources read, docs/sources.md §5.2): None"
+_NO_PRICE = f"not found in the public sources read (docs/sources.md §5.2), None: {NO_PRICE}"
 
 
 def _trn1(name: str, neuronlink_gib: int, efa_gbit: int, nics: int, price: float | None) -> InstanceSpec:
