@@ -22,8 +22,8 @@ from pathlib import Path
 import ray
 
 from ultracluster import load_scenario
-from ultracluster.actors.launch import launch_actors, resolve_instances_per_actor
-from ultracluster.cluster import build_cluster
+from ultracluster.actors.launch import launch_actors
+from ultracluster.cluster import build_cluster, resolve_instances_per_actor
 from ultracluster.memory import infeasible_reason, stage_memory
 from ultracluster.operators import library_for
 from ultracluster.replay.engine import microbatches, plan_comm, replay_steps

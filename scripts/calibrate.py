@@ -47,9 +47,12 @@ DATA = REPO / "data" / "calibration"
 
 # The fitted factors: (name, lower bound, upper bound, start, scale of the search's first step, unit shown)
 FIT = (
-    ("tensor_efficiency", 0.2, 1.0, 0.6, 0.15, ""),
-    ("layer_overhead_s", 0.0, 10e-3, 2e-3, 2e-3, "ms"),
+    ("tensor_efficiency", 0.2, 1.0, 0.7, 0.15, ""),
+    ("in_graph_sync_s", 0.0, 5e-3, 0.5e-3, 0.5e-3, "ms"),
 )
+# The unnamed per-layer residual (`layer_overhead_s`): no longer fitted; the script refits it beside FIT once
+# to show how much of the data the named mechanisms leave to it (RESIDUAL_CHECK)
+RESIDUAL_CHECK = ("layer_overhead_s", 0.0, 10e-3, 0.3e-3, 0.5e-3, "ms")
 # The mechanisms (docs/calibration.md explains each): label, the calibration field that switches it, and the
 # field's value when the mechanism is off
 MECHANISMS = (
@@ -57,11 +60,11 @@ MECHANISMS = (
     ("engine element rates (128 lanes x clock)", "engine_clock_rates", False),
     ("flash attention: causal tiles, no double-counted recompute", "flash_attention", False),
     ("embedding and LM head on the end stages", "stage_ends", False),
-    ("TP backward collectives behind the matmuls", "tp_overlap", False),
+    ("TP backward collectives behind the matmuls (switched on)", "tp_overlap", True),
     ("gradient reduction after the last backward", "dp_overlap", True),
     ("gradient-norm clipping", "step_costs", False),
     ("cheapest collective algorithm around a switch", "algorithm_envelope", 0.0),
-    ("per-layer overhead (fitted residual)", "layer_overhead_s", 0.0),
+    ("in-graph collective synchronisation", "in_graph_sync_s", 0.0),
 )
 # Trn2 scenarios whose movement across each factor's plausible range the identifiability table shows
 TRN2_PROBES = (
@@ -86,43 +89,64 @@ def rows(data: Path) -> list[dict]:
 
 
 # What each training stack runs, from its public example scripts and configs (docs/calibration.md):
-# - neuronx-distributed: the NKI flash-attention kernel, no dropout, sequence parallelism (the Llama examples);
+# - neuronx-distributed: the NKI flash-attention kernel, no dropout, sequence parallelism and the TP backward
+#   collectives overlapped (the Llama examples), ZeRO-1 (`use_zero_1` in the example scripts);
 # - neuronx-nemo-megatron: Megatron's core attention with the fused softmax (NEURON_FUSE_SOFTMAX=1) through
 #   HBM, sequence_parallel=True; GPT recipes hidden_dropout 0.1 and the config's attention_dropout 0.1
-#   (megatron_gpt_config.yaml, test.sh, gpt_23b.sh), Llama recipes hidden_dropout 0 (test_llama.sh);
+#   (megatron_gpt_config.yaml, test.sh, gpt_23b.sh), Llama recipes hidden_dropout 0 (test_llama.sh); no ZeRO-1
+#   (`wrap_with_zero` defaults to False and no example sets it: the `zero1` column); the async tensor-parallel
+#   all-reduce is turned off whenever sequence parallelism is on (the fork's Megatron core), so no TP overlap;
 # - megatron-lm-neuron: Megatron-LM's core attention without the masked-softmax fusion, dropout 0, no
-#   sequence parallelism and --no-async-tensor-model-parallel-allreduce (pretrain_gpt3_6.7B_32layers_bf16*.sh).
+#   sequence parallelism, and --no-async-tensor-model-parallel-allreduce (pretrain_gpt3_6.7B_32layers_bf16*.sh):
+#   the backward all-reduce of the input gradient waits for its matmul instead of running beside the
+#   weight-gradient matmul, so tp_comm_overlap is off; no distributed optimizer;
+# - axlearn (the one Trn2 row): FSDP (ZeRO-3) x TP from the AXLearn Trn2 mesh rule at LNC=2, the NKI
+#   flash-attention kernel, no dropout, full recomputation (what fits 24 GiB per rank; not printed).
 STACKS = {
     "neuronx-distributed": {"attention": "flash", "dropout": {"gelu": 0.0, "swiglu": 0.0},
                             "sequence_parallel": True, "tp_comm_overlap": True},
     "neuronx-nemo-megatron": {"attention": "materialized", "dropout": {"gelu": 0.1, "swiglu": 0.0},
-                              "sequence_parallel": True, "tp_comm_overlap": True},
+                              "sequence_parallel": True, "tp_comm_overlap": False},
     "megatron-lm-neuron": {"attention": "materialized", "dropout": {"gelu": 0.0, "swiglu": 0.0},
-                           "sequence_parallel": False, "tp_comm_overlap": True},
+                           "sequence_parallel": False, "tp_comm_overlap": False},
+    "axlearn": {"attention": "flash", "dropout": {"gelu": 0.0, "swiglu": 0.0},
+                "sequence_parallel": True, "tp_comm_overlap": True, "zero": 3, "lnc": 2},
 }
+# Row qualities: fitted as a layout median (FITTED_QUALITIES), fitted only as the ratio inside a same-release
+# pair (`pair`), or shown beside the fit and never fitted (`uncertain`; `paper`: the Trainium2 row, which the
+# Trn1 factors are not fitted to)
+FITTED_QUALITIES = ("table", "log")
 
 
 def scenario_of(row: dict) -> dict:
     """The scenario a training.csv row describes (1 measured step; the replay is deterministic)."""
     stack = STACKS[row["stack"]]
+    sharding = {"zero": stack["zero"]} if "zero" in stack else {"zero1": row["zero1"] == "true"}
+    weights = {"master_weights": row["master_weights"]} if row["master_weights"] else {}
     return {
         "name": f"calib-{row['id']}",
         "model": {k: int(row[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")}
         | {"mlp": row["mlp"], "preset": row["model"], "dropout": stack["dropout"][row["mlp"]]},
         "training": {"seq_len": int(row["seq_len"]), "global_batch": int(row["global_batch"]),
-                     "micro_batch": int(row["micro_batch"]), "precision": row["precision"],
-                     "master_weights": row["master_weights"], "zero1": row["zero1"] == "true",
-                     "recompute": row["recompute"], "attention": stack["attention"], "steps": 1,
+                     "micro_batch": int(row["micro_batch"]), "precision": row["precision"], **weights,
+                     **sharding, "recompute": row["recompute"], "attention": stack["attention"], "steps": 1,
                      "warmup_steps": 0},
         "parallelism": {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
                         "sequence_parallel": stack["sequence_parallel"], "tp_comm_overlap": stack["tp_comm_overlap"]},
-        "cluster": {"instance": row["instance"], "instances": int(row["instances"])},
+        "cluster": {"instance": row["instance"], "instances": int(row["instances"])}
+        | ({"lnc": stack["lnc"]} if "lnc" in stack else {}),
         "emulation": {"instances_per_actor": int(row["instances"])},
     }
 
 
 class Layouts:
-    """The layouts of training.csv: their rows, medians, spreads and scenarios."""
+    """The layouts of training.csv: their rows, medians, spreads, same-release pairs and scenarios.
+
+    A layout is fitted (`certain`) through the median of its `table` and `log` rows on Trn1. Pair rows
+    (`pair`: an old release's 1-instance and 16-instance figures printed side by side) enter only as the
+    ratio inside each pair, the data-parallel scaling efficiency, which no release drift touches; the pairs'
+    target is the median of those ratios (`scaling`). Uncertain and paper rows are predicted and shown only.
+    """
 
     def __init__(self, data: Path):
         from ultracluster import load_scenario
@@ -133,37 +157,77 @@ class Layouts:
             groups.setdefault(r["layout"], []).append(r)
         self.names = list(groups)
         self.groups = groups
-        self.median = {n: statistics.median(float(r["seq_per_s"]) for r in rs) for n, rs in groups.items()}
-        self.certain = [n for n in self.names if groups[n][0]["quality"] != "uncertain"]
+        self.fit_rows = {n: [r for r in rs if r["quality"] in FITTED_QUALITIES and r["instance"].startswith("trn1")]
+                         for n, rs in groups.items()}
+        shown = {n: self.fit_rows[n] or [r for r in rs if r["quality"] != "pair"] or rs for n, rs in groups.items()}
+        self.median = {n: statistics.median(float(r["seq_per_s"]) for r in rs) for n, rs in shown.items()}
+        self.quality = {n: rs[0]["quality"] for n, rs in shown.items()}
+        self.certain = [n for n in self.names if self.fit_rows[n]]
         self.scenarios = {n: load_scenario(scenario_of(groups[n][0])) for n in self.names}
-        logs = [np.log([float(r["seq_per_s"]) for r in groups[n]]) for n in self.certain if len(groups[n]) > 1]
+        logs = [np.log([float(r["seq_per_s"]) for r in self.fit_rows[n]]) for n in self.certain
+                if len(self.fit_rows[n]) > 1]
         # between-release spread: RMS over layouts of the standard deviation of log seq/s across releases
         self.spread = float(np.sqrt(np.mean([np.var(x, ddof=1) for x in logs])))
+        self.pairs = pairs_of(self.rows)
+        self.scaling = statistics.median(p["scaling"] for p in self.pairs) if self.pairs else None
 
     def predict(self, calibration, names=None) -> np.ndarray:
         from ultracluster.pipeline import predict
 
         return np.array([predict(self.scenarios[n], calibration)["seq_per_s"] for n in (names or self.names)])
 
+    def predicted_scaling(self, calibration) -> float:
+        """The model's data-parallel scaling efficiency of the pairs' layouts: seq/s of the large run per
+        instance over seq/s of the small run per instance."""
+        p = self.pairs[0]
+        small, large = self.predict(calibration, [p["small"], p["large"]])
+        return float((large / p["large_instances"]) / (small / p["small_instances"]))
+
     def log_errors(self, calibration, names) -> np.ndarray:
-        return np.log(self.predict(calibration, names) / np.array([self.median[n] for n in names]))
+        """Log errors of the named layouts' medians, and of the pairs' median scaling when there are pairs."""
+        err = np.log(self.predict(calibration, names) / np.array([self.median[n] for n in names]))
+        if self.scaling is None:
+            return err
+        return np.append(err, math.log(self.predicted_scaling(calibration) / self.scaling))
+
+
+def pairs_of(all_rows: list[dict]) -> list[dict]:
+    """Same-release pairs of `pair` rows: per release, the smaller and the larger run of one configuration
+    and the published scaling efficiency (seq/s per instance of the larger over that of the smaller)."""
+    by_sdk: dict[str, list[dict]] = {}
+    for r in all_rows:
+        if r["quality"] == "pair":
+            by_sdk.setdefault(r["sdk"], []).append(r)
+    out = []
+    for sdk, rs in by_sdk.items():
+        if len(rs) != 2:
+            raise ValueError(f"training.csv: release {sdk} has {len(rs)} pair rows; a pair is two rows")
+        small, large = sorted(rs, key=lambda r: int(r["instances"]))
+        ratio = (float(large["seq_per_s"]) / int(large["instances"])) / (float(small["seq_per_s"]) / int(small["instances"]))
+        out.append({"sdk": sdk, "ids": (small["id"], large["id"]), "small": small["layout"], "large": large["layout"],
+                    "small_instances": int(small["instances"]), "large_instances": int(large["instances"]),
+                    "scaling": ratio})
+    if len({(p["small"], p["large"]) for p in out}) > 1:
+        raise ValueError("training.csv: the pair rows must all pair the same two layouts")
+    return out
 
 
 def base_calibration(**changes):
+    """The shipped calibration with the unnamed residual off (it is not fitted) and `changes` applied."""
     from ultracluster.cluster.calibration import DEFAULT
 
-    return DEFAULT.with_(**changes)
+    return DEFAULT.with_(**{RESIDUAL_CHECK[0]: 0.0, **changes})
 
 
 def _round(v: float) -> float:
     return float(f"{v:.3g}")
 
 
-def fit(lay: Layouts, names, switches: dict | None = None) -> tuple[dict, float]:
+def fit(lay: Layouts, names, switches: dict | None = None, factors: tuple = FIT) -> tuple[dict, float]:
     """Fitted factors (3 significant digits) and the RMS log error over `names`, mechanisms as `switches`
-    (a fitted factor given in `switches` is held at that value)."""
-    held = {b[0]: switches[b[0]] for b in FIT if switches and b[0] in switches}
-    free = tuple(b for b in FIT if b[0] not in held)
+    (a fitted factor given in `switches` is held at that value); `factors`: the free factors' bounds."""
+    held = {b[0]: switches[b[0]] for b in factors if switches and b[0] in switches}
+    free = tuple(b for b in factors if b[0] not in held)
     lo = np.array([b[1] for b in free])
     hi = np.array([b[2] for b in free])
     scale = np.array([b[4] for b in free])
@@ -216,7 +280,7 @@ def coverage(lay: Layouts, cv: dict[str, dict]) -> dict:
         iv = interval(sc, step, cal, ev)
         widths.append(iv.high_s / iv.low_s - 1)
         med_in += iv.low_s <= sc.training.global_batch / lay.median[n] <= iv.high_s
-        for r in lay.groups[n]:
+        for r in lay.fit_rows[n]:
             rows_all += 1
             rows_in += iv.low_s <= sc.training.global_batch / float(r["seq_per_s"]) <= iv.high_s
     return {"layout_medians_covered": int(med_in), "layouts": len(lay.certain), "rows_covered": int(rows_in),
@@ -264,6 +328,13 @@ def ablation(lay: Layouts) -> dict[str, dict]:
     return out
 
 
+def residual_check(lay: Layouts) -> dict:
+    """The fit again with the unnamed per-layer residual free beside the fitted factors: how much of the data
+    the named mechanisms leave to it (0 at its lower bound: the data want none)."""
+    params, rms = fit(lay, lay.certain, factors=FIT + (RESIDUAL_CHECK,))
+    return {"factors": params, "rms_pct": round(100 * rms, 2), "at_lower_bound": params[RESIDUAL_CHECK[0]] <= RESIDUAL_CHECK[1]}
+
+
 def inputs_digest() -> str:
     h = hashlib.sha256()
     for rel in INPUTS:
@@ -288,7 +359,7 @@ def results(data: Path) -> dict:
         "release_spread": round(lay.spread, 5),
         "layouts": {n: {"median_seq_per_s": lay.median[n], "predicted_seq_per_s": round(float(pred[n]), 3),
                         "error_pct": round(100 * (pred[n] / lay.median[n] - 1), 2), "fitted": n in lay.certain,
-                        "quality": lay.groups[n][0]["quality"],
+                        "quality": lay.quality[n],
                         **({"cv_error_pct": cv[n]["error_pct"]} if n in cv else {})} for n in lay.names},
         "cross_validation": {"median_abs_error_pct": round(statistics.median(cv_err), 2),
                              "worst_abs_error_pct": round(max(cv_err), 2),
@@ -296,8 +367,21 @@ def results(data: Path) -> dict:
         "interval_coverage": coverage(lay, cv),
         "identifiability": identifiability(lay, params, rms),
         "ablation": ablation(lay),
+        "residual_check": residual_check(lay),
         "rows": {r["id"]: round(100 * (pred[r["layout"]] / float(r["seq_per_s"]) - 1), 2) for r in lay.rows},
+        "scaling": scaling_results(lay, cal, pred),
     }
+
+
+def scaling_results(lay: Layouts, cal, pred: dict) -> dict:
+    """The pairs' published scaling efficiencies beside the model's."""
+    if not lay.pairs:
+        return {}
+    first = lay.pairs[0]
+    model = (pred[first["large"]] / first["large_instances"]) / (pred[first["small"]] / first["small_instances"])
+    return {"small": first["small"], "large": first["large"], "median_pct": round(100 * lay.scaling, 2),
+            "predicted_pct": round(100 * float(model), 2),
+            "pairs": {p["sdk"]: {"rows": list(p["ids"]), "published_pct": round(100 * p["scaling"], 2)} for p in lay.pairs}}
 
 
 def render(res: dict, data: Path) -> str:
@@ -310,10 +394,13 @@ def render(res: dict, data: Path) -> str:
         "`tests/chip/test_calibration.py` fails when this page or `ultracluster/cluster/calibration.json` is stale).",
         "", "## Method", "",
         "Each layout of training.csv is one configuration published by several Neuron releases; its target is the "
-        "median seq/s over those releases. Layouts marked `uncertain` (model or batch inferred from an example log) "
-        "are shown but never fitted. The fitted factors minimise the sum of squared log errors over the fitted "
-        "layouts (deterministic Nelder-Mead inside each factor's physical bounds). Every other factor is set from a "
-        "source or a physical argument below and named as an assumption.", "",
+        "median seq/s over its `table` and `log` rows on Trn1. Rows marked `pair` (an old release's 1-instance and "
+        "16-instance figures printed side by side) enter only as the ratio inside each pair: the data-parallel "
+        "scaling efficiency, which no release drift touches; the fit targets the median of those ratios as one more "
+        "term. Layouts marked `uncertain` (model or batch inferred from an example log) and the Trainium2 row "
+        "(`paper`) are shown but never fitted. The fitted factors minimise the sum of squared log errors over the "
+        "fitted layouts and the pairs' scaling (deterministic Nelder-Mead inside each factor's physical bounds). "
+        "Every other factor is set from a source or a physical argument below and named as an assumption.", "",
         f"Between-release spread (RMS over layouts of the standard deviation of log seq/s): "
         f"{100 * res['release_spread']:.1f} %. In-sample RMS log error: {100 * res['rms_log_error']:.1f} %.", "",
         "## Fitted factors", "",
@@ -321,13 +408,20 @@ def render(res: dict, data: Path) -> str:
     ]
     meaning = {"tensor_efficiency": "achieved fraction of TensorE peak on large, well-tiled matmuls (shape effects "
                                     "are modelled separately)",
-               "layer_overhead_s": "fixed time of one transformer-layer pass (forward 1, backward 2, recomputed "
-                                   "forward 1) that no modelled mechanism explains: the fitted residual, see below"}
+               "in_graph_sync_s": "fixed cost of every collective a training step's compiled graph issues, beyond "
+                                  "its data movement: the engines hand it to the collective cores and wait for its "
+                                  "completion (see Mechanisms below)"}
     for name, lo, hi, _, _, unit in FIT:
         ident = res["identifiability"][name]
-        show = (lambda v: f"{v * 1e6:.3g} us") if unit == "us" else (lambda v: f"{v:.3g}")
+        show = {"us": lambda v: f"{v * 1e6:.3g} us", "ms": lambda v: f"{v * 1e3:.3g} ms"}.get(unit, lambda v: f"{v:.3g}")
         lines.append(f"| `{name}` | {show(res[name])} | {show(ident['low'])} – {show(ident['high'])} "
                      f"(bounds {show(lo)} – {show(hi)}) | {meaning.get(name, '')} |")
+    rc = res["residual_check"]
+    lines += ["", f"The unnamed per-layer residual (`{RESIDUAL_CHECK[0]}`, a fixed time per transformer-layer pass) is "
+              "not fitted: refitted once beside these factors, it comes out at "
+              f"{rc['factors'][RESIDUAL_CHECK[0]] * 1e3:.3g} ms per pass (RMS {rc['rms_pct']:.1f} %"
+              + (", at its lower bound: the data leave nothing to it" if rc["at_lower_bound"] else "")
+              + "), so every run reports `residual_s` = 0."]
     lines += ["", "The identifiable range is where the RMS log error over the fitted layouts stays within "
               "sqrt(best² + spread²), the other factors at their fit. A factor at a bound would mean the data "
               "cannot fix it.", "", "### How Trn2 predictions move across each range", "",
@@ -351,6 +445,16 @@ def render(res: dict, data: Path) -> str:
               "| --- |" + " --- |" * len(FIT)]
     for n, f in cv["folds"].items():
         lines.append(f"| {n} | " + " | ".join(f"{f[b[0]]:.3g}" for b in FIT) + " |")
+    sc = res.get("scaling")
+    if sc:
+        lines += ["", "## Data-parallel scaling (same-release pairs)", "",
+                  f"Seq/s per instance of `{sc['large']}` over that of `{sc['small']}` (the same TP8 replica, 16 "
+                  "microbatches each), as the releases that printed both published it, and as the model predicts it "
+                  "(on trn1.32xlarge, 800 Gbit/s EFA, as those releases ran).", "",
+                  "| release | rows | published | model |", "| --- | --- | --- | --- |"]
+        for sdk, pr in sc["pairs"].items():
+            lines.append(f"| {sdk} | {', '.join(pr['rows'])} | {pr['published_pct']:.1f} % | {sc['predicted_pct']:.1f} % |")
+        lines.append(f"| median | | {sc['median_pct']:.1f} % | {sc['predicted_pct']:.1f} % |")
     cov = res["interval_coverage"]
     lines += ["", "## Interval coverage (cross-validated)", "",
               f"The 80 % interval (docs/uncertainty.md) around each layout's leave-one-out prediction, its fit part "
@@ -362,8 +466,9 @@ def render(res: dict, data: Path) -> str:
               "| row | layout | SDK | quality | published seq/s | layout median | error vs row |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in lay_rows:
+        err = "ratio only (above)" if r["quality"] == "pair" else f"{res['rows'][r['id']]:+.1f} %"
         lines.append(f"| {r['id']} | {r['layout']} | {r['sdk']} | {r['quality']} | {r['seq_per_s']} | "
-                     f"{L[r['layout']]['median_seq_per_s']:g} | {res['rows'][r['id']]:+.1f} % |")
+                     f"{L[r['layout']]['median_seq_per_s']:g} | {err} |")
     names = list(L)
     lines += ["", "## Ablation", "",
               "Each mechanism switched off in turn (its `Calibration` switch), the factors refitted: error per "

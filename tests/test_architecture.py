@@ -1,25 +1,32 @@
 """The package's shape: a pure core that imports neither Ray nor pandas, no import cycle between its modules,
-and no module grown past about 450 lines without a stated reason (docs/design.md, "Repository layout")."""
+layers that only import downwards (the table in docs/design.md, "Layers", read here), and no module grown past
+about 450 lines without a stated reason (docs/design.md, "Repository layout")."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ultracluster"
+DESIGN = PACKAGE.parent / "docs" / "design.md"
+RAY_LAYER = "Ray adapter"
 
 # The pure core: scenario → cluster → chip, operators, network, storage, replay engine. Ray is the actors'
 # business and pandas the report's.
 CORE = ["ultracluster.chip", "ultracluster.operators", "ultracluster.cluster", "ultracluster.network",
         "ultracluster.replay.engine", "ultracluster.scenario", "ultracluster.memory", "ultracluster.storage",
-        "ultracluster.fairshare", "ultracluster.goodput", "ultracluster.uncertainty"]
+        "ultracluster.fairshare", "ultracluster.goodput", "ultracluster.uncertainty", "ultracluster.yaml_input"]
 
 MAX_LINES = 460        # about 450
 # module → why it is longer (each a candidate for the next split)
 LONG_MODULES = {
     "replay/engine.py": "the step replay loop and its per-phase pricing read as one piece",
     "cluster/catalog.py": "hardware tables: one entry per chip and instance type, each citing its source",
+    "cluster/calibration.py": "every factor documented where it is defined, and the uncertain ranges, each with its "
+                              "source or argument, built from the fitted files in one place",
 }
 
 
@@ -57,20 +64,52 @@ def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
+def _lazy_exports(tree: ast.Module) -> list[str]:
+    """The modules a PEP 562 façade imports on first use: the values of its `_EXPORTS = {name: module}`."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets):
+            return [v.value for v in node.value.values if isinstance(v, ast.Constant)]
+    return []
+
+
+def _parents(name: str) -> list[str]:
+    """`a.b.c` → [a, a.b, a.b.c]: what importing it runs, outermost first."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
 def import_graph() -> dict[str, set[str]]:
-    """module → the package's modules it imports (`from . import x` counts as x when x is a module)."""
+    """module → the package's modules that its imports run, counted honestly:
+
+    - imports inside functions count (they run on first call), those under `TYPE_CHECKING` do not;
+    - importing `a.b.c` runs `a/__init__.py` and `a/b/__init__.py` first, so each parent package counts,
+      except the importer's own parents (already running when it is imported);
+    - `from . import x` counts x when x is a module, and `from pkg import name` counts `pkg` itself even
+      when `pkg` is the importer's own package (its `__init__` must have run that far);
+    - a façade's lazy `_EXPORTS` (PEP 562) count as imports of the modules they name.
+    """
     paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in paths.items():
         package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        edges = set()
-        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+        own_parents = set(_parents(name)[:-1])
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        targets: list[tuple[str, list[str], bool]] = []   # (module, its submodules named, other names taken)
+        for node in _imports(tree):
             if isinstance(node, ast.Import):
-                edges |= {a.name for a in node.names}
+                targets += [(a.name, [], True) for a in node.names]
                 continue
             base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else [])) \
                 if node.level else (node.module or "")
-            edges |= {f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names}
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in paths]
+            targets.append((base, subs, len(subs) < len(node.names)))
+        targets += [(".".join(package + [m.lstrip(".")]) if m.startswith(".") else m, [], True)
+                    for m in _lazy_exports(tree)]
+        edges: set[str] = set()
+        for base, subs, names in targets:
+            edges |= {p for p in _parents(base) if p not in own_parents} | set(subs)
+            if names:                        # names read from `base` itself: its __init__ must have run that far
+                edges.add(base)
         graph[name] = {e for e in edges if e in paths and e != name}
     return graph
 
@@ -111,10 +150,91 @@ def test_the_graph_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_import_cycle_joins_modules_of_the_package():
+def test_the_graph_counts_function_level_imports_parent_packages_and_lazy_exports():
     graph = import_graph()
     assert "ultracluster.chip" in graph["ultracluster.replay.engine"]      # the graph sees relative imports
-    assert cycles(graph) == []
+    assert "ultracluster.uncertainty" in graph["ultracluster.pipeline"]    # an import inside a function
+    assert "ultracluster.network" in graph["ultracluster.replay.engine"]   # the parent package that runs first
+    assert "ultracluster.pipeline" in graph["ultracluster"]                # the public API's lazy `_EXPORTS`
+    assert "ultracluster.report" not in graph["ultracluster.report.frames"]  # its own package is already running
+
+
+def test_no_import_cycle_joins_modules_of_the_package():
+    assert cycles(import_graph()) == []
+
+
+def layers() -> list[tuple[str, list[str]]]:
+    """docs/design.md's layers, top to bottom: (name, module entries); an entry `x` is `ultracluster.x` and the
+    modules under it that no longer entry names, `__init__` the package's own `__init__.py`."""
+    text = DESIGN.read_text(encoding="utf-8")
+    section = text[text.index("### Layers"):]
+    section = section[:section.index("\n#", 1)]
+    found = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and re.match(r"\d+\. ", cells[0]):
+            found.append((cells[0].split(". ", 1)[1], re.findall(r"`([\w.]+)`", cells[1])))
+    return found
+
+
+def layer_of(module: str, table: list[tuple[str, list[str]]]) -> int | None:
+    """Index (0 = top) of the layer whose longest entry covers `module`; None when none does."""
+    best: tuple[int, int] | None = None
+    for i, (_, entries) in enumerate(table):
+        for e in entries:
+            full = "ultracluster" if e == "__init__" else f"ultracluster.{e}"
+            if module == full or (e != "__init__" and module.startswith(full + ".")):
+                if best is None or len(full) > best[1]:
+                    best = (i, len(full))
+    return None if best is None else best[0]
+
+
+def test_the_layers_of_the_design_cover_every_module_once():
+    table = layers()
+    names = [n for n, _ in table]
+    assert RAY_LAYER in names and len(names) >= 8, names
+    entries = [e for _, es in table for e in es]
+    assert len(entries) == len(set(entries)), "an entry is in two layers"
+    modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+    stale = [e for e in entries if ("ultracluster" if e == "__init__" else f"ultracluster.{e}") not in modules]
+    assert stale == [], f"docs/design.md names modules that do not exist: {stale}"
+    unplaced = sorted(m for m in modules if layer_of(m, table) is None)
+    assert unplaced == [], f"place these modules in a layer of docs/design.md: {unplaced}"
+
+
+def test_a_module_imports_only_its_own_layer_or_lower():
+    table, graph = layers(), import_graph()
+    upward = sorted(f"{m} ({table[layer_of(m, table)][0]}) imports {d} ({table[layer_of(d, table)][0]})"
+                    for m, deps in graph.items() for d in deps if layer_of(d, table) < layer_of(m, table))
+    assert upward == []
+
+
+def test_only_the_ray_adapter_imports_ray():
+    table = layers()
+    ray_layer = [n for n, _ in table].index(RAY_LAYER)
+    importers = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(m == "ray" or m.startswith("ray.") for m in mods) and not getattr(node, "level", 0):
+                importers.add(_module_name(path))
+    assert importers and {m: table[layer_of(m, table)][0] for m in importers if layer_of(m, table) != ray_layer} == {}
+
+
+def test_every_module_below_the_ray_adapter_imports_without_ray():
+    table = layers()
+    ray_layer = [n for n, _ in table].index(RAY_LAYER)
+    below = sorted(m for m in (_module_name(p) for p in PACKAGE.rglob("*.py")) if layer_of(m, table) > ray_layer)
+    assert "ultracluster.emulate" in below and "ultracluster.actors.shard" in below
+    code = "import sys\n" + "".join(f"import {m}\n" for m in below) + "print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_importing_emulate_does_not_load_ray():
+    code = "import sys\nimport ultracluster.emulate\nprint('ultracluster.emulate' in sys.modules, 'ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"]
 
 
 def test_no_module_is_long_without_a_reason():
@@ -138,3 +258,11 @@ def test_the_report_reads_the_result_and_never_calls_the_replay():
     assert "ultracluster.replay.events" in report["ultracluster.report.summary"]   # the graph sees the report's imports
     bad = {m: sorted(d for d in deps if d.startswith(REPORT_MAY_NOT_IMPORT)) for m, deps in report.items()}
     assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_every_subpackage_is_listed_for_the_wheel():
+    """pyproject.toml lists the packages (it does not find them): a new subpackage missing there installs
+    from a checkout but not from a wheel (tests/cluster_ray/test_cluster_packaging.py builds one)."""
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {_module_name(p) for p in PACKAGE.rglob("__init__.py")}
+    assert "ultracluster.layouts" in found and found - listed == set(), sorted(found - listed)

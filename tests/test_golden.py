@@ -8,7 +8,10 @@ import json
 
 import pytest
 
-from conftest import REPO, SCENARIOS
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = REPO / "scenarios"
 
 GOLDEN = REPO / "tests" / "golden"
 

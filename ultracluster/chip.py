@@ -160,6 +160,13 @@ class ChunkTimes:
                                                       # + recompute (hardware FLOPs, HFU)
     tp_hide_bwd_s: np.ndarray | None = None   # one layer's backward seconds of the matmuls that hide the
                                               # tensor-parallel collectives (`tp_hide_seconds`)
+    residual_s: np.ndarray | None = None      # [chunks] of forward_s + backward_s: the unnamed per-layer
+                                              # residual (`Calibration.layer_overhead_s`) per microbatch
+
+    def residual_fraction(self) -> float:
+        """Share of the chunks' compute that is the unnamed residual (0 when it is off)."""
+        total = float(self.forward_s.sum() + self.backward_s.sum())
+        return float(self.residual_s.sum()) / total if self.residual_s is not None and total > 0 else 0.0
 
 
 def _kernels(ops, where: str, phase: str, v: dict, rates: RankRates) -> tuple[np.ndarray, dict]:
@@ -204,6 +211,7 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
     repeat = {"none": np.zeros_like(lf, dtype=bool), "selective": selective, "full": np.ones_like(lf, dtype=bool)}[recompute]
     recompute_s = lf[repeat].sum()
     recompute_passes = {"none": 0.0, "selective": 0.0, "full": 1.0}[recompute]
+    residual = layers * cal.layer_overhead_s * (3.0 + recompute_passes)   # passes: forward 1, backward 2, recompute
     fwd = layers * (lf.sum() + cal.layer_overhead_s)
     bwd = layers * (lb.sum() + recompute_s + cal.layer_overhead_s * (2.0 + recompute_passes))
     ef, wef = _kernels(ops, "embedding", "forward", v, rates)
@@ -238,10 +246,10 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
     attn = np.isin(wf["names"], ("attention_core", "attention_materialized"))   # whichever kernel the job runs
     if stages is not None:
         mine = np.isin(on_stage, on)
-        fwd, bwd, flops = fwd[mine], bwd[mine], flops[mine]
+        fwd, bwd, flops, residual = fwd[mine], bwd[mine], flops[mine], residual[mine]
     return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt, attention_fwd_s=float(lf[attn].sum()),
                       attention_bwd_s=float(lb[attn].sum()), flops_per_microbatch=flops,
-                      tp_hide_bwd_s=lb[wb["hides_tp"]])
+                      tp_hide_bwd_s=lb[wb["hides_tp"]], residual_s=residual)
 
 
 STRAGGLER_LEAF_RANKS = 4096   # ranks per leaf of the straggler draw's split tree: a constant, never a shard's size

@@ -147,7 +147,7 @@ def _render(args) -> int:
     page = write_compare_html(list(zip(labels, reports)), args.out)
     if not args.quiet:
         print(format_compare([(label, rep.summary) for label, rep in zip(labels, reports)]))
-        print(f"comparison page: {page}")
+        print(f"comparison page: {page}; every field in full: {page.parent / 'compare.csv'}")
     return EXIT_OK
 
 
@@ -337,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
             for prob in err.problems:
                 print(f"error: {prob}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        except UltraclusterError as err:      # a fitted calibration file missing or damaged
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_RUNTIME
     from .scenario import load_scenario  # after parsing, so --help stays fast
     by_type: dict[str, float] = {}
     if getattr(args, "price_per_hour", None):        # `run`, `plan`: USD is cluster.price_per_hour_usd

@@ -5,7 +5,9 @@ The RunResult is complete: the report reads its fields and never calls back into
 compute tallied from the merged profiles, per-chunk and per-stage communication, per-stage exposure, the
 storage figures from the cluster built here).
 `pipeline.run` adds the report and the run directory; `pipeline.predict`, the sweeps and the interval pricing
-(`ultracluster.uncertainty`) call it with in-process shards.
+(`ultracluster.uncertainty`) call it with in-process shards. Below the Ray adapter: whatever runs on Ray (the
+shard actors, the file system's actor, the Grafana metrics) is given to it by its caller, so importing it loads
+no Ray (tests/test_architecture.py).
 """
 from __future__ import annotations
 
@@ -15,12 +17,10 @@ from typing import Callable
 
 from . import chip
 from . import operators as opslib
-from .actors.launch import resolve_instances_per_actor
-from .actors.metrics import RunMetrics
+from .actors.local import local_storage
 from .actors.shard import PAYLOAD_MAX_BYTES, payload_elements
-from .actors.storage_actor import storage_service
-from .cluster import build_cluster
-from .cluster.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
+from .cluster import build_cluster, resolve_instances_per_actor
+from .cluster.calibration import Calibration, fitted
 from .cluster.catalog import price_per_hour
 from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory
@@ -36,16 +36,19 @@ from .storage import StorageCosts, figures
 
 def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: Callable | None = None,
             calibration: Calibration | None = None, progress=None, cpus: int | None = None,
-            export_metrics: bool = True) -> RunResult:
+            storage_factory: Callable = local_storage, metrics_factory: Callable | None = None) -> RunResult:
     """The stages up to the replayed steps: scenario → cluster → memory → shards → replay → RunResult.
 
+    `shards_factory`, `storage_factory`: `(scenario, cluster) -> context manager` of the shard set and of the
+    file system (None without storage; default: in this process, `actors.local.local_storage`).
     `cpus`: CPUs of the Ray cluster the shards run on, for `instances_per_actor: auto` (None: this machine).
-    `export_metrics`: export the run's Ray metrics for Grafana (off for the interval's side pricings).
+    `metrics_factory`: `(scenario name, steps) -> recorder` of the run's metrics (`actors_alive`, `step_done`;
+    `actors.metrics.RunMetrics.create` exports them through Ray for Grafana); None: none recorded.
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     cluster = build_cluster(scenario, resolve_instances_per_actor(scenario, cpus),
-                            calibration or DEFAULT_CALIBRATION)
+                            calibration or fitted())
     library = opslib.library_for(scenario)
     layout, t = cluster.layout, scenario.training
     programs = stage_programs(scenario.parallelism.pp_schedule, layout.pp, microbatches(scenario),
@@ -68,10 +71,11 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
         result.hardware_flops_per_step = float(chunks.flops_per_microbatch.sum() * microbatches(scenario)
                                                * cluster.ranks / layout.pp)
         result.microbatches = microbatches(scenario)
+        result.residual_fraction = chunks.residual_fraction()
         tally = ComputeTally(layout, result.microbatches, t.warmup_steps)   # per-rank compute
         if progress:
             progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)
-        with shards_factory(scenario, cluster) as shards, storage_service(scenario, cluster) as fs:
+        with shards_factory(scenario, cluster) as shards, storage_factory(scenario, cluster) as fs:
             result.ray_nodes = shards.nodes
             # the shards own their instances: the collectives are priced on the degraded parts they report
             cluster = replace(cluster, degraded=merge_degraded(shards.states(), cluster.instances))
@@ -80,18 +84,21 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
             result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,
                                                                 cluster.stage_layers(scenario.model.layers))
             result.replica_tp_comm_s = replica_tp_records(comm, layout.pp, result.microbatches)
-            metrics = RunMetrics.create(scenario.name, t.warmup_steps + t.steps, enabled=export_metrics)   # Grafana
-            metrics.actors_alive(len(cluster.shards))
+            metrics = metrics_factory(scenario.name, t.warmup_steps + t.steps) if metrics_factory else None
+            if metrics:
+                metrics.actors_alive(len(cluster.shards))
             if progress:
                 progress.started(shards.nodes)
             try:
                 result.steps, result.slices = replay_steps(scenario, cluster, shards, comm, programs,
-                                                           _each(metrics.step_done, progress and progress.step_done,
+                                                           _each(metrics and metrics.step_done,
+                                                                 progress and progress.step_done,
                                                                  on_step),
                                                            step_costs=StorageCosts(scenario, cluster, fs) if fs else None,
                                                            tally=tally)
             finally:
-                metrics.actors_alive(0)
+                if metrics:
+                    metrics.actors_alive(0)
         result.stage_compute_s, result.slow_rank_compute_s = tally.result()
         if result.steps:
             result.stage_dp_exposed_s = stage_dp_exposure(

@@ -358,5 +358,6 @@ def format_goodput(g: dict) -> str:
                              f"come faster than that)"))
     rows.append(("recovery", f"{g['recovery_s']:.0f} s per failure (detection + restart + restore "
                              f"{g['restore_s']:.1f} s)"))
+    rows += [("warning", w) for w in g.get("warnings") or []]   # figures that are 0 because their model is off
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}".rstrip() for label, value in rows)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .errors import Problem, ScenarioError
+from .yaml_input import InputError, read_yaml_file   # bounded: a regular file under the cap
 
 LIBRARY_DIR = Path(__file__).resolve().parent / "operators_library"   # wheel installs: pyproject ships it here
 if not LIBRARY_DIR.is_dir():   # a source checkout or an editable install: the top-level operators/
@@ -173,8 +174,6 @@ def parse_library(doc: object, source: str) -> list[Operator]:
 def load_library(path: str | None = None) -> tuple[Operator, ...]:
     """Load an operator library YAML (default: the shipped `operators/transformer.yaml`)."""
     p = Path(path) if path else LIBRARY_DIR / "transformer.yaml"
-    from .scenario.yaml_input import InputError, read_yaml_file   # bounded: a regular file under the cap
-
     try:
         doc = read_yaml_file(p)
     except InputError as err:

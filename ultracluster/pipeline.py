@@ -11,6 +11,8 @@ from typing import Callable
 
 from . import operators as opslib
 from .actors.launch import attached, launch_actors
+from .actors.metrics import RunMetrics
+from .actors.storage_actor import storage_service
 from .cluster.calibration import Calibration
 from .emulate import emulate
 from .replay.events import StepRecord
@@ -55,13 +57,14 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
             if on_step:
                 on_step(rec)
 
+    on_ray = {"storage_factory": storage_service, "metrics_factory": RunMetrics.create}  # when Ray is running
     if shards_factory is not None:
-        result = emulate(scenario, shards_factory, step_done, calibration, progress)
+        result = emulate(scenario, shards_factory, step_done, calibration, progress, **on_ray)
     else:
         opslib.library_for(scenario)      # read the library before Ray may move this process into a job's
         with attached(address) as cpus:   # working dir; size `auto` folding for the cluster that runs the actors
             result = emulate(scenario, lambda sc, cl: launch_actors(sc, cl, address), step_done, calibration,
-                             progress, cpus)
+                             progress, cpus, **on_ray)
     result.interval = interval_keys(scenario, summarize(result), calibration)
     report = build_report(result)
     if out is not None:

@@ -23,14 +23,13 @@ corners), in this process, no Ray, no files.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
-from .cluster.calibration import FITTED, Calibration, DEFAULT, TRN1
+from .cluster.calibration import FITTED, TRN1, Calibration, fitted, load_fitted
 from .cluster.uncertain import UncertainFactor, for_generation
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
@@ -50,10 +49,9 @@ class Evidence:
         return math.hypot(self.fit_log, Z80 * self.release_sigma)
 
 
-@lru_cache(maxsize=1)
 def _fitted() -> dict:
-    """The committed calibration (calibration.json), read once per process."""
-    return json.loads(FITTED.read_text())
+    """The committed calibration (calibration.json), read once per process (`load_fitted`)."""
+    return load_fitted().documents[FITTED.name]
 
 
 @lru_cache(maxsize=1)
@@ -65,20 +63,21 @@ def evidence() -> Evidence:
                     release_sigma=float(doc.get("release_spread", 0.0)))
 
 
-def chip_factors(generation: str, calibration: Calibration = DEFAULT) -> list[UncertainFactor]:
+def chip_factors(generation: str, calibration: Calibration | None = None) -> list[UncertainFactor]:
     """Chip-model factors fitted on Trn1 that a newer chip's runs have not measured."""
     if generation == TRN1:
         return []
+    calibration = calibration or fitted()
     ident = _fitted().get("identifiability", {})
     out = []
     te = calibration.tensor_efficiency
     lo, hi = ident.get("tensor_efficiency", {}).get("low", te), ident.get("tensor_efficiency", {}).get("high", te)
     out.append(UncertainFactor("tensor_efficiency", min(lo, 0.8 * te), min(1.0, max(hi, 1.2 * te)), (generation,),
                                "fitted on Trn1 only: the range Trn1's layouts allow, at least 20 % either way"))
-    lo_ = calibration.layer_overhead_s
-    out.append(UncertainFactor("layer_overhead_s", 0.0, 2 * lo_, (generation,),
-                               "the per-layer residual fitted on Trn1 (software and runtime as much as chip): "
-                               "none of it to twice it"))
+    sync = calibration.network.in_graph_sync_s
+    out.append(UncertainFactor("in_graph_sync_s", 0.5 * sync, 2 * sync, (generation,),
+                               "the in-graph collective hand-off fitted on Trn1 (runtime and collective cores as "
+                               "much as chip; Trn2 has more collective cores per chip, H5): half to twice it"))
     return out
 
 
@@ -135,7 +134,7 @@ def _one_step(scenario):
 def step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
     """Step time of one step of `scenario` under each calibration, in one vectorized evaluation.
 
-    The settings are rows of one table priced by the planner's fast path (`plan.fast.evaluate`, the replay's
+    The settings are rows of one table priced by the planner's fast path (`layouts.fast.evaluate`, the replay's
     model over a row axis: each distinct per-rank shape and collective priced once, the pipelines of all rows
     run at once), each row with its own calibration (`Pricer(calibrations=...)`, column `cal`). Without jitter
     and stragglers it gives the replay's step exactly (tests/test_uncertainty.py); with them, the stages' mean
@@ -147,9 +146,9 @@ def step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
         return np.array([_replayed(one, cal) for cal in calibrations])
     import pandas as pd
 
-    from .plan.fast import evaluate
-    from .plan.pricer import Pricer
-    from .plan.space import _own_row
+    from .layouts.fast import evaluate
+    from .layouts.pricer import Pricer
+    from .layouts.space import _own_row
 
     row = _own_row(one)
     table = pd.DataFrame([{**row, "cal": i} for i in range(len(calibrations))])
@@ -162,7 +161,7 @@ def _replayed(one, cal: Calibration) -> float:
     from .actors.local import local_shards
     from .emulate import emulate
 
-    res = emulate(one, local_shards, None, cal, export_metrics=False)
+    res = emulate(one, local_shards, None, cal)
     return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
 
 
@@ -179,7 +178,7 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
     """
     from .cluster import build_cluster
 
-    cal = calibration or DEFAULT
+    cal = calibration or fitted()
     cluster = build_cluster(scenario, 1, cal)
     ev = evidence_ or evidence()
     factors = factors_for(cluster)

@@ -111,7 +111,8 @@ def test_cli_run_infeasible_exit_code_and_smoke(tmp_path, scenarios_dir):
 
 def test_auto_folding_sizes_for_the_attached_cluster(ray_session, scenarios_dir):
     """With Ray attached (the session's 2-CPU Ray), `auto` is sized from the cluster's CPUs: 2 per CPU."""
-    from ultracluster.actors.launch import attached, resolve_instances_per_actor
+    from ultracluster.actors.launch import attached
+    from ultracluster.cluster import resolve_instances_per_actor
 
     sc = load_scenario(scenarios_dir / "calib-gpt3-23b-tp8pp4.yaml", ["training.steps=1"])
     with attached(None) as cpus:

@@ -117,7 +117,7 @@ def _scenario(instance: str, **network):
 def test_the_scenario_field_selects_the_dated_profile():
     base = build_cluster(_scenario("trn2.48xlarge"), 1)
     dated = build_cluster(_scenario("trn2.48xlarge", calibration=PROFILE), 1)
-    assert base.calibration.network == DEFAULT
+    assert base.calibration.network == CALIBRATION.network   # the collective fit plus the training fit's sync
     assert dated.calibration.network == with_network_profile(CALIBRATION, PROFILE).network
     assert dated.calibration.network.neuronlink_efficiency_trn2 < base.calibration.network.neuronlink_efficiency_trn2
 

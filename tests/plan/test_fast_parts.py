@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ultracluster.plan import fast
-from ultracluster.plan.search import evaluate_chunk, sample_rows
-from ultracluster.plan.space import SearchSpace, enumerate_layouts
+from ultracluster.layouts import fast
+from ultracluster.layouts.search import evaluate_chunk, sample_rows
+from ultracluster.layouts.space import SearchSpace, enumerate_layouts
 
 
 def spread(table: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ultracluster import load_scenario
 from ultracluster.pipeline import predict
-from ultracluster.plan import fast
-from ultracluster.plan.space import enumerate_layouts
+from ultracluster.layouts import fast
+from ultracluster.layouts.space import enumerate_layouts
 
 from plan_scenarios import variant
 

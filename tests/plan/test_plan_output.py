@@ -11,9 +11,9 @@ import yaml
 from ultracluster import load_scenario
 from ultracluster.errors import OutDirError, ScenarioError
 from ultracluster.plan import plan, search_space
-from ultracluster.plan.fast import LAYOUT_COLUMNS
+from ultracluster.layouts.fast import LAYOUT_COLUMNS
 from ultracluster.plan.output import read_full_table
-from ultracluster.plan.space import SearchSpace
+from ultracluster.layouts.space import SearchSpace
 
 SEVEN_B = {"name": "plan-7b", "model": {"preset": "llama2-7b"},
            "training": {"seq_len": 4096, "global_batch": 64, "steps": 1, "warmup_steps": 0},

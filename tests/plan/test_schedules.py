@@ -1,4 +1,4 @@
-"""The planner's batched pipeline (`plan.schedules.pipeline_times`) against the engine's executed schedule
+"""The planner's batched pipeline (`layouts.schedules.pipeline_times`) against the engine's executed schedule
 (`replay.schedule.execute`), row by row: random stage-heterogeneous durations, sends that differ along the
 pipeline, the last microbatch's own sends; GPipe, 1F1B and interleaved; the shortened runs it extrapolates from
 included. And the closed-form gradient-bucket queue against `replay.engine.gradient_reduction`."""
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ultracluster.plan.fast import bucket_queue_end
-from ultracluster.plan.schedules import pipeline_times
+from ultracluster.layouts.fast import bucket_queue_end
+from ultracluster.layouts.schedules import pipeline_times
 from ultracluster.replay.engine import CommPlan, gradient_reduction
 from ultracluster.replay.schedule import execute, stage_programs
 

@@ -6,7 +6,7 @@ from ultracluster import load_scenario
 from ultracluster.errors import ScenarioError
 from ultracluster.plan import parse_instance_types, parse_instances
 from ultracluster.plan.output import scenario_dict
-from ultracluster.plan.space import SearchSpace, enumerate_layouts
+from ultracluster.layouts.space import SearchSpace, enumerate_layouts
 
 
 @pytest.mark.parametrize("name", ["dense", "dense_trn2", "moe"])

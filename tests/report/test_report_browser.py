@@ -13,6 +13,7 @@ import base64
 import fcntl
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -103,8 +104,26 @@ class Browser:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
-def load(binary: str, page: Path) -> tuple[bytes, list[str], list[str]]:
-    """Open a local page; return (PNG screenshot, console/JS errors, URLs requested besides the page)."""
+# What a reader sees: every rendered text of the page (its innerText) and, per chart, the texts drawn in it
+# with their rendered width (0 when nothing is drawn), read from the laid-out page.
+SEEN = """JSON.stringify({
+  text: document.body.innerText,
+  charts: Array.prototype.map.call(document.querySelectorAll("svg"), function (svg) {
+    return Array.prototype.map.call(svg.querySelectorAll("text"), function (t) {
+      return {cls: t.getAttribute("class") || "", text: t.textContent, width: t.getBBox().width};
+    });
+  }),
+  tables: Array.prototype.map.call(document.querySelectorAll("table"), function (table) {
+    return Array.prototype.map.call(table.querySelectorAll("tr"), function (tr) {
+      return Array.prototype.map.call(tr.children, function (c) { return c.innerText; });
+    });
+  })
+})"""
+
+
+def load(binary: str, page: Path, seen: list | None = None) -> tuple[bytes, list[str], list[str]]:
+    """Open a local page; return (PNG screenshot, console/JS errors, URLs requested besides the page). With
+    `seen`, append to it what a reader sees (`SEEN`, parsed)."""
     b = Browser(binary)
     try:
         target = b.call("Target.createTarget", url="about:blank")["targetId"]
@@ -118,6 +137,8 @@ def load(binary: str, page: Path) -> tuple[bytes, list[str], list[str]]:
         b.call("Runtime.evaluate", s, expression="var th=document.querySelector('table.sortable th');"
                                                  "if(th){th.click();th.click();}")
         png = base64.b64decode(b.call("Page.captureScreenshot", s, format="png", optimizeForSpeed=True)["data"])
+        if seen is not None:
+            seen.append(json.loads(b.call("Runtime.evaluate", s, expression=SEEN, returnByValue=True)["result"]["value"]))
         errors, requests = [], []
         for e in b.events:
             m, p = e.get("method"), e.get("params", {})
@@ -207,10 +228,35 @@ def test_png_decoder_against_a_known_image():
     assert colours(png)["ff0000"] == 1
 
 
+UNIT_TICK = re.compile(r"^-?[0-9][0-9,.]* (s|ms|µs|ns|GiB)$")     # an axis tick: a number and its unit
+NOISE = re.compile(r"\d[eE][-+]?\d")                                 # 2.22045e-16, 7.33581e-05
+
+
 def test_report_html_renders_in_chromium(chromium, tmp_path):
     run = write_run_dir(build_report(make_result()), tmp_path / "run")
-    png, errors, requests = load(chromium, run / "report.html")
+    seen: list = []
+    png, errors, requests = load(chromium, run / "report.html", seen)
     assert errors == [] and requests == []
+    page = seen[0]
+    # every chart has a titled axis whose ticks read as numbers with units, drawn (a width on the page)
+    assert len(page["charts"]) == 4                        # interval, breakdown, timeline, HBM
+    for chart in page["charts"]:
+        ticks = [t for t in chart if t["cls"] == "tick"]
+        axis = [t for t in chart if t["cls"] == "axis"]
+        assert len(ticks) >= 3 and all(UNIT_TICK.match(t["text"]) and t["width"] > 0 for t in ticks), ticks
+        assert len(axis) == 1 and axis[0]["width"] > 50, axis
+    interval, _, _, hbm = page["charts"]
+    assert "step time (band: 80 % interval; line: point estimate)" in [t["text"] for t in interval]
+    assert [t["text"] for t in interval if t["cls"] == "tick"][:2] == ["0 s", "0.5 s"]
+    assert any(t["cls"] == "limit" and t["text"] == "capacity: 32 GiB of HBM per rank" and t["width"] > 0
+               for t in hbm)
+    # the slowest ranks: ranks 8 and 24 have the same figures and share one row, with their count
+    ranks = next(t for t in page["tables"] if t[0][:2] == ["ranks", "count"])
+    assert [r[:2] for r in ranks[1:]] == [["5", "1"], ["20", "1"], ["8, 24", "2"]]
+    assert ranks[3][3:5] == ["450 ms", "180 ms"]
+    text = page["text"]
+    assert "HBM peak per rank\n20.5 GiB of 32 GiB (64.1 %)" in text
+    assert "warning: no storage configured" in text and not NOISE.search(text)
     seen = colours(png)
     assert png_pixels(png).shape == (1600, 1200, 3)
     assert len(seen) > 20                                   # text, bars, legend: not a blank page
@@ -218,6 +264,25 @@ def test_report_html_renders_in_chromium(chromium, tmp_path):
     # drawn: the breakdown's and timeline's compute colour, the timeline's backward and tp colours
     assert seen.get(PART_COLORS["compute_s"][1:], 0) > 2000
     assert seen.get(PHASE_COLORS["B"][1:], 0) > 200 and seen.get(STREAM_COLORS["tp"][1:], 0) > 50
+
+
+def test_compare_page_shows_capacity_and_no_noise(chromium, tmp_path):
+    noisy = build_report(make_result())
+    noisy.summary = {**noisy.summary, "bubble_s": noisy.summary["bubble_s"] + 1.09635e-15,
+                     "step_time_s": noisy.summary["step_time_s"] * (1 + 2.22e-16)}
+    page = write_compare_html([("a", build_report(make_result())), ("b", noisy)], tmp_path / "cmp" / "compare.html")
+    seen: list = []
+    png, errors, requests = load(chromium, page, seen)
+    assert errors == [] and requests == []
+    table = next(t for t in seen[0]["tables"] if t[0][0] == "field")
+    rows = {r[0]: r[1:] for r in table[1:]}
+    assert rows["bubble_s"] == ["100 ms", "100 ms", "0"] and rows["step_time_s"] == ["1.25 s", "1.25 s", "0"]
+    assert rows["hbm_peak_gib"] == ["20.5 of 32 GiB", "20.5 of 32 GiB", "0"]
+    assert not NOISE.search(seen[0]["text"])
+    assert colours(png).get("c0392b", 0) > 20                # the red dashed capacity lines are drawn
+    hbm = seen[0]["charts"][-1]
+    assert [t["text"] for t in hbm if t["cls"] == "axis"] == ["HBM per rank"]
+    assert [t["text"] for t in hbm if t["cls"] == "limit" and t["width"] > 0] == ["capacity 32 GiB"] * 2
 
 
 def test_infeasible_report_and_compare_page_render(chromium, tmp_path):

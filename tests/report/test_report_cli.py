@@ -67,7 +67,7 @@ def test_cli_report(run_dirs, capsys):
     a, _, bad = run_dirs
     assert main(["report", str(a)]) == EXIT_OK
     out = capsys.readouterr().out
-    assert "step time     1.2500 s  (2 measured of 3 replayed)" in out and "emulated by   2 actors" in out
+    assert "step time    1.25 s  (2 measured of 3 replayed)" in out and "emulated by  2 actors on 1 Ray node" in out
     assert f"re-rendered: {a / 'report.html'}, {a / 'trace.json'}" in out
     assert main(["report", str(a), "--json"]) == EXIT_OK
     assert json.loads(capsys.readouterr().out.split("\nre-rendered")[0])["step_time_s"] == 1.25
@@ -85,16 +85,26 @@ def test_cli_compare(run_dirs, capsys, tmp_path):
     assert main(["compare", str(a), str(b), str(bad), "--out", str(page)]) == EXIT_OK
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split() == ["field", "base", "faster", "vs", "base", "nofit", "vs", "base"]
-    row = {ln.split()[0]: ln.split()[1:] for ln in lines[1:] if ln.strip()}
-    assert row["step_time_s"][:3] == ["1.25", "1", "-0.25"] and row["step_time_s"][3] == "(-20.0%)"
-    assert row["tokens_per_s"][2:4] == ["+1638", "(+25.0%)"]
-    assert row["feasible"] == ["True", "True", "=", "False", "differs"]
-    assert row["chips"] == ["32", "32", "=", "32", "="]
-    assert f"comparison page: {page}" in out
+    assert max(map(len, lines[:-1])) <= 100                 # the third run went to a second block
+    first = lines[:lines.index("")]
+    assert first[0].split() == ["field", "base", "faster", "vs", "base"]
+    row = {ln.split()[0]: ln.split()[1:] for ln in first[1:]}
+    assert row["step_time_s"] == ["1.25", "s", "1", "s", "-250", "ms", "(-20.0", "%)"]
+    assert row["tokens_per_s"][4:] == ["+1,638", "(+25.0", "%)"]
+    assert row["feasible"] == ["True", "True", "="] and row["chips"] == ["32", "32", "0"]
+    assert row["tp_comm_s"] == ["100", "ms", "100", "ms", "0"]
+    second = lines[lines.index("") + 1:]
+    assert second[0].split() == ["field", "base", "nofit", "vs", "base"]
+    assert f"comparison page: {page}; every field in full: {page.parent / 'compare.csv'}" in out
     html = page.read_text()
     assert "https://" not in html and "<h1>ultracluster: 3 runs compared</h1>" in html
-    assert '<td class="better">-0.25 (-20.0%)</td>' in html and '<td class="better">+1638 (+25.0%)</td>' in html
+    assert '<td class="better">-250 ms (-20.0 %)</td>' in html and '<td class="better">+1,638 (+25.0 %)</td>' in html
+    full = pd.read_csv(page.parent / "compare.csv").set_index("field")
+    assert list(full.columns) == ["base", "faster", "faster - base", "faster / base - 1", "nofit", "nofit - base",
+                                  "nofit / base - 1"]
+    assert float(full.loc["step_time_s", "faster - base"]) == pytest.approx(-0.25)
+    assert float(full.loc["step_time_s", "faster / base - 1"]) == pytest.approx(-0.2)
+    assert {"slowest_ranks", "model_flops_per_step", "warnings"} <= set(full.index)   # every field, not just the shown
     assert main(["compare", str(a)]) == EXIT_BAD_INPUT
     assert "two or more run directories" in capsys.readouterr().err
     assert main(["compare", str(a), str(tmp_path / "none")]) == EXIT_BAD_INPUT
@@ -107,9 +117,24 @@ def test_format_compare_labels_and_alignment():
     assert lines[0].split() == ["field", "a-long-name", "b", "vs", "a-long-name"]
     ends = {len(ln) for ln in lines if ln.split()[0] in ("chips", "ranks", "instances")}
     assert len(ends) == 1                                   # right-aligned columns
-    assert re.search(r"^step_time_s\s+1.25\s+n/a\s+n/a$", text, re.M)
+    assert re.search(r"^step_time_s\s+1.25 s\s+n/a\s+n/a$", text, re.M)
     assert re.search(r"^feasible\s+True\s+False\s+differs$", text, re.M)
     assert re.search(r"^instance_type\s+trn1.32xlarge\s+trn1.32xlarge\s+=$", text, re.M)
+    assert re.search(r"^hbm_peak_gib\s+20.5 of 32 GiB\s+41.2 of 32 GiB\s+\+20.7 GiB \(\+101.0 %\)$", text, re.M)
+
+
+def test_compare_of_many_runs_fits_100_columns_and_repeats_the_baseline():
+    runs = [(f"run-with-a-rather-long-name-{i}", build_report(make_result()).summary) for i in range(5)]
+    text = format_compare(runs)
+    assert max(map(len, text.splitlines())) <= 100
+    blocks = text.split("\n\n")
+    assert len(blocks) >= 2
+    heads = [re.split(r"\s{2,}", block.splitlines()[0]) for block in blocks]
+    for head in heads:                                      # each block starts with the baseline's column
+        assert head[:2] == ["field", "run-with-a-…-long-name-0"]
+    runs_shown = [h for head in heads for h in head[2:] if not h.startswith("vs ")]
+    assert runs_shown == [f"run-with-a-…-long-name-{i}" for i in range(1, 5)]           # each once, in order
+    assert sum(h.startswith("vs run-with") for head in heads for h in head) == 4
 
 
 class FakeClock:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 
 import pandas as pd
@@ -309,11 +310,18 @@ def test_format_summary_table():
     text = format_summary(summarize(make_result()))
     lines = text.splitlines()
     assert lines[0].split() == ["scenario", "tiny-test"]
-    assert "1.2500 s  (2 measured of 3 replayed)" in text and "6,554" in text
-    assert "MFU           13.16 %" in text and "32 ranks (tp=8 pp=2 dp=2 1f1b)" in text
-    assert "  compute       0.6500 s   52.0 %" in text and "  dp_comm       0.1500 s   12.0 %" in text
-    assert "$0.0149 per step, $1.8226 per million tokens" in text
+    assert "step time    1.25 s  (2 measured of 3 replayed)" in text and "tokens/s     6,554" in text
+    assert "MFU          13.2 %" in text and "32 ranks (tp=8 pp=2 dp=2 1f1b)" in text
+    assert "HBM peak     20.5 GiB per rank of 32 GiB (64.1 %)" in text
+    # the breakdown: exposed, share of the step, and for communication the seconds hidden behind compute
+    assert re.search(r"^breakdown +exposed +share +hidden$", text, re.M)
+    assert re.search(r"^  compute +650 ms +52\.0 %$", text, re.M)
+    assert re.search(r"^  tp_comm +100 ms +8\.0 % +60 ms$", text, re.M)   # collectives.csv: 160 x 1 ms, 100 exposed
+    assert re.search(r"^  dp_comm +150 ms +12\.0 % +0 s$", text, re.M)
+    assert "$0.0149 per step, $1.82 per million tokens" in text
+    assert text.splitlines()[-1].startswith("warning      no storage configured: data loading and checkpoint")
     col = lines[0].index("tiny-test")  # every top-level value starts in the same column
     assert all(line[col - 1] == " " and line[col] != " " for line in lines[:9])
     bad = format_summary(summarize(make_infeasible()))
     assert "NO: stage 0 needs <41.2 GiB>" in bad and "MFU          n/a" in bad and "compute" not in bad
+    assert "HBM peak     41.2 GiB per rank of 32 GiB (129 %)" in bad

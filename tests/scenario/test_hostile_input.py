@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from ultracluster.cli import main
 from ultracluster.errors import EXIT_BAD_INPUT, EXIT_OK, GIVEN_MAX_CHARS, Problem, shorten
 from ultracluster.scenario import load_scenario
-from ultracluster.scenario.yaml_input import MAX_DEPTH, MAX_INPUT_BYTES, MAX_VALUES, InputError, load_yaml
+from ultracluster.yaml_input import MAX_DEPTH, MAX_INPUT_BYTES, MAX_VALUES, InputError, load_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "scenarios" / "smoke.yaml"

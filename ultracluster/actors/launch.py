@@ -16,7 +16,6 @@ docs/ray-clusters.md.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import threading
@@ -28,7 +27,6 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ..cluster.catalog import INSTANCES, ultraserver_of
 from ..errors import ActorError, Problem, RunInterrupted, ScenarioError
 from ..replay.profile import ShardProfile, ShardState
 from .shard import ShardWorker
@@ -41,26 +39,6 @@ PLACEMENT_STRATEGY = "SPREAD"           # best-effort even spread: more shards t
 PLACEMENT_TIMEOUT_S = 120.0             # bounded wait for the placement group (an autoscaler may add nodes)
 PLACEMENT_TIMEOUT_ENV = "ULTRACLUSTER_PLACEMENT_TIMEOUT_S"
 PROBE_TIMEOUT_S = 10.0                  # how long a liveness probe of the actors may take after a failure
-
-AUTO_ACTORS_PER_CPU = 2     # enough actors to keep every core busy while some wait on the payload ring
-MAX_AUTO_ACTORS = 16
-
-
-def resolve_instances_per_actor(scenario, cpus: int | None = None) -> int:
-    """Instances per actor: the scenario's number, or for `auto` a count that suits this machine.
-
-    `auto` aims at 2 actors per CPU (at most 16), never splitting an UltraServer (4 or 36 instances).
-    """
-    setting = scenario.emulation.instances_per_actor
-    us = ultraserver_of(INSTANCES[scenario.cluster.instance]) if scenario.cluster.ultraserver else None
-    unit = us.instances if us is not None else 1
-    if setting != "auto":
-        return int(setting)
-    cpus = cpus or os.cpu_count() or 1
-    target = max(1, min(MAX_AUTO_ACTORS, AUTO_ACTORS_PER_CPU * cpus))
-    units = math.ceil(scenario.cluster.instances / unit)
-    return unit * math.ceil(units / target)
-
 
 @ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)
 class ShardActor(ShardWorker):

@@ -1,4 +1,5 @@
-"""In-process shard set with the same interface as the Ray one: for tests and determinism checks."""
+"""In-process stand-ins with the same interfaces as the Ray ones: the shard set (tests, `predict`, the interval)
+and the file system (`emulate`'s default)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -6,6 +7,7 @@ from typing import Iterator
 
 from ..network.algorithms import schedule
 from ..replay.profile import ShardProfile, ShardState
+from ..storage import StorageServer, fsx_spec
 from .shard import ShardWorker
 
 
@@ -44,3 +46,11 @@ class LocalShards:
 def local_shards(scenario, cluster) -> Iterator[LocalShards]:
     """`shards_factory` for `pipeline.run`: the shards in this process, no Ray."""
     yield LocalShards(scenario, cluster)
+
+
+@contextmanager
+def local_storage(scenario, cluster) -> Iterator[StorageServer | None]:
+    """`storage_factory` for `emulate`: the scenario's file system in this process (None without storage);
+    `actors.storage_actor.storage_service` is the same server on a Ray actor."""
+    yield None if scenario.storage is None else StorageServer(fsx_spec(scenario.storage, cluster.links.efa_bytes_per_s),
+                                                              cluster.instances)

@@ -17,7 +17,7 @@ import ray
 from ray.exceptions import RayError
 
 from ..errors import ActorError
-from ..plan.search import evaluate_chunk
+from ..layouts.search import evaluate_chunk
 from .launch import _connect
 
 

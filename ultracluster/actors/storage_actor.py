@@ -17,6 +17,7 @@ from ray.exceptions import RayError
 
 from ..errors import ActorError
 from ..storage import FsxSpec, StorageServer, fsx_spec
+from .local import local_storage
 
 
 class _Server(StorageServer):
@@ -90,13 +91,11 @@ def storage_service(scenario, cluster, local: bool | None = None) -> Iterator[St
         local: True: the in-process server; False: a Ray actor (Ray must be running); None: the actor when
             Ray is running, else in-process.
     """
-    if scenario.storage is None:
-        yield None
+    if scenario.storage is None or local or (local is None and not ray.is_initialized()):
+        with local_storage(scenario, cluster) as fs:
+            yield fs
         return
     spec = fsx_spec(scenario.storage, cluster.links.efa_bytes_per_s)
-    if local or (local is None and not ray.is_initialized()):
-        yield StorageServer(spec, cluster.instances)
-        return
     actor = StorageActor.remote(spec, cluster.instances)
     try:
         yield RayStorage(actor, spec, cluster.instances)

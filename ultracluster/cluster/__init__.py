@@ -4,9 +4,11 @@ Pure: plain frozen dataclasses and numpy, no Ray. `build_cluster` is the stage's
 """
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, replace
 
-from .calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration, with_network_profile
+from .calibration import Calibration, fitted, with_network_profile
 from .catalog import INSTANCES, ChipSpec, InstanceSpec, ultraserver_of
 from .degraded import DegradedPart, degraded_links, degraded_parts
 from .placement import Layout, group_span, rank_coords, stage_layers
@@ -14,7 +16,7 @@ from ..units import GBPS
 
 __all__ = [
     "Calibration", "Cluster", "DegradedPart", "Links", "Layout", "ShardSpec", "build_cluster", "group_span",
-    "rank_coords", "stage_layers", "z_links",
+    "rank_coords", "resolve_instances_per_actor", "stage_layers", "z_links",
 ]
 
 
@@ -115,14 +117,34 @@ def z_links(spec: InstanceSpec, ultraserver: bool, neuronlink_bytes_per_s_per_ch
     return {"z_link_bytes_per_s_per_chip": us.z_link_bytes_per_s_per_chip, "z_latency_s": us.z_hop_latency_s}
 
 
-def build_cluster(scenario, instances_per_actor: int, calibration: Calibration = DEFAULT_CALIBRATION) -> Cluster:
+AUTO_ACTORS_PER_CPU = 2     # enough actors to keep every core busy while some wait on the payload ring
+MAX_AUTO_ACTORS = 16
+
+
+def resolve_instances_per_actor(scenario, cpus: int | None = None) -> int:
+    """Instances per actor: the scenario's number, or for `auto` a count that suits this machine.
+
+    `auto` aims at 2 actors per CPU (at most 16), never splitting an UltraServer (4 or 36 instances).
+    """
+    setting = scenario.emulation.instances_per_actor
+    us = ultraserver_of(INSTANCES[scenario.cluster.instance]) if scenario.cluster.ultraserver else None
+    unit = us.instances if us is not None else 1
+    if setting != "auto":
+        return int(setting)
+    cpus = cpus or os.cpu_count() or 1
+    target = max(1, min(MAX_AUTO_ACTORS, AUTO_ACTORS_PER_CPU * cpus))
+    units = math.ceil(scenario.cluster.instances / unit)
+    return unit * math.ceil(units / target)
+
+
+def build_cluster(scenario, instances_per_actor: int, calibration: Calibration | None = None) -> Cluster:
     """Build the Cluster of a validated scenario.
 
     Args:
         scenario: a resolved `ultracluster.scenario.Scenario`.
         instances_per_actor: instances folded into one actor (already resolved from "auto").
-        calibration: the named calibration factors; `cluster.network.calibration` applies a named collective
-            calibration on top of them.
+        calibration: the named calibration factors (default: the fitted ones); `cluster.network.calibration`
+            applies a named collective calibration on top of them.
 
     Returns:
         The Cluster. The last shard may hold fewer instances than the others.
@@ -140,6 +162,7 @@ def build_cluster(scenario, instances_per_actor: int, calibration: Calibration =
         **z_links(spec, c.ultraserver, net.neuronlink_gbps_per_chip * GBPS if net and net.neuronlink_gbps_per_chip
                   else spec.neuronlink_bytes_per_s_per_chip),
     )
+    calibration = calibration or fitted()
     if net is not None and net.calibration != "default":     # a named collective calibration on top
         calibration = with_network_profile(calibration, net.calibration)
     layout = Layout(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, virtual_stages=p.virtual_stages)

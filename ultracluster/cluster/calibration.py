@@ -5,13 +5,26 @@ Every factor is a physical, named quantity, fitted only to the published rows of
 (`scripts/calibrate.py` for the chip, `scripts/fit_collectives.py` for the collectives; see
 `docs/calibration.md` and `docs/collectives.md`), or, where the data say nothing about it, an explicit
 documented assumption. A scenario never silently changes them. The fitted files are part of the package: a
-missing one is an error, never a silent fall-back to defaults.
+missing or damaged one is an error naming it, never a silent fall-back to defaults.
+
+Nothing is read at import: `load_fitted()` reads both files on first use, once per process, and builds
+everything that comes from them (the fitted `Calibration`, the collective profiles, the uncertain factors and
+their ranges), frozen. `DEFAULT`, `NETWORK_DEFAULT` and `NETWORK_PROFILES` are its values, looked up on first
+access (PEP 562), so `import ultracluster.chip` works even where a file is broken.
 """
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
+from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import UltraclusterError
 
 TRN1, TRN2 = "trainium", "trainium2"
 TRN3 = "trainium3"
@@ -20,8 +33,27 @@ FITTED = Path(__file__).with_name("calibration.json")                           
 NETWORK_FITTED = Path(__file__).parents[1] / "network" / "collectives_fit.json"       # scripts/fit_collectives.py
 
 
-class CalibrationMissing(RuntimeError):
-    """A fitted calibration file of the package is missing or unreadable."""
+class CalibrationMissing(UltraclusterError, RuntimeError):
+    """A fitted calibration file of the package is missing, unreadable or damaged; the message names it."""
+
+
+@dataclass(frozen=True)
+class UncertainFactor:
+    """One calibration field whose value the published data do not fix (`ultracluster.cluster.uncertain`).
+
+    Attributes:
+        name: a field of `Calibration` or of `NetworkCalibration`.
+        low, high: the plausible range (low <= central <= high; "low" is the smaller number, which may be
+            the faster or the slower end).
+        generations: chip generations it applies to ("trainium", "trainium2", "trainium3").
+        why: the source or physical argument for the range (one sentence).
+    """
+
+    name: str
+    low: float
+    high: float
+    generations: tuple[str, ...]
+    why: str
 
 
 @dataclass(frozen=True)
@@ -54,6 +86,13 @@ class NetworkCalibration:
         neuronswitch_scale_trn3: the NeuronSwitch per-chip bandwidth as a multiple of the catalog's figure
             (2,048 GiB/s per chip, T4); the published figures span 704 GB/s to 2.56 TB/s (T1, T4), which
             the uncertain-factor range covers. 1 = the catalog's (or the scenario's) figure.
+        in_graph_sync_s: fixed cost of every collective issued from a training step's compiled graph, beyond
+            its data movement and launch: the computation engines trigger the collective cores through a
+            pseudo-instruction and the consumer waits for their completion signal (Neuron runtime,
+            "Compute-Communication Overlap", H21), so the engines' queues drain before it and refill after,
+            and the group starts when its last rank arrives. nccom-test times standalone invocations in a
+            loop and never sees it; no source gives its size: fitted to the training rows
+            (scripts/calibrate.py, docs/calibration.md), 0 for a standalone collective.
         algorithm_envelope: 1: a size below one of Neuron's algorithm switches pays the price of the
             algorithm above it when that is cheaper (the runtime picks by measured sweet spots, H11, so the
             model's cheaper algorithm is the one to take); 0: the chosen algorithm's price, floored at the price
@@ -73,6 +112,7 @@ class NetworkCalibration:
     launch_s_trn3: float = 7e-6
     neuronswitch_scale_trn3: float = 1.0
     algorithm_envelope: float = 1.0
+    in_graph_sync_s: float = 0.0
 
     def neuronlink_efficiency(self, generation: str) -> float:
         """The NeuronLink efficiency of a chip generation ("trainium", "trainium2" or "trainium3")."""
@@ -93,12 +133,37 @@ class NetworkCalibration:
         return asdict(self)
 
 
+REGENERATE = "regenerate it with the fitting script named in docs/calibration.md"
+
+
 def _read(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        doc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise CalibrationMissing(f"{path}: the fitted calibration cannot be read ({exc}); regenerate it with "
-                                 f"the fitting script named in docs/calibration.md") from exc
+        raise CalibrationMissing(f"{path}: the fitted calibration cannot be read ({exc}); {REGENERATE}") from exc
+    if not isinstance(doc, dict):
+        raise CalibrationMissing(f"{path}: the fitted calibration is damaged (a JSON {type(doc).__name__}, not an "
+                                 f"object); {REGENERATE}")
+    return doc
+
+
+@contextmanager
+def _damaged(path: Path) -> Iterator[None]:
+    """A file whose content does not have the shape the model reads is damaged: an error naming it."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CalibrationMissing(f"{path}: the fitted calibration is damaged ({type(exc).__name__}: {exc}); "
+                                 f"{REGENERATE}") from exc
+
+
+def _number(value: Any, name: str, kind: type = float) -> Any:
+    """A fitted value of the field's type (a bool switch, or a finite number), else the file is damaged."""
+    ok = isinstance(value, bool) if kind is bool else \
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok:
+        raise ValueError(f"{name} is {value!r}, not a {'true/false switch' if kind is bool else 'finite number'}")
+    return value
 
 
 # Trn3 has no measured collective: its factors take the Trn1 fit's values (measured on a current Neuron
@@ -106,31 +171,36 @@ def _read(path: Path) -> dict:
 BORROWED_TRN3 = {"neuronlink_efficiency_trn3": "neuronlink_efficiency_trn1", "launch_s_trn3": "launch_s_trn1"}
 
 
-def fitted_network() -> NetworkCalibration:
-    """The factors of `network/collectives_fit.json` (an error where it is missing)."""
-    values = dict(_read(NETWORK_FITTED)["factors"])
+def _fitted_network(doc: dict) -> NetworkCalibration:
+    """The factors of `network/collectives_fit.json`."""
+    values = dict(doc["factors"])
     for trn3, source in BORROWED_TRN3.items():
         if source in values:
             values.setdefault(trn3, values[source])
-    return NetworkCalibration(**{f.name: float(values[f.name]) for f in fields(NetworkCalibration)
+    return NetworkCalibration(**{f.name: float(_number(values[f.name], f.name)) for f in fields(NetworkCalibration)
                                  if f.name in values})
 
 
-NETWORK_DEFAULT = fitted_network()
+def fitted_network() -> NetworkCalibration:
+    """The factors of `network/collectives_fit.json` (an error naming it where it is missing or damaged)."""
+    return load_fitted().network
 
 
-def network_profiles() -> dict[str, dict[str, float]]:
+def _network_profiles(doc: dict) -> Mapping[str, Mapping[str, float]]:
+    profiles = doc.get("profiles", {})
+    return MappingProxyType({"default": MappingProxyType({}), **{
+        name: MappingProxyType({k: float(_number(v, f"profiles.{name}.{k}")) for k, v in changes.items()})
+        for name, changes in profiles.items()}})
+
+
+def network_profiles() -> Mapping[str, Mapping[str, float]]:
     """Named collective calibrations: name -> the factors it changes from the default ("default": none).
 
     `trn2-nccom-examples` fits the Trn2 NeuronLink efficiency and launch cost to the four dated Trn2
     nccom-test examples of collectives.csv (the reading before issue 13; the pessimistic end of Trn2).
     A scenario picks one with `cluster.network.calibration`, `ultracluster collectives` with `--calibration`.
     """
-    profiles = _read(NETWORK_FITTED).get("profiles", {})
-    return {"default": {}, **{name: {k: float(v) for k, v in changes.items()} for name, changes in profiles.items()}}
-
-
-NETWORK_PROFILES = network_profiles()
+    return load_fitted().profiles
 
 
 def with_network_profile(calibration: "Calibration", name: str) -> "Calibration":
@@ -139,9 +209,10 @@ def with_network_profile(calibration: "Calibration", name: str) -> "Calibration"
     Raises:
         ValueError: an unknown profile name (the message lists the known ones).
     """
-    if name not in NETWORK_PROFILES:
-        raise ValueError(f"unknown network calibration {name!r}; known: {', '.join(NETWORK_PROFILES)}")
-    return calibration.with_(**NETWORK_PROFILES[name]) if NETWORK_PROFILES[name] else calibration
+    profiles = network_profiles()
+    if name not in profiles:
+        raise ValueError(f"unknown network calibration {name!r}; known: {', '.join(profiles)}")
+    return calibration.with_(**profiles[name]) if profiles[name] else calibration
 
 
 @dataclass(frozen=True)
@@ -155,9 +226,10 @@ class Calibration:
         hbm_efficiency: achieved fraction of HBM bandwidth on streaming operators (assumption).
         kernel_launch_s: fixed cost of one kernel (an operator after fusion) on a NeuronCore: engine
             pipelines drain and refill, semaphores hand the data on, the first tile's DMA is waited for.
-        layer_overhead_s: fixed time of one transformer-layer pass on a rank (a forward counts one pass, a
-            backward two, a recomputed forward one), beyond its kernels and collectives: the part of the
-            published step times that no modelled mechanism explains (fitted; docs/calibration.md).
+        layer_overhead_s: the unnamed residual: a fixed time per transformer-layer pass on a rank (a forward
+            counts one pass, a backward two, a recomputed forward one) that no modelled mechanism explains.
+            Not fitted and 0 in the shipped calibration: refitted beside the named mechanisms it comes out at
+            its lower bound (docs/calibration.md); every run reports its share of compute as `residual_s`.
         microbatch_launch_s: host cost of launching one microbatch's compiled graph (forward and backward
             are separate graph executions in the XLA-based Neuron stacks), on every stage's critical path.
         step_overhead_s: fixed per-step host/runtime cost (launch, sync) on the critical path.
@@ -173,7 +245,12 @@ class Calibration:
             and the loss, on top of their equal share of layers (as NxD and NeMo place them); off, that work
             is spread evenly over the stages.
         tp_overlap: tensor-parallel collectives of the backward pass run on the collective cores alongside
-            the weight- and input-gradient matmuls they do not depend on; forward ones stay exposed.
+            the weight- and input-gradient matmuls they do not depend on; forward ones stay exposed. Off by
+            default: Neuron says TP collectives "cannot be effectively overlapped with computation due to
+            strict data dependencies" (H21), NeMo's Neuron fork turns the async TP all-reduce off whenever
+            sequence parallelism is on, and the Megatron-LM fork's script passes
+            --no-async-tensor-model-parallel-allreduce (docs/calibration.md). On, it hides them where the
+            scenario allows (`parallelism.tp_comm_overlap`).
         dp_overlap: the data-parallel gradient reduction overlaps the last backward in buckets (as PyTorch
             DDP on GPUs); off, it starts after the last backward, in the optimizer's graph, as the
             XLA-based Neuron stacks run it.
@@ -209,12 +286,12 @@ class Calibration:
     flash_attention: bool = True
     attention_serial: bool = False
     stage_ends: bool = True
-    tp_overlap: bool = True
+    tp_overlap: bool = False
     dp_overlap: bool = False
     step_costs: bool = True
     runtime_reserve_gib: float = 1.0
     compute_jitter: float = 0.01
-    network: NetworkCalibration = field(default_factory=lambda: NETWORK_DEFAULT)
+    network: NetworkCalibration = field(default_factory=lambda: load_fitted().network)
     fp8_peak_scale_trn3: float = 1.0
     mx_peak_scale_trn3: float = 1.0
     hbm_peak_scale_trn3: float = 1.0
@@ -245,14 +322,70 @@ class Calibration:
 _NETWORK_FIELDS = {f.name for f in fields(NetworkCalibration)}
 
 
+def _fitted_calibration(doc: dict, network: NetworkCalibration) -> Calibration:
+    """The chip fit's factors on the collective fit's; a collective factor fitted to the training rows
+    (`in_graph_sync_s`) comes with the chip fit and goes into its network part."""
+    network = network.with_(**{k: float(_number(doc[k], k)) for k in _NETWORK_FIELDS if k in doc})
+    return Calibration(**{f.name: _number(doc[f.name], f.name, bool if f.type in ("bool", bool) else float)
+                          for f in fields(Calibration) if f.name in doc and f.name != "network"}, network=network)
+
+
 def fitted() -> Calibration:
     """The documented defaults with the factors fitted by scripts/calibrate.py and fit_collectives.py."""
-    values = _read(FITTED)
-    return Calibration(**{f.name: values[f.name] for f in fields(Calibration) if f.name in values and f.name != "network"},
-                       network=NETWORK_DEFAULT)
+    return load_fitted().calibration
 
 
-DEFAULT = fitted()
+@dataclass(frozen=True)
+class Fitted:
+    """Everything the package's fitted files give, frozen (`load_fitted`).
+
+    Attributes:
+        calibration: the fitted `Calibration` (`DEFAULT`).
+        network: its collective factors (`NETWORK_DEFAULT`).
+        profiles: the named collective calibrations (`NETWORK_PROFILES`, `network_profiles`).
+        factors: the factors no published measurement pins, with their ranges, in registration order
+            (`ultracluster.cluster.uncertain.factors`).
+        documents: each file's parsed content by file name ("calibration.json", "collectives_fit.json"):
+            the fit's own evidence (`ultracluster.uncertainty.evidence`); read it, never change it.
+    """
+
+    calibration: Calibration
+    network: NetworkCalibration
+    profiles: Mapping[str, Mapping[str, float]]
+    factors: tuple[UncertainFactor, ...]
+    documents: Mapping[str, dict]
+
+
+@lru_cache(maxsize=1)
+def load_fitted() -> Fitted:
+    """Read the fitted files (`network/collectives_fit.json`, `cluster/calibration.json`) on first use, once per
+    process: the one place the package reads them.
+
+    Raises:
+        CalibrationMissing: a file is missing, unreadable, not JSON, or lacks or mistypes a value the model
+            reads; the message names the file and how to regenerate it.
+    """
+    net_doc, chip_doc = _read(NETWORK_FITTED), _read(FITTED)
+    with _damaged(NETWORK_FITTED):
+        network, profiles = _fitted_network(net_doc), _network_profiles(net_doc)
+    with _damaged(FITTED):
+        calibration = _fitted_calibration(chip_doc, network)
+    network = calibration.network        # with the collective factor the training rows fit (in_graph_sync_s)
+    with _damaged(NETWORK_FITTED):
+        factors = (_network_factors(net_doc, network, profiles, calibration)
+                   + _trainium3_factors(network, profiles, calibration))
+    return Fitted(calibration=calibration, network=network, profiles=profiles, factors=tuple(factors),
+                  documents=MappingProxyType({FITTED.name: chip_doc, NETWORK_FITTED.name: net_doc}))
+
+
+_LAZY = {"DEFAULT": "calibration", "NETWORK_DEFAULT": "network", "NETWORK_PROFILES": "profiles"}
+
+
+def __getattr__(name: str) -> Any:
+    """`DEFAULT`, `NETWORK_DEFAULT`, `NETWORK_PROFILES`: `load_fitted()`'s values, read on first access."""
+    if name in _LAZY:
+        return getattr(load_fitted(), _LAZY[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -260,11 +393,9 @@ DEFAULT = fitted()
 # "Trn2 from evidence"). Central values are the defaults above; the ranges follow from the fit's own output
 # (collectives_fit.json) or from the argument given in `why`.
 
-def _register_network_factors() -> None:
-    from .uncertain import FACTORS, UncertainFactor
-
-    fit = _read(NETWORK_FITTED)
-    net, dated = NETWORK_DEFAULT, NETWORK_PROFILES.get("trn2-nccom-examples", {})
+def _network_factors(fit: dict, net: NetworkCalibration, profiles: Mapping[str, Mapping[str, float]],
+                     default: Calibration) -> list[UncertainFactor]:
+    dated = profiles.get("trn2-nccom-examples", {})
     floor = float(fit.get("neuronlink_efficiency_trn1_floor", net.neuronlink_efficiency_trn1))
 
     def span(central: float, low: float, high: float) -> tuple[float, float]:
@@ -296,14 +427,11 @@ def _register_network_factors() -> None:
          "default: the published double-FP8 peak (H5, H8) on every matmul; low: the BF16 rate, as when the casts "
          "and scales of FP8 training (not in the operator library) and the matmuls kept in BF16 eat the gain"),
     ]
-    taken = {(f.name, g) for f in FACTORS for g in f.generations}
+    out = []
     for name, (low, high), generations, why in entries:
-        if (name, generations[0]) not in taken:      # not registered already (a module reloaded)
-            low, high = span(getattr(net, name) if name in _NETWORK_FIELDS else getattr(DEFAULT, name), low, high)
-            FACTORS.append(UncertainFactor(name, low, high, generations, why))
-
-
-_register_network_factors()
+        low, high = span(getattr(net, name) if name in _NETWORK_FIELDS else getattr(default, name), low, high)
+        out.append(UncertainFactor(name, low, high, generations, why))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -311,11 +439,11 @@ _register_network_factors()
 # evidence leaves open is registered with the widest range the sources give; central values are the
 # defaults above (the Trn1 fit's values where borrowed).
 
-def _register_trainium3_factors() -> None:
+def _trainium3_factors(net: NetworkCalibration, profiles: Mapping[str, Mapping[str, float]],
+                       default: Calibration) -> list[UncertainFactor]:
     from .catalog import NEURONSWITCH_BYTES_PER_S_PER_CHIP as SWITCH, NEURONSWITCH_RANGE_BYTES_PER_S as SPAN
-    from .uncertain import FACTORS, UncertainFactor
 
-    net, dated = NETWORK_DEFAULT, NETWORK_PROFILES.get("trn2-nccom-examples", {})
+    dated = profiles.get("trn2-nccom-examples", {})
     lowest_link = min(net.neuronlink_efficiency_trn1, net.neuronlink_efficiency_trn2,
                       dated.get("neuronlink_efficiency_trn2", 1.0))
     entries = [
@@ -341,11 +469,8 @@ def _register_trainium3_factors() -> None:
          "MX at 2,517/671 = 3.75x BF16 (chip figures, T1) to 4x (T3; 315 against 79 per core, T2)"),
         ("hbm_peak_scale_trn3", 4.7 / 4.9, 1.0, "HBM 4.7 TB/s (T3) to 4.9 TB/s (T1, T4)"),
     ]
-    taken = {(f.name, g) for f in FACTORS for g in f.generations}
+    out = []
     for name, low, high, why in entries:
-        if (name, TRN3) not in taken:
-            central = getattr(net, name) if name in _NETWORK_FIELDS else getattr(DEFAULT, name)
-            FACTORS.append(UncertainFactor(name, min(low, central), max(high, central), (TRN3,), why))
-
-
-_register_trainium3_factors()
+        central = getattr(net, name) if name in _NETWORK_FIELDS else getattr(default, name)
+        out.append(UncertainFactor(name, min(low, central), max(high, central), (TRN3,), why))
+    return out

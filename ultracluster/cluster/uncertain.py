@@ -5,35 +5,31 @@ between Neuron releases, and, for hardware without measured training runs, these
 ranges. Every factor is a field of `Calibration` or of its `network` part: its central value is the one the
 calibration carries (fitted, or set from a source), `low` and `high` bound what the evidence allows, and
 `why` says where the range comes from. `generations` names the chips it applies to (`ChipSpec.name`).
+
+The ranges follow from the fitted files, so they are built with them, on first use, by
+`cluster.calibration.load_fitted` (which owns the entries and their sources); nothing is registered at import
+and nothing here changes after it is read. `FACTORS` is `factors()`, looked up on first access.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
+
+from .calibration import UncertainFactor, load_fitted
+
+__all__ = ["UncertainFactor", "factors", "for_generation"]
 
 
-@dataclass(frozen=True)
-class UncertainFactor:
-    """One calibration field whose value the published data do not fix.
-
-    Attributes:
-        name: a field of `Calibration` or of `NetworkCalibration`.
-        low, high: the plausible range (low <= central <= high; "low" is the smaller number, which may be
-            the faster or the slower end).
-        generations: chip generations it applies to ("trainium", "trainium2", "trainium3").
-        why: the source or physical argument for the range (one sentence).
-    """
-
-    name: str
-    low: float
-    high: float
-    generations: tuple[str, ...]
-    why: str
-
-
-# Registered by the modules that own the assumption; read by `for_generation`.
-FACTORS: list[UncertainFactor] = []
+def factors() -> tuple[UncertainFactor, ...]:
+    """Every uncertain factor, in registration order (read with the fitted files, once per process)."""
+    return load_fitted().factors
 
 
 def for_generation(generation: str) -> list[UncertainFactor]:
     """The uncertain factors that apply to a chip generation, in registration order."""
-    return [f for f in FACTORS if generation in f.generations]
+    return [f for f in factors() if generation in f.generations]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FACTORS":
+        return factors()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,17 +52,17 @@ def parse_sizes(text: str) -> list[int]:
 def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbps: float | None = None,
                   neuronlink_gbps: float | None = None, calibration: str = "default") -> Cluster:
     """A Cluster for costing collectives alone (no model, no actors), with the what-if link overrides and a
-    named collective calibration (`cluster.calibration.NETWORK_PROFILES`).
+    named collective calibration (`cluster.calibration.network_profiles()`).
 
     Raises:
         ScenarioError: an unknown instance type, an lnc it does not support, non-positive numbers, or an
             unknown calibration name.
     """
-    from ..cluster.calibration import DEFAULT, NETWORK_PROFILES, with_network_profile
+    from ..cluster.calibration import fitted, network_profiles, with_network_profile
 
     problems = []
-    if calibration not in NETWORK_PROFILES:
-        problems.append(Problem("--calibration", calibration, "one of: " + ", ".join(NETWORK_PROFILES)))
+    if calibration not in network_profiles():
+        problems.append(Problem("--calibration", calibration, "one of: " + ", ".join(network_profiles())))
     spec = INSTANCES.get(instance)
     if spec is None:
         problems.append(Problem("--instance", instance, "one of: " + ", ".join(INSTANCES)))
@@ -90,7 +90,7 @@ def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbp
     rpi = spec.neuron_cores // lnc
     return Cluster(instance=spec, instances=instances, lnc=lnc, ultraserver=ultraserver,
                    layout=Layout(tp=1, cp=1, pp=1, dp=instances * rpi), links=links, shards=(),
-                   calibration=with_network_profile(DEFAULT, calibration))
+                   calibration=with_network_profile(fitted(), calibration))
 
 
 RANK_UNITS = ("core", "die", "chip")

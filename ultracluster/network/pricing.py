@@ -137,16 +137,24 @@ def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
         ValueError: an unknown op, or a group that does not fit the cluster.
     """
     cal = calibration or cluster.calibration.network
+    sync = 0.0
     if group.together if in_graph is None else in_graph:
         cal = cal.with_(launch_s_trn1=min(cal.launch_s_trn1, IN_GRAPH_LAUNCH_MAX_S),
                         launch_s_trn2=min(cal.launch_s_trn2, IN_GRAPH_LAUNCH_MAX_S),
                         launch_s_trn3=min(cal.launch_s_trn3, IN_GRAPH_LAUNCH_MAX_S))
+        sync = cal.in_graph_sync_s       # the graph's hand-off to the collective cores and back
     fab = fabric(cluster)
     _check(op, group, fab)
     if group.ranks <= 1 or nbytes <= 0:
         return 0.0, 0.0, Profile((), "none", group.ranks, fab.generation)
+    busy, other, prof = _priced(fab, op, float(nbytes), group, cal)
+    return busy, other + sync, prof
+
+
+def _priced(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -> tuple[float, float, Profile]:
+    """(bandwidth seconds, other seconds, profile) of one collective at its size, before any in-graph sync."""
     if cal.algorithm_envelope:
-        sizes = [float(nbytes)] + _breakpoints(fab, op, float(nbytes), group, above=True)
+        sizes = [nbytes] + _breakpoints(fab, op, float(nbytes), group, above=True)
         profs = [profile(fab, op, n, group) for n in sizes]
         busy, other = table_times(step_table(profs), np.array(sizes), cal)
         best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper

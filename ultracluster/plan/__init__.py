@@ -1,10 +1,10 @@
 """The layout planner: a scenario's model and job → every valid layout priced → the best replayed → a plan.
 
-`plan` is the planner's composition root, one call per stage: `space.enumerate_layouts` (every valid layout)
-→ `search.check_sources` (the batched parts against the functions they mirror) → the chunks priced by
-`fast.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) → `search.ranked` → the top layouts
-replayed with `pipeline.run` → `output.write_plan_dir`. `schedules` runs the engine's pipeline programs over
-a row axis; `parts` batches the three parts of a layout's price; `pricer` keeps a process's memo. See
+`plan` is the planner's composition root, one call per stage: `layouts.space.enumerate_layouts` (every valid
+layout) → `layouts.search.check_sources` (the batched parts against the functions they mirror) → the chunks
+priced by `layouts.fast.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) →
+`layouts.search.ranked` → the top layouts replayed with `pipeline.run` → `output.write_plan_dir`. The pure
+search and pricing live in `ultracluster.layouts`, below this command (which sits above `pipeline`). See
 docs/plan.md.
 """
 from __future__ import annotations
@@ -24,11 +24,11 @@ from ..cluster.calibration import Calibration
 from ..cluster.catalog import INSTANCES, NO_PRICE
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario, load_scenario
-from . import search
-from .fast import LAYOUT_COLUMNS, Pricer
+from ..layouts import search
+from ..layouts.fast import LAYOUT_COLUMNS, Pricer
+from ..layouts.space import (SearchSpace, _own_row, clusters, enumerate_layouts, parse_instance_types,
+                             parse_instances, parse_prices, search_space)
 from .output import check_plan_dir, format_plan, full_table_name, layout_yaml, write_plan_dir
-from .space import (SearchSpace, _own_row, clusters, enumerate_layouts, parse_instance_types, parse_instances,
-                    parse_prices, search_space)
 
 __all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "parse_prices",
            "plan", "search_space"]
@@ -261,7 +261,7 @@ def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) ->
 
 def _replay_shards(base: Scenario, space: SearchSpace) -> int:
     """Actor slots an embedded Ray must advertise for the replays: the most shards any searched cluster folds into."""
-    from ..actors.launch import resolve_instances_per_actor
+    from ..cluster import resolve_instances_per_actor
 
     per_actor = resolve_instances_per_actor(base)
     return max(math.ceil(n / max(1, min(per_actor, n))) for _, n, _, _ in clusters(base, space))
@@ -270,7 +270,7 @@ def _replay_shards(base: Scenario, space: SearchSpace) -> int:
 def _replay(scenarios: list[Scenario], out, address: str | None, log) -> list[dict]:
     """Run each top layout with the full run path (Ray actors), in one Ray session."""
     from ..actors import plan_tasks
-    from ..actors.launch import resolve_instances_per_actor
+    from ..cluster import resolve_instances_per_actor
     from ..pipeline import run
 
     shards = max(math.ceil(sc.cluster.instances / resolve_instances_per_actor(sc)) for sc in scenarios)
@@ -286,14 +286,14 @@ def _replay(scenarios: list[Scenario], out, address: str | None, log) -> list[di
 def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows, replays,
              notes, out) -> dict:
     from ..chip import jitter_sigma
-    from ..cluster.calibration import DEFAULT as DEFAULT_CALIBRATION
+    from ..cluster.calibration import fitted
     from ..replay.events import BREAKDOWN_KEYS
 
     n = len(full)
     feasible = int(full["feasible"].sum())
     notes = list(notes)
     approx = []
-    if jitter_sigma(base, DEFAULT_CALIBRATION) > 0:
+    if jitter_sigma(base, fitted()) > 0:
         approx.append("compute jitter: each stage at its slowest replica's speed (the replay runs every replica)")
     if base.faults is not None and base.faults.stragglers is not None:
         approx.append("stragglers: each stage at its slowest replica's speed")

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from ..cluster.catalog import NO_PRICE
+from ..layouts.search import pareto_front
 from ..report.html import MEMORY_COLORS, _page, _table, stacked_bars
-from .search import pareto_front
 
 if TYPE_CHECKING:
     from . import PlanResult

@@ -25,7 +25,7 @@ from ..replay.events import BREAKDOWN_KEYS
 from ..report.atomic import atomic_write_bytes
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
-from .fast import has_zero_stages
+from ..layouts.fast import has_zero_stages
 
 if TYPE_CHECKING:
     from . import PlanResult

@@ -141,6 +141,7 @@ class RunResult:
     collectives: list[CollectiveRecord] = field(default_factory=list)
     shard_instances: list[tuple[int, int]] = field(default_factory=list)  # per shard: [first, last] instance
     price_per_hour_usd: float | None = None                               # per instance, when the catalog has it
+    residual_fraction: float = 0.0        # share of compute that is the unnamed per-layer residual (summary residual_s)
     hardware_flops_per_step: float = 0.0   # TensorE FLOPs every rank executes in a step: recompute, the flash
                                            # backward's recomputed scores and its transposes included (HFU)
     # per-rank and per-stage detail for the report (empty/None when the run was not replayed)

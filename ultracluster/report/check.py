@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from ultracluster.errors import Problem
-from ultracluster.scenario.yaml_input import InputError, read_bounded
+from ultracluster.yaml_input import InputError, read_bounded
 
 # What `check` reads, bounded like `report` reads a run directory (docs/design.md "Limits on what is read"):
 # regular files only (a FIFO or a device is refused, never waited on), JSON and HTML at most 64 MiB, CSV 1 GiB.
@@ -41,11 +41,18 @@ SUMMARY_FIELDS = {
     "chips": "int", "neuron_cores": "int", "ranks": "int", "layout": "str", "ray_nodes": "int",
     "steps_replayed": "int", "steps_measured": "int", "step_time_s": "number", "tokens_per_s": "number",
     "seq_per_s": "number", "tokens_per_step": "int", "mfu": "number", "hbm_peak_gib": "number",
-    **{k: "number" for k in BREAKDOWN}, "dp_comm_hidden_s": "number", "straggler_cost_s": "number",
+    **{k: "number" for k in BREAKDOWN}, "dp_comm_hidden_s": "number", "residual_s": "number", "straggler_cost_s": "number",
     "slowest_ranks": "list", "model_flops_per_step": "number", "peak_flop_per_s": "number",
     "price_per_hour_usd": "number?", "cost_per_step_usd": "number?", "usd_per_million_tokens": "number?",
     "payload_checked": "bool",
 }
+
+#: summary.json fields added since the first contract: checked when present (older run directories lack them).
+#: Every collective kind's exposed and hidden seconds per step (tp, cp, ep in-layer; pp sends; dp), a rank's
+#: HBM capacity, and the warnings (figures that are 0 because their model is off).
+COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
+OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" for k in COMM_KINDS
+                                                    for p in ("exposed", "hidden")}, "warnings": "list"}
 
 #: Columns of steps.csv the contract names (a run writes more); breakdown.csv has the same less the ids.
 STEP_COLUMNS = ("step", "warmup", "step_time_s", *BREAKDOWN)
@@ -65,10 +72,11 @@ def _close(a: float, b: float, rel: float = REL) -> bool:
 
 
 def _check_summary(s: dict, problems: list[Problem]) -> None:
-    for key, kind in SUMMARY_FIELDS.items():
+    for key, kind in {**SUMMARY_FIELDS, **OPTIONAL_FIELDS}.items():
         path = f"summary.json: {key}"
         if key not in s:
-            problems.append(Problem(path, "<missing>", f"a {kind.rstrip('?')} field"))
+            if key in SUMMARY_FIELDS:
+                problems.append(Problem(path, "<missing>", f"a {kind.rstrip('?')} field"))
             continue
         v = s[key]
         if kind == "str?":
@@ -78,6 +86,8 @@ def _check_summary(s: dict, problems: list[Problem]) -> None:
         else:
             ok = {"str": isinstance(v, str), "bool": isinstance(v, bool), "list": isinstance(v, list),
                   "int": isinstance(v, int) and not isinstance(v, bool), "number": _is_number(v)}[kind]
+        if key == "warnings" and ok and not all(isinstance(w, str) and w.strip() for w in v):
+            problems.append(Problem(path, v, "a list of one-line warnings (non-empty strings)"))
         if not ok:
             allowed = {"str?": "a string or null", "number?": "a number or null", "str": "a string",
                        "bool": "true or false", "list": "a list", "int": "an integer",
@@ -119,6 +129,11 @@ def _check_feasible_summary(s: dict, problems: list[Problem]) -> None:
         if not _close(math.fsum(parts), step):
             problems.append(Problem("summary.json: " + " + ".join(BREAKDOWN), math.fsum(parts),
                                     f"the sum step_time_s = {step!r}"))
+    _check_comm(s, step, problems)
+    peak, cap = s.get("hbm_peak_gib"), s.get("hbm_capacity_gib")
+    if _is_number(peak) and _is_number(cap) and math.isfinite(cap) and peak > cap * (1 + REL):
+        problems.append(Problem("summary.json: hbm_peak_gib", peak, f"at most hbm_capacity_gib = {cap!r} in a "
+                                                                    f"feasible run"))
     tokens, step_tokens = s.get("tokens_per_s"), s.get("tokens_per_step")
     if _is_number(tokens) and isinstance(step_tokens, int) and not _close(tokens * step, step_tokens):
         problems.append(Problem("summary.json: tokens_per_s", tokens,
@@ -127,6 +142,32 @@ def _check_feasible_summary(s: dict, problems: list[Problem]) -> None:
     if isinstance(measured, int) and isinstance(replayed, int) and not 1 <= measured <= replayed:
         problems.append(Problem("summary.json: steps_measured", measured,
                                 f"between 1 and steps_replayed ({replayed}) in a feasible run"))
+
+
+def _check_comm(s: dict, step: float, problems: list[Problem]) -> None:
+    """The kinds' seconds (when present): finite, >= 0 (to float noise of the step), the in-layer kinds' exposed
+    seconds adding up to `tp_comm_s`, pp's and dp's equal to `pp_comm_s` and `dp_comm_s`, dp's hidden to
+    `dp_comm_hidden_s`."""
+    keys = [k for k in OPTIONAL_FIELDS if k.startswith("comm_")]
+    values = {k: s.get(k) for k in keys}
+    if all(v is None for v in values.values()):
+        return
+    if not all(_is_number(v) and math.isfinite(v) for v in values.values()):
+        problems.append(Problem("summary.json: " + ", ".join(k for k, v in values.items() if not (
+            _is_number(v) and math.isfinite(v))), "missing or not finite", "every kind's exposed and hidden "
+                                                                            "seconds, finite, in a feasible run"))
+        return
+    for k, v in values.items():
+        if v < -REL * step:
+            problems.append(Problem(f"summary.json: {k}", v, "a time >= 0"))
+    sums = (("comm_tp_exposed_s + comm_cp_exposed_s + comm_ep_exposed_s", "tp_comm_s",
+             values["comm_tp_exposed_s"] + values["comm_cp_exposed_s"] + values["comm_ep_exposed_s"]),
+            ("comm_pp_exposed_s", "pp_comm_s", values["comm_pp_exposed_s"]),
+            ("comm_dp_exposed_s", "dp_comm_s", values["comm_dp_exposed_s"]),
+            ("comm_dp_hidden_s", "dp_comm_hidden_s", values["comm_dp_hidden_s"]))
+    for name, part, total in sums:
+        if _is_number(s.get(part)) and abs(total - s[part]) > REL * step:
+            problems.append(Problem(f"summary.json: {name}", total, f"{part} = {s[part]!r}"))
 
 
 def _read_csv(run: Path, name: str, problems: list[Problem]) -> tuple[list[str], list[dict]] | None:

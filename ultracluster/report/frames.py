@@ -25,9 +25,10 @@ from ultracluster.replay.events import (
     BREAKDOWN_KEYS, CollectiveRecord, RunResult, Slice, StageMemory, StepRecord,
 )
 from ultracluster.report import accessor  # noqa: F401  (registers df.uc)
+from ultracluster.report.atomic import write_tables
 from ultracluster.report.ranks import geometry, group_first_rank, rank_tables, shard_of_instance
 from ultracluster.report.summary import emulation_info, summarize
-from ultracluster.scenario.yaml_input import InputError, open_regular, read_bounded
+from ultracluster.yaml_input import InputError, open_regular, read_bounded
 from ultracluster.units import MIB
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class Report:
 
     def to_csv(self, directory: str | os.PathLike) -> Path:
         """Write every table (steps, breakdown, memory, collectives, timeline, ranks, stages, shards) as
-        `<name>.csv`, atomically (`ultracluster.report.write.write_tables`).
+        `<name>.csv`, atomically (`ultracluster.report.atomic.write_tables`).
 
         Args:
             directory: created with its parents when missing.
@@ -139,11 +140,10 @@ class Report:
         Returns:
             The directory.
         """
-        from ultracluster.report.write import write_tables
-        return write_tables(self, directory, "csv")
+        return write_tables(self.tables(), directory, "csv")
 
     def to_parquet(self, directory: str | os.PathLike) -> Path:
-        """Write the same tables as `<name>.parquet`, atomically (`ultracluster.report.write.write_tables`).
+        """Write the same tables as `<name>.parquet`, atomically (`ultracluster.report.atomic.write_tables`).
 
         Args:
             directory: created with its parents when missing.
@@ -154,8 +154,7 @@ class Report:
         Raises:
             RuntimeError: pyarrow is not installed.
         """
-        from ultracluster.report.write import write_tables
-        return write_tables(self, directory, "parquet")
+        return write_tables(self.tables(), directory, "parquet")
 
     @classmethod
     def from_run_dir(cls, run_dir: str | os.PathLike) -> Report:

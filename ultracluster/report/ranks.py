@@ -327,3 +327,36 @@ def _shards_frame(result: RunResult, v: _RankCompute | None, g: dict | None) -> 
                   "idle_mean_s", "hbm_max_gib"):
             cols[c] = np.full(n, np.nan)
     return pd.DataFrame({c: cols[c] for c in SHARD_COLUMNS}).astype(SHARD_COLUMNS)
+
+
+# --- read as a person reads them --------------------------------------------------------------------------
+FIGURES = ("compute_s", "exposed_comm_s", "idle_s", "hbm_gib", "slowdown")
+
+
+def rank_list(ranks: list[int], shown: int = 6) -> str:
+    """"0–7, 16–23, 40": ranks as ranges, the first `shown` ranges then "…"."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    parts = [f"{a}" if a == b else f"{a}–{b}" for a, b in runs]
+    return ", ".join(parts[:shown]) + (", …" if len(parts) > shown else "")
+
+
+def grouped_ranks(ranks: pd.DataFrame, ref: float = 0.0) -> pd.DataFrame:
+    """The rows of a ranks table grouped by their figures as a person reads them (`table.fmt`, seconds against
+    the step time `ref`): one row per group, slowest first (then lowest rank), with `ranks` (as ranges),
+    `count`, `stages` and the figures of its first rank."""
+    from ultracluster.report.table import fmt
+
+    cols = [c for c in FIGURES if c in ranks.columns]
+    key = pd.DataFrame({c: [fmt(v, c, ref) for v in ranks[c]] for c in cols}).agg("|".join, axis=1).to_numpy()
+    rows = []
+    for _, g in ranks.assign(_key=key).groupby("_key", sort=False):
+        first = g.iloc[0]
+        rows.append(((-float(first["compute_s"]), int(g["rank"].min())), [
+            rank_list(g["rank"].tolist()), len(g), rank_list(g["stage"].unique().tolist()), *(first[c] for c in cols)]))
+    return pd.DataFrame([row for _, row in sorted(rows, key=lambda r: r[0])], columns=["ranks", "count", "stages",
+                                                                                     *cols])

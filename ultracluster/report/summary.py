@@ -12,6 +12,13 @@ import math
 from ultracluster.replay.events import BREAKDOWN_KEYS, RunResult
 
 NAN = float("nan")
+#: The collective kinds of `comm_<kind>_exposed_s` and `comm_<kind>_hidden_s`: tensor, context and expert
+#: parallel (in-layer: their exposed seconds add up to `tp_comm_s`), pipeline sends, data parallel.
+COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
+COMM_KEYS = tuple(f"comm_{k}_{part}_s" for k in COMM_KINDS for part in ("exposed", "hidden"))
+#: collectives.csv groups counted under a kind: the expert gradients' reduction and the gradient-norm
+#: all-reduce are data-parallel traffic (the replay counts them in `dp_comm_s`)
+KIND_OF_GROUP = {"dp-expert": "dp", "norm": "dp"}
 
 
 def layout(scenario: dict) -> str:
@@ -38,6 +45,78 @@ def emulation_info(result: RunResult) -> dict:
         "wall_s": float(math.fsum(s.wall_s for s in result.steps)),
         "payload_bytes_per_step": int(result.steps[-1].payload_bytes) if result.steps else 0,
     }
+
+
+def comm_by_kind(result: RunResult, measured: list) -> dict[str, float]:
+    """Each collective kind's exposed and hidden seconds per step on the critical path, means over `measured`.
+
+    Exposed: what the kind adds to the step. The replay's in-layer time `tp_comm_s` of a step is the plan's
+    tensor- and expert-parallel collectives of the critical (replica, stage) (`StageComm.tp_comm_s`, or the
+    replica's own with degraded instances, `RunResult.replica_tp_comm_s`) plus the context-parallel ring's
+    exposed blocks, so cp takes the difference; the expert all-to-alls are never overlapped (their seconds in
+    collectives.csv, scaled from stage 0's layers to the critical stage's); tp the rest. `pp` is `pp_comm_s`,
+    `dp` is `dp_comm_s`.
+
+    Hidden: the kind's seconds per step on the critical stage that ran behind compute. For tp, cp and ep, its
+    collectives.csv seconds (`time_s` x `count_per_step`, counted on stage 0, scaled by layers) less the
+    exposed ones; for pp, the sends the critical stage issues (`StageComm.pp_send_s`) less `pp_comm_s`; for dp,
+    `dp_comm_hidden_s`. At least 0 (the table prices healthy links: on a degraded replica a kind can expose
+    more than the table holds).
+    """
+    par = result.scenario.get("parallelism") or {}
+    degree = {k: int(par.get(k) or 1) for k in ("tp", "cp", "ep")}
+    layers = {c.stage: c.layers for c in result.stage_comm}
+    per_kind = dict.fromkeys(COMM_KINDS, 0.0)
+    for r in result.collectives:
+        kind = KIND_OF_GROUP.get(r.group, r.group)
+        if kind in per_kind:
+            per_kind[kind] += r.time_s * r.count_per_step
+    sums = dict.fromkeys(COMM_KEYS, 0.0)
+    for st in measured:
+        stage, replica = st.critical_stage, st.critical_replica
+        comm = next((c for c in result.stage_comm if c.stage == stage), None)
+        if comm is None:   # nothing to split by: the in-layer time counts as tp
+            parts = {"tp": (st.tp_comm_s, 0.0), "cp": (0.0, 0.0), "ep": (0.0, 0.0)}
+        else:
+            scale = comm.layers / layers[0] if layers.get(0) else 1.0
+            total = {k: per_kind[k] * scale for k in ("tp", "cp", "ep")}
+            planned = (result.replica_tp_comm_s[replica][stage] if replica in result.replica_tp_comm_s
+                       else comm.tp_comm_s)
+            cp = max(st.tp_comm_s - planned, 0.0) if degree["cp"] > 1 else 0.0
+            ep = min(total["ep"], st.tp_comm_s - cp) if degree["ep"] > 1 else 0.0
+            tp = st.tp_comm_s - cp - ep
+            if degree["tp"] == 1 and degree["ep"] > 1:   # no tensor-parallel collective: the rest is rounding
+                ep, tp = ep + tp, 0.0
+            parts = {k: (x, max(total[k] - x, 0.0)) for k, x in (("tp", tp), ("cp", cp), ("ep", ep))}
+        parts["pp"] = (st.pp_comm_s, max((comm.pp_send_s if comm else 0.0) - st.pp_comm_s, 0.0))
+        parts["dp"] = (st.dp_comm_s, max(st.dp_comm_hidden_s, 0.0))   # the replay's -1e-18 is 0
+        for k, (exposed, hidden) in parts.items():
+            sums[f"comm_{k}_exposed_s"] += exposed
+            sums[f"comm_{k}_hidden_s"] += hidden
+    return {k: float(v / len(measured)) if measured else NAN for k, v in sums.items()}
+
+
+def warnings_for(scenario: dict) -> list[str]:
+    """One line per figure of the summary that is zero only because its model is off (summary.json `warnings`)."""
+    if not scenario.get("storage"):
+        return ["no storage configured: data loading and checkpoint writes are not modelled "
+                "(data_stall_s and checkpoint_s are 0; see `storage` in docs/scenarios.md)"]
+    if not (scenario.get("checkpoint") or {}).get("every_steps"):
+        return ["no checkpoint configured: checkpoint writes are not modelled (checkpoint_s is 0; see `checkpoint` "
+                "in docs/scenarios.md)"]
+    return []
+
+
+def goodput_warnings(goodput: dict) -> list[str]:
+    """One line per figure of a long run (goodput.json) that is 0 only because its model is off."""
+    out = []
+    if goodput.get("mtbf_system_hours") is None:
+        out.append("no failures configured: goodput counts no failure, lost work or restore (set "
+                   "faults.instance_mtbf_hours; see docs/scenarios.md)")
+    if not goodput.get("checkpoint_every_steps"):
+        out.append("no checkpoints modelled: checkpoint time is 0 (set storage and checkpoint.every_steps; "
+                   "see docs/scenarios.md)")
+    return out
 
 
 def summarize(result: RunResult) -> dict:
@@ -90,8 +169,13 @@ def summarize(result: RunResult) -> dict:
         "payload_checked": bool(result.steps) and all(s.payload_checked for s in result.steps),
         # beside the breakdown (not part of it): reduction hidden behind backward, what stragglers cost
         "dp_comm_hidden_s": float(math.fsum(s.dp_comm_hidden_s for s in measured) / len(measured)) if ok else NAN,
+        "residual_s": float(mean["compute_s"] * result.residual_fraction) if ok else NAN,   # part of compute_s
         "straggler_cost_s": float(math.fsum(s.straggler_cost_s for s in measured) / len(measured)) if ok else NAN,
         "slowest_ranks": sorted({int(s.slowest_rank) for s in measured if s.straggler_cost_s > 0}) if ok else [],
         **(result.storage.summary_keys() if result.storage is not None else {}),   # checkpoint, restore, FSx
         **result.interval,
+        "hbm_capacity_gib": float(max((m.capacity_gib for m in result.memory), default=NAN)),
+        # every collective kind, exposed (the breakdown's share) and hidden behind compute
+        **(comm_by_kind(result, measured) if ok else dict.fromkeys(COMM_KEYS, NAN)),
+        "warnings": warnings_for(result.scenario),
     }

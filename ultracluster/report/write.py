@@ -1,7 +1,7 @@
 """Report → run directory: atomic files (`report.atomic`: temp file in the same directory, fsync, os.replace).
 
-The one module of the package that writes run files: the tables (CSV or Parquet, `write_tables`, which
-`Report.to_csv`/`to_parquet` call), summary.json, run.json, scenario.json, trace.json and report.html
+The one module of the package that writes run files: the tables (CSV, `report.atomic.write_tables`, which
+`Report.to_csv`/`to_parquet` call too), summary.json, run.json, scenario.json, trace.json and report.html
 (`write_run_dir`, `render_run_dir`), the long run's goodput.json, failures.csv and time_lost.csv
 (`write_goodput`), the sensitivity files (`write_sensitivity`) and compare.html. A reader never sees a
 half-written file, and a run interrupted after k steps leaves a steps.csv with exactly those k rows
@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ultracluster.replay.events import StepRecord
-from ultracluster.report.atomic import atomic_write_bytes, atomic_write_text
+from ultracluster.report.atomic import atomic_write_text, write_tables
 from ultracluster.report.html import render_compare_html, render_html, sensitivity_html
+from ultracluster.report.table import compare_keys, numeric_difference
 from ultracluster.report.trace import chrome_trace
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def write_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:
         The run directory.
     """
     out = Path(out_dir)
-    write_tables(report, out, "csv")
+    write_tables(report.tables(), out, "csv")
     write_run_record(out, report.emulation)
     atomic_write_text(out / "scenario.json", json.dumps(report.scenario, indent=2, default=str) + "\n")
     render_run_dir(report, out)
@@ -59,43 +60,9 @@ def write_run_record(out_dir: str | os.PathLike, record: dict) -> Path:
     return atomic_write_text(Path(out_dir) / "run.json", json.dumps(record, indent=2) + "\n")
 
 
-def write_tables(report: Report, directory: str | os.PathLike, fmt: str = "csv") -> Path:
-    """Write every table of the report (steps, breakdown, memory, collectives, timeline, ranks, stages,
-    shards) as `<name>.csv` or `<name>.parquet`, atomically.
-
-    Args:
-        report: the report.
-        directory: created with its parents when missing.
-        fmt: "csv" or "parquet".
-
-    Returns:
-        The directory.
-
-    Raises:
-        RuntimeError: Parquet without pyarrow installed.
-        ValueError: another format.
-    """
-    if fmt not in ("csv", "parquet"):
-        raise ValueError(f"table format {fmt!r}: 'csv' or 'parquet'")
-    if fmt == "parquet":
-        try:
-            import pyarrow  # noqa: F401  (optional extra)
-        except ImportError:
-            raise RuntimeError("to_parquet needs pyarrow: pip install 'ultracluster[parquet]'") from None
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, frame in report.tables():
-        if fmt == "csv":
-            atomic_write_text(out / f"{name}.csv", frame.to_csv(index=False))
-        else:
-            buf = io.BytesIO()
-            frame.to_parquet(buf, index=False)
-            atomic_write_bytes(out / f"{name}.parquet", buf.getvalue())
-    return out
-
-
 def write_goodput(result: GoodputResult, out_dir: str | os.PathLike) -> dict:
-    """Write the long run's files into a run directory: goodput.json (`GoodputResult.summary`), failures.csv
+    """Write the long run's files into a run directory: goodput.json (`GoodputResult.summary` and `warnings`:
+    one line per figure that is 0 only because its model is off), failures.csv
     (one row per failure) and time_lost.csv (useful time and each cause: seconds, hours, fraction).
 
     Returns:
@@ -103,8 +70,11 @@ def write_goodput(result: GoodputResult, out_dir: str | os.PathLike) -> dict:
     """
     from ultracluster.goodput import Failure
 
+    from ultracluster.report.summary import goodput_warnings
+
     out = Path(out_dir)
     s = result.summary()
+    s["warnings"] = goodput_warnings(s)
     atomic_write_text(out / "goodput.json", json.dumps(s, indent=2) + "\n")
     cols = [f.name for f in fields(Failure)]
     atomic_write_text(out / "failures.csv", pd.DataFrame(result.failure_rows(), columns=cols).to_csv(index=False))
@@ -150,18 +120,38 @@ def render_run_dir(report: Report, out_dir: str | os.PathLike) -> Path:
 
 
 def write_compare_html(runs: list, path: str | os.PathLike) -> Path:
-    """Write the comparison page of several runs (see `render_compare_html`), atomically.
+    """Write the comparison page of several runs (see `render_compare_html`) and, beside it, compare.csv
+    (`compare_frame`: the full table), atomically.
 
     Args:
         runs: (label, Report) pairs; the first is the baseline.
         path: the HTML file; its directory is created when missing.
 
     Returns:
-        The file's path.
+        The page's path (compare.csv is `path.parent / "compare.csv"`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path.parent / "compare.csv", compare_frame(runs).to_csv(index=False))
     return atomic_write_text(path, render_compare_html(runs))
+
+
+def compare_frame(runs: list) -> pd.DataFrame:
+    """The full comparison as a table (compare.csv): one row per summary field of any run (the terminal's
+    fields first), a column of full-precision values per run (lists as JSON) and, for each run after the
+    first, `<label> - <first>` (the difference: 0 within float noise, `table.REL_ZERO`; empty for text) and
+    `<label> / <first> - 1` (the relative difference)."""
+    summaries = [rep.summary for _, rep in runs]
+    keys = list(dict.fromkeys([*compare_keys(summaries), *(k for s in summaries for k in s)]))
+    base_label, base = runs[0][0], summaries[0]
+    cols: dict[str, list] = {"field": keys}
+    for i, ((label, _), s) in enumerate(zip(runs, summaries)):
+        cols[label] = [json.dumps(s.get(k)) if isinstance(s.get(k), (list, dict)) else s.get(k) for k in keys]
+        if i:
+            diffs = [numeric_difference(k, base, s) for k in keys]
+            cols[f"{label} - {base_label}"] = [d for d, _ in diffs]
+            cols[f"{label} / {base_label} - 1"] = [r for _, r in diffs]
+    return pd.DataFrame(cols)
 
 
 class StepWriter:

@@ -26,7 +26,7 @@ from ultracluster.errors import Problem, ScenarioError
 from .checks import check
 from .presets import PRESETS
 from .schema import ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
-from .yaml_input import InputError, load_yaml, read_yaml_file
+from ..yaml_input import InputError, load_yaml, read_yaml_file
 
 MISSING = "<missing>"
 _SECTIONS: dict[str, type[BaseModel]] = {  # the sections the cross-field rules read

@@ -119,8 +119,10 @@ class ParallelismSpec(_Spec):
     ep: int = Field(1, ge=1, description="Expert-parallel degree (ranks, MoE only, divides dp) [1].")
     sequence_parallel: bool = Field(description="Sequence parallelism inside the TP group [true when tp > 1].")
     tp_comm_overlap: bool = Field(
-        True, description="The training stack overlaps the backward tensor-parallel collectives with the matmuls "
-        "that do not wait for them (Megatron's async tensor-parallel all-reduce; NxD and NeMo do) [true].")
+        True, description="The training stack issues the backward tensor-parallel collectives beside the matmuls "
+        "that do not wait for them (Megatron's async tensor-parallel all-reduce) [true]. Hidden only where the "
+        "calibration's tp_overlap is on; it is off by default, as Neuron says TP collectives cannot be effectively "
+        "overlapped with computation (docs/calibration.md).")
     pp_schedule: Literal["gpipe", "1f1b", "interleaved"] = Field("1f1b", description="Pipeline schedule [1f1b].")
     virtual_stages: int = Field(1, ge=1, description="Model chunks per pipeline stage, interleaved only [1].")
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 from .. import chip
 from .. import operators as opslib
 from ..cluster import Cluster, build_cluster
-from ..cluster.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
+from ..cluster.calibration import Calibration, fitted
 from ..memory import stage_memory
 from ..units import GIB
 from ..network import collective_time
@@ -101,7 +101,7 @@ class Pricer:
         `cal` column picks one per row. Their switches must agree (one operator list prices every row)."""
         self.scenario = scenario
         self.shared_last_sends = shared_last_sends
-        self.calibrations = tuple(calibrations) if calibrations else (calibration or DEFAULT_CALIBRATION,)
+        self.calibrations = tuple(calibrations) if calibrations else (calibration or fitted(),)
         self.calibration = self.calibrations[0]
         switches = {(f, getattr(c, f)) for c in self.calibrations for f in SWITCHES}
         if len(switches) != len(SWITCHES):

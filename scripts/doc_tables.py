@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Figures the docs quote, generated from the model: every block between `<!-- table: NAME -->` and
+`<!-- /table -->` in README.md and docs/*.md is the output of the generator NAME below.
+
+`tests/test_doc_tables.py` fails when a block is stale (the model or the calibration moved) or names no
+generator, so no figure in the docs drifts from what the product computes. Run after a model change:
+
+    python scripts/doc_tables.py            # rewrite the stale blocks, print which
+    python scripts/doc_tables.py --check    # exit 1 when a block is stale, write nothing
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+BLOCK = re.compile(r"(<!-- table: ([a-z0-9-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
+SCENARIOS = REPO / "scenarios"
+L70_TRN2 = SCENARIOS / "llama2-70b-tp32pp4-trn2-64.yaml"
+AXLEARN = SCENARIOS / "axlearn-llama2-70b-trn2-64.yaml"
+
+
+def _fitted() -> dict:
+    return json.loads((REPO / "ultracluster" / "cluster" / "calibration.json").read_text())
+
+
+def _predict(path: Path, sets: tuple[str, ...] = ()) -> dict:
+    from ultracluster import load_scenario
+    from ultracluster.pipeline import predict
+
+    return predict(load_scenario(path, list(sets)), intervals=True)
+
+
+def _s(v: float) -> str:
+    return f"{v:.1f} s" if v < 100 else f"{v:,.0f} s"
+
+
+def readme_trust() -> str:
+    """README: what the Trn1 fit rests on and how far it misses a layout left out."""
+    fit = _fitted()
+    fitted = [n for n, v in fit["layouts"].items() if v["fitted"]]
+    cv, cov, sc = fit["cross_validation"], fit["interval_coverage"], fit.get("scaling", {})
+    t1 = fit["layouts"].get("axlearn-llama2-70b-trn2-64", {})
+    lines = [f"- Trainium (trn1): fitted to {cov['rows']} published runs of {len(fitted)} layouts"
+             + (f" and {len(sc.get('pairs', {}))} same-release scaling pairs" if sc else "")
+             + f". A layout left out of the fit is missed by a median of {cv['median_abs_error_pct']:.0f} % and at "
+             f"worst {cv['worst_abs_error_pct']:.0f} % (leave-one-layout-out); the interval holds "
+             f"{cov['coverage_pct']:.0f} % of the published rows ([docs/calibration.md](docs/calibration.md))."]
+    if t1:
+        lines.append(f"- Trainium2: one published training run (AXLearn, Llama-2-70B on 64 trn2.48xlarge, "
+                     f"{1024 / t1['median_seq_per_s']:.1f} s per step); the Trn1 factors predict it "
+                     f"{1024 / t1['predicted_seq_per_s']:.1f} s. Its factors and their ranges are in "
+                     "[docs/trn2.md](docs/trn2.md), and its intervals are wider.")
+    return "\n".join(lines) + "\n"
+
+
+def uncertainty_examples() -> str:
+    """docs/uncertainty.md: three jobs' points and 80 % intervals, and the Trn2/Trn1 per-instance ratio."""
+    jobs = [("Llama-2-70B TP32 PP4 DP32, 64 x trn1.32xlarge", L70_TRN2, ("cluster.instance=trn1.32xlarge",)),
+            ("the same on 64 x trn2.48xlarge (LNC=2)", L70_TRN2, ()),
+            ("AXLearn layout, FSDP x TP4, 64 x trn2.48xlarge (`scenarios/axlearn-llama2-70b-trn2-64.yaml`)", AXLEARN, ())]
+    out = ["| job | point | 80 % interval |", "| --- | --- | --- |"]
+    res = []
+    for label, path, sets in jobs:
+        s = _predict(path, sets)
+        res.append(s)
+        out.append(f"| {label} | {_s(s['step_time_s'])} | {s['step_time_low_s']:.1f} – {s['step_time_high_s']:.1f} s |")
+    trn1, trn2 = res[0], res[1]
+    out += ["", f"The Trn2 per-instance speed-up on the Llama-2-70B job is {trn1['step_time_s'] / trn2['step_time_s']:.2f}x "
+            f"({trn1['step_time_low_s'] / trn2['step_time_high_s']:.1f}x – {trn1['step_time_high_s'] / trn2['step_time_low_s']:.1f}x "
+            "from the two intervals' ends)."]
+    return "\n".join(out) + "\n"
+
+
+def trn2_vs_trn1() -> str:
+    """docs/trn2.md: the Llama-2-70B TP32 PP4 job on Trn2 and Trn1, where the step goes."""
+    cases = [("trn2.48xlarge, default", ()),
+             ("trn2.48xlarge, `trn2-nccom-examples`", ("cluster.network.calibration=trn2-nccom-examples",)),
+             ("trn1.32xlarge", ("cluster.instance=trn1.32xlarge",))]
+    got = [(label, _predict(L70_TRN2, sets)) for label, sets in cases]
+    trn1 = got[-1][1]["step_time_s"]
+    out = ["| | step | compute | tensor-parallel | data-parallel | bubble | TP share | Trn1 / Trn2 |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for label, s in got:
+        ratio = "" if label.startswith("trn1") else f"{trn1 / s['step_time_s']:.2f}x"
+        out.append(f"| {label} | {s['step_time_s']:.1f} | {s['compute_s']:.1f} | {s['tp_comm_s']:.1f} | "
+                   f"{s['dp_comm_s']:.1f} | {s['bubble_s']:.1f} | {100 * s['tp_comm_s'] / s['step_time_s']:.0f} % | {ratio} |")
+    return "\n".join(out) + "\n"
+
+
+def trn2_axlearn() -> str:
+    """docs/trn2.md: the AXLearn row against the model, with the interval."""
+    fit = _fitted()
+    t1 = fit["layouts"].get("axlearn-llama2-70b-trn2-64")
+    s = _predict(AXLEARN)
+    out = ["| | step | 80 % interval | MFU | compute | tensor-parallel | data-parallel (FSDP exposed) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+           f"| model | {s['step_time_s']:.1f} s | {s['step_time_low_s']:.1f} – {s['step_time_high_s']:.1f} s | "
+           f"{100 * s['mfu']:.0f} % | {s['compute_s']:.1f} s | {s['tp_comm_s']:.1f} s | {s['dp_comm_s']:.1f} s |"]
+    if t1:
+        step = 1024 / t1["median_seq_per_s"]
+        out.append(f"| published (`t1`) | {step:.1f} s | | {100 * s['mfu'] * s['step_time_s'] / step:.0f} % | | | |")
+    return "\n".join(out) + "\n"
+
+
+def uncertainty_coverage() -> str:
+    """docs/uncertainty.md: the cross-validated coverage of the Trn1 interval."""
+    fit = _fitted()
+    cov, cv = fit["interval_coverage"], fit["cross_validation"]
+    return (f"Today: **{cov['rows_covered']} of the {cov['rows']} published Trn1 rows ({cov['coverage_pct']:.0f} %) and "
+            f"{cov['layout_medians_covered']} of the {cov['layouts']} layout medians**, with a **median full width "
+            f"(high / low − 1) of {cov['median_full_width_pct']:.0f} %** on Trn1. The width is what the cross-validated "
+            f"residuals (median {cv['median_abs_error_pct']:.0f} %, worst {cv['worst_abs_error_pct']:.0f} %) and the release "
+            f"spread ({100 * fit['release_spread']:.0f} %) honestly give.\n")
+
+
+def reports_summary() -> str:
+    """docs/reports.md: the summary table `run` prints, for the smoke scenario at TP4 CP2 on 2 actors."""
+    from ultracluster import load_scenario
+    from ultracluster.pipeline import predict
+    from ultracluster.report import format_summary
+
+    s = predict(load_scenario(SCENARIOS / "smoke.yaml", ["parallelism.tp=4", "parallelism.cp=2"]), intervals=True)
+    return "```\n" + format_summary({**s, "actors": 2}) + "\n```\n"
+
+
+def scenarios_degraded() -> str:
+    """docs/scenarios.md: what the two degraded-instance examples do to the smoke scenario."""
+    smoke = SCENARIOS / "smoke.yaml"
+    base = _predict(smoke)
+    nics = _predict(smoke, ("faults.degraded=[{instances: [1], efa_nics: 4}]",))
+    link = _predict(smoke, ("faults.degraded=[{instances: [0], neuronlink_scale: 0.5}]",))
+    ms = lambda v: f"{1e3 * v:.1f}"   # noqa: E731
+    return (f"On `scenarios/smoke.yaml` (2 trn1.32xlarge, tp 8, pp 2, dp 4) `--set 'faults.degraded=[{{instances: [1],\n"
+            f"efa_nics: 4}}]'` raises the data-parallel reduction from {ms(base['dp_comm_s'])} to {ms(nics['dp_comm_s'])} ms "
+            f"and the step from {ms(base['step_time_s'])} to {ms(nics['step_time_s'])} ms;\n"
+            "`--set 'faults.degraded=[{instances: [0], neuronlink_scale: 0.5}]'` slows the tensor-parallel collectives of\n"
+            f"replicas 0 and 1 (on instance 0; the `ranks` table shows them) and the step to {ms(link['step_time_s'])} ms.\n")
+
+
+GENERATORS = {"scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary, "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust, "uncertainty-examples": uncertainty_examples,
+              "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn}
+
+
+def render(text: str, cache: dict[str, str]) -> str:
+    """`text` with every block replaced by its generator's output (unknown names raise KeyError)."""
+    def sub(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in GENERATORS:
+            raise KeyError(f"no generator for the docs block {name!r}; known: {', '.join(GENERATORS)}")
+        if name not in cache:
+            cache[name] = GENERATORS[name]()
+        return m.group(1) + cache[name] + m.group(4)
+    return BLOCK.sub(sub, text)
+
+
+def stale(write: bool) -> list[str]:
+    """Names of the files whose blocks are out of date (rewritten when `write`)."""
+    cache: dict[str, str] = {}
+    out = []
+    for path in DOCS:
+        text = path.read_text()
+        if "<!-- table:" not in text:
+            continue
+        new = render(text, cache)
+        if new != text:
+            out.append(str(path.relative_to(REPO)))
+            if write:
+                tmp = path.with_suffix(".md.tmp")
+                tmp.write_text(new)
+                tmp.replace(path)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when a block is stale; write nothing")
+    args = ap.parse_args(argv)
+    files = stale(write=not args.check)
+    verb = "stale" if args.check else "rewritten"
+    print(f"{verb}: {', '.join(files)}" if files else "docs tables are current")
+    return 1 if files and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
