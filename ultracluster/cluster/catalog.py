@@ -487,8 +487,8 @@ def _trn3(name: str, chips: int, gen2: bool) -> InstanceSpec:
             "ultraserver_default": _src("T4", "the Gen2 server exists only in its UltraServer: true" if gen2 else
                                         "a Gen1 UltraServer is 4 servers joined by NeuronSwitch: opt in with "
                                         "cluster.ultraserver"),
-            "price_per_hour_usd": _src("TS9", f"{NO_PRICE} (no Trn3 price published: On-Demand, Capacity Block "
-                                              "or Savings Plan): None"),
+            "price_per_hour_usd": _src("TS9", "no Trn3 price published (On-Demand, Capacity Block or Savings "
+                                              f"Plan): unknown, None: {NO_PRICE}"),
         },
     )
 
