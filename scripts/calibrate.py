@@ -328,6 +328,57 @@ def ablation(lay: Layouts) -> dict[str, dict]:
     return out
 
 
+# The Trainium2-specific factor the one Trn2 row (`paper`) is fitted with, its search bounds, and the range the
+# argument gives it (docs/trn2.md): from no synchronisation at all to the Trn1 value
+TRN2_FIT = ("in_graph_sync_scale_trn2", 0.0, 3.0)
+TRN2_ARGUED = (0.0, 1.0)
+
+
+def fit_trn2(lay: Layouts, params: dict) -> dict:
+    """Fit TRN2_FIT to the Trn2 row (its step time is monotone in the factor: bisection), then narrow every
+    Trn2 uncertain factor to the part of its range over which that row stays within the release spread of its
+    published figure, the other factors at their values (`pinned`, read by ultracluster.uncertainty)."""
+    from ultracluster.cluster import build_cluster
+    from ultracluster.pipeline import predict
+    from ultracluster.uncertainty import factors_for
+
+    papers = [n for n in lay.names if lay.quality[n] == "paper"]
+    if not papers:
+        return {}
+    name = papers[0]
+    sc, target = lay.scenarios[name], sc_step(lay, name)
+    cal = base_calibration(**params)
+
+    def step(**change) -> float:
+        return predict(sc, cal.with_(**change))["step_time_s"]
+
+    lo, hi = TRN2_FIT[1], TRN2_FIT[2]
+    before = step(**{TRN2_FIT[0]: 1.0})
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if step(**{TRN2_FIT[0]: mid}) < target else (lo, mid)
+    value = _round(0.5 * (lo + hi))
+    cal = cal.with_(**{TRN2_FIT[0]: value})
+    after = predict(sc, cal)["step_time_s"]
+    pinned = {}
+    for f in factors_for(build_cluster(sc, sc.cluster.instances, cal), pinned=False):
+        central = getattr(cal.network, f.name) if hasattr(cal.network, f.name) else getattr(cal, f.name)
+        grid = sorted(set(np.linspace(f.low, f.high, 9).tolist()) | {central})
+        ok = [v for v in grid if abs(math.log(predict(sc, cal.with_(**{f.name: v}))["step_time_s"] / target))
+              <= lay.spread]
+        below = [v for v in grid if v <= central and all(u in ok for u in grid if v <= u <= central)]
+        above = [v for v in grid if v >= central and all(u in ok for u in grid if central <= u <= v)]
+        pinned[f.name] = [_round(min(below or [central])), _round(max(above or [central]))]
+    return {"row": name, "published_step_s": round(target, 3), "factor": TRN2_FIT[0], "value": value,
+            "argued_range": list(TRN2_ARGUED), "step_before_s": round(before, 3), "step_s": round(after, 3),
+            "error_pct": round(100 * (after / target - 1), 2), "pinned": pinned}
+
+
+def sc_step(lay: Layouts, name: str) -> float:
+    """The published step time of a layout (its median's)."""
+    return lay.scenarios[name].training.global_batch / lay.median[name]
+
+
 def residual_check(lay: Layouts) -> dict:
     """The fit again with the unnamed per-layer residual free beside the fitted factors: how much of the data
     the named mechanisms leave to it (0 at its lower bound: the data want none)."""
@@ -347,6 +398,9 @@ def results(data: Path) -> dict:
     """Everything the fit reports, as a JSON-ready dict."""
     lay = Layouts(data)
     params, rms = fit(lay, lay.certain)
+    trn2 = fit_trn2(lay, params)
+    if trn2:
+        params = {**params, trn2["factor"]: trn2["value"]}
     cal = base_calibration(**params)
     pred = dict(zip(lay.names, lay.predict(cal)))
     cv = cross_validate(lay)
@@ -368,6 +422,7 @@ def results(data: Path) -> dict:
         "identifiability": identifiability(lay, params, rms),
         "ablation": ablation(lay),
         "residual_check": residual_check(lay),
+        "trn2": trn2,
         "rows": {r["id"]: round(100 * (pred[r["layout"]] / float(r["seq_per_s"]) - 1), 2) for r in lay.rows},
         "scaling": scaling_results(lay, cal, pred),
     }
@@ -445,6 +500,18 @@ def render(res: dict, data: Path) -> str:
               "| --- |" + " --- |" * len(FIT)]
     for n, f in cv["folds"].items():
         lines.append(f"| {n} | " + " | ".join(f"{f[b[0]]:.3g}" for b in FIT) + " |")
+    t2 = res.get("trn2")
+    if t2:
+        lines += ["", "## Trainium2 (`" + t2["row"] + "`)", "",
+                  f"The one published Trn2 training run ({t2['published_step_s']} s per step) fits "
+                  f"`{t2['factor']}` = {t2['value']:g} (the Trn1 value, 1, predicts {t2['step_before_s']} s; the fit "
+                  f"{t2['step_s']} s, {t2['error_pct']:+.1f} %). One row cannot separate it from the other Trn2 factors: "
+                  f"its range is the argued {t2['argued_range'][0]:g} – {t2['argued_range'][1]:g} (docs/trn2.md). "
+                  "Every Trn2 uncertain factor is narrowed to the part of its range over which this row stays within "
+                  "the release spread (the other factors at their values); docs/uncertainty.md uses these ranges:", "",
+                  "| factor | pinned range |", "| --- | --- |"]
+        for fname, (a, b) in t2["pinned"].items():
+            lines.append(f"| `{fname}` | {a:g} – {b:g} |")
     sc = res.get("scaling")
     if sc:
         lines += ["", "## Data-parallel scaling (same-release pairs)", "",

@@ -143,7 +143,43 @@ def scenarios_degraded() -> str:
             f"replicas 0 and 1 (on instance 0; the `ranks` table shows them) and the step to {ms(link['step_time_s'])} ms.\n")
 
 
-GENERATORS = {"scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary, "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust, "uncertainty-examples": uncertainty_examples,
+def trn2_factors() -> str:
+    """docs/trn2.md: every Trn2 uncertain factor, its central value, its argued range and the part of it the
+    published Trn2 row allows (what the intervals use)."""
+    from ultracluster import load_scenario
+    from ultracluster.cluster import build_cluster
+    from ultracluster.uncertainty import factors_for
+
+    sc = load_scenario(L70_TRN2)
+    cl = build_cluster(sc, sc.cluster.instances)
+    cal = cl.calibration
+    pinned = {f.name: f for f in factors_for(cl)}
+    out = ["| factor | central | argued range | what `t1` allows (used) | why |", "| --- | ---: | ---: | ---: | --- |"]
+
+    def v(x: float) -> str:
+        return f"{x * 1e6:.3g} us" if 0 < abs(x) < 1e-3 else f"{x:.3g}"
+    for f in factors_for(cl, pinned=False):
+        central = getattr(cal.network, f.name) if hasattr(cal.network, f.name) else getattr(cal, f.name)
+        p = pinned[f.name]
+        out.append(f"| `{f.name}` | {v(central)} | {v(f.low)} – {v(f.high)} | {v(p.low)} – {v(p.high)} | {f.why} |")
+    return "\n".join(out) + "\n"
+
+
+def trn2_whatifs() -> str:
+    """docs/trn2.md: the Llama-2-70B TP32 PP4 job under the what-ifs the page discusses."""
+    cases = [("trn2.48xlarge, BF16 (the scenario)", ()),
+             ("FP8 on every matmul (`training.precision=fp8`)", ("training.precision=fp8",)),
+             ("64 trn2u.48xlarge (UltraServers, Z links)", ("cluster.instance=trn2u.48xlarge",)),
+             ("64 trn2u.48xlarge, EFA 800 Gbit/s per instance", ("cluster.instance=trn2u.48xlarge",
+                                                                  "cluster.network.efa_gbps=800"))]
+    out = ["| case | step | compute | data-parallel |", "| --- | ---: | ---: | ---: |"]
+    for label, sets in cases:
+        s = _predict(L70_TRN2, sets)
+        out.append(f"| {label} | {s['step_time_s']:.1f} s | {s['compute_s']:.1f} s | {s['dp_comm_s']:.1f} s |")
+    return "\n".join(out) + "\n"
+
+
+GENERATORS = {"trn2-whatifs": trn2_whatifs, "trn2-factors": trn2_factors, "scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary, "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust, "uncertainty-examples": uncertainty_examples,
               "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn}
 
 

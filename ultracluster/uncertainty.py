@@ -24,12 +24,12 @@ corners), in this process, no Ray, no files.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace, field
 from functools import lru_cache
 
 import numpy as np
 
-from .cluster.calibration import FITTED, TRN1, Calibration, fitted, load_fitted
+from .cluster.calibration import FITTED, TRN1, TRN2, Calibration, fitted, load_fitted
 from .cluster.uncertain import UncertainFactor, for_generation
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
@@ -74,17 +74,35 @@ def chip_factors(generation: str, calibration: Calibration | None = None) -> lis
     lo, hi = ident.get("tensor_efficiency", {}).get("low", te), ident.get("tensor_efficiency", {}).get("high", te)
     out.append(UncertainFactor("tensor_efficiency", min(lo, 0.8 * te), min(1.0, max(hi, 1.2 * te)), (generation,),
                                "fitted on Trn1 only: the range Trn1's layouts allow, at least 20 % either way"))
-    sync = calibration.network.in_graph_sync_s
-    out.append(UncertainFactor("in_graph_sync_s", 0.5 * sync, 2 * sync, (generation,),
-                               "the in-graph collective hand-off fitted on Trn1 (runtime and collective cores as "
-                               "much as chip; Trn2 has more collective cores per chip, H5): half to twice it"))
+    scale = calibration.network.in_graph_sync_scale_trn2
+    argued = _fitted().get("trn2", {}).get("argued_range", [0.0, 1.0])
+    out.append(UncertainFactor("in_graph_sync_scale_trn2", min(argued[0], scale), max(argued[1], scale), (generation,),
+                               "the in-graph collective hand-off on Trn2 (Trn3 borrows it) as a multiple of Trn1's: "
+                               "fitted to the one Trn2 training row, which cannot separate it from the other Trn2 "
+                               "factors; from none to the Trn1 value (docs/trn2.md)"))
     return out
 
 
-def factors_for(cluster) -> list[UncertainFactor]:
-    """Every uncertain factor that applies to the cluster's chip."""
+def factors_for(cluster, pinned: bool = True) -> list[UncertainFactor]:
+    """Every uncertain factor that applies to the cluster's chip. On Trainium2, with `pinned`, each range is
+    narrowed to the part over which the published Trn2 row stays within its release spread
+    (calibration.json "trn2" "pinned", scripts/calibrate.py), never excluding the factor's central value."""
     gen = cluster.chip.name
-    return chip_factors(gen, cluster.calibration) + for_generation(gen)
+    out = chip_factors(gen, cluster.calibration) + for_generation(gen)
+    narrow = _fitted().get("trn2", {}).get("pinned", {}) if pinned and gen == TRN2 else {}
+    if not narrow:
+        return out
+    cal = cluster.calibration
+    res = []
+    for f in out:
+        if f.name not in narrow:
+            res.append(f)
+            continue
+        central = getattr(cal.network, f.name) if hasattr(cal.network, f.name) else getattr(cal, f.name)
+        low, high = narrow[f.name]
+        res.append(replace(f, low=min(max(f.low, low), central), high=max(min(f.high, high), central),
+                           why=f.why + "; narrowed to what the Trn2 row allows"))
+    return res
 
 
 @dataclass

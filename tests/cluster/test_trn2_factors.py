@@ -28,3 +28,44 @@ def test_each_trn2_factor_moves_the_step_inside_its_range(factor):
     central = predict(sc, DEFAULT)["step_time_s"]
     assert low != high
     assert min(low, high) <= central <= max(low, high)
+
+
+# --- pinned to the one published Trn2 run (t1) ----------------------------------------------------------------
+
+def test_the_sync_scale_moves_trn2_collectives_and_leaves_trn1_alone():
+    from ultracluster.cluster import build_cluster
+    from ultracluster.network import collective_time
+    from ultracluster.network.groups import group_of
+
+    for instance, moves in (("trn2.48xlarge", True), ("trn1.32xlarge", False)):
+        sc = load_scenario({**SCENARIO, "training": {**SCENARIO["training"], "precision": "bf16"},
+                            "cluster": {"instance": instance, "instances": 2}})
+        cl = build_cluster(sc, 2)
+        g = group_of(cl, 16, 1)
+        t = {x: collective_time(cl, "all_gather", 1 << 20, g, cl.calibration.network.with_(in_graph_sync_scale_trn2=x),
+                                in_graph=True)[0] for x in (0.0, 1.0)}
+        sync = DEFAULT.network.in_graph_sync_s
+        assert (t[1.0] - t[0.0] == pytest.approx(sync, rel=1e-9)) if moves else t[1.0] == t[0.0]
+        standalone = collective_time(cl, "all_gather", 1 << 20, g, in_graph=False)[0]
+        assert standalone < t[0.0] + sync or not moves        # nccom-test never sees the in-graph hand-off
+
+
+def test_the_trn2_row_is_met_and_the_ranges_it_allows_are_inside_the_argued_ones():
+    from ultracluster.cluster import build_cluster
+    from ultracluster.uncertainty import _fitted, factors_for
+
+    t2 = _fitted()["trn2"]
+    sc = load_scenario(SCENARIO)
+    assert abs(predict(load_scenario(_repo() / "scenarios" / "calib-axlearn-llama2-70b-trn2-64.yaml"))["step_time_s"]
+               / t2["published_step_s"] - 1) <= 0.10
+    cl = build_cluster(sc, 2)
+    wide, narrow = {f.name: f for f in factors_for(cl, pinned=False)}, {f.name: f for f in factors_for(cl)}
+    assert set(wide) == set(narrow) and "in_graph_sync_scale_trn2" in narrow
+    assert any(narrow[n].high - narrow[n].low < wide[n].high - wide[n].low for n in wide)     # the row pins some
+    for n, f in narrow.items():
+        assert wide[n].low <= f.low <= _central(n) <= f.high <= wide[n].high, n
+
+
+def _repo():
+    from pathlib import Path
+    return Path(__file__).resolve().parents[2]

@@ -119,7 +119,8 @@ def test_a_replayed_step_exposes_the_closed_form_and_hides_the_rest():
     from ultracluster.actors.local import local_shards
     from ultracluster.emulate import emulate
 
-    sc = load_scenario(_with(LLAMA70_TRN2, zero=3, global_batch=2048))      # 2 microbatches per replica
+    sc = load_scenario({**_with(LLAMA70_TRN2, zero=3, global_batch=2048),         # 2 microbatches per replica
+                        "parallelism": {"tp": 4, "fsdp_schedule": "layerwise"}})
     cl = build_cluster(sc, 16)
     comm, times = plan_comm(sc, cl), chip.chunk_times(sc, cl)
     layers = np.asarray(cl.stage_layers(sc.model.layers), dtype=float)
@@ -136,13 +137,39 @@ def test_a_replayed_step_exposes_the_closed_form_and_hides_the_rest():
     assert gathers and gathers[0].count_per_step == 2 * m * sc.model.layers
 
 
+def test_the_compiler_schedule_reduce_scatters_once_after_the_last_backward():
+    """Neuron's default FSDP schedule (H21): per-layer gathers as before, the gradients reduce-scattered in
+    the ZeRO-1 buckets once per step after the pipeline, exposed; layerwise hides most of that instead."""
+    from ultracluster.actors.local import local_shards
+    from ultracluster.emulate import emulate
+
+    base = _with(LLAMA70_TRN2, zero=3, global_batch=2048)
+    sc = load_scenario(base)
+    assert sc.parallelism.fsdp_schedule == "compiler"
+    cl = build_cluster(sc, 16)
+    comm, times = plan_comm(sc, cl), chip.chunk_times(sc, cl)
+    layers = np.asarray(cl.stage_layers(sc.model.layers), dtype=float)
+    assert comm.dp_buckets.size and comm.dp_buckets[0] >= 1 and not comm.fsdp_scatter_s.any()
+    reduce_s = float((comm.dp_bucket_s * comm.dp_buckets).sum())
+    m = microbatches(sc)
+    f, b = fsdp_exposed(comm, times.forward_s[None, :], times.backward_s[None, :], layers)
+    gathers_exposed = m * float(f.sum() + b.sum())
+    rec = emulate(sc, local_shards).steps[-1]
+    # the whole reduction exposed, and the gradient norm's all-reduce after it
+    assert rec.dp_comm_s == pytest.approx(gathers_exposed + reduce_s + comm.norm_s, rel=1e-9)
+    scatters = [r for r in comm.records if r.group == "dp" and r.op == "reduce_scatter"]
+    assert scatters and scatters[0].count_per_step == comm.dp_buckets[0]           # per step, not per layer
+    layerwise = load_scenario({**base, "parallelism": {"tp": 4, "fsdp_schedule": "layerwise"}})
+    assert emulate(layerwise, local_shards).steps[-1].dp_comm_s < rec.dp_comm_s
+
+
 # --- the shipped scenario ------------------------------------------------------------------------------------
 
 def test_the_axlearn_scenario_runs_and_adds_up(scenarios_dir):
     s = predict(load_scenario(scenarios_dir / "axlearn-llama2-70b-trn2-64.yaml"))
     assert s["feasible"] and 0 < s["mfu"] < 1
     assert sum(s[k] for k in BREAKDOWN) == pytest.approx(s["step_time_s"], rel=1e-9)
-    assert s["dp_comm_hidden_s"] > s["dp_comm_s"] > 0
+    assert s["dp_comm_s"] > 0 and s["dp_comm_hidden_s"] > 0       # gathers hidden, the reduction after backward
     sc = load_scenario(scenarios_dir / "axlearn-llama2-70b-trn2-64.yaml")
     assert (sc.parallelism.tp, sc.parallelism.dp, sc.training.zero, sc.cluster.lnc) == (4, 1024, 3, 2)
     assert sc.tokens_per_step == 4 * 2**20

@@ -52,7 +52,8 @@ def test_minimal_scenario_resolves_every_default(tmp_path: Path) -> None:
                      "master_weights": "fp32", "zero1": True, "zero": 1, "recompute": "selective",
                      "attention": "flash", "steps": 3, "warmup_steps": 1},
         "parallelism": {"tp": 4, "pp": 1, "dp": 16, "cp": 1, "ep": 1, "sequence_parallel": True,
-                        "tp_comm_overlap": True, "pp_schedule": "1f1b", "virtual_stages": 1},
+                        "tp_comm_overlap": True, "pp_schedule": "1f1b", "fsdp_schedule": "compiler",
+                        "virtual_stages": 1},
         "cluster": {"instance": "trn1.32xlarge", "instances": 2, "lnc": 1, "ultraserver": False,
                     "network": {"efa_gbps": None, "efa_latency_us": None, "neuronlink_gbps_per_chip": None,
                                 "neuronlink_latency_us": None, "calibration": "default"},
@@ -177,10 +178,13 @@ def test_calibration_layouts_are_valid_scenarios(calibration_dir: Path) -> None:
                 "training": {
                     "seq_len": int(row["seq_len"]), "global_batch": int(row["global_batch"]),
                     "micro_batch": int(row["micro_batch"]), "precision": row["precision"],
-                    "master_weights": row["master_weights"], "zero1": row["zero1"] == "true",
+                    **({"master_weights": row["master_weights"]} if row["master_weights"] else {}),
+                    # an empty zero1 is the FSDP row (t1): ZeRO-3
+                    **({"zero1": row["zero1"] == "true"} if row["zero1"] else {"zero": 3}),
                     "recompute": row["recompute"],
                 },
                 "parallelism": {"tp": int(row["tp"]), "pp": int(row["pp"])},
+                # Trn2 rows count ranks at LNC=2 (the instance type's default)
                 "cluster": {"instance": row["instance"], "instances": int(row["instances"])},
             }
         )

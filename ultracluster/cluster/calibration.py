@@ -93,6 +93,10 @@ class NetworkCalibration:
             and the group starts when its last rank arrives. nccom-test times standalone invocations in a
             loop and never sees it; no source gives its size: fitted to the training rows
             (scripts/calibrate.py, docs/calibration.md), 0 for a standalone collective.
+        in_graph_sync_scale_trn2: `in_graph_sync_s` on Trainium2 (and Trainium3, which borrows it) as a multiple of
+            the Trn1 fit: Trn2 has 16 collective cores per chip against Trn1's 6 and a newer runtime. Fitted to
+            the one published Trn2 training run (`t1`, scripts/calibrate.py); its range comes from what that row
+            cannot separate (docs/trn2.md). 1 = the Trn1 value.
         algorithm_envelope: 1: a size below one of Neuron's algorithm switches pays the price of the
             algorithm above it when that is cheaper (the runtime picks by measured sweet spots, H11, so the
             model's cheaper algorithm is the one to take); 0: the chosen algorithm's price, floored at the price
@@ -113,12 +117,17 @@ class NetworkCalibration:
     neuronswitch_scale_trn3: float = 1.0
     algorithm_envelope: float = 1.0
     in_graph_sync_s: float = 0.0
+    in_graph_sync_scale_trn2: float = 1.0
 
     def neuronlink_efficiency(self, generation: str) -> float:
         """The NeuronLink efficiency of a chip generation ("trainium", "trainium2" or "trainium3")."""
         if generation == TRN3:
             return self.neuronlink_efficiency_trn3
         return self.neuronlink_efficiency_trn2 if generation == TRN2 else self.neuronlink_efficiency_trn1
+
+    def sync_s(self, generation: str) -> float:
+        """The in-graph synchronisation cost of one collective on a chip generation."""
+        return self.in_graph_sync_s * (1.0 if generation == TRN1 else self.in_graph_sync_scale_trn2)
 
     def launch_s(self, generation: str) -> float:
         """The launch cost of one collective on a chip generation."""

@@ -353,16 +353,18 @@ def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.
         dpg, xpg = group_of(cl, dp, stride), group_of(cl, dp // ep, stride * ep)
         after = np.zeros(pp)
         gather, scatter = np.zeros(n_chunks), np.zeros(n_chunks)
-        if zero >= 3:
-            ud, ue = dense / layers, expert / layers
-            gather = np.array([pr.collective(ck, "all_gather", d * w_bytes, dpg) + pr.collective(
-                ck, "all_gather", e * w_bytes, xpg) for d, e in zip(ud, ue)])
-            scatter = np.array([pr.collective(ck, "reduce_scatter", d * g_bytes, dpg) + pr.collective(
-                ck, "reduce_scatter", e * g_bytes, xpg) for d, e in zip(ud, ue)])
-            return np.zeros(0, int), np.zeros(0), after, gather, scatter
         buckets = np.maximum(1, np.ceil((dense + expert) * g_bytes / engine.DP_BUCKET_BYTES)).astype(int)
         bucket_s = np.array([pr.collective(ck, reduce_op, gd / nb, dpg) + pr.collective(ck, reduce_op, ge / nb, xpg)
                              for gd, ge, nb in zip(dense * g_bytes, expert * g_bytes, buckets)])
+        if zero >= 3:   # per-layer gathers; reduce-scatters per layer, or (compiler) the buckets after backward
+            ud, ue = dense / layers, expert / layers
+            gather = np.array([pr.collective(ck, "all_gather", d * w_bytes, dpg) + pr.collective(
+                ck, "all_gather", e * w_bytes, xpg) for d, e in zip(ud, ue)])
+            if pr.scenario.parallelism.fsdp_schedule != "layerwise":
+                return buckets, bucket_s, after, gather, scatter
+            scatter = np.array([pr.collective(ck, "reduce_scatter", d * g_bytes, dpg) + pr.collective(
+                ck, "reduce_scatter", e * g_bytes, xpg) for d, e in zip(ud, ue)])
+            return np.zeros(0, int), np.zeros(0), after, gather, scatter
         if dp > 1 and zero >= 1:
             sd, se = _stage_sum(dense[None, :], pp)[0], _stage_sum(expert[None, :], pp)[0]
             after = np.array([pr.collective(ck, "all_gather", sd[s] * w_bytes, dpg) + pr.collective(

@@ -142,8 +142,9 @@ def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
         cal = cal.with_(launch_s_trn1=min(cal.launch_s_trn1, IN_GRAPH_LAUNCH_MAX_S),
                         launch_s_trn2=min(cal.launch_s_trn2, IN_GRAPH_LAUNCH_MAX_S),
                         launch_s_trn3=min(cal.launch_s_trn3, IN_GRAPH_LAUNCH_MAX_S))
-        sync = cal.in_graph_sync_s       # the graph's hand-off to the collective cores and back
+        sync = 1.0                       # the graph's hand-off to the collective cores and back
     fab = fabric(cluster)
+    sync *= cal.sync_s(fab.generation)
     _check(op, group, fab)
     if group.ranks <= 1 or nbytes <= 0:
         return 0.0, 0.0, Profile((), "none", group.ranks, fab.generation)

@@ -226,20 +226,32 @@ def _plan_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> C
     # layer and microbatch, the layer's weights are all-gathered before forward and again before backward and
     # its gradients reduce-scattered (PyTorch FSDP with reshard_after_forward; XLA's FSDP sharding does the
     # same). A chunk's parameters are spread evenly over its layers (its embedding or head included).
+    # With `parallelism.fsdp_schedule: compiler` (the default) the gradients are not reduce-scattered per layer:
+    # the Neuron compiler schedules FSDP reduce-scatters at the end of the backward pass, just before the
+    # optimizer, and its combiners merge them (H21), so they are the ZeRO-1 buckets above, once per step after
+    # the last backward; only the per-layer weight gathers remain.
     fsdp_gather, fsdp_scatter = np.zeros(n_chunks), np.zeros(n_chunks)
     if shard.weights:
-        buckets, bucket_s = np.zeros(0, int), np.zeros(0)
+        layerwise = par.fsdp_schedule == "layerwise"
         unit_d, unit_e = dense / layers, expert / layers
         fsdp_gather = np.array([collective_time(cluster, "all_gather", d * w_bytes, dpg, in_graph=True)[0] + collective_time(
             cluster, "all_gather", e * w_bytes, xpg, in_graph=True)[0] for d, e in zip(unit_d, unit_e)])
-        fsdp_scatter = np.array([collective_time(cluster, "reduce_scatter", d * g_bytes, dpg, in_graph=True)[0] + collective_time(
-            cluster, "reduce_scatter", e * g_bytes, xpg, in_graph=True)[0] for d, e in zip(unit_d, unit_e)])
+        if layerwise:
+            buckets, bucket_s = np.zeros(0, int), np.zeros(0)
+            fsdp_scatter = np.array([collective_time(cluster, "reduce_scatter", d * g_bytes, dpg, in_graph=True)[0] + collective_time(
+                cluster, "reduce_scatter", e * g_bytes, xpg, in_graph=True)[0] for d, e in zip(unit_d, unit_e)])
         if layout.dp > 1:   # the table: chunk 0's layers
             priced("dp", "all_gather", unit_d[0] * w_bytes, dpg, 2 * layer_mbs)
-            priced("dp", "reduce_scatter", unit_d[0] * g_bytes, dpg, layer_mbs)
+            if layerwise:
+                priced("dp", "reduce_scatter", unit_d[0] * g_bytes, dpg, layer_mbs)
+            else:
+                priced("dp", "reduce_scatter", dense[0] * g_bytes / buckets[0], dpg, buckets[0])
             if expert.any():
                 priced("dp-expert", "all_gather", unit_e[0] * w_bytes, xpg, 2 * layer_mbs)
-                priced("dp-expert", "reduce_scatter", unit_e[0] * g_bytes, xpg, layer_mbs)
+                if layerwise:
+                    priced("dp-expert", "reduce_scatter", unit_e[0] * g_bytes, xpg, layer_mbs)
+                else:
+                    priced("dp-expert", "reduce_scatter", expert[0] * g_bytes / buckets[0], xpg, buckets[0])
     dp = _stage_sum(bucket_s * buckets, layout.pp) + after + microbatches(scenario) * _stage_sum(
         layers * (2 * fsdp_gather + fsdp_scatter), layout.pp)
     # a gradient send leaving a stage's last backward runs while that stage's buckets are reduced: both

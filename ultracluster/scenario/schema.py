@@ -124,6 +124,12 @@ class ParallelismSpec(_Spec):
         "calibration's tp_overlap is on; it is off by default, as Neuron says TP collectives cannot be effectively "
         "overlapped with computation (docs/calibration.md).")
     pp_schedule: Literal["gpipe", "1f1b", "interleaved"] = Field("1f1b", description="Pipeline schedule [1f1b].")
+    fsdp_schedule: Literal["compiler", "layerwise"] = Field(
+        "compiler", description="ZeRO-3 (training.zero: 3) only: when gradients are reduce-scattered. compiler: "
+        "once per step after the last backward, in buckets, as the Neuron compiler schedules FSDP by default "
+        "(XLA stacks: AXLearn, NxD); layerwise: each layer's gradients right after its backward, overlapping the "
+        "next layer's (PyTorch FSDP; Neuron's token threading, NEURON_FSDP=1) [compiler]. Weights are "
+        "all-gathered per layer, one layer ahead, either way.")
     virtual_stages: int = Field(1, ge=1, description="Model chunks per pipeline stage, interleaved only [1].")
 
 
