@@ -8,6 +8,7 @@ import pytest
 
 from ultracluster import load_scenario, run
 from ultracluster.errors import EXIT_INFEASIBLE
+from ultracluster.pipeline import predict
 from ultracluster.report.check import check_run_dir
 
 PREDICTIONS = ("step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "compute_s", "tp_comm_s", "pp_comm_s",
@@ -48,12 +49,26 @@ def test_every_shipped_scenario_runs(ray_session, scenarios_dir, tmp_path):
     assert len(files) >= 5
     for f in files:
         out = tmp_path / f.stem
-        rep = run(load_scenario(f, ["training.steps=1", "training.warmup_steps=0"]), out=out)
+        sc = load_scenario(f, ["training.steps=1", "training.warmup_steps=0"])
+        rep = run(sc, out=out)
         assert rep.summary["feasible"], (f.name, rep.summary["reason"])
+        same = predict(sc)          # the actors on Ray give the in-process numbers, to the last bit that matters
+        for k in PREDICTIONS:
+            assert rep.summary[k] == pytest.approx(same[k], rel=1e-9, abs=1e-12), (f.name, k)
         assert 0 < rep.summary["mfu"] <= 1
         assert rep.summary["step_time_s"] * rep.summary["tokens_per_s"] == pytest.approx(
             rep.summary["tokens_per_step"], rel=1e-9)
         assert check_run_dir(out) == [], f.name
+
+
+def test_the_shipped_smoke_run_gives_its_golden_numbers(ray_session, scenarios_dir, tmp_path):
+    """The run a user starts with, on real actors, against the pinned summary (tests/golden/smoke.json)."""
+    golden = json.loads((scenarios_dir.parent / "tests" / "golden" / "smoke.json").read_text())
+    rep = run(load_scenario(scenarios_dir / "smoke.yaml"), out=tmp_path / "smoke")
+    for k in PREDICTIONS + ("step_time_low_s", "step_time_high_s", "hfu"):
+        assert rep.summary[k] == pytest.approx(golden[k], rel=1e-9, abs=1e-12), k
+    assert rep.summary["step_time_s"] == pytest.approx(golden["compute_s"] + golden["tp_comm_s"] + golden["pp_comm_s"]
+                                                       + golden["dp_comm_s"] + golden["bubble_s"], rel=1e-9)
 
 
 LLAMA70B_TRN1 = {
