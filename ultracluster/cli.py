@@ -78,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--hbm-headroom", type=float, metavar="FRACTION",
                     help="HBM a layout must leave free (default 0.05: at most 95 %% of a rank's HBM)")
     pl.add_argument("--force", action="store_true", help="replace a plan already in the plan directory")
+    pl.add_argument("--keep-runs", action="store_true", help="write each replay's run directory in runs/top-N/ "
+                                                             "(report.html, trace.json; can be tens of MB)")
     for flag, meta, what in (("--tp", "N,N,...", "tensor-parallel degrees to try (default: every valid one)"),
                              ("--pp", "N,N,...", "pipeline degrees to try (default: every valid one)"),
                              ("--max-cp", "N", "largest context-parallel degree, powers of two up to it (default 8)"),
@@ -267,7 +269,7 @@ def _plan(scenario, args) -> int:
         with _signals_end_the_run():
             result = plan(scenario, space, objective=args.objective, tokens=args.tokens,
                           max_usd_per_hour=args.max_usd_per_hour, top=args.top, out=out, address=args.address,
-                          log=say, prices=prices, force=args.force,
+                          log=say, prices=prices, force=args.force, keep_runs=args.keep_runs,
                           **({} if args.hbm_headroom is None else {"hbm_headroom": args.hbm_headroom}))
     except KeyboardInterrupt as stop:
         stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)

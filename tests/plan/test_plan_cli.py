@@ -27,7 +27,7 @@ CSV_COLUMNS = {"layout", "instance", "instances", "tp", "pp", "cp", "ep", "dp", 
 def planned(ray_session, scenarios_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("plan") / "smoke"
     rc = main(["plan", str(scenarios_dir / "smoke.yaml"), "--top", "2", "--tokens", "1e12", "--out", str(out),
-               "--quiet"])
+               "--keep-runs", "--quiet"])
     return rc, out
 
 
@@ -103,16 +103,23 @@ def test_an_earlier_plan_is_not_replaced_silently(scenarios_dir, tmp_path, capsy
     out = tmp_path / "p"
     flags = [str(scenarios_dir / "smoke.yaml"), "--top", "1", "--tp", "8", "--pp", "2", "--max-cp", "1",
              "--out", str(out)]
-    assert main(["plan", *flags]) == 0
+    assert main(["plan", *flags, "--keep-runs"]) == 0
     first = (out / "plan.json").read_bytes()
+    assert (out / "runs" / "top-1" / "summary.json").exists()
     capsys.readouterr()
     assert main(["plan", *flags, "--micro-batches", "1"]) == 2
     err = capsys.readouterr().err
     assert f"error: --out: {out} already holds a plan" in err and "--force" in err and "--out NEWDIR" in err
     assert (out / "plan.json").read_bytes() == first
     assert main(["plan", *flags, "--micro-batches", "1", "--force"]) == 0
-    assert "replacing the earlier plan" in capsys.readouterr().err
-    assert json.loads((out / "plan.json").read_text())["search"]["micro_batches"] == [1]
+    done = capsys.readouterr()
+    assert "replacing the earlier plan" in done.err
+    s = json.loads((out / "plan.json").read_text())
+    assert s["search"]["micro_batches"] == [1]
+    # without --keep-runs the replays' figures are in plan.json and the earlier plan's run directories are gone
+    assert not (out / "runs").exists() and s["replayed"][0]["run_dir"] is None
+    assert s["replayed"][0]["replay_step_time_s"] == pytest.approx(s["replayed"][0]["fast_step_time_s"], rel=0.01)
+    assert "ultracluster run <plan dir>/top-N.yaml" in done.out
 
 
 @pytest.mark.parametrize("flags,flag", [(["--top", "0"], "--top"), (["--instances", "2,two"], "--instances"),

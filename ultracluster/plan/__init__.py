@@ -153,7 +153,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
          tokens: float | None = None, max_usd_per_hour: float | None = None, top: int = 5,
          out: str | Path | None = None, address: str | None = None, calibration: Calibration | None = None,
          replay: bool = True, log: Callable[[str], None] | None = None, prices: dict[str, float] | None = None,
-         hbm_headroom: float = DEFAULT_HBM_HEADROOM, force: bool = False) -> PlanResult:
+         hbm_headroom: float = DEFAULT_HBM_HEADROOM, force: bool = False, keep_runs: bool = False) -> PlanResult:
     """Search every valid layout of a scenario's model and job, replay the best, and write the plan.
 
     Args:
@@ -175,6 +175,9 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
             (its own type) and the catalog (`--price-per-hour TYPE=USD`).
         hbm_headroom: the fraction of a rank's HBM a layout must leave free to be feasible (0.05: at most 95 %).
         force: replace a plan already in `out` (otherwise that raises OutDirError).
+        keep_runs: write each replay's run directory in `out`/runs/top-N/ (report.html, trace.json: tens of MB
+            for a long pipeline); without it the replays' figures are in plan.json only, and `ultracluster run
+            top-N.yaml` writes a layout's run directory.
 
     Returns:
         The PlanResult; `summary["feasible"] == 0` when no layout fits (the CLI exits 3).
@@ -211,10 +214,11 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
             text, sc = layout_yaml(base, r, i, objective, None, overrides)
             yamls.append(text)
             scenarios.append(sc)
-        replays = _replay(scenarios, out, address, log) if replay and scenarios else []
+        runs_out = out if keep_runs else None
+        replays = _replay(scenarios, runs_out, address, log) if replay and scenarios else []
     _interval_columns(full, picks.index, replays)
     summary = _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows,
-                       replays, notes, out)
+                       replays, notes, runs_out)
     summary["best_per_type"] = _json_clean([_record(r) for _, r in per_type.iterrows()])
     summary["prices"] = {t: {"usd_per_hour": price_of[t], "source": price_sources[t]} for t in price_of}
     summary["hbm_headroom"] = hbm_headroom

@@ -159,10 +159,13 @@ def write_plan_dir(result: PlanResult, out: str | Path) -> Path:
     for name in PLAN_FILES:
         if name.startswith("plan-full") and name != full_name:
             (out / name).unlink(missing_ok=True)
+    kept = {int(r["rank"]) for r in result.summary.get("replayed", []) if r.get("run_dir")}
     for old in list(out.glob("top-*.yaml")) + list((out / "runs").glob("top-*")):
         rank = old.name.removeprefix("top-").removesuffix(".yaml")
-        if rank.isdigit() and int(rank) > len(result.yamls):
+        if rank.isdigit() and (int(rank) > len(result.yamls) or (old.is_dir() and int(rank) not in kept)):
             shutil.rmtree(old) if old.is_dir() else old.unlink()
+    if (out / "runs").is_dir() and not any((out / "runs").iterdir()):
+        (out / "runs").rmdir()
     atomic_write_text(out / "plan.csv", plan_rows(result.table).to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     atomic_write_bytes(out / full_name, full_table_bytes(result.table, full_name))
     for i, text in enumerate(result.yamls, 1):
@@ -259,6 +262,9 @@ def format_plan(result: PlanResult) -> str:
         where.append(f"  {rep['rank']}: {parts}")
     if where:
         lines += ["where the time goes (replayed):", *where]
+    if s["replayed"] and not any(r.get("run_dir") for r in s["replayed"]):
+        lines.append("a top layout's run directory (report.html, trace.json): ultracluster run <plan dir>/top-N.yaml "
+                     "(or plan --keep-runs)")
     for note in s.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
