@@ -13,6 +13,7 @@ tests/plan/test_space.py loads generated layouts through `load_scenario`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -161,7 +162,8 @@ def parse_instance_types(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def _int_list(flag: str, text: str, example: str, ok=lambda v: v >= 1, allowed: str = "integers >= 1") -> tuple[int, ...]:
+def _int_list(flag: str, text: str, example: str, ok=lambda v: v >= 1,
+              allowed: str = "integers >= 1") -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in str(text).split(","))
     except ValueError:
@@ -243,8 +245,6 @@ def parse_prices(text: str) -> tuple[float | None, dict[str, float]]:
     """`--price-per-hour 40` or `--price-per-hour trn2.48xlarge=40,trn3.48xlarge=60` → (the plain price, which
     is the scenario's own instance type's, as `cluster.price_per_hour_usd`; the prices by instance type), in US
     dollars per instance-hour. Bad input names the flag."""
-    import math
-
     plain, by_type, bad = None, {}, False
     for item in (x.strip() for x in str(text).split(",")):
         name, _, value = item.rpartition("=")
