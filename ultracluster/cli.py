@@ -8,7 +8,8 @@ steps, no summary.json).
 was infeasible; `compare`
 exits 0 or 2; `collectives` exits 0, or 2 for bad arguments (each printed with its flag). `check RUN_DIR` exits 0
 when the directory meets the output contract, 1 with every problem printed, 2 when it is not a directory;
-`schema` prints the scenario files' JSON Schema. `plan` exits 0, 2 for a bad flag (named) or scenario, 3 when
+`schema` prints the scenario files' JSON Schema. `plan` exits 0, 2 for a bad flag (named) or scenario (or an
+--out holding a plan, without --force), 3 when
 no layout of the search space fits (it prints the closest and why), 4 for a runtime failure.
 """
 from __future__ import annotations
@@ -53,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--hours", type=float, metavar="H",
                    help="then emulate H hours of wall-clock training with failures and checkpoints: goodput, "
                         "time lost by cause, optimal checkpoint interval (goodput.json, failures.csv)")
+    r.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour, over the "
+                   "catalog (as cluster.price_per_hour_usd); TYPE=USD pairs: the one of the scenario's type")
     pl = sub.add_parser("plan", help="search every layout of a scenario's model and job; replay the best "
                                      "(plan.csv, plan.json, plan.html, top-N.yaml)")
     pl.add_argument("scenario", help="scenario YAML: the model and job; its cluster is the default reservation")
@@ -72,6 +75,22 @@ def _parser() -> argparse.ArgumentParser:
                                       "process, or an embedded Ray where that is faster)")
     pl.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a field")
     pl.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    pl.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour over the "
+                    "catalog: USD for the scenario's type (as cluster.price_per_hour_usd), TYPE=USD for any")
+    pl.add_argument("--hbm-headroom", type=float, metavar="FRACTION",
+                    help="HBM a layout must leave free (default 0.05: at most 95 %% of a rank's HBM)")
+    pl.add_argument("--force", action="store_true", help="replace a plan already in the plan directory")
+    pl.add_argument("--keep-runs", action="store_true", help="write each replay's run directory in runs/top-N/ "
+                                                             "(report.html, trace.json; can be tens of MB)")
+    for flag, meta, what in (("--tp", "N,N,...", "tensor-parallel degrees to try (default: every valid one)"),
+                             ("--pp", "N,N,...", "pipeline degrees to try (default: every valid one)"),
+                             ("--max-cp", "N", "largest context-parallel degree, powers of two up to it (default 8)"),
+                             ("--max-zero", "Z", "highest ZeRO stage to try: 0, 1 or 3 (default 3)"),
+                             ("--micro-batches", "N,N,...", "micro_batch values to try (default 1,2,4,8)"),
+                             ("--recompute", "MODE,...", "recompute modes: none, selective, full (default all)"),
+                             ("--schedules", "S,...", "pipeline schedules: gpipe, 1f1b, interleaved (default all)"),
+                             ("--virtual-stages", "V,...", "virtual stages tried with interleaving (default 2,4)")):
+        pl.add_argument(flag, metavar=meta, help=what)
     rr = sub.add_parser("report", help="re-render report.html and trace.json of a run directory from its files")
     rr.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `ultracluster run`")
     rr.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -241,11 +260,12 @@ def _run(scenario, args) -> int:
 
 def _plan(scenario, args) -> int:
     """`plan`: search the layouts, replay the best, write the plan directory, print the best layouts."""
-    from .plan import SearchSpace, format_plan, parse_instance_types, parse_instances, plan
+    from .plan import format_plan, parse_prices, plan, search_space
     from .report import WorkProgress
 
-    space = SearchSpace(instance_types=parse_instance_types(args.instance_types) if args.instance_types else None,
-                        instance_counts=parse_instances(args.instances) if args.instances else None)
+    space = search_space(args.instance_types, args.instances, args.tp, args.pp, args.max_cp, args.max_zero,
+                         args.micro_batches, args.recompute, args.schedules, args.virtual_stages)
+    prices = parse_prices(args.price_per_hour)[1] if args.price_per_hour else None
     out = Path(args.out) if args.out else Path("plans") / scenario.name
     # a bar on a terminal, plain lines elsewhere (each phase, and every 10 s), nothing with --quiet
     shown = None if args.quiet else WorkProgress(f"plan {scenario.name}")
@@ -254,7 +274,9 @@ def _plan(scenario, args) -> int:
         with _signals_end_the_run():
             result = plan(scenario, space, objective=args.objective, tokens=args.tokens,
                           max_usd_per_hour=args.max_usd_per_hour, top=args.top, out=out, address=args.address,
-                          log=say, max_search_minutes=args.max_search_minutes, progress=shown)
+                          log=say, max_search_minutes=args.max_search_minutes, progress=shown, prices=prices,
+                          force=args.force, keep_runs=args.keep_runs,
+                          **({} if args.hbm_headroom is None else {"hbm_headroom": args.hbm_headroom}))
     except KeyboardInterrupt as stop:
         stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
         if shown:
@@ -332,8 +354,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_RUNTIME
     from .scenario import load_scenario  # after parsing, so --help stays fast
+    by_type: dict[str, float] = {}
+    if getattr(args, "price_per_hour", None):        # `run`, `plan`: USD is cluster.price_per_hour_usd
+        from .plan import parse_prices
+        try:
+            plain, by_type = parse_prices(args.price_per_hour)
+        except ScenarioError as err:
+            print(f"error: {err.problems[0]}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if plain is not None:
+            args.set.append(f"cluster.price_per_hour_usd={plain!r}")
     try:
         scenario = load_scenario(args.scenario, args.set)
+        if args.command == "run" and scenario.cluster.instance in by_type and \
+                not any(x.startswith("cluster.price_per_hour_usd=") for x in args.set):
+            scenario = load_scenario(args.scenario, args.set + [
+                f"cluster.price_per_hour_usd={by_type[scenario.cluster.instance]!r}"])
         if args.command == "validate":
             print(f"ok: {args.scenario} ({scenario.name}: {scenario.ranks} ranks, tp {scenario.parallelism.tp} "
                   f"pp {scenario.parallelism.pp} dp {scenario.parallelism.dp})")

@@ -22,6 +22,7 @@ from .actors.local import local_storage
 from .actors.shard import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
 from .cluster import Capacity, build_cluster, fold
 from .cluster.calibration import Calibration, fitted
+from .cluster.catalog import price_per_hour
 from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records
@@ -69,7 +70,7 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
         peak_flop_per_s=cluster.chips * cluster.chip.dense_flop_per_s[t.precision],
         tokens_per_step=t.global_batch * t.seq_len, feasible=reason is None, reason=reason, memory=memory,
         shard_instances=[(s.first_instance, s.first_instance + s.instances - 1) for s in cluster.shards],
-        price_per_hour_usd=cluster.instance.price_per_hour_usd, storage=figures(scenario, cluster))
+        price_per_hour_usd=price_per_hour(cluster.instance.name, scenario.cluster.price_per_hour_usd), storage=figures(scenario, cluster))
     if reason is None:
         _check_payload(scenario, cluster)
         chunks = chip.chunk_times(scenario, cluster, library)

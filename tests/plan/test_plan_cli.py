@@ -1,26 +1,33 @@
 """`ultracluster plan` end to end on a real local Ray (the chunks as Ray tasks, the top layouts replayed with
-`run`): the plan directory's files and fields, the replays within 1 % of the fast path, top-1.yaml runs as it is,
-bad flags exit 2 naming the flag, a space where nothing fits exits 3 naming the closest layout."""
+`run`): the plan directory's files and fields (plan.csv the rows to act on, the full table in Parquet), the
+replays within 1 % of the fast path, top-1.yaml runs as it is and with another instance count, days and total
+cost on the terminal, bad flags exit 2 naming the flag, an earlier plan is never replaced silently, a space where
+nothing fits exits 3 naming the closest layout."""
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
+from ultracluster import load_scenario
 from ultracluster.cli import main
+from ultracluster.plan.output import read_full_table
 
 PLAN_JSON_KEYS = {"scenario", "layouts_evaluated", "feasible", "wall_s", "layouts_per_s", "ray_nodes",
-                  "best_tokens_per_s", "best_usd_per_million_tokens", "replayed", "fast_path"}
+                  "best_tokens_per_s", "best_usd_per_million_tokens", "replayed", "fast_path", "best_per_type",
+                  "prices", "hbm_headroom", "folded", "full_table"}
 CSV_COLUMNS = {"layout", "instance", "instances", "tp", "pp", "cp", "ep", "dp", "micro_batch", "recompute",
                "pp_schedule", "virtual_stages", "zero", "feasible", "reason", "step_time_s", "tokens_per_s", "mfu",
-               "hbm_peak_gib", "usd_per_million_tokens", "time_to_train_days"}
+               "hbm_peak_gib", "hbm_capacity_gib", "usd_per_million_tokens", "time_to_train_days", "total_cost_usd",
+               "rank", "best_of_type", "pareto", "scenario_layout", "equivalent", "same_as"}
 
 
 @pytest.fixture(scope="module")
 def planned(ray_session, scenarios_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("plan") / "smoke"
     rc = main(["plan", str(scenarios_dir / "smoke.yaml"), "--top", "2", "--tokens", "1e12", "--out", str(out),
-               "--quiet"])
+               "--keep-runs", "--quiet"])
     return rc, out
 
 
@@ -29,34 +36,90 @@ def test_plan_directory(planned):
     assert rc == 0
     s = json.loads((out / "plan.json").read_text())
     assert PLAN_JSON_KEYS <= set(s)
-    table = pd.read_csv(out / "plan.csv")
+    assert s["full_table"] == "plan-full.parquet" and (out / "plan-full.parquet").exists()
+    table = read_full_table(out)
     assert CSV_COLUMNS <= set(table.columns)
     assert s["layouts_evaluated"] == len(table) > 1000
     assert s["feasible"] == int(table["feasible"].sum())
     assert s["layouts_per_s"] == pytest.approx(s["layouts_evaluated"] / s["wall_s"])
     assert s["ray_nodes"] == 1                      # the test's Ray: the chunks ran as Ray tasks
+    ranking = table[table["feasible"] & (table["same_as"] == "")]
     best = s["best_tokens_per_s"]
-    assert best["tokens_per_s"] == pytest.approx(table["tokens_per_s"].max())
-    assert best["label"] == table.loc[table["tokens_per_s"].idxmax(), "layout"]
+    assert best["tokens_per_s"] == pytest.approx(ranking["tokens_per_s"].max())
+    assert best["label"] == ranking.loc[ranking["tokens_per_s"].idxmax(), "layout"]
     assert s["best_usd_per_million_tokens"]["usd_per_million_tokens"] == pytest.approx(
-        table["usd_per_million_tokens"].min())
+        ranking["usd_per_million_tokens"].min())
     ttt = table["time_to_train_days"].dropna()
     assert ttt.to_numpy() == pytest.approx((1e12 / table["tokens_per_s"].dropna() / 86400).to_numpy())
+    assert table["total_cost_usd"].dropna().to_numpy() == pytest.approx(
+        (table["price_per_hour_usd"] * 24 * table["time_to_train_days"]).dropna().to_numpy())
     assert [r["rank"] for r in s["replayed"]] == [1, 2]
     for r in s["replayed"]:
         assert r["replay_step_time_s"] == pytest.approx(r["fast_step_time_s"], rel=0.01)
         assert (out / "runs" / f"top-{r['rank']}" / "summary.json").exists()
-    assert (out / "plan.html").read_text().count("<svg") >= 1
+    assert (out / "plan.html").read_text().count("<svg") >= 2
+    # plan.csv: the rows to act on, each saying why it is there
+    small = pd.read_csv(out / "plan.csv")
+    assert 3 <= len(small) < 100 and set(small.columns) == set(table.columns)
+    assert sorted(small["rank"].dropna().astype(int)) == [1, 2]
+    assert small["scenario_layout"].sum() == 1 and small["best_of_type"].sum() == 1
+    why = small["rank"].notna() | small["best_of_type"] | small["pareto"] | small["scenario_layout"]
+    assert why.all()
+    assert set(small["layout"]) == set(table.loc[table["rank"].notna() | table["best_of_type"] | table["pareto"]
+                                                 | table["scenario_layout"], "layout"])
 
 
-def test_top_yaml_runs_as_it_is(planned, tmp_path):
+def test_top_yaml_runs_as_it_is_and_with_another_count(planned, tmp_path):
     rc, out = planned
     doc = yaml.safe_load((out / "top-1.yaml").read_text())
     s = json.loads((out / "plan.json").read_text())
-    assert doc["parallelism"]["tp"] == s["best_tokens_per_s"]["layout"]["tp"]
+    lay = s["best_tokens_per_s"]["layout"]
+    assert doc["parallelism"]["tp"] == lay["tp"] and "dp" not in doc["parallelism"]     # dp derived
+    assert doc["name"] == f"smoke-{lay['instance']}-{lay['instances']}-top-1"
     assert main(["run", str(out / "top-1.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["step_time_s"] == pytest.approx(s["replayed"][0]["replay_step_time_s"], rel=1e-12)
+    half = load_scenario(out / "top-1.yaml", [f"cluster.instances={lay['instances'] // 2}"])   # dp derived again
+    assert (half.parallelism.tp, half.parallelism.dp) == (lay["tp"], lay["dp"] // 2)
+
+
+def test_terminal_shows_days_and_total_cost(scenarios_dir, tmp_path, capsys):
+    out = tmp_path / "ttt"
+    assert main(["plan", str(scenarios_dir / "smoke.yaml"), "--objective", "time_to_train", "--tokens", "2e12",
+                 "--top", "1", "--tp", "8", "--pp", "2", "--price-per-hour", "30", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    s = json.loads((out / "plan.json").read_text())
+    assert s["prices"] == {"trn1.32xlarge": {"usd_per_hour": 30.0, "source": "cluster.price_per_hour_usd"}}
+    top = s["best_per_type"][0]
+    assert top["price_per_hour_usd"] == 60.0 and "60.00" in text        # 2 instances at $30 (over the catalog's)
+    head = next(line for line in text.splitlines() if line.startswith("#  layout"))
+    assert "days" in head and "total $" in head
+    assert f"{top['time_to_train_days']:,.1f}" in text and f"{top['total_cost_usd']:,.0f}" in text
+    assert top["total_cost_usd"] == pytest.approx(2e12 / 1e6 * top["usd_per_million_tokens"], rel=1e-9)
+    assert "best of each instance type" in text
+
+
+def test_an_earlier_plan_is_not_replaced_silently(scenarios_dir, tmp_path, capsys):
+    out = tmp_path / "p"
+    flags = [str(scenarios_dir / "smoke.yaml"), "--top", "1", "--tp", "8", "--pp", "2", "--max-cp", "1",
+             "--out", str(out)]
+    assert main(["plan", *flags, "--keep-runs"]) == 0
+    first = (out / "plan.json").read_bytes()
+    assert (out / "runs" / "top-1" / "summary.json").exists()
+    capsys.readouterr()
+    assert main(["plan", *flags, "--micro-batches", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --out: {out} already holds a plan" in err and "--force" in err and "--out NEWDIR" in err
+    assert (out / "plan.json").read_bytes() == first
+    assert main(["plan", *flags, "--micro-batches", "1", "--force"]) == 0
+    done = capsys.readouterr()
+    assert "replacing the earlier plan" in done.err
+    s = json.loads((out / "plan.json").read_text())
+    assert s["search"]["micro_batches"] == [1]
+    # without --keep-runs the replays' figures are in plan.json and the earlier plan's run directories are gone
+    assert not (out / "runs").exists() and s["replayed"][0]["run_dir"] is None
+    assert s["replayed"][0]["replay_step_time_s"] == pytest.approx(s["replayed"][0]["fast_step_time_s"], rel=0.01)
+    assert "ultracluster run <plan dir>/top-N.yaml" in done.out
 
 
 @pytest.mark.parametrize("flags,flag", [(["--top", "0"], "--top"), (["--instances", "2,two"], "--instances"),
@@ -65,11 +128,31 @@ def test_top_yaml_runs_as_it_is(planned, tmp_path):
                                         (["--tokens", "-5"], "--tokens"), (["--max-usd-per-hour", "0"],
                                                                            "--max-usd-per-hour"),
                                         (["--objective", "usd_per_million_tokens", "--instance-types",
-                                          "trn2.48xlarge"], "--objective")])
+                                          "trn2.48xlarge"], "--objective"),
+                                        (["--hbm-headroom", "1"], "--hbm-headroom"),
+                                        (["--hbm-headroom", "-0.1"], "--hbm-headroom"),
+                                        (["--tp", "8,eight"], "--tp"), (["--pp", "0"], "--pp"),
+                                        (["--max-zero", "2"], "--max-zero"), (["--max-cp", "0"], "--max-cp"),
+                                        (["--micro-batches", ""], "--micro-batches"),
+                                        (["--recompute", "some"], "--recompute"),
+                                        (["--schedules", "zigzag"], "--schedules"),
+                                        (["--virtual-stages", "1"], "--virtual-stages"),
+                                        (["--price-per-hour", "p5.48xlarge=40"], "--price-per-hour"),
+                                        (["--price-per-hour", "trn2.48xlarge=-1"], "--price-per-hour")])
 def test_bad_flags_exit_2_naming_the_flag(scenarios_dir, capsys, flags, flag, tmp_path):
     assert main(["plan", str(scenarios_dir / "smoke.yaml"), "--out", str(tmp_path), *flags]) == 2
     err = capsys.readouterr().err
     assert f"error: {flag}:" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flags", [["--objective", "usd_per_million_tokens"], ["--max-usd-per-hour", "500"]])
+def test_cost_over_an_unpriced_type_exits_2_naming_the_key(scenarios_dir, capsys, flags, tmp_path):
+    """One priced and one unpriced type: refused, not the unpriced one silently dropped."""
+    assert main(["plan", str(scenarios_dir / "smoke.yaml"), "--instance-types", "trn1.32xlarge,trn2.48xlarge",
+                 "--out", str(tmp_path / "p"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {flags[0]}:" in err and "trn2.48xlarge" in err and "cluster.price_per_hour_usd" in err
+    assert "--price-per-hour" in err and not (tmp_path / "p").exists()
 
 
 def test_nothing_fits_exits_3_with_the_closest(tmp_path, capsys):

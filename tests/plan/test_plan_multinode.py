@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ultracluster.plan.output import read_full_table
+
 
 HELPER = Path(__file__).parents[1] / "cluster_ray" / "two_node_cluster.py"
 MACHINE_KEYS = {"wall_s", "layouts_per_s", "ray_nodes", "evaluated_by", "replayed"}
@@ -34,3 +36,5 @@ def test_plan_on_two_nodes_matches_one_machine(scenarios_dir, tmp_path):
     assert cluster["replayed"][0]["label"] == local["replayed"][0]["label"]
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "cluster" / "plan.csv"),
                                   pd.read_csv(tmp_path / "local" / "plan.csv"), check_exact=True)
+    pd.testing.assert_frame_equal(read_full_table(tmp_path / "cluster"), read_full_table(tmp_path / "local"),
+                                  check_exact=True)

@@ -33,7 +33,9 @@ def test_plan_without_prices_says_so(chromium, tmp_path):
                                                                              "instances": 1}})
     result = plan(scenario, SMALL, top=1, out=tmp_path / "plan", replay=False)
     page = (tmp_path / "plan" / "plan.html").read_text()
-    assert "No cost axis: the catalog has no price for trn2.48xlarge" in page
+    assert "No cost axis: no instance type searched has a price: trn2.48xlarge" in page
+    assert "no public price: set cluster.price_per_hour_usd" in page
+    assert page.count("<circle") > 20                     # its layouts are on the chart of every type
     assert result.summary["best_usd_per_million_tokens"] is None
     png, errors, requests = load(chromium, tmp_path / "plan" / "plan.html")
     assert errors == [] and requests == []

@@ -361,7 +361,10 @@ def _instance_sources(neuronlink: str, efa: str, nics: str, price: str, trn2: bo
     }
 
 
-_NO_PRICE = "not found in the public sources read (docs/sources.md §5.2): None"
+NO_PRICE = "no public price: set cluster.price_per_hour_usd"
+"""What the catalog says of an instance type without a public On-Demand price (its `price_per_hour_usd` is None):
+a scenario sets one with `cluster.price_per_hour_usd`, `run` and `plan` with `--price-per-hour`."""
+_NO_PRICE = f"not found in the public sources read (docs/sources.md §5.2), None: {NO_PRICE}"
 
 
 def _trn1(name: str, neuronlink_gib: int, efa_gbit: int, nics: int, price: float | None) -> InstanceSpec:
@@ -384,7 +387,7 @@ def _trn1(name: str, neuronlink_gib: int, efa_gbit: int, nics: int, price: float
             f"{neuronlink_gib} GiB/s NeuronLink-v2 per chip (corrected 2023-05-26 from twice that)",
             f"{efa_gbit} Gbps EFA per instance ({nics} EFA devices x 100 Gb)",
             f"{nics} EFA devices",
-            _src("H14", "On-Demand $21.50/h (2022 price list)") if price else _NO_PRICE,
+            _src("H14", "On-Demand $21.50/h (Neuron's price list of 2022-10-10)") if price else _NO_PRICE,
             trn2=False,
         ),
     )
@@ -485,7 +488,7 @@ def _trn3(name: str, chips: int, gen2: bool) -> InstanceSpec:
                                         "a Gen1 UltraServer is 4 servers joined by NeuronSwitch: opt in with "
                                         "cluster.ultraserver"),
             "price_per_hour_usd": _src("TS9", "no Trn3 price published (On-Demand, Capacity Block or Savings "
-                                              "Plan): unknown"),
+                                              f"Plan): unknown, None: {NO_PRICE}"),
         },
     )
 
@@ -493,6 +496,9 @@ def _trn3(name: str, chips: int, gen2: bool) -> InstanceSpec:
 INSTANCES: Mapping[str, InstanceSpec] = {
     spec.name: spec
     for spec in (
+        # On-Demand $21.50 per instance-hour: Neuron's trn1 price list (H14, commit 7060a1c6, 2022-10-10), the
+        # same figure in a June 2026 cost comparison (H15). No public On-Demand price was found for trn1n, trn2,
+        # trn2u or Trn3 (docs/sources.md §5.2, §6): None, and `cluster.price_per_hour_usd` sets one.
         _trn1("trn1.32xlarge", neuronlink_gib=384, efa_gbit=800, nics=8, price=21.50),
         _trn1("trn1n.32xlarge", neuronlink_gib=768, efa_gbit=1600, nics=16, price=None),
         _trn2("trn2.48xlarge", ultraserver=False),
@@ -584,6 +590,12 @@ def instance(name: str) -> InstanceSpec:
         return INSTANCES[name]
     except KeyError:
         raise ValueError(f"unknown instance type {name!r}; known: {', '.join(INSTANCES)}") from None
+
+
+def price_per_hour(name: str, override: float | None = None) -> float | None:
+    """On-demand price of one instance, USD per instance-hour: `override` (a scenario's
+    `cluster.price_per_hour_usd`) when given, else the catalog's public price, else None (`NO_PRICE`)."""
+    return float(override) if override is not None else INSTANCES[name].price_per_hour_usd
 
 
 def ranks_per_instance(spec: InstanceSpec, lnc: int) -> int:

@@ -63,8 +63,9 @@ def layout_scenario(base: Scenario, row: Any, name: str | None = None) -> Scenar
     cl = base.cluster
     instance = str(get("instance"))
     upd: dict[str, Any] = {"instance": instance, "instances": int(get("instances")), "lnc": int(get("lnc"))}
-    if instance != cl.instance:        # the new instance type's own UltraServer default
+    if instance != cl.instance:        # the new instance type's own UltraServer default, and the catalog's price
         upd["ultraserver"] = _ultraserver_default(instance, int(get("instances")))
+        upd["price_per_hour_usd"] = None
     faults = base.faults.model_copy(update={"degraded": []}) if base.faults and base.faults.degraded else base.faults
     return base.model_copy(update={"parallelism": par, "training": train, "cluster": cl.model_copy(update=upd),
                                    "faults": faults, **({"name": name} if name else {})})

@@ -95,14 +95,134 @@ def evaluate_chunk(scenario: Scenario, calibration: Calibration | None, sources:
     return out
 
 
-def assemble(table: pd.DataFrame, results: list[pd.DataFrame], tokens: float | None) -> pd.DataFrame:
-    """Layout columns + results, one row per layout (plan.csv), in the table's order."""
+def assemble(table: pd.DataFrame, results: list[pd.DataFrame], tokens: float | None, tokens_per_step: float,
+             prices: dict[str, float | None], hbm_headroom: float = 0.0) -> pd.DataFrame:
+    """Layout columns + results, one row per layout (the full table), in the table's order: priced with `prices`
+    (instance type → USD per instance-hour, None: unknown), the HBM headroom applied (`apply_headroom`), with
+    `time_to_train_days` and `total_cost_usd` when `tokens` is given."""
     res = pd.concat(results).loc[table.index]
     out = pd.concat([table.reset_index(drop=True), res.reset_index(drop=True)], axis=1)
+    per_instance = out["instance"].map({k: np.nan if v is None else float(v) for k, v in prices.items()})
+    out["price_per_hour_usd"] = per_instance.astype(float) * out["instances"]
+    out["usd_per_million_tokens"] = out["price_per_hour_usd"] * out["step_time_s"] / 3600 / tokens_per_step * 1e6
+    apply_headroom(out, hbm_headroom)
     if tokens is not None:
         out["time_to_train_days"] = tokens / out["tokens_per_s"] / 86400.0
+        out["total_cost_usd"] = out["price_per_hour_usd"] * out["time_to_train_days"] * 24.0
     out.insert(0, "layout", labels(out))
     return out
+
+
+HBM_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserve_gib")
+
+
+def apply_headroom(out: pd.DataFrame, headroom: float) -> None:
+    """A layout whose worst stage needs more than (1 - headroom) of a rank's HBM is infeasible (in place), and
+    every infeasible layout's `reason` names what its worst stage needs against what it has, to 4 decimals (12.0021
+    GiB of 12.0000 GiB). Step times are left as the fast path gave them: a layout over the headroom keeps its
+    predicted step time, it just cannot rank."""
+    need = out[list(HBM_PARTS)].sum(axis=1).to_numpy()      # the worst stage's total, as `fast.evaluate` sums it
+    cap = out["hbm_capacity_gib"].to_numpy(dtype=float)
+    fits = need <= cap
+    allowed = (1.0 - headroom) * cap
+    over = fits & (need > allowed) & out["feasible"].to_numpy(dtype=bool)
+    feasible = out["feasible"].to_numpy(dtype=bool) & ~over
+    stage = out["worst_stage"].to_numpy()
+    reasons = np.full(len(out), None, dtype=object)
+    for i in np.flatnonzero(~feasible):
+        if over[i]:
+            reasons[i] = (f"over the HBM headroom: a rank of pipeline stage {stage[i]} needs {need[i]:.4f} GiB of its "
+                          f"{cap[i]:.4f} GiB, more than the {100 * (1 - headroom):.4g} % ({allowed[i]:.4f} GiB) that "
+                          f"--hbm-headroom {headroom:g} leaves")
+        else:
+            reasons[i] = (f"does not fit in HBM: a rank of pipeline stage {stage[i]} needs {need[i]:.4f} GiB of its "
+                          f"{cap[i]:.4f} GiB")
+    out["feasible"] = feasible
+    out["reason"] = reasons
+    out["hbm_fraction"] = need / cap
+
+
+# settings a search varies that can change nothing: rows differing only in one of them, at the same step time
+# and HBM, are one layout (the first value listed is the one kept: the simplest)
+EQUIVALENT_SETTINGS = {"recompute": ("none", "selective", "full"), "zero": (0, 1, 3),
+                       "pp_schedule": ("1f1b", "gpipe", "interleaved")}
+
+
+def _close_key(x: np.ndarray) -> np.ndarray:
+    """Equal for numbers within about 1e-10 of each other (relative): a grouping key."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(x > 0, np.round(np.log(np.where(x > 0, x, 1.0)) * 1e10), np.nan)
+
+
+def fold_equivalent(out: pd.DataFrame) -> int:
+    """Feasible rows that differ from another only in settings of EQUIVALENT_SETTINGS (the pipeline schedule
+    with its virtual stages) at the same step time and HBM peak are one layout: the row with the simplest values
+    is kept and lists the others in `equivalent` ("recompute selective; zero 1"); each other row names the kept
+    one in `same_as` and does not rank. Adds both columns in place; returns how many rows were folded."""
+    n = len(out)
+    same_as = np.full(n, "", dtype=object)
+    equivalent = np.full(n, "", dtype=object)
+    rows = np.flatnonzero(out["feasible"].to_numpy(dtype=bool))
+    if rows.size > 1:
+        sub = out.iloc[rows]
+        keys = [c for c in LAYOUT_COLUMNS if c not in EQUIVALENT_SETTINGS and c != "virtual_stages"]
+        frame = sub[keys].assign(_s=_close_key(sub["step_time_s"].to_numpy(float)),
+                                 _h=_close_key(sub["hbm_peak_gib"].to_numpy(float)))
+        gid = frame.groupby(list(frame.columns), sort=False, dropna=False).ngroup().to_numpy()
+        ranks = [sub[c].map({v: i for i, v in enumerate(order)}).to_numpy() for c, order in
+                 EQUIVALENT_SETTINGS.items()]
+        # by group, then the simplest values (recompute, then ZeRO, then schedule and virtual stages), then order
+        pos = np.lexsort((np.arange(rows.size), sub["virtual_stages"].to_numpy(), *ranks[::-1], gid))
+        first = np.ones(rows.size, dtype=bool)
+        first[1:] = gid[pos][1:] != gid[pos][:-1]
+        keeper = pos[np.maximum.accumulate(np.where(first, np.arange(rows.size), 0))]
+        labels_ = out["layout"].to_numpy()
+        values = {c: sub[c].to_numpy() for c in (*EQUIVALENT_SETTINGS, "virtual_stages")}
+        alternatives: dict[int, list[str]] = {}
+        for j, k in zip(pos[~first], keeper[~first]):
+            same_as[rows[j]] = labels_[rows[k]]
+            what = []
+            for c in EQUIVALENT_SETTINGS:
+                if values[c][j] != values[c][k] or (c == "pp_schedule" and
+                                                    values["virtual_stages"][j] != values["virtual_stages"][k]):
+                    v = values[c][j]
+                    v = f"interleaved {values['virtual_stages'][j]}" if v == "interleaved" else v
+                    what.append(f"{'schedule' if c == 'pp_schedule' else c} {v}")
+            alternatives.setdefault(int(rows[k]), []).append(" + ".join(what))
+        for row, alts in alternatives.items():
+            equivalent[row] = "; ".join(alts)
+    out["equivalent"] = equivalent
+    out["same_as"] = same_as
+    return int((same_as != "").sum())
+
+
+def pareto_front(cost: np.ndarray, speed: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point beats on both (lower cost, higher speed), cheapest first."""
+    order = np.lexsort((-speed, cost))
+    front, best = [], -np.inf
+    for i in order:
+        if speed[i] > best:
+            front.append(i)
+            best = speed[i]
+    return np.array(front, dtype=np.int64)
+
+
+def mark_pareto(out: pd.DataFrame) -> None:
+    """`pareto` (in place): a ranking row (feasible, not folded) that no other is both faster than and cheaper
+    than: within its instance type by instance-hours per token (whatever the price), and across the priced types
+    by US dollars per token."""
+    ok = (out["feasible"] & (out["same_as"] == "") & np.isfinite(out["tokens_per_s"].astype(float))).to_numpy()
+    mark = np.zeros(len(out), dtype=bool)
+    speed = out["tokens_per_s"].to_numpy(float)
+    hours = out["instances"].to_numpy(float) / np.where(speed > 0, speed, np.nan)
+    for _, idx in out[ok].groupby("instance", sort=False).indices.items():
+        rows = np.flatnonzero(ok)[idx]
+        mark[rows[pareto_front(hours[rows], speed[rows])]] = True
+    usd = out["usd_per_million_tokens"].to_numpy(float)
+    priced = np.flatnonzero(ok & np.isfinite(usd))
+    if priced.size:
+        mark[priced[pareto_front(usd[priced], speed[priced])]] = True
+    out["pareto"] = mark
 
 
 def labels(t: pd.DataFrame) -> list[str]:
@@ -137,10 +257,12 @@ def label(r) -> str:
 
 
 def eligible(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None) -> pd.Series:
-    """Rows that can rank: feasible, with a finite objective, and within the budget when one is given
-    (a layout whose price is unknown cannot be shown to be within it)."""
+    """Rows that can rank: feasible, not folded into an equivalent row (`same_as`), with a finite objective, and
+    within the budget when one is given (a layout whose price is unknown cannot be shown to be within it)."""
     col, _ = OBJECTIVES[objective]
     ok = table["feasible"] & np.isfinite(table[col].astype(float))
+    if "same_as" in table.columns:
+        ok &= table["same_as"] == ""
     if max_usd_per_hour is not None:
         ok &= table["price_per_hour_usd"].astype(float) <= max_usd_per_hour
     return ok
@@ -151,6 +273,14 @@ def ranked(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None =
     col, ascending = OBJECTIVES[objective]
     sub = table[eligible(table, objective, max_usd_per_hour)]
     return sub.sort_values(col, ascending=ascending, kind="stable")
+
+
+def best_per_type(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None = None) -> pd.DataFrame:
+    """The best ranking row of each instance type (in the order the types were searched), by the objective."""
+    best = ranked(table, objective, max_usd_per_hour)
+    firsts = best.drop_duplicates("instance", keep="first")
+    order = {t: i for i, t in enumerate(dict.fromkeys(table["instance"]))}
+    return firsts.iloc[np.argsort(firsts["instance"].map(order).to_numpy(), kind="stable")]
 
 
 def closest(table: pd.DataFrame) -> dict | None:
@@ -172,8 +302,9 @@ def layout_record(r) -> dict:
     return out
 
 
-def numbers(r, columns=("step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "usd_per_million_tokens",
-                        "price_per_hour_usd", "time_to_train_days")) -> dict:
+def numbers(r, columns=("step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "hbm_capacity_gib", "hbm_fraction",
+                        "usd_per_million_tokens", "price_per_hour_usd", "time_to_train_days",
+                        "total_cost_usd")) -> dict:
     """A row's figures as JSON values (None for NaN or absent)."""
     out = {}
     for c in columns:

@@ -13,6 +13,7 @@ tests/plan/test_space.py loads generated layouts through `load_scenario`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -208,3 +209,108 @@ def parse_instance_types(text: str) -> tuple[str, ...]:
         raise ScenarioError([Problem("--instance-types", text, "a comma-separated list of instance types from: "
                                                                + ", ".join(INSTANCES))])
     return tuple(dict.fromkeys(values))
+
+
+def _int_list(flag: str, text: str, example: str, ok=lambda v: v >= 1,
+              allowed: str = "integers >= 1") -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in str(text).split(","))
+    except ValueError:
+        values = ()
+    if not values or not all(ok(v) for v in values):
+        raise ScenarioError([Problem(flag, text, f"a comma-separated list of {allowed}, e.g. {example}")])
+    return tuple(dict.fromkeys(values))
+
+
+def _choices(flag: str, text: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    values = tuple(x.strip() for x in str(text).split(",") if x.strip())
+    if not values or any(v not in allowed for v in values):
+        raise ScenarioError([Problem(flag, text, "a comma-separated list from: " + ", ".join(allowed))])
+    return tuple(dict.fromkeys(values))
+
+
+def zero_stages() -> tuple[int, ...]:
+    """The ZeRO stages the scenario schema has: 0, 1 and 3 (`training.zero`), else 0 and 1 (`training.zero1`)."""
+    return (0, 1, 3) if has_zero_stages() else (0, 1)
+
+
+def search_space(instance_types: str | None = None, instances: str | None = None, tp: str | None = None,
+                 pp: str | None = None, max_cp: str | int | None = None, max_zero: str | int | None = None,
+                 micro_batches: str | None = None, recompute: str | None = None, schedules: str | None = None,
+                 virtual_stages: str | None = None) -> SearchSpace:
+    """The command line's search limits (`plan --tp 8,16 --max-zero 1 ...`, each a string as typed, None: the
+    default) → a SearchSpace. Every bad flag is reported, each naming itself (ScenarioError)."""
+    problems: list[Problem] = []
+    kw: dict = {}
+
+    def take(key: str, parse, *args):
+        try:
+            kw[key] = parse(*args)
+        except ScenarioError as err:
+            problems.extend(err.problems)
+
+    if instance_types is not None:
+        take("instance_types", parse_instance_types, instance_types)
+    if instances is not None:
+        take("instance_counts", parse_instances, instances)
+    if tp is not None:
+        take("tp", _int_list, "--tp", tp, "8,16,32")
+    if pp is not None:
+        take("pp", _int_list, "--pp", pp, "1,2,4,8")
+    if micro_batches is not None:
+        take("micro_batches", _int_list, "--micro-batches", micro_batches, "1,2")
+    if virtual_stages is not None:
+        take("virtual_stages", _int_list, "--virtual-stages", virtual_stages, "2,4", lambda v: v >= 2,
+             "integers >= 2")
+    if recompute is not None:
+        take("recompute", _choices, "--recompute", recompute, RECOMPUTE)
+    if schedules is not None:
+        take("schedules", _choices, "--schedules", schedules, SCHEDULES)
+    if max_cp is not None:
+        try:
+            kw["max_cp"] = int(str(max_cp))
+        except ValueError:
+            kw["max_cp"] = 0
+        if kw["max_cp"] < 1:
+            problems.append(Problem("--max-cp", max_cp, "one integer >= 1: the largest context-parallel degree "
+                                                        "(powers of two up to it), e.g. 1 (none) or 8"))
+    if max_zero is not None:
+        stages = zero_stages()
+        try:
+            top = int(str(max_zero))
+        except ValueError:
+            top = -1
+        if top not in stages:
+            problems.append(Problem("--max-zero", max_zero, "one of: " + ", ".join(map(str, stages))
+                                    + " (the highest ZeRO stage tried)"))
+        else:
+            kw["zero"] = tuple(z for z in stages if z <= top)
+    if problems:
+        raise ScenarioError(problems)
+    return SearchSpace(**kw)
+
+
+def parse_prices(text: str) -> tuple[float | None, dict[str, float]]:
+    """`--price-per-hour 40` or `--price-per-hour trn2.48xlarge=40,trn3.48xlarge=60` → (the plain price, which
+    is the scenario's own instance type's, as `cluster.price_per_hour_usd`; the prices by instance type), in US
+    dollars per instance-hour. Bad input names the flag."""
+    plain, by_type, bad = None, {}, False
+    for item in (x.strip() for x in str(text).split(",")):
+        name, _, value = item.rpartition("=")
+        try:
+            usd = float(value)
+        except ValueError:
+            usd = float("nan")
+        if not (math.isfinite(usd) and usd > 0) or (name and name not in INSTANCES) or (not name and "=" in item):
+            bad = True
+        elif name:
+            by_type[name] = usd
+        elif plain is None:
+            plain = usd
+        else:
+            bad = True
+    if bad or (plain is None and not by_type):
+        raise ScenarioError([Problem("--price-per-hour", text, "US dollars per instance-hour > 0 (the scenario's "
+                                     "instance type), or TYPE=USD pairs, e.g. trn2.48xlarge=40,trn3.48xlarge=60, "
+                                     "TYPE from: " + ", ".join(INSTANCES))])
+    return plain, by_type

@@ -23,28 +23,25 @@ import pandas as pd
 from ..actors.shard import actor_bytes
 from ..cluster import fold
 from ..cluster.calibration import Calibration
-from ..cluster.catalog import INSTANCES, ULTRACLUSTER_CHIPS, largest_cluster
-from ..errors import Problem, ScenarioError
 from ..scenario import Scenario, load_scenario
 from ..layouts import search
-from ..layouts.fast import Pricer
-from ..layouts.space import SearchSpace, clusters, count_layouts, enumerate_layouts, parse_instance_types, \
-    parse_instances
-from ..report.progress import duration
-from .output import format_plan, layout_yaml, write_plan_dir
+from ..layouts.fast import LAYOUT_COLUMNS, Pricer
+from ..layouts.space import (SearchSpace, _own_row, enumerate_layouts, parse_instance_types, parse_instances,
+                             parse_prices, search_space)
+from .options import (CATALOG_PRICE, MAX_SEARCH_MINUTES, MAX_TOP, SLOWEST_LAYOUTS_PER_CPU_S, _check_options,  # noqa: F401
+                      _check_size, resolve_prices)
+from .output import check_plan_dir, format_plan, full_table_name, layout_yaml, write_plan_dir
 
-__all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "plan"]
+__all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "parse_prices",
+           "plan", "search_space"]
+DEFAULT_HBM_HEADROOM = 0.05    # a planning margin, not a measured figure: a layout may use at most 95 % of a rank's
+                               # HBM (issue 24: the winners sat at 95-99 %, where the model's HBM estimate leaves
+                               # nothing for the allocator); `--hbm-headroom` sets it
 
 EMBEDDED_RAY_START_S = 12.0    # starting an embedded local Ray and warming workers that import the planner (measured
                                # 5-12 s on the 2-CPU development machine): the in-process search must save more
 IN_PROCESS_LAYOUTS_PER_S = 5000.0   # a conservative in-process rate (docs/performance.md measures about 10,000/s)
 REPLAY_DIFFERENCE_NOTE = 0.01  # a replayed layout further than this from its fast-path step time gets a note
-MAX_TOP = 20                   # layouts replayed at most: each is a `run` with its own actors (seconds to a minute
-                               # each on the 2-CPU development machine); plan.csv ranks every layout anyway
-SLOWEST_LAYOUTS_PER_CPU_S = 1000.0   # per CPU, for the search's time estimate: under a third of the slowest rate
-                               # measured (docs/performance.md: the 405B search on trn2, 3,500 layouts per CPU-second;
-                               # a loaded machine gets less of each CPU), so "too large" comes before a long search
-MAX_SEARCH_MINUTES = 10.0      # default --max-search-minutes: a longer search is refused before it starts
 PRICING_PIECE_LAYOUTS = 4096   # layouts priced per piece in this process, for progress (the same numbers and the
                                # same speed as one piece: docs/performance.md)
 
@@ -66,98 +63,6 @@ class PlanResult:
     top: list[dict] = field(default_factory=list)
     yamls: list[str] = field(default_factory=list)
     replays: list[dict] = field(default_factory=list)
-
-
-def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: float | None,
-                   max_usd_per_hour: float | None, top: int, max_search_minutes: float = MAX_SEARCH_MINUTES) -> list[str]:
-    """Bad option combinations raise ScenarioError naming the flag; returns notes for the plan."""
-    problems, notes = [], []
-    if not (isinstance(max_search_minutes, (int, float)) and math.isfinite(max_search_minutes)
-            and max_search_minutes > 0):
-        problems.append(Problem("--max-search-minutes", max_search_minutes, "a number of minutes > 0"))
-    if objective not in search.OBJECTIVES:
-        problems.append(Problem("--objective", objective, "one of: " + ", ".join(search.OBJECTIVES)))
-    if objective == "time_to_train" and tokens is None:
-        problems.append(Problem("--tokens", "<missing>", "a number of tokens > 0 with --objective time_to_train"))
-    if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
-        problems.append(Problem("--tokens", tokens, "a number of tokens > 0, e.g. 15e12"))
-    if max_usd_per_hour is not None and not (math.isfinite(max_usd_per_hour) and max_usd_per_hour > 0):
-        problems.append(Problem("--max-usd-per-hour", max_usd_per_hour, "a number of US dollars > 0"))
-    if not 1 <= top <= MAX_TOP:
-        problems.append(Problem("--top", top, f"an integer from 1 to {MAX_TOP} (each is replayed with `run`; "
-                                              f"plan.csv ranks every layout)"))
-    types = space.instance_types or (base.cluster.instance,)
-    unpriced = [t for t in types if INSTANCES[t].price_per_hour_usd is None]
-    if unpriced and (objective == "usd_per_million_tokens" or max_usd_per_hour is not None):
-        if len(unpriced) == len(types):
-            flag = "--objective" if objective == "usd_per_million_tokens" else "--max-usd-per-hour"
-            problems.append(Problem(flag, objective if flag == "--objective" else max_usd_per_hour,
-                                    f"a cost needs an instance price and the catalog has none for "
-                                    f"{', '.join(unpriced)}; rank by tokens_per_s or time_to_train, or search "
-                                    f"instance types with a price ("
-                                    + ", ".join(n for n, s in INSTANCES.items() if s.price_per_hour_usd) + ")"))
-        else:
-            notes.append(f"the catalog has no price for {', '.join(unpriced)}: their layouts have no cost and are "
-                         f"not ranked by cost" + (" nor kept under --max-usd-per-hour" if max_usd_per_hour else ""))
-    too_many = _beyond_largest_cluster(base, space)
-    if too_many:
-        problems.append(too_many)
-    elif not clusters(base, space):
-        problems.append(Problem("--instances", ",".join(map(str, space.instance_counts or ())),
-                                "instance counts the instance types can form (UltraServers: multiples of 4)"))
-    if problems:
-        raise ScenarioError(problems)
-    return notes
-
-
-def _beyond_largest_cluster(base: Scenario, space: SearchSpace) -> Problem | None:
-    """An instance count beyond the catalog's largest cluster of its instance type's chip, as the flag's problem."""
-    types = space.instance_types or (base.cluster.instance,)
-    counts = space.instance_counts or (base.cluster.instances,)
-    limit, kind = min((largest_cluster(INSTANCES[t]), t) for t in types)
-    over = [n for n in counts if n > limit]
-    if not over:
-        return None
-    spec = INSTANCES[kind]
-    given = over[0] if len(over) == 1 else ",".join(map(str, over))
-    return Problem("--instances" if space.instance_counts else "cluster.instances", given,
-                   f"instance counts up to {limit:,} for {kind} (the catalog's largest {spec.chip.name} cluster: "
-                   f"{ULTRACLUSTER_CHIPS[spec.chip.name]:,} chips, {spec.chips} per instance)")
-
-
-def _check_size(base: Scenario, space: SearchSpace, max_search_minutes: float) -> int:
-    """The layouts the search will price (`count_layouts`); a search whose estimated time, at the slowest
-    measured rate (SLOWEST_LAYOUTS_PER_CPU_S per CPU it can use: `plan_tasks.search_cpus`), exceeds
-    `max_search_minutes` is refused before it starts, naming its size and what to narrow."""
-    from ..actors import plan_tasks
-
-    cpus = plan_tasks.search_cpus()
-    rate = SLOWEST_LAYOUTS_PER_CPU_S * cpus
-    budget = int(max_search_minutes * 60 * rate)
-    n, counted = count_layouts(base, space, stop_above=budget)
-    if n <= budget:
-        return n
-    every = len(clusters(base, space))
-    total = n * every / counted                       # the clusters not counted, at the counted ones' mean
-    counts = space.instance_counts or (base.cluster.instances,)
-    flag = "--instances" if space.instance_counts else "--instance-types"
-    given = ",".join(map(str, counts)) if flag == "--instances" else ",".join(space.instance_types or ())
-    size = f"{n:,} layouts" if counted == every else \
-        f"{n:,} layouts in its first {counted:,} of {every:,} clusters (about {total:,.0f} in all)"
-    raise ScenarioError([Problem(flag, given, (
-        f"a search that ends within --max-search-minutes {max_search_minutes:g}: this one has {size}, about "
-        f"{duration(total / rate)} at {rate:,.0f} layouts/s ({cpus} CPU{'s' * (cpus != 1)}). Ask for fewer "
-        f"instance counts (a few sizes, e.g. {','.join(map(str, _few(counts)))}) or instance types, or allow it "
-        f"with --max-search-minutes {math.ceil(total / rate / 60)}"))])
-
-
-def _few(counts: tuple[int, ...], most: int = 5) -> list[int]:
-    """Up to `most` of the counts, spread from the smallest to the largest (a suggestion)."""
-    ordered = sorted(set(counts))
-    if len(ordered) <= most:
-        return ordered
-    picks = np.unique(np.geomspace(ordered[0], ordered[-1], most).round().astype(int))
-    return [min(ordered, key=lambda c: abs(c - p)) for p in picks]
 
 
 def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | None, address: str | None,
@@ -197,7 +102,8 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
          tokens: float | None = None, max_usd_per_hour: float | None = None, top: int = 5,
          out: str | Path | None = None, address: str | None = None, calibration: Calibration | None = None,
          replay: bool = True, log: Callable[[str], None] | None = None,
-         max_search_minutes: float = MAX_SEARCH_MINUTES, progress=None) -> PlanResult:
+         max_search_minutes: float = MAX_SEARCH_MINUTES, progress=None, prices: dict[str, float] | None = None,
+         hbm_headroom: float = DEFAULT_HBM_HEADROOM, force: bool = False, keep_runs: bool = False) -> PlanResult:
     """Search every valid layout of a scenario's model and job, replay the best, and write the plan.
 
     Args:
@@ -218,6 +124,13 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         max_search_minutes: a search estimated to take longer (its layouts counted before it starts, at the
             slowest measured pricing rate) is refused.
         progress: told each phase (enumerating, pricing, replaying) and how far it got (`report.WorkProgress`).
+        prices: US dollars per instance-hour by instance type, over the scenario's `cluster.price_per_hour_usd`
+            (its own type) and the catalog (`--price-per-hour TYPE=USD`).
+        hbm_headroom: the fraction of a rank's HBM a layout must leave free to be feasible (0.05: at most 95 %).
+        force: replace a plan already in `out` (otherwise that raises OutDirError).
+        keep_runs: write each replay's run directory in `out`/runs/top-N/ (report.html, trace.json: tens of MB
+            for a long pipeline); without it the replays' figures are in plan.json only, and `ultracluster run
+            top-N.yaml` writes a layout's run directory.
 
     Returns:
         The PlanResult; `summary["feasible"] == 0` when no layout fits (the CLI exits 3).
@@ -225,10 +138,16 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     Raises:
         ScenarioError: bad options (each names its flag), a search too large for `max_search_minutes`, or a bad
             scenario.
+        OutDirError: `out` holds an earlier plan and `force` is not set.
     """
     log = log or (lambda _: None)
     base = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
-    notes = _check_options(base, space, objective, tokens, max_usd_per_hour, top, max_search_minutes)
+    price_of, price_sources = resolve_prices(base, space, prices)
+    notes = _check_options(base, space, objective, tokens, max_usd_per_hour, top, price_of, prices, hbm_headroom,
+                           max_search_minutes)
+    if out is not None and check_plan_dir(out, force):
+        log(f"plan: replacing the earlier plan in {out} (--force)")
+        notes.append(f"replaced an earlier plan in {out} (--force)")
     t0 = time.perf_counter()
     expected = _check_size(base, space, max_search_minutes)
     if progress is not None:
@@ -242,20 +161,30 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     with ExitStack() as session:         # one Ray session (if any) for the search and the replays
         ev = _evaluate(base, table, calibration, address, log, session, _replay_shards(base), progress)
         wall_s = enumerate_s + ev.wall_s
-        full = search.assemble(table, ev.results, tokens)
+        full = search.assemble(table, ev.results, tokens, base.tokens_per_step, price_of, hbm_headroom)
+        folded = search.fold_equivalent(full)
+        search.mark_pareto(full)
         best = search.ranked(full, objective, max_usd_per_hour)
         picks = best.head(top)
-        top_rows = [{"rank": i, "label": r["layout"], "layout": search.layout_record(r), **search.numbers(r)}
-                    for i, (_, r) in enumerate(picks.iterrows(), 1)]
+        per_type = search.best_per_type(full, objective, max_usd_per_hour)
+        _role_columns(full, base, picks.index, per_type.index)
+        top_rows = [_record(r, rank=i) for i, (_, r) in enumerate(picks.iterrows(), 1)]
         yamls, scenarios = [], []
+        overrides = {t: usd for t, usd in price_of.items() if usd is not None and price_sources[t] != CATALOG_PRICE}
         for i, (_, r) in enumerate(picks.iterrows(), 1):
-            text, sc = layout_yaml(base, r, i, objective, None)
+            text, sc = layout_yaml(base, r, i, objective, None, overrides)
             yamls.append(text)
             scenarios.append(sc)
-        replays = _replay(scenarios, out, address, log, progress) if replay and scenarios else []
+        runs_out = out if keep_runs else None
+        replays = _replay(scenarios, runs_out, address, log, progress) if replay and scenarios else []
     _interval_columns(full, picks.index, replays)
     summary = _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows,
-                       replays, notes, out)
+                       replays, notes, runs_out)
+    summary["best_per_type"] = _json_clean([_record(r) for _, r in per_type.iterrows()])
+    summary["prices"] = {t: {"usd_per_hour": price_of[t], "source": price_sources[t]} for t in price_of}
+    summary["hbm_headroom"] = hbm_headroom
+    summary["folded"] = folded
+    summary["full_table"] = full_table_name()
     result = PlanResult(table=full, summary=summary, top=top_rows, yamls=yamls, replays=replays)
     if out is not None:
         write_plan_dir(result, out)
@@ -263,6 +192,25 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
 
 
 INTERVAL_COLUMNS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
+
+
+def _record(r, rank: int | None = None) -> dict:
+    """A ranking row as plan.json holds it: label, layout, figures, the settings folded into it."""
+    rec = {"rank": rank} if rank is not None else {}
+    rec.update({"label": r["layout"], "instance": r["instance"], "layout": search.layout_record(r),
+                **search.numbers(r), "equivalent": r.get("equivalent", "") or None})
+    return rec
+
+
+def _role_columns(full: pd.DataFrame, base: Scenario, top_rows, best_rows) -> None:
+    """plan.csv's columns saying why a row is in it: `rank` (its place among the top layouts), `best_of_type`,
+    `scenario_layout` (the scenario's own layout); `pareto` is set by `search.mark_pareto`."""
+    full["rank"] = pd.array([pd.NA] * len(full), dtype="Int64")
+    full.loc[list(top_rows), "rank"] = np.arange(1, len(top_rows) + 1)
+    full["best_of_type"] = False
+    full.loc[list(best_rows), "best_of_type"] = True
+    own = _own_row(base)
+    full["scenario_layout"] = (full[list(LAYOUT_COLUMNS)] == pd.Series({k: own[k] for k in LAYOUT_COLUMNS})).all(axis=1)
 
 
 def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) -> None:
@@ -365,6 +313,8 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
         "top": top,
         "search": {"instance_types": list(space.instance_types or (base.cluster.instance,)),
                    "instance_counts": list(space.instance_counts or (base.cluster.instances,)),
+                   "tp": None if space.tp is None else list(space.tp),
+                   "pp": None if space.pp is None else list(space.pp),
                    "micro_batches": list(space.micro_batches), "recompute": list(space.recompute),
                    "schedules": list(space.schedules), "virtual_stages": list(space.virtual_stages),
                    "max_cp": space.max_cp, "zero": sorted(int(z) for z in full["zero"].unique())},

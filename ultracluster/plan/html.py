@@ -1,9 +1,11 @@
 """A finished plan → plan.html: one offline page (inline CSS and SVG, nothing loaded from anywhere).
 
-Sections: what was searched and how fast; the Pareto chart of tokens/s against $ per million tokens (every
-feasible layout a dot, the Pareto front joined, the top layouts numbered); the top layouts with their fast and
-replayed step times; the near-misses, the infeasible layouts closest to fitting, each with the HBM it needs
-against what a rank has; the notes. Follows `report.html` (same CSS, escaping and sortable tables).
+Sections: what was searched and how fast; the best layout of each instance type; the top layouts with their
+fast and replayed step times; the Pareto chart of tokens/s against $ per million tokens (every feasible layout
+of a priced instance type a dot, the Pareto front joined, the top layouts numbered; the types without a price
+named); tokens/s against HBM use for every instance type, priced or not (a colour per type); the near-misses, the
+infeasible layouts closest to fitting, each with the HBM it needs against what a rank has; the notes. Follows
+`report.html` (same CSS, escaping and sortable tables).
 """
 from __future__ import annotations
 
@@ -14,26 +16,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..cluster.catalog import NO_PRICE
+from ..layouts.search import pareto_front
 from ..report.html import MEMORY_COLORS, _page, _table, stacked_bars
 
 if TYPE_CHECKING:
     from . import PlanResult
 
-CHART_W, CHART_H, MARGIN = 760, 380, 60   # px
-MAX_DOTS = 4000                            # dots drawn (the front and the top layouts always)
+__all__ = ["DOT_COLOR", "FRONT_COLOR", "TOP_COLOR", "TYPE_COLORS", "pareto_front", "render_plan_html"]
+
+CHART_W, CHART_H, MARGIN = 760, 300, 60   # px
+MAX_DOTS = 4000                            # dots drawn per chart (the front and the top layouts always)
 NEAR_MISSES = 8
 TOP_COLOR, FRONT_COLOR, DOT_COLOR = "#e15759", "#4e79a7", "#bab0ac"
-
-
-def pareto_front(cost: np.ndarray, speed: np.ndarray) -> np.ndarray:
-    """Indices of the points no other point beats on both (lower cost, higher speed), cheapest first."""
-    order = np.lexsort((-speed, cost))
-    front, best = [], -np.inf
-    for i in order:
-        if speed[i] > best:
-            front.append(i)
-            best = speed[i]
-    return np.array(front, dtype=np.int64)
+TYPE_COLORS = ("#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#9c755f", "#edc948")   # one per instance type
 
 
 def _scale(lo: float, hi: float, px: float, log: bool):
@@ -43,36 +39,86 @@ def _scale(lo: float, hi: float, px: float, log: bool):
     return (lambda v: (((math.log10(v) if log else v) - lo) / span) * px), lo, hi
 
 
-def pareto_svg(result: PlanResult) -> str:
-    """Scatter of feasible layouts: $ per million tokens (x) against tokens/s (y)."""
-    t = result.table
-    ok = t["feasible"] & np.isfinite(t["usd_per_million_tokens"].astype(float)) & np.isfinite(t["tokens_per_s"])
-    sub = t[ok]
-    if sub.empty:
-        no_price = sorted(set(t.loc[t["feasible"] & ~np.isfinite(t["usd_per_million_tokens"].astype(float)),
-                                    "instance"]))
-        why = f"the catalog has no price for {', '.join(no_price)}" if no_price else "no layout fits"
-        return f'<p class="note">No cost axis: {escape(why)}.</p>'
-    cost, speed = sub["usd_per_million_tokens"].to_numpy(float), sub["tokens_per_s"].to_numpy(float)
-    front = pareto_front(cost, speed)
-    top_labels = {r["label"]: i + 1 for i, r in enumerate(result.top)}
-    is_top = sub["layout"].map(top_labels).fillna(0).astype(int).to_numpy()
-    keep = np.zeros(len(sub), dtype=bool)
-    keep[front] = True
-    keep[is_top > 0] = True
+def _ranking(t: pd.DataFrame) -> pd.Series:
+    """Rows a chart plots: feasible, not folded into an equivalent row, with a speed."""
+    ok = t["feasible"] & np.isfinite(t["tokens_per_s"].astype(float))
+    if "same_as" in t.columns:
+        ok &= t["same_as"] == ""
+    return ok
+
+
+def _thin(keep: np.ndarray) -> np.ndarray:
+    """`keep` with at most MAX_DOTS of the other rows added, evenly spread."""
     rest = np.flatnonzero(~keep)
     if rest.size > MAX_DOTS:
         rest = rest[np.linspace(0, rest.size - 1, MAX_DOTS).astype(int)]
+    keep = keep.copy()
     keep[rest] = True
+    return keep
+
+
+def _axes(x_label: str, log: bool, xticks, fx, fy, ymax: float, xfmt) -> list[str]:
+    X = lambda v: MARGIN + fx(v)                    # noqa: E731
+    Y = lambda v: CHART_H + 10 - fy(v)              # noqa: E731
+    out = [f'<line x1="{MARGIN}" y1="{CHART_H + 10}" x2="{MARGIN + CHART_W}" y2="{CHART_H + 10}" stroke="#888"/>',
+           f'<line x1="{MARGIN}" y1="10" x2="{MARGIN}" y2="{CHART_H + 10}" stroke="#888"/>']
+    for v in xticks:
+        out.append(f'<text x="{X(v):.1f}" y="{CHART_H + 26}" text-anchor="middle">{xfmt(v)}</text>')
+    for v in np.linspace(0, ymax, 5):
+        out.append(f'<text x="{MARGIN - 6}" y="{Y(v) + 4:.1f}" text-anchor="end">{v:,.0f}</text>')
+    out.append(f'<text x="{MARGIN + CHART_W / 2}" y="{CHART_H + 44}" text-anchor="middle">{escape(x_label)}'
+               f'{" (log scale)" if log else ""}</text>'
+               f'<text x="14" y="{CHART_H / 2}" transform="rotate(-90 14 {CHART_H / 2})" text-anchor="middle">'
+               f"tokens/s</text>")
+    return out
+
+
+def _svg(chart_id: str, parts: list[str]) -> str:
+    return f'<svg id="{chart_id}" width="{MARGIN + CHART_W + 20}" height="{CHART_H + 54}" role="img">{"".join(parts)}</svg>'
+
+
+def _top_marks(result: PlanResult, sub: pd.DataFrame) -> np.ndarray:
+    top_labels = {r["label"]: i + 1 for i, r in enumerate(result.top)}
+    return sub["layout"].map(top_labels).fillna(0).astype(int).to_numpy()
+
+
+def _unpriced(result: PlanResult) -> list[str]:
+    t = result.table
+    prices = (result.summary.get("prices") or {})
+    named = [k for k, v in prices.items() if v.get("usd_per_hour") is None]
+    return named or sorted(set(t.loc[_ranking(t) & ~np.isfinite(t["usd_per_million_tokens"].astype(float)),
+                                     "instance"]))
+
+
+def pareto_svg(result: PlanResult) -> str:
+    """Scatter of the feasible layouts of priced instance types: $ per million tokens (x) against tokens/s (y);
+    the types without a price are named under it (they are on the HBM chart)."""
+    t = result.table
+    ok = _ranking(t) & np.isfinite(t["usd_per_million_tokens"].astype(float))
+    sub = t[ok]
+    unpriced = _unpriced(result)
+    missing = (f'<p class="note">Not on the cost axis: {escape(", ".join(unpriced))} ({escape(NO_PRICE)}, or '
+               f'--price-per-hour TYPE=USD); their layouts are on the chart below.</p>') if unpriced else ""
+    if sub.empty:
+        why = f"no instance type searched has a price: {', '.join(unpriced)}" if unpriced else "no layout fits"
+        return f'<p class="note">No cost axis: {escape(why)}.</p>' + missing
+    cost, speed = sub["usd_per_million_tokens"].to_numpy(float), sub["tokens_per_s"].to_numpy(float)
+    front = pareto_front(cost, speed)
+    is_top = _top_marks(result, sub)
+    keep = np.zeros(len(sub), dtype=bool)
+    keep[front] = True
+    keep[is_top > 0] = True
+    keep = _thin(keep)
     log = cost.max() / max(cost.min(), 1e-30) > 20
     fx, *_ = _scale(cost.min() * 0.95, cost.max() * 1.05, CHART_W, log)
     fy, *_ = _scale(0.0, speed.max() * 1.05, CHART_H, False)
     X = lambda v: MARGIN + fx(v)                    # noqa: E731
     Y = lambda v: CHART_H + 10 - fy(v)              # noqa: E731
-    out = [f'<line x1="{MARGIN}" y1="{CHART_H + 10}" x2="{MARGIN + CHART_W}" y2="{CHART_H + 10}" stroke="#888"/>',
-           f'<line x1="{MARGIN}" y1="10" x2="{MARGIN}" y2="{CHART_H + 10}" stroke="#888"/>']
+    ticks = np.geomspace(cost.min(), cost.max(), 5) if log else np.linspace(cost.min(), cost.max(), 5)
+    out = _axes("$ per million tokens", log, ticks, fx, fy, speed.max(), lambda v: f"${v:.3g}")
+    on_front = set(front.tolist())
     for i in np.flatnonzero(keep):
-        if is_top[i] or i in set(front.tolist()):
+        if is_top[i] or i in on_front:
             continue
         out.append(f'<circle cx="{X(cost[i]):.1f}" cy="{Y(speed[i]):.1f}" r="2" fill="{DOT_COLOR}">'
                    f"<title>{escape(sub['layout'].iloc[i])}: {speed[i]:,.0f} tokens/s, ${cost[i]:.4g}/M</title></circle>")
@@ -82,24 +128,61 @@ def pareto_svg(result: PlanResult) -> str:
         out.append(f'<circle cx="{X(cost[i]):.1f}" cy="{Y(speed[i]):.1f}" r="3.5" fill="{FRONT_COLOR}">'
                    f"<title>Pareto: {escape(sub['layout'].iloc[i])}: {speed[i]:,.0f} tokens/s, "
                    f"${cost[i]:.4g}/M</title></circle>")
-    for i in np.flatnonzero(is_top):
-        out.append(f'<circle cx="{X(cost[i]):.1f}" cy="{Y(speed[i]):.1f}" r="6" fill="none" stroke="{TOP_COLOR}" '
-                   f'stroke-width="2"><title>#{is_top[i]} {escape(sub["layout"].iloc[i])}</title></circle>'
-                   f'<text x="{X(cost[i]) + 8:.1f}" y="{Y(speed[i]) - 6:.1f}" fill="{TOP_COLOR}">#{is_top[i]}</text>')
-    ticks = np.geomspace(cost.min(), cost.max(), 5) if log else np.linspace(cost.min(), cost.max(), 5)
-    for v in ticks:
-        out.append(f'<text x="{X(v):.1f}" y="{CHART_H + 26}" text-anchor="middle">${v:.3g}</text>')
-    for v in np.linspace(0, speed.max(), 5):
-        out.append(f'<text x="{MARGIN - 6}" y="{Y(v) + 4:.1f}" text-anchor="end">{v:,.0f}</text>')
-    out.append(f'<text x="{MARGIN + CHART_W / 2}" y="{CHART_H + 44}" text-anchor="middle">$ per million tokens'
-               f'{" (log scale)" if log else ""}</text>'
-               f'<text x="14" y="{CHART_H / 2}" transform="rotate(-90 14 {CHART_H / 2})" text-anchor="middle">'
-               f"tokens/s</text>")
+    out += _top_circles(is_top, sub, lambda i: X(cost[i]), lambda i: Y(speed[i]))
     legend = (f'<p class="legend"><span><i style="background:{DOT_COLOR}"></i>feasible layout</span>'
               f'<span><i style="background:{FRONT_COLOR}"></i>Pareto front ({len(front)})</span>'
               f'<span><i style="background:{TOP_COLOR}"></i>top layouts</span></p>')
-    return (f'<svg id="pareto" width="{MARGIN + CHART_W + 20}" height="{CHART_H + 54}" role="img">'
-            f'{"".join(out)}</svg>{legend}')
+    return _svg("pareto", out) + legend + missing
+
+
+def _top_circles(is_top: np.ndarray, sub: pd.DataFrame, x, y) -> list[str]:
+    return [f'<circle cx="{x(i):.1f}" cy="{y(i):.1f}" r="6" fill="none" stroke="{TOP_COLOR}" stroke-width="2">'
+            f'<title>#{is_top[i]} {escape(sub["layout"].iloc[i])}</title></circle>'
+            f'<text x="{x(i) + 8:.1f}" y="{y(i) - 6:.1f}" fill="{TOP_COLOR}">#{is_top[i]}</text>'
+            for i in np.flatnonzero(is_top)]
+
+
+def types_svg(result: PlanResult) -> str:
+    """Every instance type's feasible layouts, priced or not: HBM use of the worst stage (% of a rank's HBM, x)
+    against tokens/s (y), a colour per type, the best of each type and the top layouts marked."""
+    t = result.table
+    sub = t[_ranking(t)]
+    if sub.empty:
+        return '<p class="note">No layout fits.</p>'
+    types = list(dict.fromkeys(t["instance"]))
+    color = {k: TYPE_COLORS[i % len(TYPE_COLORS)] for i, k in enumerate(types)}
+    frac = 100 * (sub["hbm_fraction"] if "hbm_fraction" in sub.columns
+                  else sub["hbm_peak_gib"] / sub["hbm_capacity_gib"]).to_numpy(float)
+    speed = sub["tokens_per_s"].to_numpy(float)
+    is_top = _top_marks(result, sub)
+    best = sub["best_of_type"].to_numpy(bool) if "best_of_type" in sub.columns else np.zeros(len(sub), bool)
+    keep = np.zeros(len(sub), dtype=bool)
+    keep[best | (is_top > 0)] = True
+    keep = _thin(keep)
+    lo = max(0.0, math.floor(frac.min() / 10) * 10)
+    fx, *_ = _scale(lo, 100.0, CHART_W, False)
+    fy, *_ = _scale(0.0, speed.max() * 1.05, CHART_H, False)
+    X = lambda v: MARGIN + fx(v)                    # noqa: E731
+    Y = lambda v: CHART_H + 10 - fy(v)              # noqa: E731
+    out = _axes("HBM used by the worst stage, % of a rank's HBM", False, np.linspace(lo, 100, 6), fx, fy,
+                speed.max(), lambda v: f"{v:.0f}%")
+    headroom = result.summary.get("hbm_headroom")
+    if headroom:
+        x = X(100 * (1 - headroom))
+        out.append(f'<line x1="{x:.1f}" y1="10" x2="{x:.1f}" y2="{CHART_H + 10}" stroke="#888" '
+                   f'stroke-dasharray="4 3"><title>--hbm-headroom {headroom:g}</title></line>')
+    inst = sub["instance"].to_numpy()
+    for i in np.flatnonzero(keep):
+        r = 4.5 if best[i] else 2
+        out.append(f'<circle cx="{X(frac[i]):.1f}" cy="{Y(speed[i]):.1f}" r="{r}" fill="{color[inst[i]]}">'
+                   f"<title>{escape(sub['layout'].iloc[i])}: {speed[i]:,.0f} tokens/s, {frac[i]:.2f} % of HBM"
+                   f"{' (best of its type)' if best[i] else ''}</title></circle>")
+    out += _top_circles(is_top, sub, lambda i: X(frac[i]), lambda i: Y(speed[i]))
+    counts = sub["instance"].value_counts()
+    legend = '<p class="legend">' + "".join(
+        f'<span><i style="background:{color[k]}"></i>{escape(k)} ({int(counts.get(k, 0)):,})</span>' for k in types
+    ) + f'<span><i style="background:{TOP_COLOR}"></i>top layouts</span></p>'
+    return _svg("types", out) + legend
 
 
 def near_misses(table: pd.DataFrame, n: int = NEAR_MISSES) -> pd.DataFrame:
@@ -111,26 +194,48 @@ def near_misses(table: pd.DataFrame, n: int = NEAR_MISSES) -> pd.DataFrame:
     return bad.assign(over=ratio).sort_values("over", kind="stable").head(n)
 
 
+def _gib(v) -> str:
+    return "n/a" if v is None or not math.isfinite(float(v)) else f"{float(v):.4f}"
+
+
+def _days_cost(row: dict, tokens) -> list:
+    return [row.get("time_to_train_days"), row.get("total_cost_usd")] if tokens is not None else []
+
+
 def render_plan_html(result: PlanResult) -> str:
     """plan.html of a finished plan (no external URL)."""
     s = result.summary
     name = escape(str(s["scenario"]))
+    headroom = s.get("hbm_headroom")
+    fit = f"{s['feasible']:,} fit in HBM" + (f" with {100 * headroom:.4g} % headroom" if headroom else "")
+    folded = (f" {s['folded']:,} layouts that differ from another only in a setting that changes nothing (same step "
+              f"time and HBM) are folded into it (the <i>equivalent</i> column).") if s.get("folded") else ""
     head = (f"<p>{s['layouts_evaluated']:,} layouts evaluated in {s['wall_s']:.3g} s ({s['layouts_per_s']:,.0f} "
-            f"layouts/s, {escape(s['evaluated_by'])}); {s['feasible']:,} fit in HBM; ranked by "
-            f"<b>{escape(s['objective'])}</b>.</p>")
+            f"layouts/s, {escape(s['evaluated_by'])}); {fit}; ranked by <b>{escape(s['objective'])}</b>.{folded}</p>")
     if not result.top:
         c = s.get("closest")
         head += ('<div class="infeasible"><b>No layout fits.</b> ' + (
             f"Closest: {escape(c['label'])}: {escape(str(c['reason']))}" if c else "") + "</div>")
+    tokens = s.get("tokens")
+    extra_head = ["days to train", "total cost ($)"] if tokens is not None else []
     rows = []
     rep = {r["rank"]: r for r in s["replayed"]}
     for i, row in enumerate(result.top, 1):
         r = rep.get(i, {})
-        rows.append([i, row["label"], row["step_time_s"], r.get("replay_step_time_s"), r.get("difference"),
-                     row["tokens_per_s"], row["mfu"], row["usd_per_million_tokens"], row["hbm_peak_gib"],
-                     row.get("time_to_train_days")])
-    top = _table(rows, ["#", "layout", "fast step (s)", "replayed step (s)", "difference", "tokens/s", "MFU",
-                        "$ per M tokens", "HBM peak (GiB)", "days to train"]) if rows else "<p>none</p>"
+        rows.append([i, row["label"], row.get("equivalent") or "", row["step_time_s"], r.get("replay_step_time_s"),
+                     r.get("difference"), row["tokens_per_s"], row["mfu"], row["usd_per_million_tokens"],
+                     *_days_cost(row, tokens), _gib(row.get("hbm_peak_gib")), _gib(row.get("hbm_capacity_gib"))])
+    top = _table(rows, ["#", "layout", "equivalent", "fast step (s)", "replayed step (s)", "difference", "tokens/s",
+                        "MFU", "$ per M tokens", *extra_head, "HBM peak (GiB)", "HBM per rank (GiB)"]) \
+        if rows else "<p>none</p>"
+    per_type = s.get("best_per_type") or []
+    best_rows = [[row["instance"], row["label"], row.get("equivalent") or "", row["step_time_s"], row["tokens_per_s"],
+                  row["mfu"], row.get("price_per_hour_usd") if row.get("price_per_hour_usd") is not None else NO_PRICE,
+                  row["usd_per_million_tokens"], *_days_cost(row, tokens), _gib(row.get("hbm_peak_gib")),
+                  _gib(row.get("hbm_capacity_gib"))] for row in per_type]
+    best = _table(best_rows, ["instance type", "layout", "equivalent", "fast step (s)", "tokens/s", "MFU",
+                              "$ per hour (cluster)", "$ per M tokens", *extra_head, "HBM peak (GiB)",
+                              "HBM per rank (GiB)"]) if best_rows else "<p>none</p>"
     misses = near_misses(result.table)
     if misses.empty:
         miss_html = "<p>none: every layout fits</p>"
@@ -138,14 +243,16 @@ def render_plan_html(result: PlanResult) -> str:
         bars = stacked_bars([(f"near miss {i}", {k: getattr(r, k) for k in MEMORY_COLORS})
                              for i, r in enumerate(misses.itertuples(index=False), 1)], MEMORY_COLORS, "GiB",
                             float(misses["hbm_capacity_gib"].max()),
-                            f"HBM per rank: {float(misses['hbm_capacity_gib'].max()):.4g} GiB")
-        miss_html = bars + _table([[i, r.layout, r.hbm_peak_gib, r.hbm_capacity_gib, r.reason]
+                            f"HBM per rank: {float(misses['hbm_capacity_gib'].max()):.4f} GiB")
+        miss_html = bars + _table([[i, r.layout, _gib(r.hbm_peak_gib), _gib(r.hbm_capacity_gib), r.reason]
                                    for i, r in enumerate(misses.itertuples(index=False), 1)],
                                   ["near miss", "layout", "needs (GiB per rank)", "has (GiB per rank)", "why"])
     notes = "".join(f"<li>{escape(n)}</li>" for n in s.get("notes", []))
     body = f"""<h1>ultracluster plan: {name}</h1>{head}
-<h2>Tokens/s against cost</h2>{pareto_svg(result)}
+<h2>Best of each instance type</h2><p class="note">fast path; ranked by {escape(s['objective'])}</p>{best}
 <h2>Top layouts</h2><p class="note">fast path, and the same layout replayed with the full run path</p>{top}
+<h2>Tokens/s against cost</h2>{pareto_svg(result)}
+<h2>Tokens/s against HBM use, every instance type</h2>{types_svg(result)}
 <h2>Near misses</h2><p class="note">the infeasible layouts closest to fitting: the HBM a rank of their worst
 stage needs against what it has</p>{miss_html}
 <h2>Notes</h2><ul>{notes or "<li>none</li>"}</ul>"""

@@ -1,18 +1,28 @@
-"""A finished plan → plan.csv, plan.json, top-N.yaml, plan.html (atomic files) and the terminal's text.
+"""A finished plan → plan.csv, the full table, plan.json, top-N.yaml, plan.html (atomic files) and the
+terminal's text.
 
-top-N.yaml is the base scenario with the layout's cluster, parallelism and training fields, every default
-written out, validated by `load_scenario` before it is written: `ultracluster run top-1.yaml` takes it as it is.
+plan.csv holds the rows a reader acts on (the top layouts, the best of each instance type, the Pareto front,
+the scenario's own layout); every layout evaluated goes to `plan-full.parquet` (zstd), or `plan-full.csv.gz`
+where pyarrow is not installed. top-N.yaml is the base scenario with the layout's cluster, parallelism and
+training fields, every default written out but `parallelism.dp` (derived, so `--set cluster.instances=N` works
+on it), validated by `load_scenario` before it is written: `ultracluster run top-1.yaml` takes it as it is.
 """
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import math
+import shutil
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from ..errors import OutDirError
 from ..replay.events import BREAKDOWN_KEYS
+from ..report.atomic import atomic_write_bytes
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
 from ..layouts.fast import has_zero_stages
@@ -21,6 +31,8 @@ if TYPE_CHECKING:
     from . import PlanResult
 
 CSV_FLOAT_FORMAT = "%.10g"
+PLAN_FILES = ("plan.json", "plan.csv", "plan.html", "plan-full.parquet", "plan-full.csv.gz")
+PARQUET_COMPRESSION = "zstd"
 
 
 def _drop_none(value: Any) -> Any:
@@ -31,13 +43,17 @@ def _drop_none(value: Any) -> Any:
     return value
 
 
-def scenario_dict(base: Scenario, row, name: str) -> dict:
-    """The scenario of a plan row as a plain dict (what top-N.yaml holds), named `name`."""
+def scenario_dict(base: Scenario, row, name: str, prices: dict[str, float] | None = None) -> dict:
+    """The scenario of a plan row as a plain dict (what top-N.yaml holds), named `name`: `parallelism.dp` left
+    out (`load_scenario` derives it from the instances, so `--set cluster.instances=N` works on the file), and
+    `cluster.price_per_hour_usd` the price given for the row's instance type (`prices`: the plan's overrides of
+    the catalog), else none (the catalog's)."""
     d = base.to_dict()
     d["name"] = name
     d["parallelism"].update({"tp": int(row["tp"]), "pp": int(row["pp"]), "cp": int(row["cp"]), "ep": int(row["ep"]),
-                             "dp": int(row["dp"]), "sequence_parallel": bool(row["sequence_parallel"]),
+                             "sequence_parallel": bool(row["sequence_parallel"]),
                              "pp_schedule": str(row["pp_schedule"]), "virtual_stages": int(row["virtual_stages"])})
+    d["parallelism"].pop("dp", None)
     zero = int(row["zero"])
     d["training"].update({"micro_batch": int(row["micro_batch"]), "recompute": str(row["recompute"]),
                           "zero1": zero >= 1})
@@ -48,35 +64,114 @@ def scenario_dict(base: Scenario, row, name: str) -> dict:
     if d["cluster"]["instance"] != row["instance"]:
         d["cluster"].pop("ultraserver", None)         # the new instance type's default
     d["cluster"].update({"instance": str(row["instance"]), "instances": int(row["instances"]), "lnc": int(row["lnc"])})
+    d["cluster"].pop("price_per_hour_usd", None)
+    if prices and str(row["instance"]) in prices:
+        d["cluster"]["price_per_hour_usd"] = float(prices[str(row["instance"])])
     if d.get("faults"):
         d["faults"]["degraded"] = []                   # instance ids of one cluster size: planned healthy
     return _drop_none(d)
 
 
-def layout_yaml(base: Scenario, row, rank: int, objective: str, source: str | None) -> tuple[str, Scenario]:
+def top_name(base: Scenario, row, rank: int) -> str:
+    """A top layout's scenario name: the model (its preset, else the scenario's name), the instance type and
+    count, the rank: `llama3.1-70b-trn2.48xlarge-16-top-1`."""
+    return f"{base.model.preset or base.name}-{row['instance']}-{int(row['instances'])}-top-{rank}"
+
+
+def layout_yaml(base: Scenario, row, rank: int, objective: str, source: str | None,
+                prices: dict[str, float] | None = None) -> tuple[str, Scenario]:
     """(top-N.yaml text, its validated Scenario)."""
-    d = scenario_dict(base, row, f"{base.name}-top-{rank}")
+    d = scenario_dict(base, row, top_name(base, row, rank), prices)
     scenario = load_scenario(d)                      # the same validation `ultracluster run` applies
+    if scenario.parallelism.dp != int(row["dp"]):    # dp is derived: it must come out as the plan priced it
+        raise AssertionError(f"top-{rank}.yaml derives dp {scenario.parallelism.dp}, the plan priced {row['dp']}")
     head = [f"# ultracluster plan: layout {rank} of {base.name}" + (f" ({source})" if source else ""),
             f"# ranked by {objective}; predicted step {float(row['step_time_s']):.6g} s, "
-            f"{float(row['tokens_per_s']):,.0f} tokens/s, HBM peak {float(row['hbm_peak_gib']):.2f} GiB per rank",
-            f"# {row['layout']}"]
+            f"{float(row['tokens_per_s']):,.0f} tokens/s, HBM peak {float(row['hbm_peak_gib']):.4f} of "
+            f"{float(row['hbm_capacity_gib']):.4f} GiB per rank",
+            f"# {row['layout']}" + (f" (equivalent: {row['equivalent']})" if row.get("equivalent") else ""),
+            f"# parallelism.dp is derived ({int(row['dp'])} here): --set cluster.instances=N keeps tp, pp and cp"]
     return "\n".join(head) + "\n" + yaml.safe_dump(d, sort_keys=False), scenario
 
 
+def full_table_name() -> str:
+    """The full table's file: Parquet (zstd) with pyarrow, else gzip CSV."""
+    try:
+        import pyarrow  # noqa: F401  (the `parquet` and `test` extras)
+    except ImportError:
+        return "plan-full.csv.gz"
+    return "plan-full.parquet"
+
+
+def full_table_bytes(table, name: str) -> bytes:
+    """The full table as `name` holds it (`full_table_name`)."""
+    if name.endswith(".parquet"):
+        buf = io.BytesIO()
+        table.to_parquet(buf, index=False, compression=PARQUET_COMPRESSION)
+        return buf.getvalue()
+    text = table.to_csv(index=False, float_format=CSV_FLOAT_FORMAT).encode("utf-8")
+    return gzip.compress(text, compresslevel=6, mtime=0)
+
+
+def read_full_table(out: str | Path):
+    """The full table of a plan directory (every layout evaluated) as a DataFrame."""
+    import pandas as pd
+
+    out = Path(out)
+    if (out / "plan-full.parquet").exists():
+        return pd.read_parquet(out / "plan-full.parquet")
+    return pd.read_csv(out / "plan-full.csv.gz")
+
+
+def plan_rows(table):
+    """plan.csv's rows: the top layouts, the best of each instance type, the Pareto front and the scenario's own
+    layout, in search order."""
+    keep = table["rank"].notna() | table["best_of_type"] | table["pareto"] | table["scenario_layout"]
+    return table[keep.to_numpy(dtype=bool)]
+
+
+def check_plan_dir(out: str | Path, force: bool) -> bool:
+    """Whether `out` holds an earlier plan (then replaced only with `force`: OutDirError otherwise)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutDirError(f"--out: {out} is a file, not a plan directory; give --out NEWDIR")
+    found = [f for f in PLAN_FILES if (out / f).exists()] + sorted(p.name for p in out.glob("top-*.yaml"))
+    if not found:
+        return False
+    if not force:
+        when = ""
+        if (out / "plan.json").exists():
+            stamp = datetime.fromtimestamp((out / "plan.json").stat().st_mtime, timezone.utc)
+            when = f" written {stamp:%Y-%m-%d %H:%M} UTC"
+        raise OutDirError(f"--out: {out} already holds a plan ({', '.join(found[:3])}{when}); a new plan never "
+                          f"replaces it silently: add --force to replace it, or give --out NEWDIR")
+    return True
+
+
 def write_plan_dir(result: PlanResult, out: str | Path) -> Path:
-    """plan.csv, top-N.yaml, plan.html, then plan.json (last: its presence marks a complete plan)."""
+    """plan.csv, the full table, top-N.yaml, plan.html, then plan.json (last: its presence marks a complete plan).
+    What an earlier plan left there that this one does not write (further top-N files and runs, the other full
+    table format) is removed first."""
     from .html import render_plan_html
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "plan.csv", result.table.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
+    (out / "plan.json").unlink(missing_ok=True)       # incomplete until written again, last
+    full_name = result.summary.get("full_table") or full_table_name()
+    for name in PLAN_FILES:
+        if name.startswith("plan-full") and name != full_name:
+            (out / name).unlink(missing_ok=True)
+    kept = {int(r["rank"]) for r in result.summary.get("replayed", []) if r.get("run_dir")}
+    for old in list(out.glob("top-*.yaml")) + list((out / "runs").glob("top-*")):
+        rank = old.name.removeprefix("top-").removesuffix(".yaml")
+        if rank.isdigit() and (int(rank) > len(result.yamls) or (old.is_dir() and int(rank) not in kept)):
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    if (out / "runs").is_dir() and not any((out / "runs").iterdir()):
+        (out / "runs").rmdir()
+    atomic_write_text(out / "plan.csv", plan_rows(result.table).to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
+    atomic_write_bytes(out / full_name, full_table_bytes(result.table, full_name))
     for i, text in enumerate(result.yamls, 1):
         atomic_write_text(out / f"top-{i}.yaml", text)
-    for old in out.glob("top-*.yaml"):               # an earlier plan's further layouts are not this plan's
-        rank = old.stem.removeprefix("top-")
-        if rank.isdigit() and int(rank) > len(result.yamls):
-            old.unlink()
     atomic_write_text(out / "plan.html", render_plan_html(result))
     atomic_write_text(out / "plan.json", json.dumps(result.summary, indent=2, allow_nan=False) + "\n")
     return out
@@ -88,30 +183,77 @@ def _fmt(v, spec: str, unit: str = "") -> str:
     return f"{v:{spec}}{unit}"
 
 
+def _columns(head: list[str], rows: list[list[str]], left: tuple[int, ...] = (1,)) -> list[str]:
+    widths = [max(len(r[c]) for r in [head] + rows) for c in range(len(head))]
+    return ["  ".join(x.ljust(w) if c in left else x.rjust(w) for c, (x, w) in enumerate(zip(r, widths))).rstrip()
+            for r in [head] + rows]
+
+
+def _label(row: dict) -> str:
+    """A layout's label, with the settings folded into it: `... no-rc zero1 [= sel-rc]`."""
+    eq = row.get("equivalent")
+    if not eq:
+        return row["label"]
+    short = {"recompute none": "no-rc", "recompute selective": "sel-rc", "recompute full": "full-rc"}
+    alts = ["+".join(short.get(p, p.replace("zero ", "zero").replace("schedule ", "").replace("interleaved ", "int"))
+                     for p in alt.split(" + ")) for alt in eq.split("; ")]
+    return f"{row['label']} [= {', '.join(alts)}]"
+
+
+def _hbm(row: dict) -> str:
+    return f"{_fmt(row.get('hbm_peak_gib'), '.3f')} of {_fmt(row.get('hbm_capacity_gib'), '.3f')}"
+
+
+def _cost_cells(row: dict, with_tokens: bool) -> list[str]:
+    cells = [_fmt(row.get("usd_per_million_tokens"), ",.3f")]
+    if with_tokens:
+        cells += [_fmt(row.get("time_to_train_days"), ",.1f"), _fmt(row.get("total_cost_usd"), ",.0f")]
+    return cells
+
+
 def format_plan(result: PlanResult) -> str:
-    """The terminal's text: what was searched, the best layouts with where their time goes, and the notes."""
+    """The terminal's text: what was searched, the best layouts with where their time goes, the best layout of
+    each instance type, and the notes. With --tokens, days to train and the total cost of each."""
     s = result.summary
+    headroom = s.get("hbm_headroom")
+    fit = f"{s['feasible']:,} fit in HBM" + (f" with {100 * headroom:.4g} % headroom" if headroom else "")
+    folded = f"; {s['folded']:,} equivalent settings folded" if s.get("folded") else ""
     lines = [f"plan {s['scenario']}: {s['layouts_evaluated']:,} layouts in {s['wall_s']:.2f} s "
-             f"({s['layouts_per_s']:,.0f} layouts/s, {s['evaluated_by']}), {s['feasible']:,} fit in HBM"]
+             f"({s['layouts_per_s']:,.0f} layouts/s, {s['evaluated_by']}), {fit}{folded}"]
     if not result.top:
         c = s.get("closest")
         lines.append("no layout fits" + (f"; closest: {c['label']}: {c['reason']}" if c else ""))
         return "\n".join(lines)
-    head = ["#", "layout", "step s", "replayed s (80 % interval)", "tokens/s", "MFU", "$/M tok", "HBM GiB"]
+    tokens = s.get("tokens")
+    with_tokens = tokens is not None
+    cost_head = ["$/M tok"] + (["days", "total $"] if with_tokens else [])
+    lines.append(f"ranked by {s['objective']}" + (f"; {tokens:.4g} tokens to train" if with_tokens else ""))
+    head = ["#", "layout", "step s", "replayed s (80 % interval)", "tokens/s", "MFU", *cost_head, "HBM GiB"]
     rows = []
     by_rank = {r["rank"]: r for r in s["replayed"]}
     for i, row in enumerate(result.top, 1):
         rep = by_rank.get(i, {})
         band = "" if rep.get("step_time_low_s") is None else \
             f" ({_fmt(rep['step_time_low_s'], '.4g')}-{_fmt(rep['step_time_high_s'], '.4g')})"
-        rows.append([str(i), row["label"], _fmt(row["step_time_s"], ".4g"), _fmt(rep.get("replay_step_time_s"), ".4g") + band,
-                     _fmt(row["tokens_per_s"], ",.0f"), _fmt(None if row["mfu"] is None else 100 * row["mfu"], ".1f", "%"),
-                     _fmt(row["usd_per_million_tokens"], ",.3f"), _fmt(row["hbm_peak_gib"], ".1f")])
-    widths = [max(len(r[c]) for r in [head] + rows) for c in range(len(head))]
-    lines.append("  ".join(h.ljust(w) if c == 1 else h.rjust(w) for c, (h, w) in enumerate(zip(head, widths))))
-    for r in rows:
-        lines.append("  ".join(x.ljust(w) if c == 1 else x.rjust(w) for c, (x, w) in enumerate(zip(r, widths))))
-    lines.append("where the time goes (replayed):")
+        rows.append([str(i), _label(row), _fmt(row["step_time_s"], ".4g"),
+                     _fmt(rep.get("replay_step_time_s"), ".4g") + band, _fmt(row["tokens_per_s"], ",.0f"),
+                     _fmt(None if row["mfu"] is None else 100 * row["mfu"], ".1f", "%"),
+                     *_cost_cells(row, with_tokens), _hbm(row)])
+    lines += _columns(head, rows)
+    per_type = s.get("best_per_type") or []
+    if per_type:
+        lines.append("best of each instance type (fast path):")
+        head = ["instance", "layout", "step s", "tokens/s", "MFU", "$/hour", *cost_head, "HBM GiB"]
+        rows = []
+        for row in per_type:
+            price = row.get("price_per_hour_usd")
+            rows.append([row["instance"], _label(row), _fmt(row["step_time_s"], ".4g"),
+                         _fmt(row["tokens_per_s"], ",.0f"),
+                         _fmt(None if row["mfu"] is None else 100 * row["mfu"], ".1f", "%"),
+                         _fmt(price, ",.2f") if price is not None else "no price",
+                         *_cost_cells(row, with_tokens), _hbm(row)])
+        lines += _columns(head, rows, left=(0, 1))
+    where = []
     for rep in s["replayed"]:
         b = rep.get("breakdown") or {}
         step = rep.get("replay_step_time_s")
@@ -119,7 +261,12 @@ def format_plan(result: PlanResult) -> str:
             continue
         parts = ", ".join(f"{k.removesuffix('_s')} {100 * b[k] / step:.0f}%" for k in BREAKDOWN_KEYS
                           if b.get(k) and b[k] / step >= 0.005)
-        lines.append(f"  {rep['rank']}: {parts}")
+        where.append(f"  {rep['rank']}: {parts}")
+    if where:
+        lines += ["where the time goes (replayed):", *where]
+    if s["replayed"] and not any(r.get("run_dir") for r in s["replayed"]):
+        lines.append("a top layout's run directory (report.html, trace.json): ultracluster run <plan dir>/top-N.yaml "
+                     "(or plan --keep-runs)")
     for note in s.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)

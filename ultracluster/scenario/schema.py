@@ -161,6 +161,9 @@ class ClusterSpec(_Spec):
         "36 trn3gen2.16xlarge (Gen2) by NeuronSwitch [true for trn2u and trn3gen2]."
     )
     network: NetworkSpec = Field(default_factory=NetworkSpec, description="Overrides of the catalog's links.")
+    price_per_hour_usd: float | None = Field(
+        None, gt=0, description="On-demand price of one instance, US dollars per instance-hour, in place of the "
+        "catalog's (the catalog has a public price for trn1.32xlarge only; docs/sources.md) [the catalog's].")
 
 
 class StorageSpec(_Spec):

@@ -1,0 +1,142 @@
+"""The planner's options checked before a search starts: instance prices resolved, flags and their
+combinations validated (each bad one named), and the search's size bounded (the catalog's largest cluster, a
+search estimated beyond `--max-search-minutes` refused). Pure: no Ray, nothing priced."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..cluster.catalog import INSTANCES, NO_PRICE, ULTRACLUSTER_CHIPS, largest_cluster
+from ..errors import Problem, ScenarioError
+from ..layouts import search
+from ..layouts.space import SearchSpace, clusters, count_layouts
+from ..report.progress import duration
+from ..scenario import Scenario
+
+CATALOG_PRICE = "catalog (public On-Demand price)"
+MAX_TOP = 20                   # layouts replayed at most: each is a `run` with its own actors (seconds to a minute
+                               # each on the 2-CPU development machine); plan.csv ranks every layout anyway
+SLOWEST_LAYOUTS_PER_CPU_S = 1000.0   # per CPU, for the search's time estimate: under a third of the slowest rate
+                               # measured (docs/performance.md: the 405B search on trn2, 3,500 layouts per CPU-second;
+                               # a loaded machine gets less of each CPU), so "too large" comes before a long search
+MAX_SEARCH_MINUTES = 10.0      # default --max-search-minutes: a longer search is refused before it starts
+
+
+def resolve_prices(base: Scenario, space: SearchSpace, given: dict[str, float] | None
+                   ) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Every searched instance type's price, USD per instance-hour (None: unknown), and where it comes from:
+    `--price-per-hour TYPE=USD` (`given`), else the scenario's `cluster.price_per_hour_usd` (its own instance
+    type), else the catalog's public price."""
+    types = space.instance_types or (base.cluster.instance,)
+    prices, sources = {}, {}
+    for t in types:
+        if given and t in given:
+            prices[t], sources[t] = float(given[t]), "--price-per-hour"
+        elif t == base.cluster.instance and base.cluster.price_per_hour_usd is not None:
+            prices[t], sources[t] = float(base.cluster.price_per_hour_usd), "cluster.price_per_hour_usd"
+        elif INSTANCES[t].price_per_hour_usd is not None:
+            prices[t], sources[t] = float(INSTANCES[t].price_per_hour_usd), CATALOG_PRICE
+        else:
+            prices[t], sources[t] = None, NO_PRICE
+    return prices, sources
+
+
+def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: float | None,
+                   max_usd_per_hour: float | None, top: int, prices: dict[str, float | None],
+                   given: dict[str, float] | None, hbm_headroom: float,
+                   max_search_minutes: float = MAX_SEARCH_MINUTES) -> list[str]:
+    """Bad option combinations raise ScenarioError naming the flag; returns notes for the plan."""
+    problems, notes = [], []
+    if not (isinstance(max_search_minutes, (int, float)) and math.isfinite(max_search_minutes)
+            and max_search_minutes > 0):
+        problems.append(Problem("--max-search-minutes", max_search_minutes, "a number of minutes > 0"))
+    if not (isinstance(hbm_headroom, (int, float)) and math.isfinite(hbm_headroom) and 0 <= hbm_headroom < 1):
+        problems.append(Problem("--hbm-headroom", hbm_headroom, "a fraction of HBM to leave free, 0 <= x < 1 "
+                                                                "(0.05: a layout may use 95 %)"))
+    if objective not in search.OBJECTIVES:
+        problems.append(Problem("--objective", objective, "one of: " + ", ".join(search.OBJECTIVES)))
+    if objective == "time_to_train" and tokens is None:
+        problems.append(Problem("--tokens", "<missing>", "a number of tokens > 0 with --objective time_to_train"))
+    if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
+        problems.append(Problem("--tokens", tokens, "a number of tokens > 0, e.g. 15e12"))
+    if max_usd_per_hour is not None and not (math.isfinite(max_usd_per_hour) and max_usd_per_hour > 0):
+        problems.append(Problem("--max-usd-per-hour", max_usd_per_hour, "a number of US dollars > 0"))
+    if not 1 <= top <= MAX_TOP:
+        problems.append(Problem("--top", top, f"an integer from 1 to {MAX_TOP} (each is replayed with `run`; "
+                                              f"plan.csv ranks every layout)"))
+    unpriced = [t for t, usd in prices.items() if usd is None]
+    if unpriced and (objective == "usd_per_million_tokens" or max_usd_per_hour is not None):
+        flag = "--objective" if objective == "usd_per_million_tokens" else "--max-usd-per-hour"
+        own = base.cluster.instance in unpriced
+        problems.append(Problem(flag, objective if flag == "--objective" else max_usd_per_hour,
+                                f"a price for every instance type searched, and {', '.join(unpriced)} has "
+                                f"{NO_PRICE}" + (f" (the scenario's {base.cluster.instance})" if own else "")
+                                + " or --price-per-hour TYPE=USD (e.g. "
+                                + ",".join(f"{t}=USD" for t in unpriced) + "); or rank by tokens_per_s or "
+                                "time_to_train"))
+    elif unpriced:
+        notes.append(f"{', '.join(unpriced)}: {NO_PRICE} (or --price-per-hour TYPE=USD): their layouts have no "
+                     f"cost")
+    ignored = sorted(set(given or {}) - set(prices))
+    if ignored:
+        notes.append(f"--price-per-hour: {', '.join(ignored)} not searched (--instance-types): its price is unused")
+    too_many = _beyond_largest_cluster(base, space)
+    if too_many:
+        problems.append(too_many)
+    elif not clusters(base, space):
+        problems.append(Problem("--instances", ",".join(map(str, space.instance_counts or ())),
+                                "instance counts the instance types can form (UltraServers: multiples of 4)"))
+    if problems:
+        raise ScenarioError(problems)
+    return notes
+
+
+def _beyond_largest_cluster(base: Scenario, space: SearchSpace) -> Problem | None:
+    """An instance count beyond the catalog's largest cluster of its instance type's chip, as the flag's problem."""
+    types = space.instance_types or (base.cluster.instance,)
+    counts = space.instance_counts or (base.cluster.instances,)
+    limit, kind = min((largest_cluster(INSTANCES[t]), t) for t in types)
+    over = [n for n in counts if n > limit]
+    if not over:
+        return None
+    spec = INSTANCES[kind]
+    given = over[0] if len(over) == 1 else ",".join(map(str, over))
+    return Problem("--instances" if space.instance_counts else "cluster.instances", given,
+                   f"instance counts up to {limit:,} for {kind} (the catalog's largest {spec.chip.name} cluster: "
+                   f"{ULTRACLUSTER_CHIPS[spec.chip.name]:,} chips, {spec.chips} per instance)")
+
+
+def _check_size(base: Scenario, space: SearchSpace, max_search_minutes: float) -> int:
+    """The layouts the search will price (`count_layouts`); a search whose estimated time, at the slowest
+    measured rate (SLOWEST_LAYOUTS_PER_CPU_S per CPU it can use: `plan_tasks.search_cpus`), exceeds
+    `max_search_minutes` is refused before it starts, naming its size and what to narrow."""
+    from ..actors import plan_tasks
+
+    cpus = plan_tasks.search_cpus()
+    rate = SLOWEST_LAYOUTS_PER_CPU_S * cpus
+    budget = int(max_search_minutes * 60 * rate)
+    n, counted = count_layouts(base, space, stop_above=budget)
+    if n <= budget:
+        return n
+    every = len(clusters(base, space))
+    total = n * every / counted                       # the clusters not counted, at the counted ones' mean
+    counts = space.instance_counts or (base.cluster.instances,)
+    flag = "--instances" if space.instance_counts else "--instance-types"
+    given = ",".join(map(str, counts)) if flag == "--instances" else ",".join(space.instance_types or ())
+    size = f"{n:,} layouts" if counted == every else \
+        f"{n:,} layouts in its first {counted:,} of {every:,} clusters (about {total:,.0f} in all)"
+    raise ScenarioError([Problem(flag, given, (
+        f"a search that ends within --max-search-minutes {max_search_minutes:g}: this one has {size}, about "
+        f"{duration(total / rate)} at {rate:,.0f} layouts/s ({cpus} CPU{'s' * (cpus != 1)}). Ask for fewer "
+        f"instance counts (a few sizes, e.g. {','.join(map(str, _few(counts)))}) or instance types, or allow it "
+        f"with --max-search-minutes {math.ceil(total / rate / 60)}"))])
+
+
+def _few(counts: tuple[int, ...], most: int = 5) -> list[int]:
+    """Up to `most` of the counts, spread from the smallest to the largest (a suggestion)."""
+    ordered = sorted(set(counts))
+    if len(ordered) <= most:
+        return ordered
+    picks = np.unique(np.geomspace(ordered[0], ordered[-1], most).round().astype(int))
+    return [min(ordered, key=lambda c: abs(c - p)) for p in picks]
