@@ -4,9 +4,9 @@ The full fit with its cross-validation and ablation takes about a minute (`pytho
 tests check what can go stale cheaply: the inputs the fit saw, the in-sample predictions, the generated page,
 that the committed factors are a minimum of the loss, and that no factor sits at a bound.
 """
-import importlib.util
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,10 +18,11 @@ REPO = FITTED.parents[2]
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("calibrate", REPO / "scripts" / "calibrate.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The fit's code (ultracluster.calibrate: training, shipped, page; scripts/calibrate.py runs it) as one namespace."""
+    from ultracluster.calibrate import page, shipped, training
+
+    return SimpleNamespace(**{k: v for mod in (training, shipped, page) for k, v in vars(mod).items()
+                              if not k.startswith("__")})
 
 
 @pytest.fixture(scope="module")
