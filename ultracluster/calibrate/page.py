@@ -154,3 +154,26 @@ def splice(doc: str, section: str) -> str:
     marker = "<!-- hand-written below: mechanisms and assumptions -->"
     tail = doc.split(marker, 1)[1] if marker in doc else "\n"
     return section + "\n" + marker + tail
+
+
+MEASUREMENTS = "measurements.csv"
+
+
+def measurements_file(data: Path) -> dict[Path, str]:
+    """`data/calibration/measurements.csv`: the published rows the fit uses, in the measurements format of
+    `ultracluster calibrate` (scenario, seq_per_s, note, pair), so the shipped fit can be reproduced by the command:
+    every Trn1 `table` and `log` row, the same-release `pair` rows (labelled by their release) and the Trainium2
+    `paper` row; not the `uncertain` ones."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["scenario", "seq_per_s", "note", "pair"])
+    for r in rows(data):
+        if r["quality"] == "uncertain":
+            continue
+        w.writerow([f"../../scenarios/calib-{r['layout']}.yaml", r["seq_per_s"],
+                    f"{r['stack']} {r['sdk']} ({r['id']}, {r['quality']})",
+                    f"{r['stack']} {r['sdk']}" if r["quality"] == "pair" else ""])
+    return {Path(data) / MEASUREMENTS: buf.getvalue()}
