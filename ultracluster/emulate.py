@@ -20,7 +20,8 @@ from . import operators as opslib
 from .actors.local import local_storage
 from .actors.shard import PAYLOAD_MAX_BYTES, payload_elements
 from .cluster import build_cluster, resolve_instances_per_actor
-from .cluster.calibration import Calibration, fitted
+from .cluster.calibration import Calibration
+from .cluster.profile import calibration_for
 from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records
@@ -47,7 +48,7 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     cluster = build_cluster(scenario, resolve_instances_per_actor(scenario, cpus),
-                            calibration or fitted())
+                            calibration_for(scenario, calibration))   # the scenario's profile, else the fit
     library = opslib.library_for(scenario)
     layout, t = cluster.layout, scenario.training
     programs = stage_programs(scenario.parallelism.pp_schedule, layout.pp, microbatches(scenario),

@@ -145,8 +145,6 @@ def _noise(groups: dict[str, Group], public_spread: float) -> tuple[float, int]:
 
 
 def _document(measurements, rows, groups, terms, shipped, main: Fit, folds, kept, before, after) -> dict:
-    from .. import __name__ as package
-
     cv_public, spread_public = _shipped_evidence()
     sigma, repeats = _noise(groups, spread_public)
     loo_logs = {}
@@ -187,7 +185,7 @@ def _document(measurements, rows, groups, terms, shipped, main: Fit, folds, kept
     notes = sorted({r.note for r in rows if r.note})
     return {
         "format": fmt.FORMAT, "version": fmt.VERSION,
-        "written_by": f"{package} calibrate",
+        "written_by": f"ultracluster {_version()} calibrate",
         "measurements": str(measurements),
         "shipped_calibration": {"inputs_sha256": load_fitted().documents[FITTED.name].get("inputs_sha256"),
                                 "factors": shipped},
@@ -217,6 +215,15 @@ def _document(measurements, rows, groups, terms, shipped, main: Fit, folds, kept
         "software": {"notes": notes},
         "rows": out_rows,
     }
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ultracluster")
+    except PackageNotFoundError:        # a checkout on sys.path, not installed
+        return "(not installed)"
 
 
 def _term_error(t, groups, steps: dict[str, float]) -> float:

@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..cluster.calibration import Calibration
 from ..cluster.catalog import INSTANCES
+from ..cluster.profile import calibration_for
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario, load_scenario
 from ..layouts import search
@@ -135,7 +136,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
             runs/top-N/); None: nothing written.
         address: Ray cluster to spread the search and the replays over (None: RAY_ADDRESS, a Ray running in
             this process, or this process, with an embedded Ray only where it is faster).
-        calibration: named calibration factors (default: the fitted ones).
+        calibration: named calibration factors (default: the scenario's calibration profile, else the fitted ones).
         replay: replay the top layouts with `run` (the exact numbers).
         log: progress lines (stderr in the CLI).
 
@@ -147,6 +148,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     """
     log = log or (lambda _: None)
     base = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    calibration = calibration_for(base, calibration)     # the scenario's calibration profile, else the fit
     notes = _check_options(base, space, objective, tokens, max_usd_per_hour, top)
     t0 = time.perf_counter()
     table = enumerate_layouts(base, space)

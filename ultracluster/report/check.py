@@ -52,7 +52,8 @@ SUMMARY_FIELDS = {
 #: HBM capacity, and the warnings (figures that are 0 because their model is off).
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" for k in COMM_KINDS
-                                                    for p in ("exposed", "hidden")}, "warnings": "list"}
+                                                    for p in ("exposed", "hidden")}, "warnings": "list",
+                   "calibration_profile": "str?"}
 
 #: Columns of steps.csv the contract names (a run writes more); breakdown.csv has the same less the ids.
 STEP_COLUMNS = ("step", "warmup", "step_time_s", *BREAKDOWN)
