@@ -328,9 +328,11 @@ def _calibrate(args) -> int:
          "a CSV or YAML file of measured runs, or --check PROFILE.json"),
         (not args.check and args.measurements and not args.out, "--out", "<missing>",
          "the profile to write, e.g. --out my-cluster.json")) if bad]
+    for prob in usage:
+        print(f"error: {prob}", file=sys.stderr)
+    if usage:
+        return EXIT_BAD_INPUT
     try:
-        if usage:
-            raise ScenarioError(usage)
         if args.check:
             _, problems = check_profile(args.check)
             if problems:
