@@ -18,7 +18,8 @@ script then reports:
   their fit, and how a fixed set of Trn2 scenarios moves across that range;
 - ablation: each mechanism switched off in turn and the factors refitted: the error per layout.
 
-Writes `ultracluster/cluster/calibration.json` and `docs/calibration.md`. `--check` recomputes and exits 1
+Writes `ultracluster/cluster/calibration.json`, `docs/calibration.md`, `scenarios/calib-*.yaml` and
+`data/calibration/measurements.csv` (the public rows as `ultracluster calibrate` reads them). `--check` recomputes and exits 1
 when either file is stale (the full cross-validation takes a few minutes; the test suite checks the cheap
 parts, see tests/chip/test_calibration.py).
 
@@ -34,7 +35,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ultracluster.calibrate.page import outputs, scenario_files, splice  # noqa: E402
+from ultracluster.calibrate.page import measurements_file, outputs, scenario_files, splice  # noqa: E402
 from ultracluster.calibrate.training import DATA, DOC, FITTED  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def main() -> int:
     args = ap.parse_args()
     fitted, section = outputs(args.data)
     doc = splice(DOC.read_text() if DOC.exists() else "", section)
-    files = {FITTED: fitted, DOC: doc, **scenario_files(args.data)}
+    files = {FITTED: fitted, DOC: doc, **scenario_files(args.data), **measurements_file(args.data)}
     if args.check:
         stale = [p.name for p, text in files.items() if not p.exists() or p.read_text() != text]
         print("stale: " + ", ".join(stale) if stale else "calibration is up to date")

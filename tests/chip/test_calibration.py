@@ -48,7 +48,7 @@ def test_in_sample_predictions_and_page_are_current(script, committed, layouts, 
     doc = (REPO / "docs" / "calibration.md").read_text()
     assert script.splice(doc, script.render(committed, calibration_dir)) == doc, (
         "docs/calibration.md is stale: run python scripts/calibrate.py")
-    for path, text in script.scenario_files(calibration_dir).items():
+    for path, text in {**script.scenario_files(calibration_dir), **script.measurements_file(calibration_dir)}.items():
         assert path.read_text() == text, f"{path.name} is stale: run python scripts/calibrate.py"
 
 
