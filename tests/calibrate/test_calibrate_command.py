@@ -149,3 +149,16 @@ def test_sensitivity_flag(profile, scenarios_dir, tmp_path, capsys):
     assert main(["sensitivity", str(scenarios_dir / "calib-llama2-7b-tp8.yaml"), "--calibration",
                  str(tmp_path / "none.json"), "--out", str(out)]) == 2
     assert "calibration.profile" in capsys.readouterr().err
+
+
+def test_plan_prices_with_the_profile_and_its_top_layouts_carry_it(profile, scenarios_dir, tmp_path):
+    from ultracluster.plan import plan
+
+    shipped = plan(load_scenario(scenarios_dir / "smoke.yaml"), replay=False)
+    mine = plan(load_scenario(scenarios_dir / "smoke.yaml", ["calibration=" + json.dumps({"profile": str(profile)})]),
+                replay=False, out=tmp_path / "plan")
+    best = {r["label"]: r["step_time_s"] for r in shipped.top}
+    ratio = [r["step_time_s"] / best[r["label"]] for r in mine.top if r["label"] in best]
+    assert ratio and all(1.0 < x < 1.09 for x in ratio)          # the profile's slower TensorE, in every layout
+    top = load_scenario(tmp_path / "plan" / "top-1.yaml")            # written without nulls: the checksum holds
+    assert top.calibration.document["checksum"] == json.loads(profile.read_text())["checksum"]

@@ -32,9 +32,20 @@ class ProfileError(UltraclusterError):
     """A calibration profile cannot be used: unreadable, not a profile, damaged or edited. Bad input (exit 2)."""
 
 
+def _canonical(value: Any) -> Any:
+    """The content as the checksum sees it: mappings without their null values (a resolved scenario written as
+    YAML drops them: top-N.yaml), at any depth."""
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
 def checksum(doc: dict) -> str:
-    """sha256 of the profile's content without its `checksum` field, as canonical JSON (sorted keys, no spaces)."""
-    body = {k: v for k, v in doc.items() if k != "checksum"}
+    """sha256 of the profile's content without its `checksum` field and its null values, as canonical JSON (sorted
+    keys, no spaces)."""
+    body = _canonical({k: v for k, v in doc.items() if k != "checksum"})
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
