@@ -124,3 +124,27 @@ def test_weighted_quantile():
     assert weighted_quantile([1.0, 2.0, 3.0], [1, 1, 1], 0.5) == pytest.approx(2.0)
     assert weighted_quantile([1.0, 2.0, 3.0], [1, 1, 1], 0.8) == pytest.approx(2.9)     # midpoints 1/6, 1/2, 5/6
     assert weighted_quantile([3.0, 1.0], [3, 1], 0.5) == pytest.approx(2.5)              # midpoints 1/8, 5/8
+
+
+def test_yaml_rows_tokens_per_s_and_a_pair(tmp_path, scenarios_dir):
+    """A YAML file (`rows:`), a tokens_per_s row and a same-release pair, which enters only as its ratio."""
+    small, large = scenarios_dir / "calib-gpt3-6.7b-tp8-1node.yaml", scenarios_dir / "calib-gpt3-6.7b-tp8.yaml"
+    s_small, s_large = load_scenario(small), load_scenario(large)
+    t_small, t_large = _step(small), _step(large)
+    predicted = (s_large.training.global_batch / t_large / 16) / (s_small.training.global_batch / t_small / 1)
+    # the pair measured 5 % worse scaling than the model's, at an arbitrary absolute level (another release)
+    seq_small = 0.7 * s_small.training.global_batch / t_small
+    seq_large = 0.95 * predicted * seq_small * 16
+    (tmp_path / "m.yaml").write_text(
+        "rows:\n"
+        f"  - {{scenario: {small}, seq_per_s: {seq_small!r}, pair: old-release}}\n"
+        f"  - {{scenario: {large}, seq_per_s: {seq_large!r}, pair: old-release}}\n"
+        f"  - {{scenario: {large}, tokens_per_s: {s_large.tokens_per_step / t_large!r}, note: today}}\n")
+    p = calibrate(tmp_path / "m.yaml").profile
+    kinds = {t["kind"]: t for t in p["terms"]}
+    assert sorted(kinds) == ["median", "scaling"] and kinds["scaling"]["rows"] == [1, 2]
+    assert kinds["scaling"]["error_before_pct"] == pytest.approx(100 * (1 / 0.95 - 1), abs=0.01)
+    assert kinds["median"]["error_before_pct"] == pytest.approx(0.0, abs=1e-6)   # the tokens/s row is the model's
+    assert p["rows"][0]["pair"] == "old-release" and p["rows"][0]["loo_error_pct"] is None   # pair-only scenario
+    # the 30 % miss of the pair's absolute level moved nothing: only the ratio entered
+    assert abs(p["rows"][2]["error_after_pct"]) < 3
