@@ -19,6 +19,16 @@ def _fmt_pct(v) -> str:
     return "–" if v is None else f"{v:+.1f} %"
 
 
+def _ticks(lo: float, hi: float) -> list[float]:
+    """Log-axis ticks between 10^lo and 10^hi: 1, 2, 5 x a power of ten, or only the powers when that is too many."""
+    for mantissas in ((1, 2, 5), (1, 3), (1,)):
+        ticks = [m * 10.0 ** e for e in range(math.floor(lo) - 1, math.ceil(hi) + 1) for m in mantissas
+                 if lo <= math.log10(m * 10.0 ** e) <= hi]
+        if len(ticks) <= 8:
+            return ticks
+    return ticks
+
+
 def _scatter(rows: list[dict]) -> str:
     pts = [(r["step_time_s"], r[k]) for r in rows for k in ("predicted_before_s", "predicted_after_s", "loo_predicted_s")
            if r.get(k)]
@@ -40,15 +50,9 @@ def _scatter(rows: list[dict]) -> str:
     out.append('<polygon fill="#e8f0e8" points="' + " ".join(f"{x(a):.1f},{y(b):.1f}" for a, b in band) + '"/>')
     out.append(f'<line x1="{x(10 ** lo):.1f}" y1="{y(10 ** lo):.1f}" x2="{x(10 ** hi):.1f}" y2="{y(10 ** hi):.1f}" '
                'stroke="#888" stroke-dasharray="4 3"/>')
-    span = hi - lo
-    decade = 10 ** math.floor(math.log10(span / 4)) if span > 0 else 1
-    step = next(s * decade for s in (1, 2, 5, 10) if span / (s * decade) <= 6)
-    t = math.ceil(lo / step) * step
-    while t <= hi + 1e-12:
-        v = 10 ** t
-        out.append(f'<text class="tick" x="{x(v):.1f}" y="{H - PAD + 16}" text-anchor="middle">{v:.3g}</text>')
-        out.append(f'<text class="tick" x="{PAD - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
-        t += step
+    for v in _ticks(lo, hi):
+        out.append(f'<text class="tick" x="{x(v):.1f}" y="{H - PAD + 16}" text-anchor="middle">{v:g}</text>')
+        out.append(f'<text class="tick" x="{PAD - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
     out.append(f'<text class="axis" x="{(W + PAD) / 2:.0f}" y="{H - 14}" text-anchor="middle">measured step time (s)</text>')
     out.append(f'<text class="axis" transform="translate(14,{(H - PAD) / 2:.0f}) rotate(-90)" '
                'text-anchor="middle">predicted step time (s)</text>')
@@ -122,7 +126,7 @@ profile is ±{ev['half_width_pct']:.1f} %. Checksum <code>{escape(doc['checksum'
 <p class="legend">{legend}<span><i style="background:#e8f0e8"></i>within 10 %</span></p>
 <div class="wide">{_scatter(doc['rows'])}</div>
 <h2>Rows</h2><p class="note">Error: predicted step time / measured - 1. A pair's rows enter the fit only as the
-ratio of their per-instance throughputs.</p>{_rows(doc)}
+ratio of their per-instance throughputs.</p><div class="wide">{_rows(doc)}</div>
 <h2>Software</h2><p>{escape('; '.join(doc['software']['notes']) or 'no notes given')}</p>
 </body></html>
 """

@@ -79,7 +79,7 @@ def format_text(doc: dict, wall_s: float | None = None, priced: int | None = Non
         lines += ["", f"leave-one-out over {ev['loo_terms']} scenario(s): median |error| {ev['loo_median_abs_pct']:.1f} %, "
                       f"worst {ev['loo_worst_abs_pct']:.1f} % (each scenario predicted from a fit without its rows)"]
     lines.append(f"80 % interval of a prediction with this profile: ±{ev['half_width_pct']:.1f} % on its rows' chips "
-                 f"(fit {100 * ev['fit_log']:.1f} %, run-to-run {100 * ev['release_sigma']:.1f} %; "
+                 f"(fit {100 * ev['fit_log']:.1f} %, between runs {100 * ev['release_sigma']:.1f} %; "
                  f"docs/uncertainty.md)")
     return "\n".join(lines)
 
