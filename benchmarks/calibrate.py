@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """`ultracluster calibrate` on the public data: the learning curve, and how long a 10-row calibration takes.
 
-Learning curve: calibrate on k = 1, 2, 3 of the six fitted Trn1 layouts of data/calibration/measurements.csv,
-small runs first as a user would (fewest instances, then the smallest model), each layout with its published rows
-(their median, as the shipped fit takes it), and predict the layouts left out: the median and worst |error| of
-their step time against their published median, beside the shipped calibration's on the same layouts. The shipped
-fit saw every layout (it is the prior the profile is regularised toward), so its in-sample errors are a floor;
-its leave-one-layout-out errors (calibration.json) are the fair baseline.
+Learning curve (`ultracluster.calibrate.curve`; docs/performance.md quotes it through scripts/doc_tables.py):
+calibrate on k = 1, 2, 3 of the six fitted Trn1 layouts of data/calibration/measurements.csv, small runs first as
+a user would (fewest instances, then the smallest model), each layout with its published rows (their median, as
+the shipped fit takes it), and predict the layouts left out: the median and worst |error| of their step time
+against their published median, beside the shipped calibration's on the same layouts. The shipped fit saw every
+layout (it is the prior the profile is regularised toward), so its in-sample errors are a floor; its
+leave-one-layout-out errors (calibration.json) are the fair baseline.
 
 Timing: `ultracluster calibrate` of 10 public rows (up to two rows of each layout, small first) end to end, as a command
 (a fresh process: imports, reading and validating the scenarios, the fit, the files), median of the repeats.
@@ -16,7 +17,6 @@ Prints two tables and the machine. Usage: python benchmarks/calibrate.py [--repe
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import platform
@@ -31,82 +31,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ultracluster.calibrate.command import calibrate  # noqa: E402
-from ultracluster.cluster.calibration import FITTED, fitted, load_fitted  # noqa: E402
-from ultracluster.cluster.profile import calibration_of  # noqa: E402
-from ultracluster.scenario import load_scenario  # noqa: E402
-
-DATA = REPO / "data" / "calibration" / "measurements.csv"
-TRN1_FITTED = ("gpt3-6.7b-tp8", "llama2-7b-tp8", "llama2-7b-tp8-nemo-full", "llama31-8b-tp32", "gpt3-23b-tp8pp4",
-               "gpt3-175b-tp32pp8")
-
-
-def public_rows() -> list[dict]:
-    with open(DATA, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        r["scenario"] = str((DATA.parent / r["scenario"]).resolve())
-        r["layout"] = Path(r["scenario"]).stem.removeprefix("calib-")
-    return rows
-
-
-def small_first(layouts) -> list[str]:
-    """Fewest instances first, then the fewest model parameters (weights of one replica: layers x hidden^2)."""
-    def size(name: str):
-        sc = load_scenario(REPO / "scenarios" / f"calib-{name}.yaml")
-        return sc.cluster.instances, sc.model.layers * sc.model.hidden ** 2, name
-    return sorted(layouts, key=size)
-
-
-def write(rows: list[dict], path: Path) -> Path:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["scenario", "seq_per_s", "note", "pair"], extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    return path
-
-
-def published_step(rows: list[dict], layout: str) -> tuple[float, object]:
-    mine = [r for r in rows if r["layout"] == layout and not r["pair"]]
-    sc = load_scenario(mine[0]["scenario"])
-    return sc.training.global_batch / statistics.median(float(r["seq_per_s"]) for r in mine), sc
-
-
-def step_error(sc, cal, target_s: float) -> float:
-    from ultracluster.uncertainty import _one_step, _replayed
-
-    return 100 * (_replayed(_one_step(sc), cal) / target_s - 1)
-
-
-def learning_curve(tmp: Path) -> list[dict]:
-    rows = public_rows()
-    order = small_first(TRN1_FITTED)
-    doc = load_fitted().documents[FITTED.name]
-    out = []
-    for k in (1, 2, 3):
-        chosen, held = order[:k], order[k:]
-        done = calibrate(write([r for r in rows if r["layout"] in chosen and not r["pair"]], tmp / f"k{k}.csv"))
-        cal = calibration_of(done.profile)
-        errs, shipped, cv = [], [], []
-        for name in held:
-            target, sc = published_step(rows, name)
-            errs.append(abs(step_error(sc, cal, target)))
-            shipped.append(abs(step_error(sc, fitted(), target)))
-            cv.append(abs(100 * (1 / (1 + doc["layouts"][name]["cv_error_pct"] / 100) - 1)))
-        out.append({"k": k, "calibrated on": ", ".join(chosen), "fitted": ", ".join(done.profile["fitted"]) or "none",
-                    "predicted": len(held), "median %": statistics.median(errs), "worst %": max(errs),
-                    "shipped median %": statistics.median(shipped), "shipped worst %": max(shipped),
-                    "shipped LOO median %": statistics.median(cv), "shipped LOO worst %": max(cv),
-                    "wall s": done.wall_s})
-    return out
+from ultracluster.calibrate.curve import learning_curve, public_rows, small_first, write_rows  # noqa: E402
 
 
 def timing(tmp: Path, repeats: int) -> dict:
     rows = public_rows()
     ten = []
-    for name in small_first(TRN1_FITTED):
+    for name in small_first():
         ten += [r for r in rows if r["layout"] == name and not r["pair"]][:2]
     ten = ten[:10]
-    path = write(ten, tmp / "ten.csv")
+    path = write_rows(ten, tmp / "ten.csv")
     walls = []
     for i in range(repeats):
         t0 = time.perf_counter()
@@ -134,7 +68,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        curve = learning_curve(Path(tmp))
+        curve = [{"k": c["k"], "calibrated on": ", ".join(c["calibrated_on"]), "fitted": ", ".join(c["fitted"]),
+                  "predicted": len(c["predicted"]), "median %": c["median_pct"], "worst %": c["worst_pct"],
+                  "shipped median %": c["shipped_median_pct"], "shipped worst %": c["shipped_worst_pct"],
+                  "shipped LOO median %": c["shipped_loo_median_pct"], "shipped LOO worst %": c["shipped_loo_worst_pct"],
+                  "wall s": c["wall_s"]} for c in learning_curve()]
         speed = timing(Path(tmp), args.repeats)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load average {load:.1f}, Python "
