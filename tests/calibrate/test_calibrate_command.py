@@ -136,6 +136,14 @@ def test_run_names_the_profile_in_its_summary(profile, scenarios_dir, tmp_path):
     te = json.loads(profile.read_text())["factors"]["tensor_efficiency"]
     assert te < fitted().tensor_efficiency and s["compute_s"] > plain.summary["compute_s"]
     assert check_run_dir(tmp_path / "run") == []
+    from ultracluster.report import Report
+    from ultracluster.report.table import compare_keys
+
+    back = Report.from_run_dir(tmp_path / "run").summary
+    assert back["calibration_profile"] == path
+    keys = compare_keys([back, plain.summary])               # compare shows which calibration each run used
+    assert keys.index("calibration_profile") == keys.index("feasible") - 1
+    assert "calibration_profile" not in compare_keys([plain.summary, plain.summary])
     resolved = load_scenario(json.loads((tmp_path / "run" / "scenario.json").read_text()))   # carries the profile
     assert resolved.calibration.document["checksum"] == json.loads(profile.read_text())["checksum"]
 
