@@ -109,6 +109,8 @@ def test_a_trn2_row_fits_the_trn2_scale_and_keeps_the_trn1_factors(tmp_path, sce
     path = scenarios_dir / "calib-axlearn-llama2-70b-trn2-64.yaml"
     p = calibrate(_write(tmp_path / "t.csv", [{"scenario": str(path), "step_time_s": 0.95 * _step(path)}])).profile
     assert p["fitted"] == ["in_graph_sync_scale_trn2"]
+    assert p["kept"]["in_graph_sync_s"]["why"].startswith("no Trainium (trn1) row")
+    assert p["kept"]["tensor_efficiency"]["why"].startswith("1 measured term(s) identify at most 1 factor(s)")
     assert p["factors"]["tensor_efficiency"] == SHIPPED["tensor_efficiency"]
     assert p["factors"]["in_graph_sync_scale_trn2"] < SHIPPED["in_graph_sync_scale_trn2"]
     lo, hi = p["ranges"]["in_graph_sync_scale_trn2"]

@@ -75,6 +75,8 @@ def _shipped_evidence() -> tuple[list[float], float]:
 
 def calibrate(measurements: str | Path, log=None) -> Calibrated:
     """Fit the factors the measured rows identify; the profile document (not written: `write_profile`)."""
+    from ..uncertainty import step_times
+
     t0 = time.perf_counter()
     log = log or (lambda _: None)
     rows = read_measurements(measurements)
@@ -84,8 +86,6 @@ def calibrate(measurements: str | Path, log=None) -> Calibrated:
     log(f"calibrate: {len(rows)} row(s) of {len(groups)} scenario(s); replaying each at the shipped fit")
     before: dict[str, float] = {}
     problems = []
-    from ..uncertainty import step_times
-
     correction = {}
     for key, g in groups.items():
         s = _replay(g.scenario, base)

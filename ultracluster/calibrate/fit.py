@@ -44,6 +44,10 @@ CANDIDATES = {
 PRIORITY = {TRN1: ("tensor_efficiency", "in_graph_sync_s"),
             TRN2: ("in_graph_sync_scale_trn2", "tensor_efficiency"),
             TRN3: ("tensor_efficiency", "in_graph_sync_scale_trn2")}
+# why a factor is not even a candidate for the rows' generations
+NOT_IN_ORDER = {"in_graph_sync_scale_trn2": "no Trainium2 or Trainium3 row",
+                "in_graph_sync_s": "no Trainium (trn1) row: on Trainium2 and 3 it acts only through its product with "
+                                   "in_graph_sync_scale_trn2, which those rows fit instead"}
 PENALTY = (0.05 / math.log(2)) ** 2     # a factor x2 away from the shipped fit weighs like a 5 % miss on one term
 MIN_SENSITIVITY = 0.05                  # d log(step) / d log(factor) of at least one term
 MIN_INDEPENDENT = 0.3                   # share of a factor's column not explained by the factors already taken
@@ -280,8 +284,7 @@ def identify(terms: list[Term], groups: dict[str, Group], jac: np.ndarray, names
     kept: dict[str, str] = {}
     for k in names:
         if k not in order:
-            kept[k] = ("no row on a chip it acts on" if k != "in_graph_sync_scale_trn2"
-                       else "no Trainium2 or Trainium3 row")
+            kept[k] = NOT_IN_ORDER.get(k, "no row on a chip it acts on")
     for k in order:
         col = jac[:, names.index(k)] if terms else np.zeros(0)
         if len(chosen) >= len(terms):
