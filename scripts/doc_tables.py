@@ -190,8 +190,17 @@ def plan_largest_clusters() -> str:
     return "\n".join(rows) + "\n"
 
 
-GENERATORS = {"trn2-whatifs": trn2_whatifs, "trn2-factors": trn2_factors, "scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary, "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust, "uncertainty-examples": uncertainty_examples,
-              "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn,
+def calibrate_curve() -> str:
+    """docs/performance.md: `ultracluster calibrate` on the k smallest public Trn1 layouts, the others predicted."""
+    from ultracluster.calibrate.curve import curve_table, learning_curve
+
+    return curve_table(learning_curve())
+
+
+GENERATORS = {"calibrate-curve": calibrate_curve, "trn2-whatifs": trn2_whatifs, "trn2-factors": trn2_factors,
+              "scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary,
+              "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust,
+              "uncertainty-examples": uncertainty_examples, "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn,
               "plan-largest-clusters": plan_largest_clusters}
 
 

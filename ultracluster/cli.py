@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="run directory (default runs/<scenario name>)")
     r.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else an embedded local Ray)")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a field")
+    r.add_argument("--calibration", dest="calibration_profile", metavar="PROFILE.json",
+                    help="a calibration profile from `ultracluster calibrate` instead of the shipped fit")
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
     r.add_argument("--json", action="store_true", help="print summary.json instead of the table")
     r.add_argument("--hours", type=float, metavar="H",
@@ -74,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--address", help="Ray cluster to spread the search over (default: RAY_ADDRESS, else this "
                                       "process, or an embedded Ray where that is faster)")
     pl.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a field")
+    pl.add_argument("--calibration", dest="calibration_profile", metavar="PROFILE.json",
+                    help="a calibration profile from `ultracluster calibrate` instead of the shipped fit")
     pl.add_argument("--quiet", action="store_true", help="print nothing but errors")
     pl.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour over the "
                     "catalog: USD for the scenario's type (as cluster.price_per_hour_usd), TYPE=USD for any")
@@ -105,7 +109,17 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("scenario", help="scenario YAML")
     sv.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a field")
     sv.add_argument("--out", help="directory for sensitivity.csv and sensitivity.html (default runs/<name>-sensitivity)")
+    sv.add_argument("--calibration", dest="calibration_profile", metavar="PROFILE.json",
+                    help="a calibration profile from `ultracluster calibrate` instead of the shipped fit")
     sv.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    cb = sub.add_parser("calibrate", help="fit the model's free factors to your measured runs (a profile for "
+                                          "--calibration); or re-verify a profile with --check")
+    cb.add_argument("measurements", nargs="?", metavar="MEASUREMENTS",
+                    help="CSV or YAML: one row per measured run (scenario, one of step_time_s, seq_per_s, "
+                         "tokens_per_s; note, pair)")
+    cb.add_argument("--out", metavar="PROFILE.json", help="the profile to write (calibrate.html beside it)")
+    cb.add_argument("--check", metavar="PROFILE.json", help="re-verify a profile against its own rows")
+    cb.add_argument("--quiet", action="store_true", help="print nothing but errors")
     k = sub.add_parser("check", help="check a run directory against the output contract (docs/design.md)")
     k.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `ultracluster run`")
     sub.add_parser("schema", help="print the JSON Schema of scenario files (for editors; scenario.schema.json)")
@@ -332,12 +346,66 @@ def _sensitivity(scenario, args) -> int:
     return EXIT_OK
 
 
+def _calibrate(args) -> int:
+    """`calibrate MEASUREMENTS --out PROFILE.json`: fit and write; `calibrate --check PROFILE.json`: re-verify
+    (0 ok, 1 it does not re-verify, 2 unreadable, damaged or edited)."""
+    from .calibrate.command import calibrate
+    from .calibrate.output import check_profile, format_text, write_profile
+    from .cluster.profile import ProfileError
+
+    usage = [Problem(flag, given, allowed) for bad, flag, given, allowed in (
+        (args.check and (args.measurements or args.out), "--check", args.check,
+         "alone: `calibrate --check PROFILE.json` (without MEASUREMENTS or --out)"),
+        (not args.check and not args.measurements, "MEASUREMENTS", "<missing>",
+         "a CSV or YAML file of measured runs, or --check PROFILE.json"),
+        (not args.check and args.measurements and not args.out, "--out", "<missing>",
+         "the profile to write, e.g. --out my-cluster.json")) if bad]
+    for prob in usage:
+        print(f"error: {prob}", file=sys.stderr)
+    if usage:
+        return EXIT_BAD_INPUT
+    try:
+        if args.check:
+            _, problems = check_profile(args.check)
+            if problems:
+                print(f"{args.check}: {len(problems)} problem(s):", file=sys.stderr)
+                _print_list(problems)
+                return EXIT_CONTRACT
+            print(f"ok: {args.check} re-verifies: its rows re-predict with its factors, which are their fit")
+            return EXIT_OK
+        say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
+        with _signals_end_the_run():
+            done = calibrate(args.measurements, log=say)
+        profile, page = write_profile(done.profile, args.out)
+    except ScenarioError as err:
+        src = f" {shorten_text(err.source)}" if getattr(err, "source", None) else ""
+        print(f"error: measurements{src} have {len(err.problems)} problem(s); nothing written:", file=sys.stderr)
+        _print_list(err.problems)
+        return EXIT_BAD_INPUT
+    except ProfileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt as stop:
+        stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
+        print(f"calibrate interrupted ({stop.signal_name}); nothing written", file=sys.stderr)
+        return stop.exit_code
+    except UltraclusterError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_RUNTIME
+    if not args.quiet:
+        print(format_text(done.profile, done.wall_s, done.settings_priced))
+        print(f"wrote {profile}, {page}")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("report", "compare"):
         return _render(args)
     if args.command == "check":
         return _check(args.run_dir)
+    if args.command == "calibrate":
+        return _calibrate(args)
     if args.command == "schema":
         from .scenario.file_schema import render
         sys.stdout.write(render())
@@ -364,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_INPUT
         if plain is not None:
             args.set.append(f"cluster.price_per_hour_usd={plain!r}")
+    if getattr(args, "calibration_profile", None):    # the flag is the scenario key, relative to here
+        args.set = [*args.set, "calibration=" + json.dumps({"profile": str(Path(args.calibration_profile).absolute())})]
     try:
         scenario = load_scenario(args.scenario, args.set)
         if args.command == "run" and scenario.cluster.instance in by_type and \

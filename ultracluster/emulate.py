@@ -21,8 +21,9 @@ from . import operators as opslib
 from .actors.local import local_storage
 from .actors.shard import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
 from .cluster import Capacity, build_cluster, fold
-from .cluster.calibration import Calibration, fitted
+from .cluster.calibration import Calibration
 from .cluster.catalog import price_per_hour
+from .cluster.profile import calibration_for
 from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records
@@ -55,7 +56,8 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
     folding = fold(scenario, capacity, actor_bytes(scenario) if capacity is not None else None)
     if folding.note:
         log.warning(folding.note)
-    cluster = build_cluster(scenario, folding.instances_per_actor, calibration or fitted())
+    cluster = build_cluster(scenario, folding.instances_per_actor,
+                            calibration_for(scenario, calibration))   # the scenario's profile, else the fit
     library = opslib.library_for(scenario)
     layout, t = cluster.layout, scenario.training
     programs = stage_programs(scenario.parallelism.pp_schedule, layout.pp, microbatches(scenario),

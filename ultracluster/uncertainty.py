@@ -42,6 +42,11 @@ class Evidence:
 
     fit_log: float          # 80th percentile of |leave-one-layout-out log error| over the fitted layouts
     release_sigma: float    # between-release standard deviation of log seq/s
+    ranges: tuple[tuple[str, float, float], ...] = ()    # a profile's fitted factors: (name, low, high) replaces
+                                                         # the factor's uncertain range (never excluding its value)
+    label: str = "fit (leave-one-layout-out residuals)"   # what the fit part is, and where it is documented
+    source: str = "docs/calibration.md"
+    release_label: str = "Neuron releases (between-release spread)"   # what the software part is
 
     @property
     def half_width_log(self) -> float:
@@ -61,6 +66,20 @@ def evidence() -> Evidence:
     cv = [abs(math.log1p(v["cv_error_pct"] / 100)) for v in doc["layouts"].values() if "cv_error_pct" in v]
     return Evidence(fit_log=float(np.quantile(cv, 0.8)) if cv else 0.0,
                     release_sigma=float(doc.get("release_spread", 0.0)))
+
+
+def profile_evidence(scenario) -> Evidence | None:
+    """The evidence of the calibration profile a scenario carries (`calibration.profile`): its own leave-one-out
+    residuals, its rows' run-to-run spread and its fitted factors' identifiable ranges; None without a profile."""
+    from .cluster.profile import evidence_of, scenario_profile
+
+    doc = scenario_profile(scenario)
+    if not doc:
+        return None
+    fit_log, sigma, ranges = evidence_of(doc)
+    return Evidence(fit_log=fit_log, release_sigma=sigma, ranges=tuple((k, lo, hi) for k, (lo, hi) in ranges.items()),
+                    label="fit (the profile's leave-one-out residuals)", source=str(scenario.calibration.profile),
+                    release_label="between runs (the profile's repeats, else releases)")
 
 
 def chip_factors(generation: str, calibration: Calibration | None = None) -> list[UncertainFactor]:
@@ -127,13 +146,15 @@ def extrapolation_log(axes: list[str]) -> float:
     return math.sqrt(len(axes)) * math.log1p(worst / 100)
 
 
-def factors_for(cluster, pinned: bool = True) -> list[UncertainFactor]:
+def factors_for(cluster, pinned: bool = True, ranges: tuple = ()) -> list[UncertainFactor]:
     """Every uncertain factor that applies to the cluster's chip. On Trainium2, with `pinned`, each range is
     narrowed to the part over which the published Trn2 row stays within its release spread
-    (calibration.json "trn2" "pinned", scripts/calibrate.py), never excluding the factor's central value."""
+    (calibration.json "trn2" "pinned", scripts/calibrate.py), never excluding the factor's central value.
+    `ranges` ((name, low, high), a calibration profile's fitted factors) narrow their factors the same way."""
     gen = cluster.chip.name
     out = chip_factors(gen, cluster.calibration) + for_generation(gen)
-    narrow = _fitted().get("trn2", {}).get("pinned", {}) if pinned and gen == TRN2 else {}
+    narrow = dict(_fitted().get("trn2", {}).get("pinned", {})) if pinned and gen == TRN2 else {}
+    narrow.update({name: [lo, hi] for name, lo, hi in ranges})
     if not narrow:
         return out
     cal = cluster.calibration
@@ -145,7 +166,8 @@ def factors_for(cluster, pinned: bool = True) -> list[UncertainFactor]:
         central = getattr(cal.network, f.name) if hasattr(cal.network, f.name) else getattr(cal, f.name)
         low, high = narrow[f.name]
         res.append(replace(f, low=min(max(f.low, low), central), high=max(min(f.high, high), central),
-                           why=f.why + "; narrowed to what the Trn2 row allows"))
+                           why=f.why + ("; narrowed to the calibration profile's identifiable range"
+                                        if any(f.name == r[0] for r in ranges) else "; narrowed to what the Trn2 row allows")))
     return res
 
 
@@ -178,6 +200,9 @@ class Interval:
     swings: list[FactorSwing] = field(default_factory=list)
     extrapolated: list[str] = field(default_factory=list)   # axes outside the calibrated domain (widened)
     mfu_best: float | None = None                             # the best published MFU of the chip generation
+    fit_label: str = Evidence.label       # what the fit part is (the shipped fit's or a profile's residuals)
+    fit_source: str = Evidence.source
+    release_label: str = Evidence.release_label
 
     def summary_keys(self, tokens_per_step: float) -> dict:
         return {"step_time_low_s": self.low_s, "step_time_high_s": self.high_s,
@@ -242,11 +267,12 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
             coverage check passes each fold's own).
     """
     from .cluster import build_cluster
+    from .cluster.profile import calibration_for
 
-    cal = calibration or fitted()
+    cal = calibration_for(scenario, calibration)      # the scenario's calibration profile, else the shipped fit
     cluster = build_cluster(scenario, 1, cal)
-    ev = evidence_ or evidence()
-    factors = factors_for(cluster)
+    ev = evidence_ or profile_evidence(scenario) or evidence()
+    factors = factors_for(cluster, ranges=ev.ranges)
     swings, slow, fast = [], {}, {}
     slow_log = fast_log = 0.0
     if factors:
@@ -268,8 +294,8 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
     return Interval(point_s=point_s, low_s=point_s * math.exp(-math.hypot(h, fast_log)),
                     high_s=point_s * math.exp(math.hypot(h, slow_log)), fit_log=ev.fit_log,
                     release_log=Z80 * ev.release_sigma, slow_log=slow_log, fast_log=fast_log,
-                    swings=sorted(swings, key=lambda s: -s.swing_s), extrapolated=axes,
-                    mfu_best=mfu_best(cluster.chip.name))
+                    swings=sorted(swings, key=lambda s: -s.swing_s), fit_label=ev.label, fit_source=ev.source,
+                    release_label=ev.release_label, extrapolated=axes, mfu_best=mfu_best(cluster.chip.name))
 
 
 def nan_keys() -> dict:
@@ -291,8 +317,9 @@ def sensitivity_rows(iv: Interval) -> list[dict]:
     rows = [{"factor": s.factor.name, "central": s.central, "low": s.factor.low, "high": s.factor.high,
              "step_time_at_low_s": s.step_low_s, "step_time_at_high_s": s.step_high_s, "swing_s": s.swing_s,
              "swing_pct": 100 * s.swing_s / base if base else float("nan"), "why": s.factor.why} for s in iv.swings]
-    for name, log, why in (("fit (leave-one-layout-out residuals)", iv.fit_log, "docs/calibration.md"),
-                           ("Neuron releases (between-release spread)", iv.release_log, "data/calibration")):
+    for name, log, why in ((iv.fit_label, iv.fit_log, iv.fit_source),
+                           (iv.release_label, iv.release_log, iv.fit_source if iv.fit_source != Evidence.source
+                            else "data/calibration")):
         lo, hi = base * math.exp(-log), base * math.exp(log)
         rows.append({"factor": name, "central": float("nan"), "low": float("nan"), "high": float("nan"),
                      "step_time_at_low_s": lo, "step_time_at_high_s": hi, "swing_s": hi - lo,

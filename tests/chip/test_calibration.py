@@ -6,6 +6,7 @@ that the committed factors are a minimum of the loss, and that no factor sits at
 """
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,8 +17,12 @@ REPO = FITTED.parents[2]
 
 
 @pytest.fixture(scope="module")
-def script(load_script):
-    return load_script("calibrate")
+def script():
+    """The fit's code (ultracluster.calibrate: training, shipped, page; scripts/calibrate.py runs it) as one namespace."""
+    from ultracluster.calibrate import page, shipped, training
+
+    return SimpleNamespace(**{k: v for mod in (training, shipped, page) for k, v in vars(mod).items()
+                              if not k.startswith("__")})
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +48,7 @@ def test_in_sample_predictions_and_page_are_current(script, committed, layouts, 
     doc = (REPO / "docs" / "calibration.md").read_text()
     assert script.splice(doc, script.render(committed, calibration_dir)) == doc, (
         "docs/calibration.md is stale: run python scripts/calibrate.py")
-    for path, text in script.scenario_files(calibration_dir).items():
+    for path, text in {**script.scenario_files(calibration_dir), **script.measurements_file(calibration_dir)}.items():
         assert path.read_text() == text, f"{path.name} is stale: run python scripts/calibrate.py"
 
 

@@ -62,6 +62,7 @@ def test_minimal_scenario_resolves_every_default(tmp_path: Path) -> None:
         "checkpoint": None,
         "faults": None,
         "emulation": {"instances_per_actor": "auto", "payload_scale": 1e-6},
+        "calibration": None,
         "operators": [],
     }
     assert s.ranks == 64 and s.tokens_per_step == 64 * 1024

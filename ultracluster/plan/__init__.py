@@ -23,6 +23,7 @@ import pandas as pd
 from ..actors.shard import actor_bytes
 from ..cluster import fold
 from ..cluster.calibration import Calibration
+from ..cluster.profile import calibration_for
 from ..scenario import Scenario, load_scenario
 from ..layouts import search
 from ..layouts.fast import LAYOUT_COLUMNS, Pricer
@@ -118,7 +119,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
             runs/top-N/); None: nothing written.
         address: Ray cluster to spread the search and the replays over (None: RAY_ADDRESS, a Ray running in
             this process, or this process, with an embedded Ray only where it is faster).
-        calibration: named calibration factors (default: the fitted ones).
+        calibration: named calibration factors (default: the scenario's calibration profile, else the fitted ones).
         replay: replay the top layouts with `run` (the exact numbers).
         log: progress lines (stderr in the CLI).
         max_search_minutes: a search estimated to take longer (its layouts counted before it starts, at the
@@ -148,6 +149,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     if out is not None and check_plan_dir(out, force):
         log(f"plan: replacing the earlier plan in {out} (--force)")
         notes.append(f"replaced an earlier plan in {out} (--force)")
+    calibration = calibration_for(base, calibration)     # the scenario's calibration profile, else the fit
     t0 = time.perf_counter()
     expected = _check_size(base, space, max_search_minutes)
     if progress is not None:

@@ -52,7 +52,8 @@ SUMMARY_FIELDS = {
 #: HBM capacity, and the warnings (figures that are 0 because their model is off).
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" for k in COMM_KINDS
-                                                    for p in ("exposed", "hidden")}, "warnings": "list"}
+                                                    for p in ("exposed", "hidden")}, "warnings": "list",
+                   "calibration_profile": "str?"}
 
 #: The axes `extrapolated` may name (ultracluster.uncertainty.extrapolated)
 EXTRAPOLATION_AXES = ("generation", "tp", "pp", "cp", "seq_len", "params_b", "zero", "recompute")

@@ -178,4 +178,6 @@ def summarize(result: RunResult) -> dict:
         # every collective kind, exposed (the breakdown's share) and hidden behind compute
         **(comm_by_kind(result, measured) if ok else dict.fromkeys(COMM_KEYS, NAN)),
         "warnings": warnings_for(result.scenario),
+        # the calibration profile the run used (`calibration.profile`, `--calibration`); None: the shipped fit
+        "calibration_profile": (result.scenario.get("calibration") or {}).get("profile"),
     }

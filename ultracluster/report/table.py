@@ -289,6 +289,8 @@ def format_summary(summary: dict) -> str:
         ("emulated by", f"{s.get('actors')} actors on {nodes} Ray node{'' if nodes == 1 else 's'}"),
         ("feasible", "yes" if s.get("feasible") else f"NO: {s.get('reason')}"),
     ]
+    if s.get("calibration_profile"):
+        rows.append(("calibration", f"profile {s['calibration_profile']}"))
     band = fmt_interval(s.get("step_time_low_s"), s.get("step_time_high_s"), step, "s")
     rows.append(("step time", f"{fmt(step, 'step_time_s')}" + (f" ({band})" if band else "")
                  + f"  ({s.get('steps_measured')} measured of {s.get('steps_replayed')} replayed)"))
@@ -326,7 +328,7 @@ COMPARE_KEYS = ("instance_type", "instances", "chips", "ranks", "layout", "feasi
 
 
 def compare_keys(summaries: list[dict]) -> list[str]:
-    """The fields the compare table shows: `COMPARE_KEYS`, with the exposed seconds of tp, cp and ep after
+    """The fields the compare table shows: `COMPARE_KEYS` (and `calibration_profile` when a run used one), with the exposed seconds of tp, cp and ep after
     `tp_comm_s` when a run splits it (`comm_kinds_shown`), and after `dp_comm_s` the hidden seconds of each
     kind that some run hides."""
     def some(key: str) -> bool:   # above float noise in some run
@@ -336,6 +338,8 @@ def compare_keys(summaries: list[dict]) -> list[str]:
     split = [f"comm_{k}_exposed_s" for k in ("tp", "cp", "ep") if k in shown]
     hidden = [f"comm_{k}_hidden_s" for k in ("tp", "cp", "ep", "pp", "dp") if some(f"comm_{k}_hidden_s")]
     keys = list(COMPARE_KEYS)
+    if any(s.get("calibration_profile") for s in summaries):      # which calibration each run used
+        keys.insert(keys.index("feasible"), "calibration_profile")
     tp, dp = keys.index("tp_comm_s") + 1, keys.index("dp_comm_s") + 1
     return keys[:tp] + split + keys[tp:dp] + hidden + keys[dp:]
 

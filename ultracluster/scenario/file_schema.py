@@ -7,7 +7,8 @@ validation:
 * derived values are optional: `model.kv_heads`, `parallelism.dp`, `parallelism.sequence_parallel`,
   `cluster.lnc`, `cluster.ultraserver`; a section left with no required key is optional itself;
 * the model's shape is required only without `model.preset`, whose names are listed;
-* `operators` lists library file paths (the resolved scenario inlines their contents);
+* `operators` lists library file paths (the resolved scenario inlines their contents), and
+  `calibration.profile` names a profile file (inlined likewise, as `calibration.document`);
 * checks written as validators are spelled out: `emulation.instances_per_actor` ("auto" or a count) and
   the published FSx throughput tiers of each `storage.deployment`.
 
@@ -75,6 +76,7 @@ def scenario_json_schema() -> dict[str, Any]:
     _storage_tiers(defs)
     defs["EmulationSpec"]["properties"]["instances_per_actor"].update(
         anyOf=[{"const": "auto"}, {"type": "integer", "minimum": 1}])
+    defs["CalibrationSpec"]["properties"].pop("document")      # filled by the loader, never written by hand
     operators = schema["properties"]["operators"]
     operators["items"] = {"type": "string", "description": "An operator library file (YAML), relative to the "
                                                            "scenario file."}

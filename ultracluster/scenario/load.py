@@ -54,6 +54,7 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
         raise ScenarioError(problems, where)
     problems += _apply_overrides(raw, overrides)
     problems += _inline_operators(raw, where)
+    problems += _inline_calibration(raw, where)
     preset_unknown = _apply_preset(raw)
     dp_given = _resolve(raw)
     try:
@@ -113,6 +114,28 @@ def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
         docs.append(doc)
     raw["operators"] = docs
     return problems
+
+
+def _inline_calibration(raw: dict[str, Any], where: str | None) -> list[Problem]:
+    """Read `calibration.profile` (relative to the scenario file) into `calibration.document`, verified against its
+    checksum; a document already there (a resolved scenario read again) is verified, not re-read."""
+    from ..cluster.profile import ProfileError, read_profile, verify
+
+    spec = raw.get("calibration")
+    if not isinstance(spec, dict) or not isinstance(spec.get("profile"), str) or not spec["profile"]:
+        return []                 # absent, or a shape the schema reports
+    entry = spec["profile"]
+    try:
+        if spec.get("document") is not None:
+            verify(spec["document"], f"calibration.document (of {entry})")
+        else:
+            base = Path(where).parent if where else Path.cwd()
+            path = Path(entry) if Path(entry).is_absolute() else base / entry
+            spec = raw["calibration"] = {**spec, "document": read_profile(path)}
+    except ProfileError as err:
+        return [Problem("calibration.profile", entry, f"a calibration profile written by `ultracluster calibrate`: "
+                                                      f"{err}")]
+    return []
 
 
 def _read(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None, list[Problem]]:

@@ -268,6 +268,18 @@ class EmulationSpec(_Spec):
     )
 
 
+class CalibrationSpec(_Spec):
+    """The calibration a run uses instead of the shipped fit: a profile written by `ultracluster calibrate`."""
+
+    profile: str = Field(min_length=1, max_length=4096,
+                         description="A calibration profile (JSON) written by `ultracluster calibrate`, relative to "
+                                     "the scenario file: its fitted factors replace the shipped fit's and its "
+                                     "leave-one-out residuals set the 80 % interval (docs/calibration.md).")
+    document: dict[str, Any] | None = Field(
+        None, description="Filled when the scenario is read: the profile's content, checked against its checksum "
+                          "(so a run carries it into scenario.json and to every node); not written by hand.")
+
+
 class Scenario(_Spec):
     """A resolved, validated scenario: every default filled, every derived value computed."""
 
@@ -282,6 +294,8 @@ class Scenario(_Spec):
     checkpoint: CheckpointSpec | None = Field(None, description="Periodic checkpoints; absent = none.")
     faults: FaultsSpec | None = Field(None, description="Stragglers and failures; absent = none.")
     emulation: EmulationSpec = Field(default_factory=EmulationSpec, description="How the emulator runs.")
+    calibration: CalibrationSpec | None = Field(
+        None, description="A calibration profile fitted to your own measured runs; absent = the shipped fit.")
     operators: list[dict[str, Any]] = Field(
         default_factory=list,
         description="Extra operator libraries (files, paths relative to the scenario file) whose operators add "

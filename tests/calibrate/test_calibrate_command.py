@@ -1,0 +1,172 @@
+"""`ultracluster calibrate` as a command: bad rows, the files it writes, `--check` of a good, a damaged, an edited
+and a forged profile, and a profile used by `sensitivity`, a run (`--calibration` and `calibration.profile`) and
+`plan`."""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+
+from ultracluster.calibrate.output import check_profile
+from ultracluster.cli import main
+from ultracluster.cluster import profile as fmt
+from ultracluster.cluster.calibration import fitted
+from ultracluster.scenario import load_scenario
+from ultracluster.uncertainty import Z80, _one_step, _replayed, interval
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory, scenarios_dir):
+    """A real two-row profile of two shipped scenarios, the user's cluster 8 % slower than the shipped fit."""
+    d = tmp_path_factory.mktemp("profile")
+    rows = []
+    for name in ("calib-llama2-7b-tp8.yaml", "calib-gpt3-6.7b-tp8.yaml"):
+        sc = load_scenario(scenarios_dir / name)
+        step = 1.08 * _replayed(_one_step(sc), fitted())
+        rows.append(f"{scenarios_dir / name},{sc.training.global_batch / step!r},my stack 2.21")
+    (d / "m.csv").write_text("scenario,seq_per_s,note\n" + "\n".join(rows) + "\n")
+    assert main(["calibrate", str(d / "m.csv"), "--out", str(d / "out" / "p.json"), "--quiet"]) == 0
+    return d / "out" / "p.json"
+
+
+def test_the_profile_and_its_page(profile):
+    doc = json.loads(profile.read_text())
+    assert doc["format"] == fmt.FORMAT and doc["checksum"] == fmt.checksum(doc)
+    assert doc["fitted"] == ["tensor_efficiency"] and len(doc["rows"]) == 2
+    assert all(abs(r["error_before_pct"] - 100 * (1 / 1.08 - 1)) < 1e-3 for r in doc["rows"])
+    after = [r["error_after_pct"] for r in doc["rows"]]       # one factor for two rows: their misses balance
+    assert after[0] * after[1] < 0 and max(map(abs, after)) < 2
+    page = (profile.parent / "calibrate.html").read_text()
+    assert "<svg" in page and page.count('r="4.5"') == 2 and page.count('r="5"') == 2    # after and before, per row
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//|url\(|@import""", page)
+    assert "tensor_efficiency" in page and doc["checksum"] in page
+
+
+def test_check_accepts_the_profile(profile, capsys):
+    assert main(["calibrate", "--check", str(profile)]) == 0
+    assert capsys.readouterr().out.startswith("ok: ")
+
+
+def test_check_refuses_a_damaged_or_edited_profile(profile, tmp_path, capsys):
+    text = profile.read_text()
+    (tmp_path / "cut.json").write_text(text[: len(text) // 2])
+    assert main(["calibrate", "--check", str(tmp_path / "cut.json")]) == 2
+    assert "not JSON" in capsys.readouterr().err
+    doc = json.loads(text)
+    doc["factors"]["tensor_efficiency"] = 0.5
+    (tmp_path / "edited.json").write_text(json.dumps(doc))
+    assert main(["calibrate", "--check", str(tmp_path / "edited.json")]) == 2
+    assert "checksum does not match" in capsys.readouterr().err
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert main(["calibrate", "--check", str(tmp_path / "list.json")]) == 2
+    assert "not a calibration profile (a JSON list" in capsys.readouterr().err
+
+
+def test_check_finds_a_forged_profile(profile, tmp_path, capsys):
+    """Edited and re-sealed (a new checksum): the rows no longer re-predict, or the factors are not their fit."""
+    doc = json.loads(profile.read_text())
+    doc["factors"]["tensor_efficiency"] = round(doc["factors"]["tensor_efficiency"] * 0.9, 3)
+    (tmp_path / "forged.json").write_text(json.dumps(fmt.seal(doc)))
+    assert main(["calibrate", "--check", str(tmp_path / "forged.json")]) == 1
+    assert "the model changed since the profile was fitted" in capsys.readouterr().err
+    for r in doc["rows"]:                             # forge the predictions too: still not the fit
+        sc = load_scenario(r["scenario_resolved"])
+        r["predicted_after_s"] = _replayed(_one_step(sc), fmt.calibration_of(doc))
+    (tmp_path / "forged2.json").write_text(json.dumps(fmt.seal(doc)))
+    _, problems = check_profile(tmp_path / "forged2.json")
+    assert len(problems) == 1 and "tensor_efficiency" in problems[0] and "not the fit" in problems[0]
+
+
+def test_bad_rows_are_named_and_nothing_is_written(tmp_path, scenarios_dir, capsys):
+    (tmp_path / "bad.yaml").write_text("name: bad\nmodel: {preset: llama2-7b}\ntraining: {seq_len: 4096}\n")
+    (tmp_path / "m.csv").write_text(
+        "scenario,step_time_s,seq_per_s,note\n"
+        f"{scenarios_dir / 'calib-llama2-7b-tp8.yaml'},10,90,two quantities\n"
+        f"{scenarios_dir / 'calib-llama2-7b-tp8.yaml'},-1,,negative\n"
+        "missing.yaml,10,,no such file\n"
+        "bad.yaml,10,,a scenario without a cluster\n")
+    out = tmp_path / "out" / "p.json"
+    assert main(["calibrate", str(tmp_path / "m.csv"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "row 1 (line 2): step_time_s / seq_per_s / tokens_per_s: given 'step_time_s, seq_per_s'" in err
+    assert "row 2 (line 3): step_time_s: given '-1'; allowed: a finite number > 0" in err
+    assert "row 3 (line 4): scenario missing.yaml: (file)" in err
+    assert "row 4 (line 5): scenario bad.yaml: cluster" in err
+    assert not out.parent.exists()
+    (tmp_path / "u.yaml").write_text(f"- {{scenario: {scenarios_dir / 'smoke.yaml'}, step_s: 1}}\n")
+    assert main(["calibrate", str(tmp_path / "u.yaml"), "--out", str(out)]) == 2
+    assert "row 1: step_s: given 1; allowed: no such field" in capsys.readouterr().err
+    assert main(["calibrate", str(tmp_path / "u.yaml")]) == 2
+    assert "error: --out: given '<missing>'; allowed: the profile to write" in capsys.readouterr().err
+
+
+def test_a_scenario_carries_the_profile_and_its_interval(profile, scenarios_dir, tmp_path):
+    """`calibration.profile` (relative to the scenario file): the profile's factors and its own interval."""
+    doc = json.loads(profile.read_text())
+    text = (scenarios_dir / "calib-llama2-7b-tp8.yaml").read_text()
+    (profile.parent / "mine.yaml").write_text(text + "calibration: {profile: p.json}\n")
+    sc = load_scenario(profile.parent / "mine.yaml")
+    assert sc.calibration.document == doc
+    step = _replayed(_one_step(sc), fmt.calibration_for(sc))
+    assert step == pytest.approx(doc["rows"][0]["predicted_after_s"], rel=1e-12)
+    iv = interval(sc, step)
+    half = math.hypot(doc["evidence"]["fit_log"], Z80 * doc["evidence"]["release_sigma"])
+    assert math.log(iv.high_s / step) == pytest.approx(math.hypot(half, iv.slow_log), rel=1e-9)
+    assert iv.fit_label == "fit (the profile's leave-one-out residuals)"
+    doc["factors"]["tensor_efficiency"] = 0.9                  # an edited profile: the scenario is refused
+    (profile.parent / "edited.json").write_text(json.dumps(doc))
+    (profile.parent / "mine2.yaml").write_text(text + "calibration: {profile: edited.json}\n")
+    with pytest.raises(Exception, match="calibration.profile: given 'edited.json'.*checksum does not match"):
+        load_scenario(profile.parent / "mine2.yaml")
+
+
+def test_run_names_the_profile_in_its_summary(profile, scenarios_dir, tmp_path):
+    from ultracluster.actors.local import local_shards
+    from ultracluster.pipeline import run
+    from ultracluster.report.check import check_run_dir
+
+    path = str(profile.absolute())
+    sc = load_scenario(scenarios_dir / "smoke.yaml", ["calibration=" + json.dumps({"profile": path})])
+    rep = run(sc, out=tmp_path / "run", shards_factory=local_shards)
+    plain = run(load_scenario(scenarios_dir / "smoke.yaml"), shards_factory=local_shards)
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["calibration_profile"] == path and plain.summary["calibration_profile"] is None
+    te = json.loads(profile.read_text())["factors"]["tensor_efficiency"]
+    assert te < fitted().tensor_efficiency and s["compute_s"] > plain.summary["compute_s"]
+    assert check_run_dir(tmp_path / "run") == []
+    from ultracluster.report import Report
+    from ultracluster.report.table import compare_keys
+
+    back = Report.from_run_dir(tmp_path / "run").summary
+    assert back["calibration_profile"] == path
+    keys = compare_keys([back, plain.summary])               # compare shows which calibration each run used
+    assert keys.index("calibration_profile") == keys.index("feasible") - 1
+    assert "calibration_profile" not in compare_keys([plain.summary, plain.summary])
+    resolved = load_scenario(json.loads((tmp_path / "run" / "scenario.json").read_text()))   # carries the profile
+    assert resolved.calibration.document["checksum"] == json.loads(profile.read_text())["checksum"]
+
+
+def test_sensitivity_flag(profile, scenarios_dir, tmp_path, capsys):
+    out = tmp_path / "sens"
+    assert main(["sensitivity", str(scenarios_dir / "calib-llama2-7b-tp8.yaml"), "--calibration", str(profile),
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "fit (the profile's leave-one-out residuals)" in text
+    assert main(["sensitivity", str(scenarios_dir / "calib-llama2-7b-tp8.yaml"), "--calibration",
+                 str(tmp_path / "none.json"), "--out", str(out)]) == 2
+    assert "calibration.profile" in capsys.readouterr().err
+
+
+def test_plan_prices_with_the_profile_and_its_top_layouts_carry_it(profile, scenarios_dir, tmp_path):
+    from ultracluster.plan import plan
+
+    shipped = plan(load_scenario(scenarios_dir / "smoke.yaml"), replay=False)
+    mine = plan(load_scenario(scenarios_dir / "smoke.yaml", ["calibration=" + json.dumps({"profile": str(profile)})]),
+                replay=False, out=tmp_path / "plan")
+    best = {r["label"]: r["step_time_s"] for r in shipped.top}
+    ratio = [r["step_time_s"] / best[r["label"]] for r in mine.top if r["label"] in best]
+    assert ratio and all(1.0 < x < 1.09 for x in ratio)          # the profile's slower TensorE, in every layout
+    top = load_scenario(tmp_path / "plan" / "top-1.yaml")            # written without nulls: the checksum holds
+    assert top.calibration.document["checksum"] == json.loads(profile.read_text())["checksum"]

@@ -1,0 +1,343 @@
+"""The user's fit: measured rows → the free factors they identify, regularised toward the shipped fit.
+
+What is fitted (docs/calibration.md, "Your own cluster"):
+
+- **Terms.** Rows naming the same scenario file are one term: the median of their throughputs (1 / step time;
+  for `seq_per_s` rows the median seq/s, as the shipped fit takes its layouts' medians). Two rows sharing a
+  `pair` label are one more term: the ratio of their per-instance throughputs, and pairs of the same two
+  scenarios share one term, the median of their ratios (the shipped fit's same-release pairs).
+- **Loss.** sum over terms of log(predicted / measured)^2 + PENALTY x sum over the fitted factors of
+  log(factor / shipped value)^2: a factor moved by a factor of two costs as much as a 5 % miss on one term, so a
+  few rows cannot drive a factor to a bound, and where the rows agree with the shipped fit nothing moves.
+- **Which factors.** Only those the terms identify, decided on the Jacobian of the terms' log errors in the
+  factors' logs at the shipped values: candidates in the order of `PRIORITY` for the rows' chip generations; a
+  candidate is fitted when some term moves by at least MIN_SENSITIVITY of its relative change, at least
+  MIN_INDEPENDENT of its column is not explained by the factors already taken (else the rows cannot tell it from
+  them), and there are more terms than factors taken so far. The others stay at the shipped fit, with the reason.
+- **Search.** Gauss-Newton in the factors' logs with a forward-difference Jacobian, step halving and the
+  factors' physical bounds, from the shipped values. Every trial setting of every problem (the fit and each
+  leave-one-out fold) that needs a scenario is priced in one vectorized call (`uncertainty.step_times`, the
+  planner's fast path over a row axis of calibrations), each setting once (cached). The fast path leaves the
+  replay's per-rank jitter out of pipelines (a few 0.1 %); each scenario's replay/fast-path ratio at the
+  shipped values (one replay, `pipeline.predict`) corrects it, and the reported predictions are replays.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cluster.calibration import TRN1, TRN2, TRN3, Calibration, fitted
+
+# The factors a profile may fit: name → (lower, upper) physical bound, the shipped fit's search bounds
+# (ultracluster.calibrate.training FIT, shipped.TRN2_FIT), a zero lower bound moved to a positive one for logs
+CANDIDATES = {
+    "tensor_efficiency": (0.2, 1.0),
+    "in_graph_sync_s": (1e-6, 5e-3),
+    "in_graph_sync_scale_trn2": (1e-3, 3.0),
+}
+# Which factors each chip generation's rows try first: on Trn1 the TensorE efficiency then the in-graph
+# collective cost (the shipped fit's order); on Trn2 the Trn2 scale of that cost (the factor the one published Trn2
+# run fits) then the efficiency; Trn3 borrows both
+PRIORITY = {TRN1: ("tensor_efficiency", "in_graph_sync_s"),
+            TRN2: ("in_graph_sync_scale_trn2", "tensor_efficiency"),
+            TRN3: ("tensor_efficiency", "in_graph_sync_scale_trn2")}
+# why a factor is not even a candidate for the rows' generations
+NOT_IN_ORDER = {"in_graph_sync_scale_trn2": "no Trainium2 or Trainium3 row",
+                "in_graph_sync_s": "no Trainium (trn1) row: on Trainium2 and 3 it acts only through its product with "
+                                   "in_graph_sync_scale_trn2, which those rows fit instead"}
+PENALTY = (0.05 / math.log(2)) ** 2     # a factor x2 away from the shipped fit weighs like a 5 % miss on one term
+MIN_SENSITIVITY = 0.05                  # d log(step) / d log(factor) of at least one term
+MIN_INDEPENDENT = 0.3                   # share of a factor's column not explained by the factors already taken
+STEP = 1e-3                             # forward-difference step of the Jacobian, in log(factor)
+MAX_ITERATIONS = 25
+TOLERANCE = 1e-4                        # a Gauss-Newton step below this (in log factor; the factors are rounded to
+                                        # 3 significant digits, 5e-4) ends the search
+HALVINGS = 4
+SHIPPED_WEIGHT = 2.0                    # the shipped fit's evidence counts as this many of the profile's terms
+
+
+@dataclass(frozen=True)
+class Term:
+    """One fitted quantity: a scenario's median throughput (`groups` one key) or a pair ratio (two: small, large)."""
+
+    kind: str                       # "median" or "scaling"
+    groups: tuple[str, ...]
+    log_target: float               # log of the measured median throughput (1/s) or median ratio
+    rows: tuple[int, ...]           # row numbers it is made of
+
+
+@dataclass
+class Group:
+    """The rows of one scenario file."""
+
+    key: str
+    scenario: object                # the one-step scenario priced (uncertainty._one_step)
+    rows: list
+    generation: str
+    batch: float                    # global batch (seq per step), for pair ratios in seq/s
+    instances: int
+
+
+def shipped_factors(base: Calibration | None = None) -> dict[str, float]:
+    base = base or fitted()
+    return {k: float(getattr(base.network, k) if hasattr(base.network, k) else getattr(base, k)) for k in CANDIDATES}
+
+
+def _round(v: float) -> float:
+    return float(f"{v:.3g}")
+
+
+def terms_of(groups: dict[str, Group]) -> list[Term]:
+    """The median terms (one per scenario with rows outside pairs) and the pair terms, in the rows' order."""
+    out = []
+    for key, g in groups.items():
+        direct = [r for r in g.rows if not r.pair]
+        if direct:
+            out.append(Term("median", (key,), math.log(statistics.median(r.throughput for r in direct)),
+                            tuple(r.number for r in direct)))
+    pairs: dict[str, list] = {}
+    for g in groups.values():
+        for r in g.rows:
+            if r.pair:
+                pairs.setdefault(r.pair, []).append((g, r))
+    by_scenarios: dict[tuple[str, str], list[tuple[float, tuple[int, int]]]] = {}
+    for label, members in pairs.items():
+        (gs, rs), (gl, rl) = sorted(members, key=lambda m: (m[0].instances, m[1].number))
+        ratio = (gl.batch * rl.throughput / gl.instances) / (gs.batch * rs.throughput / gs.instances)
+        by_scenarios.setdefault((gs.key, gl.key), []).append((ratio, (rs.number, rl.number)))
+    for (small, large), ratios in by_scenarios.items():
+        out.append(Term("scaling", (small, large), math.log(statistics.median(x for x, _ in ratios)),
+                        tuple(n for _, ns in ratios for n in ns)))
+    return out
+
+
+def residuals(terms: list[Term], groups: dict[str, Group], log_step: dict[str, float]) -> np.ndarray:
+    """log(predicted / measured) of each term, from each scenario's log step time."""
+    out = []
+    for t in terms:
+        if t.kind == "median":
+            out.append(-log_step[t.groups[0]] - t.log_target)
+        else:
+            gs, gl = groups[t.groups[0]], groups[t.groups[1]]
+            pred = (math.log(gl.batch / gl.instances) - log_step[gl.key]) - (math.log(gs.batch / gs.instances)
+                                                                              - log_step[gs.key])
+            out.append(pred - t.log_target)
+    return np.array(out, dtype=float)
+
+
+class Pricing:
+    """Log step times of each scenario under factor settings, every request of a round priced in one vectorized call
+    per scenario and each setting once; corrected by each scenario's replay/fast-path ratio at the shipped values."""
+
+    def __init__(self, groups: dict[str, Group], base: Calibration, correction: dict[str, float]):
+        self.groups, self.base, self.correction = groups, base, correction
+        self.cache: dict[tuple[str, tuple], float] = {}
+        self.calls = 0
+        self.settings = 0
+
+    @staticmethod
+    def key(factors: dict[str, float]) -> tuple:
+        """The setting's identity: values to 12 significant digits (exp(log(x)) is x again, for the cache)."""
+        return tuple(sorted((k, float(f"{v:.12g}")) for k, v in factors.items()))
+
+    def price(self, requests: dict[str, list[dict[str, float]]]) -> None:
+        from ..uncertainty import step_times
+
+        for g, settings in requests.items():
+            todo = list(dict.fromkeys(self.key(s) for s in settings if (g, self.key(s)) not in self.cache))
+            if not todo:
+                continue
+            times = step_times(self.groups[g].scenario, [self.base.with_(**dict(k)) for k in todo])
+            self.calls += 1
+            self.settings += len(todo)
+            for k, t in zip(todo, times):
+                self.cache[(g, k)] = math.log(t) + self.correction[g] if t > 0 and math.isfinite(t) else math.nan
+
+    def log_step(self, g: str, factors: dict[str, float]) -> float:
+        return self.cache[(g, self.key(factors))]
+
+
+@dataclass
+class Problem:
+    """One fit: its terms, the factors it frees, and (once solved) the factors and the last Jacobian."""
+
+    terms: list[Term]
+    free: list[str]
+    start: dict[str, float]                  # every candidate's value; the free ones move
+    predict: tuple[str, ...] = ()            # scenarios to price at the solution (a fold's left-out one)
+    factors: dict[str, float] = field(default_factory=dict)
+    jacobian: np.ndarray | None = None
+    residuals: np.ndarray | None = None
+    predicted: dict[str, float] = field(default_factory=dict)   # log step of `predict` at the solution
+    iterations: int = 0
+
+
+def _point(prob: Problem, u: np.ndarray) -> dict[str, float]:
+    return {**prob.start, **{k: float(math.exp(x)) for k, x in zip(prob.free, u)}}
+
+
+def _solver(prob: Problem, groups: dict[str, Group], pricing: Pricing, shipped: dict[str, float]):
+    """A generator: yields the settings it needs priced ({scenario: [factors, ...]}), gets None back once they are
+    in `pricing`; ends with `prob` solved."""
+    used = sorted({g for t in prob.terms for g in t.groups})
+    lo = np.array([math.log(CANDIDATES[k][0]) for k in prob.free])
+    hi = np.array([math.log(CANDIDATES[k][1]) for k in prob.free])
+    u0 = np.array([math.log(shipped[k]) for k in prob.free])
+    u = np.clip(np.array([math.log(prob.start[k]) for k in prob.free]), lo, hi)
+
+    def settings(u: np.ndarray) -> list[dict[str, float]]:
+        out = [_point(prob, u)]
+        for j in range(len(prob.free)):
+            e = u.copy()
+            e[j] += STEP if e[j] + STEP <= hi[j] else -STEP
+            out.append(_point(prob, e))
+        return out
+
+    def evaluate(u: np.ndarray):
+        pts = settings(u)
+        logs = [{g: pricing.log_step(g, p) for g in used} for p in pts]
+        r = residuals(prob.terms, groups, logs[0])
+        jac = np.zeros((len(prob.terms), len(prob.free)))
+        for j in range(len(prob.free)):
+            h = (math.log(pts[1 + j][prob.free[j]]) - u[j])
+            jac[:, j] = (residuals(prob.terms, groups, logs[1 + j]) - r) / h
+        loss = float(r @ r + PENALTY * np.sum((u - u0) ** 2))
+        return r, jac, loss
+
+    if prob.free and prob.terms:
+        yield {g: settings(u) for g in used}
+        r, jac, loss = evaluate(u)
+        for it in range(MAX_ITERATIONS):
+            prob.iterations = it + 1
+            grad = jac.T @ r + PENALTY * (u - u0)
+            step = np.linalg.solve(jac.T @ jac + PENALTY * np.eye(len(u)), -grad)
+            if float(np.max(np.abs(np.clip(u + step, lo, hi) - u))) < TOLERANCE:
+                break                               # converged: a smaller step than the factors' rounding sees
+            for _ in range(HALVINGS):               # halve the step until the loss does not grow
+                trial = np.clip(u + step, lo, hi)
+                yield {g: settings(trial) for g in used}
+                r2, jac2, loss2 = evaluate(trial)
+                if math.isfinite(loss2) and loss2 <= loss:
+                    u, r, jac, loss = trial, r2, jac2, loss2
+                    break
+                step = step / 2
+            else:
+                break
+        prob.jacobian, prob.residuals = jac, r
+    prob.factors = {**prob.start, **{k: _round(math.exp(x)) for k, x in zip(prob.free, u)}}
+    if prob.predict:
+        yield {g: [prob.factors] for g in prob.predict}
+        prob.predicted = {g: pricing.log_step(g, prob.factors) for g in prob.predict}
+    return prob
+
+
+def solve_all(problems: list[Problem], groups: dict[str, Group], pricing: Pricing,
+              shipped: dict[str, float]) -> list[Problem]:
+    """Solve every problem at once: each round prices what all unfinished problems asked for, together."""
+    running = [_solver(p, groups, pricing, shipped) for p in problems]
+    asks = {}
+    for i, gen in enumerate(running):
+        try:
+            asks[i] = next(gen)
+        except StopIteration:
+            pass
+    while asks:
+        merged: dict[str, list] = {}
+        for req in asks.values():
+            for g, pts in req.items():
+                merged.setdefault(g, []).extend(pts)
+        pricing.price(merged)
+        for i in list(asks):
+            try:
+                asks[i] = running[i].send(None)
+            except StopIteration:
+                del asks[i]
+    return problems
+
+
+def jacobian_at(point: dict[str, float], groups: dict[str, Group], terms: list[Term], pricing: Pricing,
+                names: list[str]) -> np.ndarray:
+    """d(term log error) / d log(factor) of every candidate in `names` at `point` (forward differences)."""
+    used = sorted({g for t in terms for g in t.groups})
+    pts = [point] + [{**point, k: math.exp(math.log(point[k]) + STEP)} for k in names]
+    pricing.price({g: pts for g in used})
+    base = residuals(terms, groups, {g: pricing.log_step(g, pts[0]) for g in used})
+    cols = [(residuals(terms, groups, {g: pricing.log_step(g, p) for g in used}) - base) / STEP for p in pts[1:]]
+    return np.column_stack(cols) if cols else np.zeros((len(terms), 0))
+
+
+def identify(terms: list[Term], groups: dict[str, Group], jac: np.ndarray, names: list[str]) -> tuple[list[str], dict]:
+    """The factors the terms identify (in priority order) and, for each other candidate, why it stays shipped.
+
+    `jac`: d(term log error) / d log(factor) at the shipped values, one column per name of `names`."""
+    gens = {}
+    for t in terms:
+        for g in t.groups:
+            gens[groups[g].generation] = gens.get(groups[g].generation, 0) + 1
+    order = []
+    for gen in sorted(gens, key=lambda x: -gens[x]):
+        order += [k for k in PRIORITY.get(gen, ()) if k not in order]
+    chosen: list[str] = []
+    kept: dict[str, str] = {}
+    for k in names:
+        if k not in order:
+            kept[k] = NOT_IN_ORDER.get(k, "no row on a chip it acts on")
+    for k in order:
+        col = jac[:, names.index(k)] if terms else np.zeros(0)
+        if len(chosen) >= len(terms):
+            kept[k] = (f"{len(terms)} measured term(s) identify at most {len(terms)} factor(s): "
+                       f"{', '.join(chosen) or 'none'} first")
+            continue
+        sens = float(np.max(np.abs(col))) if col.size else 0.0
+        if sens < MIN_SENSITIVITY:
+            kept[k] = (f"no row depends on it enough (at most {sens:.3f} % of the step per 1 % of the factor; "
+                       f"needs {MIN_SENSITIVITY})")
+            continue
+        if chosen:
+            a = jac[:, [names.index(c) for c in chosen]]
+            coef, *_ = np.linalg.lstsq(a, col, rcond=None)
+            rest = float(np.linalg.norm(col - a @ coef))
+            if rest < MIN_INDEPENDENT * float(np.linalg.norm(col)):
+                kept[k] = (f"the rows cannot tell it from {', '.join(chosen)} (only {100 * rest / np.linalg.norm(col):.0f} "
+                           f"% of its effect is its own; needs {100 * MIN_INDEPENDENT:.0f} %)")
+                continue
+        chosen.append(k)
+    return chosen, kept
+
+
+def fold_factors(main: Problem, jac_all: np.ndarray, keep: list[int], free: list[str], names: list[str],
+                 shipped: dict[str, float]) -> dict[str, float]:
+    """A leave-one-out fold's factors without a refit: the Gauss-Newton step from the full fit's solution with only
+    the fold's terms (`keep`, indices into the full fit's terms) and the fold's free factors (the others back at the
+    shipped fit), on the Jacobian at the solution (`jac_all`: one column per name). The model is close to linear in
+    the factors' logs around the fit, so this is the fold's refit to well within the rounding of its factors."""
+    u_star = np.array([math.log(main.factors[k]) for k in names])
+    u0 = np.array([math.log(shipped[k]) for k in names])
+    fixed = [i for i, k in enumerate(names) if k not in free]
+    mov = [names.index(k) for k in free]
+    d = np.zeros(len(names))
+    d[fixed] = u0[fixed] - u_star[fixed]
+    r = main.residuals[keep] + jac_all[keep][:, fixed] @ d[fixed]
+    if mov:
+        a = jac_all[keep][:, mov]
+        rhs = -(a.T @ r + PENALTY * (u_star[mov] - u0[mov]))
+        d[mov] = np.linalg.solve(a.T @ a + PENALTY * np.eye(len(mov)), rhs)
+    out = {}
+    for i, k in enumerate(names):
+        lo, hi = CANDIDATES[k]
+        out[k] = _round(min(max(math.exp(u_star[i] + d[i]), lo), hi)) if k in free else shipped[k]
+    return out
+
+
+def weighted_quantile(values: list[float], weights: list[float], q: float) -> float:
+    """The q-quantile of weighted values (linear between the weights' midpoints)."""
+    if not values:
+        return 0.0
+    order = np.argsort(values)
+    v = np.asarray(values, dtype=float)[order]
+    w = np.asarray(weights, dtype=float)[order]
+    mid = (np.cumsum(w) - w / 2) / w.sum()
+    return float(np.interp(q, mid, v))

@@ -1,0 +1,234 @@
+"""What the shipped fit reports beside its factors: leave-one-layout-out cross-validation, interval coverage,
+identifiability, ablation, the Trainium2 row and the residual check (`results`, written to
+`ultracluster/cluster/calibration.json` by scripts/calibrate.py)."""
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from .training import (FIT, INPUTS, MECHANISMS, REPO, RESIDUAL_CHECK, TRN2_PROBES, Layouts, _round, base_calibration,
+                       fit)
+
+
+def pct(x: float) -> float:
+    return round(100 * (math.exp(x) - 1), 2)
+
+
+def cross_validate(lay: Layouts) -> dict[str, dict]:
+    """Leave-one-layout-out: refit on the other certain layouts and predict the one left out."""
+    out = {}
+    for n in lay.certain:
+        others = [m for m in lay.certain if m != n]
+        params, _ = fit(lay, others)
+        out[n] = {"factors": params, "error_pct": pct(float(lay.log_errors(base_calibration(**params), [n])[0]))}
+    return out
+
+
+def coverage(lay: Layouts, cv: dict[str, dict]) -> dict:
+    """Cross-validated coverage of the 80 % interval (ultracluster.uncertainty): for each fitted layout, the
+    interval around its leave-one-out prediction, with the fit part taken from the other folds' residuals
+    only, against the layout's median and against every release's figure."""
+    from ..uncertainty import Evidence, interval
+
+    med_in, rows_in, rows_all, widths = 0, 0, 0, []
+    for n in lay.certain:
+        others = [abs(math.log1p(cv[m]["error_pct"] / 100)) for m in lay.certain if m != n]
+        ev = Evidence(fit_log=float(np.quantile(others, 0.8)), release_sigma=lay.spread)
+        cal = base_calibration(**cv[n]["factors"])
+        sc = lay.scenarios[n]
+        step = sc.training.global_batch / float(lay.predict(cal, [n])[0])
+        iv = interval(sc, step, cal, ev)
+        widths.append(iv.high_s / iv.low_s - 1)
+        med_in += iv.low_s <= sc.training.global_batch / lay.median[n] <= iv.high_s
+        for r in lay.fit_rows[n]:
+            rows_all += 1
+            rows_in += iv.low_s <= sc.training.global_batch / float(r["seq_per_s"]) <= iv.high_s
+    return {"layout_medians_covered": int(med_in), "layouts": len(lay.certain), "rows_covered": int(rows_in),
+            "rows": int(rows_all), "coverage_pct": round(100 * rows_in / rows_all, 1),
+            "median_full_width_pct": round(100 * float(np.median(widths)), 1)}
+
+
+def identifiability(lay: Layouts, params: dict, rms: float) -> dict[str, dict]:
+    """Per fitted factor: the range over which the RMS log error stays within sqrt(rms^2 + spread^2), the other
+    factors held at their fit, and the Trn2 probes' step time at the range's ends."""
+    from ..scenario import load_scenario
+    from ..pipeline import predict
+
+    limit = math.sqrt(rms ** 2 + lay.spread ** 2)
+    probes = [(label, load_scenario(doc)) for label, doc in TRN2_PROBES]
+    out = {}
+    for name, lo, hi, *_ in FIT:
+        grid = np.linspace(lo, hi, 41)
+        if grid[0] == 0.0:
+            grid[0] = hi * 1e-3
+        ok = []
+        for v in np.union1d(grid, [params[name]]):
+            err = lay.log_errors(base_calibration(**{**params, name: float(v)}), lay.certain)
+            if math.sqrt(float(np.mean(err ** 2))) <= limit:
+                ok.append(float(v))
+        low, high = min(ok), max(ok)
+        moves = {}
+        for label, sc in probes:
+            t = [predict(sc, base_calibration(**{**params, name: v}))["step_time_s"] for v in (low, params[name], high)]
+            moves[label] = [round(x, 3) for x in t]
+        out[name] = {"low": _round(low), "high": _round(high), "at_bound": params[name] in (lo, hi),
+                     "trn2_step_time_s": moves}
+    return out
+
+
+def ablation(lay: Layouts) -> dict[str, dict]:
+    """Each mechanism off in turn, the other factors refitted: error per layout, RMS over the fitted layouts."""
+    out = {}
+    for label, field_name, off in MECHANISMS:
+        params, rms = fit(lay, lay.certain, {field_name: off})
+        params = {k: v for k, v in params.items() if k != field_name}
+        err = lay.log_errors(base_calibration(**{field_name: off}, **params), lay.names)
+        out[field_name] = {"label": label, "off": off, "factors": params, "rms_pct": round(100 * rms, 2),
+                           "error_pct": {n: pct(float(e)) for n, e in zip(lay.names, err)}}
+    return out
+
+
+# The Trainium2-specific factor the one Trn2 row (`paper`) is fitted with, its search bounds, and the range the
+# argument gives it (docs/trn2.md): from no synchronisation at all to the Trn1 value
+TRN2_FIT = ("in_graph_sync_scale_trn2", 0.0, 3.0)
+TRN2_ARGUED = (0.0, 1.0)
+
+
+def fit_trn2(lay: Layouts, params: dict) -> dict:
+    """Fit TRN2_FIT to the Trn2 row (its step time is monotone in the factor: bisection), then narrow every
+    Trn2 uncertain factor to the part of its range over which that row stays within the release spread of its
+    published figure, the other factors at their values (`pinned`, read by ultracluster.uncertainty)."""
+    from ..cluster import build_cluster
+    from ..pipeline import predict
+    from ..uncertainty import factors_for
+
+    papers = [n for n in lay.names if lay.quality[n] == "paper"]
+    if not papers:
+        return {}
+    name = papers[0]
+    sc, target = lay.scenarios[name], sc_step(lay, name)
+    cal = base_calibration(**params)
+
+    def step(**change) -> float:
+        return predict(sc, cal.with_(**change))["step_time_s"]
+
+    lo, hi = TRN2_FIT[1], TRN2_FIT[2]
+    before = step(**{TRN2_FIT[0]: 1.0})
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if step(**{TRN2_FIT[0]: mid}) < target else (lo, mid)
+    value = _round(0.5 * (lo + hi))
+    cal = cal.with_(**{TRN2_FIT[0]: value})
+    after = predict(sc, cal)["step_time_s"]
+    pinned = {}
+    for f in factors_for(build_cluster(sc, sc.cluster.instances, cal), pinned=False):
+        central = getattr(cal.network, f.name) if hasattr(cal.network, f.name) else getattr(cal, f.name)
+        grid = sorted(set(np.linspace(f.low, f.high, 9).tolist()) | {central})
+        ok = [v for v in grid if abs(math.log(predict(sc, cal.with_(**{f.name: v}))["step_time_s"] / target))
+              <= lay.spread]
+        below = [v for v in grid if v <= central and all(u in ok for u in grid if v <= u <= central)]
+        above = [v for v in grid if v >= central and all(u in ok for u in grid if central <= u <= v)]
+        pinned[f.name] = [_round(min(below or [central])), _round(max(above or [central]))]
+    return {"row": name, "published_step_s": round(target, 3), "factor": TRN2_FIT[0], "value": value,
+            "argued_range": list(TRN2_ARGUED), "step_before_s": round(before, 3), "step_s": round(after, 3),
+            "error_pct": round(100 * (after / target - 1), 2), "pinned": pinned}
+
+
+def domain(lay: Layouts) -> dict:
+    """Where the evidence is, per chip generation: the ranges of tp, pp, cp, sequence length and model size
+    (billions of parameters) and the ZeRO stages and recomputations of the fitted and paper rows, and the best
+    MFU a published run of that generation reached (`ultracluster.uncertainty.extrapolated` reads it)."""
+    from .. import operators as opslib
+    from ..cluster import build_cluster
+    from ..uncertainty import model_params_b
+
+    out: dict[str, dict] = {}
+    for n in lay.names:
+        if not (n in lay.certain or lay.quality[n] == "paper"):
+            continue
+        sc = lay.scenarios[n]
+        cl = build_cluster(sc, sc.cluster.instances)
+        peak = cl.chips * cl.chip.dense_flop_per_s[sc.training.precision]
+        mfu = opslib.model_flops_per_step(sc) / (peak * sc_step(lay, n))
+        d = out.setdefault(cl.chip.name, {"tp": [], "pp": [], "cp": [], "seq_len": [], "params_b": [], "zero": [],
+                                          "recompute": [], "mfu_best": 0.0, "layouts": []})
+        for k, v in (("tp", sc.parallelism.tp), ("pp", sc.parallelism.pp), ("cp", sc.parallelism.cp),
+                     ("seq_len", sc.training.seq_len), ("params_b", model_params_b(sc))):
+            d[k] = [min(d[k] + [v]), max(d[k] + [v])] if d[k] else [v, v]
+        d["zero"] = sorted(set(d["zero"]) | {sc.training.zero})
+        d["recompute"] = sorted(set(d["recompute"]) | {sc.training.recompute})
+        d["mfu_best"] = round(max(d["mfu_best"], mfu), 4)
+        d["layouts"].append(n)
+    return out
+
+
+def sc_step(lay: Layouts, name: str) -> float:
+    """The published step time of a layout (its median's)."""
+    return lay.scenarios[name].training.global_batch / lay.median[name]
+
+
+def residual_check(lay: Layouts) -> dict:
+    """The fit again with the unnamed per-layer residual free beside the fitted factors: how much of the data
+    the named mechanisms leave to it (0 at its lower bound: the data want none)."""
+    params, rms = fit(lay, lay.certain, factors=FIT + (RESIDUAL_CHECK,))
+    return {"factors": params, "rms_pct": round(100 * rms, 2), "at_lower_bound": params[RESIDUAL_CHECK[0]] <= RESIDUAL_CHECK[1]}
+
+
+def inputs_digest() -> str:
+    h = hashlib.sha256()
+    for rel in INPUTS:
+        h.update(rel.encode())
+        h.update((REPO / rel).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def results(data: Path) -> dict:
+    """Everything the fit reports, as a JSON-ready dict."""
+    lay = Layouts(data)
+    params, rms = fit(lay, lay.certain)
+    trn2 = fit_trn2(lay, params)
+    if trn2:
+        params = {**params, trn2["factor"]: trn2["value"]}
+    cal = base_calibration(**params)
+    pred = dict(zip(lay.names, lay.predict(cal)))
+    cv = cross_validate(lay)
+    cv_err = [abs(cv[n]["error_pct"]) for n in lay.certain]
+    return {
+        "fitted_to": "data/calibration/training.csv",
+        "inputs_sha256": inputs_digest(),
+        **params,
+        "rms_log_error": round(rms, 5),
+        "release_spread": round(lay.spread, 5),
+        "layouts": {n: {"median_seq_per_s": lay.median[n], "predicted_seq_per_s": round(float(pred[n]), 3),
+                        "error_pct": round(100 * (pred[n] / lay.median[n] - 1), 2), "fitted": n in lay.certain,
+                        "quality": lay.quality[n],
+                        **({"cv_error_pct": cv[n]["error_pct"]} if n in cv else {})} for n in lay.names},
+        "cross_validation": {"median_abs_error_pct": round(statistics.median(cv_err), 2),
+                             "worst_abs_error_pct": round(max(cv_err), 2),
+                             "folds": {n: cv[n]["factors"] for n in lay.certain}},
+        "interval_coverage": coverage(lay, cv),
+        "identifiability": identifiability(lay, params, rms),
+        "ablation": ablation(lay),
+        "residual_check": residual_check(lay),
+        "trn2": trn2,
+        "domain": domain(lay),
+        "rows": {r["id"]: round(100 * (pred[r["layout"]] / float(r["seq_per_s"]) - 1), 2) for r in lay.rows},
+        "scaling": scaling_results(lay, cal, pred),
+    }
+
+
+def scaling_results(lay: Layouts, cal, pred: dict) -> dict:
+    """The pairs' published scaling efficiencies beside the model's."""
+    if not lay.pairs:
+        return {}
+    first = lay.pairs[0]
+    model = (pred[first["large"]] / first["large_instances"]) / (pred[first["small"]] / first["small_instances"])
+    return {"small": first["small"], "large": first["large"], "median_pct": round(100 * lay.scaling, 2),
+            "predicted_pct": round(100 * float(model), 2),
+            "pairs": {p["sdk"]: {"rows": list(p["ids"]), "published_pct": round(100 * p["scaling"], 2)} for p in lay.pairs}}
+
+

@@ -1,0 +1,234 @@
+"""The shipped chip calibration's data and fit: the published training runs of `data/calibration/training.csv`,
+the scenario each row describes, and the fit of the chip factors to the layouts' medians.
+
+Rows are grouped by `layout`; each layout's target is the median `seq_per_s` over the Neuron releases that
+published it, and only layouts whose `quality` is not `uncertain` are fitted. For each layout the scenario is built
+from its row's own columns and predicted in-process (`ultracluster.pipeline.predict`, no Ray).
+
+The fitted factors (FIT) minimise the sum over layouts of log(predicted / median)^2, by a deterministic
+Nelder-Mead search from fixed starts inside each factor's physical bounds; every other factor keeps the value
+`ultracluster/cluster/calibration.py` documents. `ultracluster.calibrate.shipped` cross-validates and ablates,
+`ultracluster.calibrate.page` writes the tables; `scripts/calibrate.py` runs them (docs/calibration.md). Reads
+files of a repository checkout (data/calibration/), never at import.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from .nelder_mead import minimize
+
+REPO = Path(__file__).resolve().parents[2]
+FITTED = REPO / "ultracluster" / "cluster" / "calibration.json"
+DOC = REPO / "docs" / "calibration.md"
+DATA = REPO / "data" / "calibration"
+
+# The fitted factors: (name, lower bound, upper bound, start, scale of the search's first step, unit shown)
+FIT = (
+    ("tensor_efficiency", 0.2, 1.0, 0.7, 0.15, ""),
+    ("in_graph_sync_s", 0.0, 5e-3, 0.5e-3, 0.5e-3, "ms"),
+)
+# The unnamed per-layer residual (`layer_overhead_s`): no longer fitted; the script refits it beside FIT once
+# to show how much of the data the named mechanisms leave to it (RESIDUAL_CHECK)
+RESIDUAL_CHECK = ("layer_overhead_s", 0.0, 10e-3, 0.3e-3, 0.5e-3, "ms")
+# The mechanisms (docs/calibration.md explains each): label, the calibration field that switches it, and the
+# field's value when the mechanism is off
+MECHANISMS = (
+    ("operator fusion", "fusion", False),
+    ("engine element rates (128 lanes x clock)", "engine_clock_rates", False),
+    ("flash attention: causal tiles, no double-counted recompute", "flash_attention", False),
+    ("embedding and LM head on the end stages", "stage_ends", False),
+    ("TP backward collectives behind the matmuls (switched on)", "tp_overlap", True),
+    ("gradient reduction after the last backward", "dp_overlap", True),
+    ("gradient-norm clipping", "step_costs", False),
+    ("cheapest collective algorithm around a switch", "algorithm_envelope", 0.0),
+    ("in-graph collective synchronisation", "in_graph_sync_s", 0.0),
+)
+# Trn2 scenarios whose movement across each factor's plausible range the identifiability table shows
+TRN2_PROBES = (
+    ("llama2-70b TP32 PP4 DP32, 64 x trn2.48xlarge",
+     {"name": "probe-l70-trn2", "model": {"preset": "llama2-70b"},
+      "training": {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1, "steps": 1, "warmup_steps": 0},
+      "parallelism": {"tp": 32, "pp": 4, "dp": 32}, "cluster": {"instance": "trn2.48xlarge", "instances": 64},
+      "emulation": {"instances_per_actor": 64}}),
+    ("llama3.1-8b TP8 DP64, 8 x trn2.48xlarge",
+     {"name": "probe-l8-trn2", "model": {"preset": "llama3.1-8b"},
+      "training": {"seq_len": 8192, "global_batch": 1024, "micro_batch": 1, "steps": 1, "warmup_steps": 0},
+      "parallelism": {"tp": 8, "pp": 1, "dp": 64}, "cluster": {"instance": "trn2.48xlarge", "instances": 8},
+      "emulation": {"instances_per_actor": 8}}),
+)
+# The data the fit reads (its staleness test also re-predicts every layout, which catches model changes)
+INPUTS = ("data/calibration/training.csv", "operators/transformer.yaml", "ultracluster/network/collectives_fit.json")
+
+
+def rows(data: Path) -> list[dict]:
+    with open(Path(data) / "training.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# What each training stack runs, from its public example scripts and configs (docs/calibration.md):
+# - neuronx-distributed: the NKI flash-attention kernel, no dropout, sequence parallelism and the TP backward
+#   collectives overlapped (the Llama examples), ZeRO-1 (`use_zero_1` in the example scripts);
+# - neuronx-nemo-megatron: Megatron's core attention with the fused softmax (NEURON_FUSE_SOFTMAX=1) through
+#   HBM, sequence_parallel=True; GPT recipes hidden_dropout 0.1 and the config's attention_dropout 0.1
+#   (megatron_gpt_config.yaml, test.sh, gpt_23b.sh), Llama recipes hidden_dropout 0 (test_llama.sh); no ZeRO-1
+#   (`wrap_with_zero` defaults to False and no example sets it: the `zero1` column); the async tensor-parallel
+#   all-reduce is turned off whenever sequence parallelism is on (the fork's Megatron core), so no TP overlap;
+# - megatron-lm-neuron: Megatron-LM's core attention without the masked-softmax fusion, dropout 0, no
+#   sequence parallelism, and --no-async-tensor-model-parallel-allreduce (pretrain_gpt3_6.7B_32layers_bf16*.sh):
+#   the backward all-reduce of the input gradient waits for its matmul instead of running beside the
+#   weight-gradient matmul, so tp_comm_overlap is off; no distributed optimizer;
+# - axlearn (the one Trn2 row): FSDP (ZeRO-3) x TP from the AXLearn Trn2 mesh rule at LNC=2, the NKI
+#   flash-attention kernel, no dropout, full recomputation (what fits 24 GiB per rank; not printed).
+STACKS = {
+    "neuronx-distributed": {"attention": "flash", "dropout": {"gelu": 0.0, "swiglu": 0.0},
+                            "sequence_parallel": True, "tp_comm_overlap": True},
+    "neuronx-nemo-megatron": {"attention": "materialized", "dropout": {"gelu": 0.1, "swiglu": 0.0},
+                              "sequence_parallel": True, "tp_comm_overlap": False},
+    "megatron-lm-neuron": {"attention": "materialized", "dropout": {"gelu": 0.0, "swiglu": 0.0},
+                           "sequence_parallel": False, "tp_comm_overlap": False},
+    "axlearn": {"attention": "flash", "dropout": {"gelu": 0.0, "swiglu": 0.0},
+                "sequence_parallel": True, "tp_comm_overlap": True, "zero": 3, "lnc": 2},
+}
+# Row qualities: fitted as a layout median (FITTED_QUALITIES), fitted only as the ratio inside a same-release
+# pair (`pair`), or shown beside the fit and never fitted (`uncertain`; `paper`: the Trainium2 row, which the
+# Trn1 factors are not fitted to)
+FITTED_QUALITIES = ("table", "log")
+
+
+def scenario_of(row: dict) -> dict:
+    """The scenario a training.csv row describes (1 measured step; the replay is deterministic)."""
+    stack = STACKS[row["stack"]]
+    sharding = {"zero": stack["zero"]} if "zero" in stack else {"zero1": row["zero1"] == "true"}
+    weights = {"master_weights": row["master_weights"]} if row["master_weights"] else {}
+    return {
+        "name": f"calib-{row['id']}",
+        "model": {k: int(row[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")}
+        | {"mlp": row["mlp"], "preset": row["model"], "dropout": stack["dropout"][row["mlp"]]},
+        "training": {"seq_len": int(row["seq_len"]), "global_batch": int(row["global_batch"]),
+                     "micro_batch": int(row["micro_batch"]), "precision": row["precision"], **weights,
+                     **sharding, "recompute": row["recompute"], "attention": stack["attention"], "steps": 1,
+                     "warmup_steps": 0},
+        "parallelism": {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
+                        "sequence_parallel": stack["sequence_parallel"], "tp_comm_overlap": stack["tp_comm_overlap"]},
+        "cluster": {"instance": row["instance"], "instances": int(row["instances"])}
+        | ({"lnc": stack["lnc"]} if "lnc" in stack else {}),
+        "emulation": {"instances_per_actor": int(row["instances"])},
+    }
+
+
+class Layouts:
+    """The layouts of training.csv: their rows, medians, spreads, same-release pairs and scenarios.
+
+    A layout is fitted (`certain`) through the median of its `table` and `log` rows on Trn1. Pair rows
+    (`pair`: an old release's 1-instance and 16-instance figures printed side by side) enter only as the
+    ratio inside each pair, the data-parallel scaling efficiency, which no release drift touches; the pairs'
+    target is the median of those ratios (`scaling`). Uncertain and paper rows are predicted and shown only.
+    """
+
+    def __init__(self, data: Path):
+        from ..scenario import load_scenario
+
+        self.rows = rows(data)
+        groups: dict[str, list[dict]] = {}
+        for r in self.rows:
+            groups.setdefault(r["layout"], []).append(r)
+        self.names = list(groups)
+        self.groups = groups
+        self.fit_rows = {n: [r for r in rs if r["quality"] in FITTED_QUALITIES and r["instance"].startswith("trn1")]
+                         for n, rs in groups.items()}
+        shown = {n: self.fit_rows[n] or [r for r in rs if r["quality"] != "pair"] or rs for n, rs in groups.items()}
+        self.median = {n: statistics.median(float(r["seq_per_s"]) for r in rs) for n, rs in shown.items()}
+        self.quality = {n: rs[0]["quality"] for n, rs in shown.items()}
+        self.certain = [n for n in self.names if self.fit_rows[n]]
+        self.scenarios = {n: load_scenario(scenario_of(groups[n][0])) for n in self.names}
+        logs = [np.log([float(r["seq_per_s"]) for r in self.fit_rows[n]]) for n in self.certain
+                if len(self.fit_rows[n]) > 1]
+        # between-release spread: RMS over layouts of the standard deviation of log seq/s across releases
+        self.spread = float(np.sqrt(np.mean([np.var(x, ddof=1) for x in logs])))
+        self.pairs = pairs_of(self.rows)
+        self.scaling = statistics.median(p["scaling"] for p in self.pairs) if self.pairs else None
+
+    def predict(self, calibration, names=None) -> np.ndarray:
+        from ..pipeline import predict
+
+        return np.array([predict(self.scenarios[n], calibration)["seq_per_s"] for n in (names or self.names)])
+
+    def predicted_scaling(self, calibration) -> float:
+        """The model's data-parallel scaling efficiency of the pairs' layouts: seq/s of the large run per
+        instance over seq/s of the small run per instance."""
+        p = self.pairs[0]
+        small, large = self.predict(calibration, [p["small"], p["large"]])
+        return float((large / p["large_instances"]) / (small / p["small_instances"]))
+
+    def log_errors(self, calibration, names) -> np.ndarray:
+        """Log errors of the named layouts' medians, and of the pairs' median scaling when there are pairs."""
+        err = np.log(self.predict(calibration, names) / np.array([self.median[n] for n in names]))
+        if self.scaling is None:
+            return err
+        return np.append(err, math.log(self.predicted_scaling(calibration) / self.scaling))
+
+
+def pairs_of(all_rows: list[dict]) -> list[dict]:
+    """Same-release pairs of `pair` rows: per release, the smaller and the larger run of one configuration
+    and the published scaling efficiency (seq/s per instance of the larger over that of the smaller)."""
+    by_sdk: dict[str, list[dict]] = {}
+    for r in all_rows:
+        if r["quality"] == "pair":
+            by_sdk.setdefault(r["sdk"], []).append(r)
+    out = []
+    for sdk, rs in by_sdk.items():
+        if len(rs) != 2:
+            raise ValueError(f"training.csv: release {sdk} has {len(rs)} pair rows; a pair is two rows")
+        small, large = sorted(rs, key=lambda r: int(r["instances"]))
+        ratio = (float(large["seq_per_s"]) / int(large["instances"])) / (float(small["seq_per_s"]) / int(small["instances"]))
+        out.append({"sdk": sdk, "ids": (small["id"], large["id"]), "small": small["layout"], "large": large["layout"],
+                    "small_instances": int(small["instances"]), "large_instances": int(large["instances"]),
+                    "scaling": ratio})
+    if len({(p["small"], p["large"]) for p in out}) > 1:
+        raise ValueError("training.csv: the pair rows must all pair the same two layouts")
+    return out
+
+
+def base_calibration(**changes):
+    """The shipped calibration with the unnamed residual off (it is not fitted) and `changes` applied."""
+    from ..cluster.calibration import DEFAULT
+
+    return DEFAULT.with_(**{RESIDUAL_CHECK[0]: 0.0, **changes})
+
+
+def _round(v: float) -> float:
+    return float(f"{v:.3g}")
+
+
+def fit(lay: Layouts, names, switches: dict | None = None, factors: tuple = FIT) -> tuple[dict, float]:
+    """Fitted factors (3 significant digits) and the RMS log error over `names`, mechanisms as `switches`
+    (a fitted factor given in `switches` is held at that value); `factors`: the free factors' bounds."""
+    held = {b[0]: switches[b[0]] for b in factors if switches and b[0] in switches}
+    free = tuple(b for b in factors if b[0] not in held)
+    lo = np.array([b[1] for b in free])
+    hi = np.array([b[2] for b in free])
+    scale = np.array([b[4] for b in free])
+
+    others = {k: v for k, v in (switches or {}).items() if k not in held}
+
+    def params(u: np.ndarray) -> dict:
+        return {**{b[0]: float(v) for b, v in zip(free, lo + (hi - lo) * np.clip(u, 0.0, 1.0))}, **held}
+
+    def loss(u: np.ndarray) -> float:
+        outside = float(np.sum(np.maximum(u - 1, 0) ** 2 + np.maximum(-u, 0) ** 2))
+        err = lay.log_errors(base_calibration(**others, **params(u)), names)
+        return float(np.sum(err ** 2)) + 1e3 * outside
+
+    u0 = (np.array([b[3] for b in free]) - lo) / (hi - lo)
+    u, _ = minimize(loss, u0, scale / (hi - lo), 200, 1e-9)
+    u, _ = minimize(loss, u, 0.25 * scale / (hi - lo), 200, 1e-9)     # restart from the optimum: no collapsed simplex
+    best = {k: _round(v) for k, v in params(u).items()}
+    err = lay.log_errors(base_calibration(**others, **best), names)
+    return best, float(np.sqrt(np.mean(err ** 2)))
+
+

@@ -1,0 +1,138 @@
+"""Calibration profiles: the factors `ultracluster calibrate` fitted to a user's measured runs, as a file.
+
+A profile is JSON (docs/calibration.md, "Your own cluster"): its format name and version, the factors, the rows
+it was fitted to (each with its scenario inlined, so the profile re-verifies anywhere), each row's leave-one-out
+error, the evidence the 80 % interval reads, and a checksum over all of it. This module reads and checks one
+(`verify`, `read_profile`) and turns it into what the model uses (`calibration_of`, `evidence_of`); the fit
+itself is `ultracluster.calibrate`, which writes them.
+
+A profile is data users share, so nothing here trusts it: a file that is not JSON, lacks a field, has the wrong
+format or version, or whose checksum does not match its content (a damaged or hand-edited file) is a
+`ProfileError` naming the file and what is wrong, never a fit silently taken as it reads.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..errors import UltraclusterError
+from .calibration import Calibration, fitted
+
+FORMAT = "ultracluster-calibration-profile"
+VERSION = 1
+MAX_PROFILE_BYTES = 16 << 20      # a profile of a few hundred rows with their scenarios inlined is well below
+# The factors a profile may set (ultracluster.calibrate fits these; any other name is a damaged profile)
+FACTORS = ("tensor_efficiency", "in_graph_sync_s", "in_graph_sync_scale_trn2")
+
+
+class ProfileError(UltraclusterError):
+    """A calibration profile cannot be used: unreadable, not a profile, damaged or edited. Bad input (exit 2)."""
+
+
+def _canonical(value: Any) -> Any:
+    """The content as the checksum sees it: mappings without their null values (a resolved scenario written as
+    YAML drops them: top-N.yaml), at any depth."""
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def checksum(doc: dict) -> str:
+    """sha256 of the profile's content without its `checksum` field and its null values, as canonical JSON (sorted
+    keys, no spaces)."""
+    body = _canonical({k: v for k, v in doc.items() if k != "checksum"})
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def seal(doc: dict) -> dict:
+    """The profile with its checksum set (the last field)."""
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    return {**body, "checksum": checksum(body)}
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def verify(doc: Any, source: str) -> dict:
+    """The profile `doc` (read from `source`) if it is a whole, unedited profile of this format, else ProfileError."""
+    def bad(what: str) -> ProfileError:
+        return ProfileError(f"{source}: {what}")
+
+    if not isinstance(doc, dict):
+        raise bad(f"not a calibration profile (a JSON {type(doc).__name__}, not an object written by "
+                  "`ultracluster calibrate`)")
+    if doc.get("format") != FORMAT:
+        raise bad(f"not a calibration profile (format {doc.get('format')!r}; allowed: {FORMAT!r}, written by "
+                  "`ultracluster calibrate`)")
+    if doc.get("version") != VERSION:
+        raise bad(f"profile format version {doc.get('version')!r} is not one this ultracluster reads "
+                  f"(allowed: {VERSION}); recalibrate with this version")
+    try:
+        expected = checksum(doc)
+    except (TypeError, ValueError) as exc:
+        raise bad(f"the profile is damaged ({exc})") from exc
+    if doc.get("checksum") != expected:
+        raise bad(f"the checksum does not match the content (given {str(doc.get('checksum'))[:80]!r}, content "
+                  f"{expected[:19]}…): the file was damaged or edited after `ultracluster calibrate` wrote it; "
+                  "recalibrate from the measurements instead of editing a profile")
+    factors = doc.get("factors")
+    if not isinstance(factors, dict) or not factors or not set(factors) <= set(FACTORS) \
+            or not all(_finite(v) and v > 0 for v in factors.values()):
+        raise bad(f"factors: given {factors!r}; allowed: positive numbers for {', '.join(FACTORS)}")
+    ev = doc.get("evidence")
+    if not isinstance(ev, dict) or not all(_finite(ev.get(k)) and ev.get(k) >= 0 for k in ("fit_log", "release_sigma")):
+        raise bad(f"evidence: given {ev!r}; allowed: fit_log and release_sigma, numbers >= 0")
+    if not isinstance(doc.get("rows"), list) or not doc["rows"]:
+        raise bad("rows: given none; allowed: the measured rows the profile was fitted to")
+    return doc
+
+
+def read_profile(path: str | Path) -> dict:
+    """Read and verify a profile file (bounded: a regular file of at most 16 MiB)."""
+    from ..yaml_input import InputError, read_bounded
+
+    try:
+        data = read_bounded(path, MAX_PROFILE_BYTES, "calibration profile (JSON)")
+    except InputError as err:
+        raise ProfileError(f"{err.given}: cannot be read; allowed: {err.allowed}") from err
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProfileError(f"{path}: not a calibration profile (not JSON: {exc})") from exc
+    return verify(doc, str(path))
+
+
+def calibration_of(doc: dict, base: Calibration | None = None) -> Calibration:
+    """The shipped calibration (`base`) with the profile's factors."""
+    return (base or fitted()).with_(**{k: float(v) for k, v in doc["factors"].items()})
+
+
+def evidence_of(doc: dict) -> tuple[float, float, dict[str, tuple[float, float]]]:
+    """(fit_log, release_sigma, ranges): what the profile measured about its own errors, for the 80 % interval;
+    `ranges`: each fitted factor's identifiable range, which replaces its uncertain range."""
+    ev = doc["evidence"]
+    ranges = {k: (float(v[0]), float(v[1])) for k, v in (doc.get("ranges") or {}).items()
+              if k in doc.get("fitted", []) and isinstance(v, list) and len(v) == 2}
+    return float(ev["fit_log"]), float(ev["release_sigma"]), ranges
+
+
+def scenario_profile(scenario) -> dict | None:
+    """The verified profile a resolved scenario carries (`calibration.profile`, inlined when it was read), or None."""
+    spec = getattr(scenario, "calibration", None)
+    return None if spec is None else spec.document
+
+
+def calibration_for(scenario, calibration: Calibration | None = None) -> Calibration:
+    """The calibration a run of `scenario` uses: `calibration` when given, else the scenario's profile's, else the
+    shipped fit."""
+    if calibration is not None:
+        return calibration
+    doc = scenario_profile(scenario)
+    return calibration_of(doc) if doc else fitted()
