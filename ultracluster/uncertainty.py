@@ -47,6 +47,8 @@ class Evidence:
     label: str = "fit (leave-one-layout-out residuals)"   # what the fit part is, and where it is documented
     source: str = "docs/calibration.md"
     release_label: str = "Neuron releases (between-release spread)"   # what the software part is
+    domain: dict | None = None       # what a profile's rows span (None: the shipped fit's, calibration.json)
+    worst_pct: float | None = None   # the worst leave-one-out |error| an axis off the domain adds (None: the fit's)
 
     @property
     def half_width_log(self) -> float:
@@ -77,9 +79,12 @@ def profile_evidence(scenario) -> Evidence | None:
     if not doc:
         return None
     fit_log, sigma, ranges = evidence_of(doc)
+    shipped_worst = _fitted().get("cross_validation", {}).get("worst_abs_error_pct", 0.0)
+    own_worst = (doc.get("evidence") or {}).get("loo_worst_abs_pct") or 0.0
     return Evidence(fit_log=fit_log, release_sigma=sigma, ranges=tuple((k, lo, hi) for k, (lo, hi) in ranges.items()),
                     label="fit (the profile's leave-one-out residuals)", source=str(scenario.calibration.profile),
-                    release_label="between runs (the profile's repeats, else releases)")
+                    release_label="between runs (the profile's repeats, else releases)",
+                    domain=doc.get("domain"), worst_pct=max(float(shipped_worst), float(own_worst)))
 
 
 def chip_factors(generation: str, calibration: Calibration | None = None) -> list[UncertainFactor]:
@@ -115,10 +120,29 @@ def model_params_b(scenario) -> float:
     return float(dense.sum() + expert.sum()) / 1e9
 
 
-def extrapolated(scenario, generation: str) -> list[str]:
+def domain_of(items) -> dict:
+    """The calibrated domain of measured runs, per chip generation: the ranges of tp, pp, cp, sequence length and
+    model size (billions of parameters), the ZeRO stages and recomputations, the best MFU, and the runs' names.
+    `items`: (generation, scenario, mfu, name) of each run (calibration.json "domain"; a profile's own)."""
+    out: dict[str, dict] = {}
+    for gen, sc, mfu, name in items:
+        d = out.setdefault(gen, {"tp": [], "pp": [], "cp": [], "seq_len": [], "params_b": [], "zero": [],
+                                 "recompute": [], "mfu_best": 0.0, "layouts": []})
+        for k, v in (("tp", sc.parallelism.tp), ("pp", sc.parallelism.pp), ("cp", sc.parallelism.cp),
+                     ("seq_len", sc.training.seq_len), ("params_b", model_params_b(sc))):
+            d[k] = [min(d[k] + [v]), max(d[k] + [v])] if d[k] else [v, v]
+        d["zero"] = sorted(set(d["zero"]) | {sc.training.zero})
+        d["recompute"] = sorted(set(d["recompute"]) | {sc.training.recompute})
+        d["mfu_best"] = round(max(d["mfu_best"], mfu), 4)
+        d["layouts"].append(name)
+    return out
+
+
+def extrapolated(scenario, generation: str, dom: dict | None = None) -> list[str]:
     """The axes on which `scenario` lies outside what the calibration rows span ("generation" when no row of
-    its chip generation exists); empty inside the calibrated domain."""
-    dom = _fitted().get("domain", {})
+    its chip generation exists); empty inside the calibrated domain. `dom`: a calibration profile's domain
+    (default: the shipped fit's)."""
+    dom = _fitted().get("domain", {}) if dom is None else dom
     if not dom:
         return []
     # the layout axes count as checked where a row of any generation spans them (the mechanisms they exercise
@@ -133,16 +157,17 @@ def extrapolated(scenario, generation: str) -> list[str]:
     return out + [k for k in DOMAIN_SETS if value[k] not in d[k]]
 
 
-def mfu_best(generation: str) -> float | None:
-    """The best MFU any published run of the generation reached (None: no run of it)."""
-    d = _fitted().get("domain", {}).get(generation)
-    return None if d is None else float(d["mfu_best"])
+def mfu_best(generation: str, dom: dict | None = None) -> float | None:
+    """The best MFU any published run of the generation reached, or a profile's run where that is higher (None:
+    no run of it)."""
+    best = [float(d[generation]["mfu_best"]) for d in (_fitted().get("domain", {}), dom or {}) if generation in d]
+    return max(best) if best else None
 
 
-def extrapolation_log(axes: list[str]) -> float:
+def extrapolation_log(axes: list[str], worst_pct: float | None = None) -> float:
     """Log half-width each extrapolated axis adds, in quadrature: the worst leave-one-layout-out error of the
-    fit, what the model missed by on a layout it had not seen (docs/uncertainty.md)."""
-    worst = _fitted().get("cross_validation", {}).get("worst_abs_error_pct", 0.0)
+    fit, what the model missed by on a layout it had not seen (docs/uncertainty.md); `worst_pct` a profile's."""
+    worst = _fitted().get("cross_validation", {}).get("worst_abs_error_pct", 0.0) if worst_pct is None else worst_pct
     return math.sqrt(len(axes)) * math.log1p(worst / 100)
 
 
@@ -289,13 +314,13 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
         t_slow, t_fast = (float(x) for x in step_times(scenario, [cal.with_(**slow), cal.with_(**fast)]))
         slow_log = max(0.0, math.log(t_slow / base)) if math.isfinite(t_slow) else 0.0
         fast_log = max(0.0, math.log(base / t_fast)) if math.isfinite(t_fast) and t_fast > 0 else 0.0
-    axes = extrapolated(scenario, cluster.chip.name)
-    h = math.hypot(ev.half_width_log, extrapolation_log(axes))
+    axes = extrapolated(scenario, cluster.chip.name, ev.domain)        # off a profile's domain: its own rows'
+    h = math.hypot(ev.half_width_log, extrapolation_log(axes, ev.worst_pct))
     return Interval(point_s=point_s, low_s=point_s * math.exp(-math.hypot(h, fast_log)),
                     high_s=point_s * math.exp(math.hypot(h, slow_log)), fit_log=ev.fit_log,
                     release_log=Z80 * ev.release_sigma, slow_log=slow_log, fast_log=fast_log,
                     swings=sorted(swings, key=lambda s: -s.swing_s), fit_label=ev.label, fit_source=ev.source,
-                    release_label=ev.release_label, extrapolated=axes, mfu_best=mfu_best(cluster.chip.name))
+                    release_label=ev.release_label, extrapolated=axes, mfu_best=mfu_best(cluster.chip.name, ev.domain))
 
 
 def nan_keys() -> dict:

@@ -170,3 +170,24 @@ def test_plan_prices_with_the_profile_and_its_top_layouts_carry_it(profile, scen
     assert ratio and all(1.0 < x < 1.09 for x in ratio)          # the profile's slower TensorE, in every layout
     top = load_scenario(tmp_path / "plan" / "top-1.yaml")            # written without nulls: the checksum holds
     assert top.calibration.document["checksum"] == json.loads(profile.read_text())["checksum"]
+
+
+def test_off_the_profiles_domain_the_interval_widens_again(profile, scenarios_dir):
+    """The profile's rows are two 7B TP8 layouts: a 70B TP32 job lies off their domain on several axes, and each
+    adds the worst leave-one-out miss (the profile's or the shipped fit's, the larger) in quadrature."""
+    from ultracluster.cluster.calibration import FITTED
+
+    doc = json.loads(profile.read_text())
+    assert doc["domain"]["trainium"]["tp"] == [8, 8] and doc["domain"]["trainium"]["pp"] == [1, 1]
+    path = json.dumps({"profile": str(profile)})
+    sc = load_scenario(scenarios_dir / "llama3.1-70b-trn1-32.yaml", ["calibration=" + path])
+    step = _replayed(_one_step(sc), fmt.calibration_for(sc))
+    iv = interval(sc, step)
+    assert {"tp", "params_b", "seq_len"} <= set(iv.extrapolated)
+    inside = load_scenario(scenarios_dir / "calib-llama2-7b-tp8.yaml", ["calibration=" + path])
+    assert interval(inside, 10.0).extrapolated == []
+    worst = max(json.loads(FITTED.read_text())["cross_validation"]["worst_abs_error_pct"],
+                doc["evidence"]["loo_worst_abs_pct"])
+    h = math.hypot(math.hypot(doc["evidence"]["fit_log"], Z80 * doc["evidence"]["release_sigma"]),
+                   math.sqrt(len(iv.extrapolated)) * math.log1p(worst / 100))
+    assert math.log(iv.high_s / step) == pytest.approx(math.hypot(h, iv.slow_log), rel=1e-9)

@@ -210,11 +210,32 @@ def _document(measurements, rows, groups, terms, shipped, main: Fit, folds, kept
                      "loo_median_abs_pct": round(100 * math.expm1(statistics.median(own)), 2) if own else None,
                      "loo_worst_abs_pct": round(100 * math.expm1(max(own)), 2) if own else None,
                      "half_width_pct": round(100 * math.expm1(math.hypot(fit_log, Z80 * sigma)), 2)},
+        "domain": _domain(groups, terms),
         "hardware": {"instance_types": sorted({r.scenario.cluster.instance for r in rows}),
                      "generations": sorted({g.generation for g in groups.values()})},
         "software": {"notes": notes},
         "rows": out_rows,
     }
+
+
+def _domain(groups: dict[str, Group], terms) -> dict:
+    """What the rows span per chip generation (the calibrated domain of `uncertainty.domain_of`): each scenario with
+    a median term, its MFU at the measured median step; a run off it gets a wider interval."""
+    from .. import operators as opslib
+    from ..cluster import build_cluster
+    from ..uncertainty import domain_of
+
+    items = []
+    for t in terms:
+        if t.kind != "median":
+            continue
+        g = groups[t.groups[0]]
+        cl = build_cluster(g.scenario, g.instances)
+        peak = cl.chips * cl.chip.dense_flop_per_s[g.scenario.training.precision]
+        step = math.exp(-t.log_target)                     # the median throughput's step time
+        items.append((g.generation, g.scenario, opslib.model_flops_per_step(g.scenario) / (peak * step),
+                      g.rows[0].scenario_path))
+    return domain_of(items)
 
 
 def _version() -> str:

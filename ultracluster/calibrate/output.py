@@ -78,6 +78,12 @@ def format_text(doc: dict, wall_s: float | None = None, priced: int | None = Non
     if ev["loo_terms"]:
         lines += ["", f"leave-one-out over {ev['loo_terms']} scenario(s): median |error| {ev['loo_median_abs_pct']:.1f} %, "
                       f"worst {ev['loo_worst_abs_pct']:.1f} % (each scenario predicted from a fit without its rows)"]
+    for gen, d in (doc.get("domain") or {}).items():
+        rng = lambda a: f"{a[0]:g}" if a[0] == a[1] else f"{a[0]:g}–{a[1]:g}"   # noqa: E731
+        lines.append(f"domain ({gen}): tp {rng(d['tp'])}, pp {rng(d['pp'])}, cp {rng(d['cp'])}, sequence "
+                     f"{rng(d['seq_len'])}, {rng([round(x, 1) for x in d['params_b']])} B parameters, ZeRO "
+                     f"{', '.join(map(str, d['zero']))}, recompute {', '.join(d['recompute'])}: a run outside "
+                     "gets a wider interval")
     lines.append(f"80 % interval of a prediction with this profile: ±{ev['half_width_pct']:.1f} % on its rows' chips "
                  f"(fit {100 * ev['fit_log']:.1f} %, between runs {100 * ev['release_sigma']:.1f} %; "
                  f"docs/uncertainty.md)")

@@ -144,26 +144,17 @@ def domain(lay: Layouts) -> dict:
     MFU a published run of that generation reached (`ultracluster.uncertainty.extrapolated` reads it)."""
     from .. import operators as opslib
     from ..cluster import build_cluster
-    from ..uncertainty import model_params_b
+    from ..uncertainty import domain_of
 
-    out: dict[str, dict] = {}
+    items = []
     for n in lay.names:
         if not (n in lay.certain or lay.quality[n] == "paper"):
             continue
         sc = lay.scenarios[n]
         cl = build_cluster(sc, sc.cluster.instances)
         peak = cl.chips * cl.chip.dense_flop_per_s[sc.training.precision]
-        mfu = opslib.model_flops_per_step(sc) / (peak * sc_step(lay, n))
-        d = out.setdefault(cl.chip.name, {"tp": [], "pp": [], "cp": [], "seq_len": [], "params_b": [], "zero": [],
-                                          "recompute": [], "mfu_best": 0.0, "layouts": []})
-        for k, v in (("tp", sc.parallelism.tp), ("pp", sc.parallelism.pp), ("cp", sc.parallelism.cp),
-                     ("seq_len", sc.training.seq_len), ("params_b", model_params_b(sc))):
-            d[k] = [min(d[k] + [v]), max(d[k] + [v])] if d[k] else [v, v]
-        d["zero"] = sorted(set(d["zero"]) | {sc.training.zero})
-        d["recompute"] = sorted(set(d["recompute"]) | {sc.training.recompute})
-        d["mfu_best"] = round(max(d["mfu_best"], mfu), 4)
-        d["layouts"].append(n)
-    return out
+        items.append((cl.chip.name, sc, opslib.model_flops_per_step(sc) / (peak * sc_step(lay, n)), n))
+    return domain_of(items)
 
 
 def sc_step(lay: Layouts, name: str) -> float:
