@@ -148,7 +148,7 @@ def trn2_factors() -> str:
     published Trn2 row allows (what the intervals use)."""
     from ultracluster import load_scenario
     from ultracluster.cluster import build_cluster
-    from ultracluster.uncertainty import factors_for
+    from ultracluster.uncertainty import factor_value, factors_for
 
     sc = load_scenario(L70_TRN2)
     cl = build_cluster(sc, sc.cluster.instances)
@@ -159,7 +159,7 @@ def trn2_factors() -> str:
     def v(x: float) -> str:
         return f"{x * 1e6:.3g} us" if 0 < abs(x) < 1e-3 else f"{x:.3g}"
     for f in factors_for(cl, pinned=False):
-        central = getattr(cal.network, f.name) if hasattr(cal.network, f.name) else getattr(cal, f.name)
+        central = factor_value(cal, f.name)
         p = pinned[f.name]
         out.append(f"| `{f.name}` | {v(central)} | {v(f.low)} – {v(f.high)} | {v(p.low)} – {v(p.high)} | {f.why} |")
     return "\n".join(out) + "\n"

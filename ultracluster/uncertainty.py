@@ -188,7 +188,7 @@ def factors_for(cluster, pinned: bool = True, ranges: tuple = ()) -> list[Uncert
         if f.name not in narrow:
             res.append(f)
             continue
-        central = getattr(cal.network, f.name) if hasattr(cal.network, f.name) else getattr(cal, f.name)
+        central = factor_value(cal, f.name)
         low, high = narrow[f.name]
         res.append(replace(f, low=min(max(f.low, low), central), high=max(min(f.high, high), central),
                            why=f.why + ("; narrowed to the calibration profile's identifiable range"
@@ -235,7 +235,8 @@ class Interval:
                 "extrapolated": list(self.extrapolated)}
 
 
-def _value(calibration: Calibration, name: str) -> float:
+def factor_value(calibration: Calibration, name: str) -> float:
+    """A factor's value in a calibration: a collective factor from its network part, else a chip factor."""
     return float(getattr(calibration.network, name) if hasattr(calibration.network, name) else getattr(calibration, name))
 
 
@@ -308,7 +309,7 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
         scale = point_s / base if math.isfinite(base) and base > 0 else float("nan")  # around the replayed point
         for k, f in enumerate(factors):
             lo, hi = float(times[1 + 2 * k]), float(times[2 + 2 * k])
-            swings.append(FactorSwing(f, _value(cal, f.name), lo * scale, hi * scale, f.why))
+            swings.append(FactorSwing(f, factor_value(cal, f.name), lo * scale, hi * scale, f.why))
             slow[f.name], fast[f.name] = (f.low, f.high) if lo >= hi else (f.high, f.low)
     if swings and math.isfinite(base) and base > 0:
         t_slow, t_fast = (float(x) for x in step_times(scenario, [cal.with_(**slow), cal.with_(**fast)]))

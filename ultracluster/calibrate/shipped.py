@@ -104,7 +104,7 @@ def fit_trn2(lay: Layouts, params: dict) -> dict:
     published figure, the other factors at their values (`pinned`, read by ultracluster.uncertainty)."""
     from ..cluster import build_cluster
     from ..pipeline import predict
-    from ..uncertainty import factors_for
+    from ..uncertainty import factor_value, factors_for
 
     papers = [n for n in lay.names if lay.quality[n] == "paper"]
     if not papers:
@@ -126,7 +126,7 @@ def fit_trn2(lay: Layouts, params: dict) -> dict:
     after = predict(sc, cal)["step_time_s"]
     pinned = {}
     for f in factors_for(build_cluster(sc, sc.cluster.instances, cal), pinned=False):
-        central = getattr(cal.network, f.name) if hasattr(cal.network, f.name) else getattr(cal, f.name)
+        central = factor_value(cal, f.name)
         grid = sorted(set(np.linspace(f.low, f.high, 9).tolist()) | {central})
         ok = [v for v in grid if abs(math.log(predict(sc, cal.with_(**{f.name: v}))["step_time_s"] / target))
               <= lay.spread]
