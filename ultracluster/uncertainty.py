@@ -369,7 +369,7 @@ def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
     return float(x[order][min(np.searchsorted(np.cumsum(w[order]), q), x.size - 1)])
 
 
-NEAR = 16       # draws priced exactly beside each quantile of the interpolated steps
+NEAR = 8        # draws priced exactly beside each quantile of the interpolated steps
 
 
 def _exact_quantiles(scenario, cal: Calibration, factors: tuple, base: float, x: np.ndarray,
@@ -379,10 +379,12 @@ def _exact_quantiles(scenario, cal: Calibration, factors: tuple, base: float, x:
     per-factor grids miss, are largest where the band ends)."""
     u = halton(DRAWS, len(factors))
     qs = [weighted_quantile(x, w, q) for q in (0.1, 0.9)]
+    if len(factors) == 1:             # one factor: the grid is its whole effect
+        return qs[0], qs[1]
     near = [np.argsort(np.abs(x - q) - 1e9 * (w > 0.1 / DRAWS))[:NEAR] for q in qs]   # plausible draws first
     rows = [cal.with_(**{f.name: float(f.low + u[i, k] * (f.high - f.low)) for k, f in enumerate(factors)})
             for idx in near for i in idx]
-    exact = np.log(step_times(_one_step(scenario), rows) / base).reshape(2, NEAR)
+    exact = np.log(step_times(_one_step(scenario), rows) / base).reshape(2, -1)
     return tuple(q + float(np.nanmedian(e - x[idx])) for q, e, idx in zip(qs, exact, near))
 
 
