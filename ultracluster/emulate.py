@@ -1,6 +1,8 @@
 """Scenario → RunResult: the stages of a run up to its replayed steps, without the report or files.
 
 scenario → cluster → memory (an infeasible layout stops here) → shards → step replay on the virtual clock.
+The shards price the chip (each the stages it runs in replica 0, reported once in its `ShardState`); the step is
+composed from what they return, never from a pricing of the driver's own (docs/design.md, "Who prices what").
 The RunResult is complete: the report reads its fields and never calls back into the replay (per-rank
 compute tallied from the merged profiles, per-chunk and per-stage communication, per-stage exposure, the
 storage figures from the cluster built here).
