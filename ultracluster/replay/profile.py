@@ -34,6 +34,7 @@ import numpy as np
 
 from ..chip import ChunkTimes
 
+
 def priced_stages(layout, first_rank: int, ranks: int) -> np.ndarray:
     """The pipeline stages a shard holding global ranks [first_rank, first_rank + ranks) prices: those whose
     first rank in replica 0 (rank stage x tp x cp, `cluster.rank_coords`) it holds. Every stage has exactly
