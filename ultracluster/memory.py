@@ -19,7 +19,7 @@ import numpy as np
 
 from . import operators as opslib
 from .units import GIB
-from .replay.events import StageMemory
+from .replay.result import StageMemory
 
 
 

@@ -7,7 +7,7 @@ A step time carries three kinds of uncertainty (docs/uncertainty.md):
 - the software: the same layout moved 10-20 % between Neuron releases, the between-release spread of
   `data/calibration/training.csv` (a standard deviation in log space, scaled to the 80 % two-sided quantile
   of a normal, 1.2816);
-- the hardware: factors no published measurement pins down (`ultracluster.cluster.uncertain.FACTORS`, for
+- the hardware: factors no published measurement pins down (`ultracluster.cluster.factor_ranges.FACTORS`, for
   Trn2, Trn3 and the Trn1 NeuronLink rate), each over its argued range. They are propagated through the model
   as a distribution: every factor uniform over its range and independent, DRAWS settings of all of them, each
   weighted by how well it reproduces the published Trainium2 run (`anchor`); the weighted 10th and 90th
@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 
 from .cluster.calibration import FITTED, TRN1, TRN2, Calibration, fitted, load_fitted
-from .cluster.uncertain import UncertainFactor, for_generation
+from .cluster.factor_ranges import UncertainFactor, for_generation
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
 INTERVAL_KEYS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")

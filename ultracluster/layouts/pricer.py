@@ -14,7 +14,7 @@ from ..units import GIB
 from ..network import collective_time
 from ..network.collectives import concurrent_time
 from ..replay import engine
-from ..replay.events import StageMemory
+from ..replay.result import StageMemory
 from ..replay.schedule import stage_programs
 from ..scenario import Scenario
 

@@ -32,7 +32,7 @@ from ..cluster import Cluster, rank_coords
 from ..network import Group, collective_time, group_of
 from ..network.collectives import concurrent_time
 from .degraded import degraded_plan
-from .events import CollectiveRecord, Slice, StepRecord
+from .result import CollectiveRecord, Slice, StepRecord
 from .profile import MergedProfile, ShardProfile, merge_profiles
 from .records import ComputeTally
 from .schedule import Execution, execute, stage_programs

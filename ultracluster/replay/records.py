@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .events import ChunkComm, Slice, StageComm, StepRecord
+from .result import ChunkComm, Slice, StageComm, StepRecord
 from .profile import MergedProfile
 
 
