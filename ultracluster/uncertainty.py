@@ -291,8 +291,8 @@ def _replayed(one, cal: Calibration) -> float:
 # The hardware part is read from DRAWS quasi-random settings of the factors (a Halton sequence: the same draws
 # in every run), each factor uniform over its range, independent; the step at a setting is the sum of each
 # factor's own effect, priced exactly at GRID points of its range (the ends, its central value and the two
-# midpoints) and interpolated: 1 + 4 n pricings for n factors, tests/test_uncertainty.py checks it against
-# pricing every draw.
+# midpoints) and interpolated: 1 + 4 n pricings for n factors (the central point is the base);
+# tests/chip/test_uncertainty.py checks it against pricing every draw.
 DRAWS = 4096
 GRID = 5
 
@@ -311,14 +311,17 @@ def halton(n: int, d: int) -> np.ndarray:
 
 
 def _grid(f: UncertainFactor, central: float) -> np.ndarray:
+    """Where a factor's own effect is priced: its ends, its central value and the two midpoints."""
     return np.array([f.low, 0.5 * (f.low + central), central, 0.5 * (central + f.high), f.high])
 
 
 def _responses(scenario, cal: Calibration, factors: tuple) -> tuple[float, np.ndarray]:
-    """The step at the central setting and at each factor's GRID points (the others central): (base, [n, GRID])."""
-    rows = [cal] + [cal.with_(**{f.name: float(v)}) for f in factors for v in _grid(f, factor_value(cal, f.name))]
+    """The step at the central setting and at each factor's GRID points (the others central): (base, [n, GRID]);
+    the central point is the base, priced once."""
+    rows = [cal] + [cal.with_(**{f.name: float(v)}) for f in factors
+                    for j, v in enumerate(_grid(f, factor_value(cal, f.name))) if j != GRID // 2]
     t = step_times(scenario, rows)
-    return float(t[0]), t[1:].reshape(len(factors), GRID)
+    return float(t[0]), np.insert(t[1:].reshape(len(factors), GRID - 1), GRID // 2, t[0], axis=1)
 
 
 def _draws(factors: tuple, cal: Calibration, base: float, grid_times: np.ndarray) -> np.ndarray:
