@@ -109,13 +109,13 @@ def test_the_cli_names_the_broken_file_in_one_line_and_exits_4(tmp_path):
 
 def test_the_files_are_read_once_and_what_they_give_is_frozen():
     from ultracluster.cluster import calibration as cal
-    from ultracluster.cluster import uncertain
+    from ultracluster.cluster import factor_ranges
 
     first = cal.load_fitted()
     assert cal.load_fitted() is first                                      # cached: one read per process
     assert cal.DEFAULT is first.calibration and cal.NETWORK_DEFAULT is first.network
     assert cal.DEFAULT.network is first.network
-    assert uncertain.FACTORS == uncertain.factors() == first.factors and isinstance(first.factors, tuple)
+    assert factor_ranges.FACTORS == factor_ranges.factors() == first.factors and isinstance(first.factors, tuple)
     with pytest.raises(TypeError):
         cal.NETWORK_PROFILES["mine"] = {}                                   # no registry to add to
     with pytest.raises(TypeError):
