@@ -142,19 +142,31 @@ def extrapolated(scenario, generation: str, dom: dict | None = None) -> list[str
     """The axes on which `scenario` lies outside what the calibration rows span ("generation" when no row of
     its chip generation exists); empty inside the calibrated domain. `dom`: a calibration profile's domain
     (default: the shipped fit's)."""
+    value = {"tp": scenario.parallelism.tp, "pp": scenario.parallelism.pp, "cp": scenario.parallelism.cp,
+             "seq_len": scenario.training.seq_len, "params_b": model_params_b(scenario),
+             "zero": scenario.training.zero, "recompute": scenario.training.recompute}
+    return extrapolated_rows(value, generation, dom)[0]
+
+
+def extrapolated_rows(value: dict, generation: str, dom: dict | None = None) -> list[list[str]]:
+    """`extrapolated` of many layouts of one chip generation at once: `value` maps each axis (tp, pp, cp, seq_len,
+    params_b, zero, recompute) to a number or an array (one per layout); one list of axes per layout."""
     dom = _fitted().get("domain", {}) if dom is None else dom
+    n = max([np.size(v) for v in value.values()] + [1])
     if not dom:
-        return []
+        return [[] for _ in range(n)]
     # the layout axes count as checked where a row of any generation spans them (the mechanisms they exercise
     # were checked there; what a newer chip changes is in its hardware factors); the generation by its own rows
     d = {k: [min(g[k][0] for g in dom.values()), max(g[k][1] for g in dom.values())] for k in DOMAIN_RANGES}
     d.update({k: sorted({v for g in dom.values() for v in g[k]}, key=str) for k in DOMAIN_SETS})
-    value = {"tp": scenario.parallelism.tp, "pp": scenario.parallelism.pp, "cp": scenario.parallelism.cp,
-             "seq_len": scenario.training.seq_len, "params_b": model_params_b(scenario),
-             "zero": scenario.training.zero, "recompute": scenario.training.recompute}
-    out = ["generation"] if generation not in dom else []
-    out += [k for k in DOMAIN_RANGES if not d[k][0] * (1 - 1e-6) <= value[k] <= d[k][1] * (1 + 1e-6)]
-    return out + [k for k in DOMAIN_SETS if value[k] not in d[k]]
+    off = {k: np.broadcast_to(~((d[k][0] * (1 - 1e-6) <= np.asarray(value[k], dtype=float))
+                                & (np.asarray(value[k], dtype=float) <= d[k][1] * (1 + 1e-6))), (n,))
+           for k in DOMAIN_RANGES}
+    off.update({k: np.broadcast_to(~np.isin(np.asarray(value[k], dtype=object), np.asarray(d[k], dtype=object)), (n,))
+                for k in DOMAIN_SETS})
+    head = ["generation"] if generation not in dom else []
+    axes = DOMAIN_RANGES + DOMAIN_SETS
+    return [head + [k for k in axes if off[k][i]] for i in range(n)]
 
 
 def mfu_best(generation: str, dom: dict | None = None) -> float | None:
@@ -164,11 +176,42 @@ def mfu_best(generation: str, dom: dict | None = None) -> float | None:
     return max(best) if best else None
 
 
-def extrapolation_log(axes: list[str], worst_pct: float | None = None) -> float:
+def extrapolation_log(axes, worst_pct: float | None = None):
     """Log half-width each extrapolated axis adds, in quadrature: the worst leave-one-layout-out error of the
-    fit, what the model missed by on a layout it had not seen (docs/uncertainty.md); `worst_pct` a profile's."""
+    fit, what the model missed by on a layout it had not seen (docs/uncertainty.md); `worst_pct` a profile's.
+    `axes`: the list of axes, or (for many layouts) an array of their counts."""
     worst = _fitted().get("cross_validation", {}).get("worst_abs_error_pct", 0.0) if worst_pct is None else worst_pct
-    return math.sqrt(len(axes)) * math.log1p(worst / 100)
+    if isinstance(axes, list):
+        return math.sqrt(len(axes)) * math.log1p(worst / 100)
+    return np.sqrt(np.asarray(axes, dtype=float)) * math.log1p(worst / 100)
+
+
+def _scalar(*xs) -> bool:
+    return all(np.ndim(x) == 0 for x in xs)
+
+
+def half_width(ev: Evidence, axes):
+    """The log half-width of the fit and release parts, widened by the extrapolated `axes` (a list, or an array
+    of counts for many layouts): the part of the interval the uncertain factors' corners add to in quadrature."""
+    ext = extrapolation_log(axes, ev.worst_pct)
+    return math.hypot(ev.half_width_log, ext) if _scalar(ext) else np.hypot(ev.half_width_log, ext)
+
+
+def widen(point, h, fast_log, slow_log):
+    """(low, high) of the 80 % interval around `point` (seconds per step): the half-width `h` in quadrature with
+    the factors' fast and slow corners (log ratios to the central setting). Numbers (the run's) or arrays (a
+    plan's rows), the same arithmetic."""
+    if _scalar(point, h, fast_log, slow_log):
+        return point * math.exp(-math.hypot(h, fast_log)), point * math.exp(math.hypot(h, slow_log))
+    return point * np.exp(-np.hypot(h, fast_log)), point * np.exp(np.hypot(h, slow_log))
+
+
+def mfu_implausible(mfu, best: float | None):
+    """Whether a predicted MFU is above the best any published run of the chip generation reached (`mfu_best`):
+    not evidence-backed. A number or an array; False where either is unknown."""
+    m = np.asarray(mfu, dtype=float)
+    out = np.isfinite(m) & (m > (np.inf if best is None else best))
+    return out if np.ndim(mfu) else bool(out)
 
 
 def factors_for(cluster, pinned: bool = True, ranges: tuple = ()) -> list[UncertainFactor]:
@@ -262,14 +305,31 @@ def step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
         return np.array([_replayed(one, cal) for cal in calibrations])
     import pandas as pd
 
-    from .layouts.fast import evaluate
-    from .layouts.pricer import Pricer
     from .layouts.space import _own_row
 
-    row = _own_row(one)
-    table = pd.DataFrame([{**row, "cal": i} for i in range(len(calibrations))])
-    out = evaluate(Pricer(one, calibrations=tuple(calibrations), shared_last_sends=True), table)
-    return np.where(out["feasible"].to_numpy(), out["step_time_s"].to_numpy(dtype=float), np.nan)
+    return layout_step_times(one, pd.DataFrame([_own_row(one)]), calibrations,
+                             np.arange(len(calibrations))[None, :])[0]
+
+
+def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndarray, pricers: dict | None = None
+                      ) -> np.ndarray:
+    """Step times [n, k] of one step of each layout row of `one` (a `_one_step` scenario; `rows` a layout table
+    of n rows) under the calibrations `which[i, j]` indexes, in one evaluation of the fast path (NaN where a
+    layout does not fit). `pricers`: Pricers kept across calls, by their calibrations (caches stay warm)."""
+    from .layouts.fast import evaluate
+    from .layouts.pricer import Pricer
+
+    n, k = which.shape
+    key = tuple(calibrations)
+    pr = None if pricers is None else pricers.get(key)
+    if pr is None:
+        pr = Pricer(one, calibrations=key, shared_last_sends=True)
+        if pricers is not None:
+            pricers[key] = pr
+    table = rows.reset_index(drop=True).iloc[np.repeat(np.arange(n), k)].reset_index(drop=True)
+    table["cal"] = which.reshape(-1)
+    out = evaluate(pr, table)
+    return np.where(out["feasible"].to_numpy(), out["step_time_s"].to_numpy(dtype=float), np.nan).reshape(n, k)
 
 
 def _replayed(one, cal: Calibration) -> float:
@@ -279,6 +339,42 @@ def _replayed(one, cal: Calibration) -> float:
 
     res = emulate(one, local_shards, None, cal)
     return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
+
+
+@dataclass
+class Corners:
+    """The uncertain factors of n layouts priced at their ends and at the two corners (arrays over the layouts)."""
+
+    base: np.ndarray        # [n] step time at the central setting
+    ends: np.ndarray        # [n, 2F] step time with factor f at its low (2f) and its high (2f + 1) end
+    slow_log: np.ndarray    # [n] log(step at the slow corner / central), >= 0
+    fast_log: np.ndarray    # [n] log(central / step at the fast corner), >= 0
+
+
+def corners(price, cal: Calibration, factors: list[UncertainFactor], n: int) -> Corners:
+    """Each factor's two ends, then the two corners (every factor at the end that slows the layout, and at the
+    one that speeds it: decided per layout from its ends), in two evaluations. `price(calibrations, which)`
+    gives the step times [n, k] of the n layouts under `calibrations[which[i, j]]` (`layout_step_times`)."""
+    ends = [cal] + [cal.with_(**{f.name: x}) for f in factors for x in (f.low, f.high)]
+    times = np.asarray(price(ends, np.tile(np.arange(len(ends)), (n, 1))), dtype=float)
+    base = times[:, 0]
+    lo, hi = times[:, 1::2], times[:, 2::2]
+    zero = np.zeros(n)
+    ok = np.isfinite(base) & (base > 0)
+    if not factors or not ok.any():
+        return Corners(base, times[:, 1:], zero, zero.copy())
+    high_slow = ~(lo >= hi)                     # the high end slows this layout (NaN: as the high end)
+    patterns, inv = np.unique(high_slow, axis=0, return_inverse=True)
+    inv = np.asarray(inv).reshape(-1)
+    settings = []
+    for p in patterns:
+        settings.append(cal.with_(**{f.name: (f.high if s else f.low) for f, s in zip(factors, p)}))
+        settings.append(cal.with_(**{f.name: (f.low if s else f.high) for f, s in zip(factors, p)}))
+    t = np.asarray(price(settings, np.stack([2 * inv, 2 * inv + 1], axis=1)), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slow_log = np.where(ok & np.isfinite(t[:, 0]), np.maximum(0.0, np.log(t[:, 0] / base)), 0.0)
+        fast_log = np.where(ok & np.isfinite(t[:, 1]) & (t[:, 1] > 0), np.maximum(0.0, np.log(base / t[:, 1])), 0.0)
+    return Corners(base, times[:, 1:], slow_log, fast_log)
 
 
 def interval(scenario, point_s: float, calibration: Calibration | None = None,
@@ -299,26 +395,19 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
     cluster = build_cluster(scenario, 1, cal)
     ev = evidence_ or profile_evidence(scenario) or evidence()
     factors = factors_for(cluster, ranges=ev.ranges)
-    swings, slow, fast = [], {}, {}
+    swings = []
     slow_log = fast_log = 0.0
     if factors:
-        # one evaluation over the central setting and each factor's two ends, then one over the two corners
-        ends = [cal] + [cal.with_(**{f.name: x}) for f in factors for x in (f.low, f.high)]
-        times = step_times(scenario, ends)
-        base = float(times[0])
+        c = corners(lambda cals, which: step_times(scenario, [cals[j] for j in which[0]])[None, :], cal, factors, 1)
+        base = float(c.base[0])
         scale = point_s / base if math.isfinite(base) and base > 0 else float("nan")  # around the replayed point
         for k, f in enumerate(factors):
-            lo, hi = float(times[1 + 2 * k]), float(times[2 + 2 * k])
+            lo, hi = float(c.ends[0, 2 * k]), float(c.ends[0, 2 * k + 1])
             swings.append(FactorSwing(f, factor_value(cal, f.name), lo * scale, hi * scale, f.why))
-            slow[f.name], fast[f.name] = (f.low, f.high) if lo >= hi else (f.high, f.low)
-    if swings and math.isfinite(base) and base > 0:
-        t_slow, t_fast = (float(x) for x in step_times(scenario, [cal.with_(**slow), cal.with_(**fast)]))
-        slow_log = max(0.0, math.log(t_slow / base)) if math.isfinite(t_slow) else 0.0
-        fast_log = max(0.0, math.log(base / t_fast)) if math.isfinite(t_fast) and t_fast > 0 else 0.0
+        slow_log, fast_log = float(c.slow_log[0]), float(c.fast_log[0])
     axes = extrapolated(scenario, cluster.chip.name, ev.domain)        # off a profile's domain: its own rows'
-    h = math.hypot(ev.half_width_log, extrapolation_log(axes, ev.worst_pct))
-    return Interval(point_s=point_s, low_s=point_s * math.exp(-math.hypot(h, fast_log)),
-                    high_s=point_s * math.exp(math.hypot(h, slow_log)), fit_log=ev.fit_log,
+    low_s, high_s = widen(point_s, half_width(ev, axes), fast_log, slow_log)
+    return Interval(point_s=point_s, low_s=low_s, high_s=high_s, fit_log=ev.fit_log,
                     release_log=Z80 * ev.release_sigma, slow_log=slow_log, fast_log=fast_log,
                     swings=sorted(swings, key=lambda s: -s.swing_s), fit_label=ev.label, fit_source=ev.source,
                     release_label=ev.release_label, extrapolated=axes, mfu_best=mfu_best(cluster.chip.name, ev.domain))
