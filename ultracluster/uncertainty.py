@@ -311,21 +311,19 @@ def step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
                              np.arange(len(calibrations))[None, :])[0]
 
 
-def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndarray, pricers: dict | None = None
-                      ) -> np.ndarray:
-    """Step times [n, k] of one step of each layout row of `one` (a `_one_step` scenario; `rows` a layout table
-    of n rows) under the calibrations `which[i, j]` indexes, in one evaluation of the fast path (NaN where a
-    layout does not fit). `pricers`: Pricers kept across calls, by their calibrations (caches stay warm)."""
+def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndarray, pricers: dict | None = None,
+                      shared_last_sends: bool = True) -> np.ndarray:
+    """Step times [n, k] of one step of each layout row of `one` (a `_one_step` scenario; `rows` a table of n
+    layouts) under the calibrations `which[i, j]` indexes, in one evaluation of the fast path (NaN: does not fit).
+    `pricers`: Pricers kept across calls, by calibrations. `shared_last_sends`: the last gradient sends share
+    links as in the replay (exact); a plan's many layouts price them alone, as its search does (docs/plan.md)."""
     from .layouts.fast import evaluate
     from .layouts.pricer import Pricer
 
     n, k = which.shape
-    key = tuple(calibrations)
-    pr = None if pricers is None else pricers.get(key)
-    if pr is None:
-        pr = Pricer(one, calibrations=key, shared_last_sends=True)
-        if pricers is not None:
-            pricers[key] = pr
+    pricers = {} if pricers is None else pricers
+    key = (tuple(calibrations), shared_last_sends)
+    pr = pricers.get(key) or pricers.setdefault(key, Pricer(one, calibrations=key[0], shared_last_sends=key[1]))
     table = rows.reset_index(drop=True).iloc[np.repeat(np.arange(n), k)].reset_index(drop=True)
     table["cal"] = which.reshape(-1)
     out = evaluate(pr, table)
@@ -364,13 +362,16 @@ def corners(price, cal: Calibration, factors: list[UncertainFactor], n: int) -> 
     if not factors or not ok.any():
         return Corners(base, times[:, 1:], zero, zero.copy())
     high_slow = ~(lo >= hi)                     # the high end slows this layout (NaN: as the high end)
-    patterns, inv = np.unique(high_slow, axis=0, return_inverse=True)
-    inv = np.asarray(inv).reshape(-1)
-    settings = []
-    for p in patterns:
-        settings.append(cal.with_(**{f.name: (f.high if s else f.low) for f, s in zip(factors, p)}))
-        settings.append(cal.with_(**{f.name: (f.low if s else f.high) for f, s in zip(factors, p)}))
-    t = np.asarray(price(settings, np.stack([2 * inv, 2 * inv + 1], axis=1)), dtype=float)
+    if len(factors) == 1:                       # one factor: its corners are its ends, priced already
+        t = np.where(high_slow, times[:, [2, 1]], times[:, [1, 2]])
+    else:
+        patterns, inv = np.unique(high_slow, axis=0, return_inverse=True)
+        inv = np.asarray(inv).reshape(-1)
+        settings = []
+        for p in patterns:
+            settings.append(cal.with_(**{f.name: (f.high if s else f.low) for f, s in zip(factors, p)}))
+            settings.append(cal.with_(**{f.name: (f.low if s else f.high) for f, s in zip(factors, p)}))
+        t = np.asarray(price(settings, np.stack([2 * inv, 2 * inv + 1], axis=1)), dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         slow_log = np.where(ok & np.isfinite(t[:, 0]), np.maximum(0.0, np.log(t[:, 0] / base)), 0.0)
         fast_log = np.where(ok & np.isfinite(t[:, 1]) & (t[:, 1] > 0), np.maximum(0.0, np.log(base / t[:, 1])), 0.0)

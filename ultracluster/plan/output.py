@@ -26,6 +26,7 @@ from ..report.atomic import atomic_write_bytes
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
 from ..layouts.fast import has_zero_stages
+from ..layouts.search import END_NAMES
 
 if TYPE_CHECKING:
     from . import PlanResult
@@ -211,9 +212,43 @@ def _cost_cells(row: dict, with_tokens: bool) -> list[str]:
     return cells
 
 
+OBJECTIVE_SHORT = {"tokens_per_s": ("tokens/s", ",.0f"), "usd_per_million_tokens": ("$/M tok", ",.3f"),
+                   "time_to_train": ("days", ",.1f")}
+
+
+def _mfu(row: dict) -> str:
+    """MFU in %, marked `!` where it is above the best published for the chip (`mfu_implausible`)."""
+    return _fmt(None if row.get("mfu") is None else 100 * row["mfu"], ".1f", "%") + ("!" if row.get("mfu_implausible")
+                                                                                   else "")
+
+
+def _band(point, low, high) -> str:
+    return _fmt(point, ".4g") + ("" if low is None else f" ({_fmt(low, '.4g')}-{_fmt(high, '.4g')})")
+
+
+def ranking_lines(s: dict) -> list[str]:
+    """What ranked the layouts, and the scenario's own layout they are compared with."""
+    rank_by = s.get("rank_by", "point")
+    name = OBJECTIVE_SHORT[s["objective"]][0]
+    lines = [f"ranked by {s['objective']} at {s.get('rank_by_means', 'the point prediction')} (--rank-by {rank_by})"
+             + ("" if rank_by == "point" else f"; the point beside it ({name})")]
+    if rank_by == "low":
+        lines.append("  MFU marked ! is above the best published for the chip: such a layout ranks after the others")
+    own = s.get("scenario_layout") or {}
+    if own.get("feasible"):
+        lines.append(f"scenario's own layout: {own['label']}: step {_band(own.get('step_time_s'), own.get('step_time_low_s'), own.get('step_time_high_s'))} s, "
+                     f"MFU {_mfu(own)}" + (f", off the calibrated domain: {', '.join(own['extrapolated'])}"
+                                           if own.get("extrapolated") else ""))
+    elif own.get("comparison"):
+        lines.append(own["comparison"])
+    return lines
+
+
 def format_plan(result: PlanResult) -> str:
-    """The terminal's text: what was searched, the best layouts with where their time goes, the best layout of
-    each instance type, and the notes. With --tokens, days to train and the total cost of each."""
+    """The terminal's text: what was searched, the best layouts (the value that ranked them, the point, the 80 %
+    interval, where each stands against the evidence, and each against the scenario's own layout) with where
+    their time goes, the best layout of each instance type, and the notes. With --tokens, days to train and the
+    total cost of each."""
     s = result.summary
     headroom = s.get("hbm_headroom")
     fit = f"{s['feasible']:,} fit in HBM" + (f" with {100 * headroom:.4g} % headroom" if headroom else "")
@@ -227,31 +262,39 @@ def format_plan(result: PlanResult) -> str:
     tokens = s.get("tokens")
     with_tokens = tokens is not None
     cost_head = ["$/M tok"] + (["days", "total $"] if with_tokens else [])
-    lines.append(f"ranked by {s['objective']}" + (f"; {tokens:.4g} tokens to train" if with_tokens else ""))
-    head = ["#", "layout", "step s", "replayed s (80 % interval)", "tokens/s", "MFU", *cost_head, "HBM GiB"]
+    lines += ranking_lines(s)
+    if with_tokens:
+        lines.append(f"{tokens:.4g} tokens to train")
+    rank_by = s.get("rank_by", "point")
+    name, spec = OBJECTIVE_SHORT[s["objective"]]
+    ranks = [] if rank_by == "point" else [f"{name} {END_NAMES[rank_by]}"]
+    head = ["#", "layout", *ranks, "step s (80 % interval)", "replayed s", "tokens/s", "MFU", *cost_head, "HBM GiB",
+            "off domain", "vs scenario's layout"]
     rows = []
     by_rank = {r["rank"]: r for r in s["replayed"]}
     for i, row in enumerate(result.top, 1):
         rep = by_rank.get(i, {})
-        band = "" if rep.get("step_time_low_s") is None else \
-            f" ({_fmt(rep['step_time_low_s'], '.4g')}-{_fmt(rep['step_time_high_s'], '.4g')})"
-        rows.append([str(i), _label(row), _fmt(row["step_time_s"], ".4g"),
-                     _fmt(rep.get("replay_step_time_s"), ".4g") + band, _fmt(row["tokens_per_s"], ",.0f"),
-                     _fmt(None if row["mfu"] is None else 100 * row["mfu"], ".1f", "%"),
-                     *_cost_cells(row, with_tokens), _hbm(row)])
+        rows.append([str(i), _label(row), *([_fmt(row.get("rank_value"), spec)] if ranks else []),
+                     _band(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
+                     _fmt(rep.get("replay_step_time_s"), ".4g"), _fmt(row["tokens_per_s"], ",.0f"), _mfu(row),
+                     *_cost_cells(row, with_tokens), _hbm(row), ",".join(row.get("extrapolated") or []) or "-",
+                     row.get("vs_scenario") or "n/a"])
     lines += _columns(head, rows)
+    if s["replayed"]:
+        lines.append("  the replayed layouts' intervals are their run's (around the replayed step)")
     per_type = s.get("best_per_type") or []
     if per_type:
         lines.append("best of each instance type (fast path):")
-        head = ["instance", "layout", "step s", "tokens/s", "MFU", "$/hour", *cost_head, "HBM GiB"]
+        head = ["instance", "layout", *ranks, "step s (80 % interval)", "tokens/s", "MFU", "$/hour", *cost_head,
+                "HBM GiB", "off domain"]
         rows = []
         for row in per_type:
             price = row.get("price_per_hour_usd")
-            rows.append([row["instance"], _label(row), _fmt(row["step_time_s"], ".4g"),
-                         _fmt(row["tokens_per_s"], ",.0f"),
-                         _fmt(None if row["mfu"] is None else 100 * row["mfu"], ".1f", "%"),
+            rows.append([row["instance"], _label(row), *([_fmt(row.get("rank_value"), spec)] if ranks else []),
+                         _band(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
+                         _fmt(row["tokens_per_s"], ",.0f"), _mfu(row),
                          _fmt(price, ",.2f") if price is not None else "no price",
-                         *_cost_cells(row, with_tokens), _hbm(row)])
+                         *_cost_cells(row, with_tokens), _hbm(row), ",".join(row.get("extrapolated") or []) or "-"])
         lines += _columns(head, rows, left=(0, 1))
     where = []
     for rep in s["replayed"]:
