@@ -27,6 +27,7 @@ from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
 from ..layouts.fast import has_zero_stages
 from ..layouts.search import END_NAMES
+from .text import OBJECTIVE_SHORT, _band, _fmt, _mfu, ranking_lines
 
 if TYPE_CHECKING:
     from . import PlanResult
@@ -178,12 +179,6 @@ def write_plan_dir(result: PlanResult, out: str | Path) -> Path:
     return out
 
 
-def _fmt(v, spec: str, unit: str = "") -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    return f"{v:{spec}}{unit}"
-
-
 def _columns(head: list[str], rows: list[list[str]], left: tuple[int, ...] = (1,)) -> list[str]:
     widths = [max(len(r[c]) for r in [head] + rows) for c in range(len(head))]
     return ["  ".join(x.ljust(w) if c in left else x.rjust(w) for c, (x, w) in enumerate(zip(r, widths))).rstrip()
@@ -210,38 +205,6 @@ def _cost_cells(row: dict, with_tokens: bool) -> list[str]:
     if with_tokens:
         cells += [_fmt(row.get("time_to_train_days"), ",.1f"), _fmt(row.get("total_cost_usd"), ",.0f")]
     return cells
-
-
-OBJECTIVE_SHORT = {"tokens_per_s": ("tokens/s", ",.0f"), "usd_per_million_tokens": ("$/M tok", ",.3f"),
-                   "time_to_train": ("days", ",.1f")}
-
-
-def _mfu(row: dict) -> str:
-    """MFU in %, marked `!` where it is above the best published for the chip (`mfu_implausible`)."""
-    return _fmt(None if row.get("mfu") is None else 100 * row["mfu"], ".1f", "%") + ("!" if row.get("mfu_implausible")
-                                                                                   else "")
-
-
-def _band(point, low, high) -> str:
-    return _fmt(point, ".4g") + ("" if low is None else f" ({_fmt(low, '.4g')}-{_fmt(high, '.4g')})")
-
-
-def ranking_lines(s: dict) -> list[str]:
-    """What ranked the layouts, and the scenario's own layout they are compared with."""
-    rank_by = s.get("rank_by", "point")
-    name = OBJECTIVE_SHORT[s["objective"]][0]
-    lines = [f"ranked by {s['objective']} at {s.get('rank_by_means', 'the point prediction')} (--rank-by {rank_by})"
-             + ("" if rank_by == "point" else f"; the point beside it ({name})")]
-    if rank_by == "low":
-        lines.append("  MFU marked ! is above the best published for the chip: such a layout ranks after the others")
-    own = s.get("scenario_layout") or {}
-    if own.get("feasible"):
-        lines.append(f"scenario's own layout: {own['label']}: step {_band(own.get('step_time_s'), own.get('step_time_low_s'), own.get('step_time_high_s'))} s, "
-                     f"MFU {_mfu(own)}" + (f", off the calibrated domain: {', '.join(own['extrapolated'])}"
-                                           if own.get("extrapolated") else ""))
-    elif own.get("comparison"):
-        lines.append(own["comparison"])
-    return lines
 
 
 def format_plan(result: PlanResult) -> str:
