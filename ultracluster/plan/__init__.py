@@ -191,6 +191,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
             scenarios.append(sc)
         runs_out = out if keep_runs else None
         replays = _replay(scenarios, runs_out, address, log, progress) if replay and scenarios else []
+    planned = full.loc[picks.index, ["step_time_low_s", "step_time_high_s"]].to_numpy()   # before the runs' own
     _interval_columns(full, picks.index, replays)
     own_summary = compare_with_scenario(full)
     top_rows = [_record(full.loc[i], rank=k) for k, i in enumerate(picks.index, 1)]
@@ -199,6 +200,8 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     summary["best_per_type"] = _json_clean([_record(full.loc[i]) for i in per_type.index])
     summary["scenario_layout"] = _json_clean(own_summary)
     summary["intervals_priced"] = priced
+    for rec, (low, high) in zip(summary["replayed"], planned):        # the plan's own, beside the run's
+        rec["fast_step_time_low_s"], rec["fast_step_time_high_s"] = _json_clean([float(low), float(high)])
     summary["prices"] = {t: {"usd_per_hour": price_of[t], "source": price_sources[t]} for t in price_of}
     summary["hbm_headroom"] = hbm_headroom
     summary["folded"] = folded
@@ -238,12 +241,14 @@ def _role_columns(full: pd.DataFrame, own: np.ndarray, top_rows, best_rows) -> N
 
 
 def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) -> None:
-    """The replayed layouts carry their run's 80 % interval (authoritative: around the replayed step); the
-    others keep the one the plan priced (the same code, around the fast path's step)."""
+    """The replayed layouts carry their run's 80 % interval and `mfu_implausible` (authoritative: around the
+    replayed step, on its MFU); the others keep the ones the plan priced (the same code, on the fast path's)."""
     for row, rep in zip(replayed_rows, replays):
         for col in INTERVAL_COLUMNS:
             v = rep.get(col)
             full.loc[row, col] = float(v) if isinstance(v, (int, float)) else np.nan
+        if isinstance(rep.get("mfu_implausible"), bool):
+            full.loc[row, "mfu_implausible"] = rep["mfu_implausible"]
 
 
 def compare_with_scenario(full: pd.DataFrame) -> dict:
