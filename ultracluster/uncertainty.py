@@ -8,18 +8,19 @@ A step time carries three kinds of uncertainty (docs/uncertainty.md):
   `data/calibration/training.csv` (a standard deviation in log space, scaled to the 80 % two-sided quantile
   of a normal, 1.2816);
 - the hardware: factors no published measurement pins down (`ultracluster.cluster.uncertain.FACTORS`, for
-  Trn2, Trn3 and the Trn1 NeuronLink rate), each over its plausible range. They are propagated through the
-  model itself: the step is priced once with every factor at the end that slows it and once at the end that
-  speeds it (the widest interval the ranges allow), after one pricing per factor end decides which end that
-  is. Chip factors fitted on Trn1 (TensorE efficiency, the per-layer residual) are also open on newer chips.
+  Trn2, Trn3 and the Trn1 NeuronLink rate), each over its argued range. They are propagated through the model
+  as a distribution: every factor uniform over its range and independent, DRAWS settings of all of them, each
+  weighted by how well it reproduces the published Trainium2 run (`anchor`); the weighted 10th and 90th
+  percentiles of the step are the hardware part. Chip factors fitted on Trn1 (TensorE efficiency, the in-graph
+  synchronisation) are also open on newer chips.
 
 The fit and release parts combine in quadrature into one log half-width h; the hardware part adds in quadrature
 to each side: low = t exp(-sqrt(h^2 + d_fast^2)), high = t exp(sqrt(h^2 + d_slow^2)). The point estimate is
 always inside, and a chip with fewer measurements gets a wider interval.
 
 Pricing is vectorized: every factor setting is a row of one table priced by the planner's fast path, the
-replay's model over a row axis (`step_times`): two evaluations per interval (the factor ends, then the two
-corners), in this process, no Ray, no files.
+replay's model over a row axis (`step_times`): two evaluations per interval (each factor's grid, then the
+settings beside the band's ends), in this process, no Ray, no files.
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ import numpy as np
 
 from .cluster.calibration import FITTED, TRN1, TRN2, Calibration, fitted, load_fitted
 from .cluster.uncertain import UncertainFactor, for_generation
+from .domain import (DOMAIN_RANGES, DOMAIN_SETS, domain_of, extrapolated, extrapolated_rows,  # noqa: F401  (here for
+                     extrapolation_log, mfu_best, mfu_implausible, model_params_b)           # their callers)
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
 INTERVAL_KEYS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
@@ -107,85 +110,6 @@ def chip_factors(generation: str, calibration: Calibration | None = None) -> lis
     return out
 
 
-# The axes of the calibrated domain (calibration.json "domain", per chip generation): numeric ranges and sets
-DOMAIN_RANGES = ("tp", "pp", "cp", "seq_len", "params_b")
-DOMAIN_SETS = ("zero", "recompute")
-
-
-def model_params_b(scenario) -> float:
-    """The model's parameters in billions (dense and expert, embedding and head)."""
-    from . import operators as opslib
-
-    dense, expert = opslib.chunk_params_split(scenario.model, 1, np.array([float(scenario.model.layers)]), 1, 1)
-    return float(dense.sum() + expert.sum()) / 1e9
-
-
-def domain_of(items) -> dict:
-    """The calibrated domain of measured runs, per chip generation: the ranges of tp, pp, cp, sequence length and
-    model size (billions of parameters), the ZeRO stages and recomputations, the best MFU, and the runs' names.
-    `items`: (generation, scenario, mfu, name) of each run (calibration.json "domain"; a profile's own)."""
-    out: dict[str, dict] = {}
-    for gen, sc, mfu, name in items:
-        d = out.setdefault(gen, {"tp": [], "pp": [], "cp": [], "seq_len": [], "params_b": [], "zero": [],
-                                 "recompute": [], "mfu_best": 0.0, "layouts": []})
-        for k, v in (("tp", sc.parallelism.tp), ("pp", sc.parallelism.pp), ("cp", sc.parallelism.cp),
-                     ("seq_len", sc.training.seq_len), ("params_b", model_params_b(sc))):
-            d[k] = [min(d[k] + [v]), max(d[k] + [v])] if d[k] else [v, v]
-        d["zero"] = sorted(set(d["zero"]) | {sc.training.zero})
-        d["recompute"] = sorted(set(d["recompute"]) | {sc.training.recompute})
-        d["mfu_best"] = round(max(d["mfu_best"], mfu), 4)
-        d["layouts"].append(name)
-    return out
-
-
-def extrapolated(scenario, generation: str, dom: dict | None = None) -> list[str]:
-    """The axes on which `scenario` lies outside what the calibration rows span ("generation" when no row of
-    its chip generation exists); empty inside the calibrated domain. `dom`: a calibration profile's domain
-    (default: the shipped fit's)."""
-    value = {"tp": scenario.parallelism.tp, "pp": scenario.parallelism.pp, "cp": scenario.parallelism.cp,
-             "seq_len": scenario.training.seq_len, "params_b": model_params_b(scenario),
-             "zero": scenario.training.zero, "recompute": scenario.training.recompute}
-    return extrapolated_rows(value, generation, dom)[0]
-
-
-def extrapolated_rows(value: dict, generation: str, dom: dict | None = None) -> list[list[str]]:
-    """`extrapolated` of many layouts of one chip generation at once: `value` maps each axis (tp, pp, cp, seq_len,
-    params_b, zero, recompute) to a number or an array (one per layout); one list of axes per layout."""
-    dom = _fitted().get("domain", {}) if dom is None else dom
-    n = max([np.size(v) for v in value.values()] + [1])
-    if not dom:
-        return [[] for _ in range(n)]
-    # the layout axes count as checked where a row of any generation spans them (the mechanisms they exercise
-    # were checked there; what a newer chip changes is in its hardware factors); the generation by its own rows
-    d = {k: [min(g[k][0] for g in dom.values()), max(g[k][1] for g in dom.values())] for k in DOMAIN_RANGES}
-    d.update({k: sorted({v for g in dom.values() for v in g[k]}, key=str) for k in DOMAIN_SETS})
-    off = {k: np.broadcast_to(~((d[k][0] * (1 - 1e-6) <= np.asarray(value[k], dtype=float))
-                                & (np.asarray(value[k], dtype=float) <= d[k][1] * (1 + 1e-6))), (n,))
-           for k in DOMAIN_RANGES}
-    off.update({k: np.broadcast_to(~np.isin(np.asarray(value[k], dtype=object), np.asarray(d[k], dtype=object)), (n,))
-                for k in DOMAIN_SETS})
-    head = ["generation"] if generation not in dom else []
-    axes = DOMAIN_RANGES + DOMAIN_SETS
-    return [head + [k for k in axes if off[k][i]] for i in range(n)]
-
-
-def mfu_best(generation: str, dom: dict | None = None) -> float | None:
-    """The best MFU any published run of the generation reached, or a profile's run where that is higher (None:
-    no run of it)."""
-    best = [float(d[generation]["mfu_best"]) for d in (_fitted().get("domain", {}), dom or {}) if generation in d]
-    return max(best) if best else None
-
-
-def extrapolation_log(axes, worst_pct: float | None = None):
-    """Log half-width each extrapolated axis adds, in quadrature: the worst leave-one-layout-out error of the
-    fit, what the model missed by on a layout it had not seen (docs/uncertainty.md); `worst_pct` a profile's.
-    `axes`: the list of axes, or (for many layouts) an array of their counts."""
-    worst = _fitted().get("cross_validation", {}).get("worst_abs_error_pct", 0.0) if worst_pct is None else worst_pct
-    if isinstance(axes, list):
-        return math.sqrt(len(axes)) * math.log1p(worst / 100)
-    return np.sqrt(np.asarray(axes, dtype=float)) * math.log1p(worst / 100)
-
-
 def _scalar(*xs) -> bool:
     return all(np.ndim(x) == 0 for x in xs)
 
@@ -204,14 +128,6 @@ def widen(point, h, fast_log, slow_log):
     if _scalar(point, h, fast_log, slow_log):
         return point * math.exp(-math.hypot(h, fast_log)), point * math.exp(math.hypot(h, slow_log))
     return point * np.exp(-np.hypot(h, fast_log)), point * np.exp(np.hypot(h, slow_log))
-
-
-def mfu_implausible(mfu, best: float | None):
-    """Whether a predicted MFU is above the best any published run of the chip generation reached (`mfu_best`):
-    not evidence-backed. A number or an array; False where either is unknown."""
-    m = np.asarray(mfu, dtype=float)
-    out = np.isfinite(m) & (m > (np.inf if best is None else best))
-    return out if np.ndim(mfu) else bool(out)
 
 
 def factors_for(cluster, pinned: bool = True, ranges: tuple = ()) -> list[UncertainFactor]:
@@ -263,14 +179,20 @@ class Interval:
     high_s: float
     fit_log: float
     release_log: float
-    slow_log: float          # log(step at the slow corner / point)
-    fast_log: float          # log(point / step at the fast corner)
+    slow_log: float          # the hardware part's weighted 90th percentile of log(step / point)
+    fast_log: float          # ... minus its 10th percentile
     swings: list[FactorSwing] = field(default_factory=list)
     extrapolated: list[str] = field(default_factory=list)   # axes outside the calibrated domain (widened)
     mfu_best: float | None = None                             # the best published MFU of the chip generation
+    anchored: str = ""          # the published run the factor settings were weighted by ("": none moved it)
     fit_label: str = Evidence.label       # what the fit part is (the shipped fit's or a profile's residuals)
     fit_source: str = Evidence.source
     release_label: str = Evidence.release_label
+
+    @property
+    def release_source(self) -> str:
+        """Where the software part's figures come from (a profile's own file, else the shipped data)."""
+        return self.fit_source if self.fit_source != Evidence.source else "data/calibration"
 
     def summary_keys(self, tokens_per_step: float) -> dict:
         return {"step_time_low_s": self.low_s, "step_time_high_s": self.high_s,
@@ -339,48 +261,141 @@ def _replayed(one, cal: Calibration) -> float:
     return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
 
 
+# The hardware part is read from DRAWS quasi-random settings of the factors (a Halton sequence: the same draws
+# in every run), each factor uniform over its range, independent; the step at a setting is the sum of each
+# factor's own effect, priced exactly at GRID points of its range (the ends, its central value and the two
+# midpoints) and interpolated: 1 + 4 n pricings for n factors, tests/test_uncertainty.py checks it against
+# pricing every draw.
+DRAWS = 4096
+GRID = 5
+
+
+def halton(n: int, d: int) -> np.ndarray:
+    """The first n points of the d-dimensional Halton sequence in [0, 1)^d (bases: the first d primes)."""
+    primes = [p for p in range(2, 200) if all(p % q for q in range(2, int(p ** 0.5) + 1))][:d]
+    out = np.zeros((n, d))
+    for j, b in enumerate(primes):
+        k, f = np.arange(1, n + 1), 1.0
+        while k.any():
+            f /= b
+            out[:, j] += f * (k % b)
+            k //= b
+    return out
+
+
+def _grid(f: UncertainFactor, central: float) -> np.ndarray:
+    return np.array([f.low, 0.5 * (f.low + central), central, 0.5 * (central + f.high), f.high])
+
+
+def _responses(scenario, cal: Calibration, factors: tuple) -> tuple[float, np.ndarray]:
+    """The step at the central setting and at each factor's GRID points (the others central): (base, [n, GRID])."""
+    rows = [cal] + [cal.with_(**{f.name: float(v)}) for f in factors for v in _grid(f, factor_value(cal, f.name))]
+    t = step_times(scenario, rows)
+    return float(t[0]), t[1:].reshape(len(factors), GRID)
+
+
+def _draws(factors: tuple, cal: Calibration, base: float, grid_times: np.ndarray) -> np.ndarray:
+    """log(step / base) at each of the DRAWS settings, each factor's effect added in time (its grid, linear)."""
+    u = halton(DRAWS, len(factors))
+    delta = np.zeros(DRAWS)
+    for k, f in enumerate(factors):
+        y = np.where(np.isfinite(grid_times[k]), grid_times[k], base) - base
+        delta += np.interp(f.low + u[:, k] * (f.high - f.low), _grid(f, factor_value(cal, f.name)), y)
+    return np.log(np.maximum(base + delta, 1e-6 * base) / base)
+
+
+def anchor() -> tuple[str, object, float] | None:
+    """The published Trainium2 run every Trn2-side factor setting is weighted by: (row, scenario, step s), from
+    calibration.json "trn2" (None without one)."""
+    t2 = _fitted().get("trn2") or {}
+    if "scenario" not in t2:
+        return None
+    return t2["row"], _anchor_scenario(t2["row"]), float(t2["published_step_s"])
+
+
+@lru_cache(maxsize=1)
+def _anchor_scenario(row: str):
+    from .scenario import load_scenario
+
+    return load_scenario(_fitted()["trn2"]["scenario"])
+
+
+@lru_cache(maxsize=16)
+def _weights(factors: tuple, cal: Calibration) -> tuple[np.ndarray, str]:
+    """How well each draw reproduces the anchor run: a normal likelihood of its log error with the fit's and the
+    releases' 80 % half-width as the 80 % band (uniform when no factor moves the anchor). Cached: the same for
+    every run of a chip generation under one calibration."""
+    a = anchor()
+    if a is None:
+        return np.full(DRAWS, 1.0 / DRAWS), ""
+    row, sc, published = a
+    base, grid_times = _responses(_one_step(sc), cal, factors)
+    if not math.isfinite(base) or np.allclose(grid_times, base, rtol=1e-9, equal_nan=True):
+        return np.full(DRAWS, 1.0 / DRAWS), ""
+    err = math.log(base / published) + _draws(factors, cal, base, grid_times)
+    w = np.exp(-0.5 * (err * Z80 / evidence().half_width_log) ** 2)
+    return w / w.sum(), row
+
+
+def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
+    order = np.argsort(x)
+    return float(x[order][min(np.searchsorted(np.cumsum(w[order]), q), x.size - 1)])
+
+
+NEAR = 16       # draws priced exactly beside each quantile of the interpolated steps
+
+
 @dataclass
-class Corners:
-    """The uncertain factors of n layouts priced at their ends and at the two corners (arrays over the layouts)."""
+class Hardware:
+    """The hardware part of n layouts' intervals (arrays over the layouts)."""
 
-    base: np.ndarray        # [n] step time at the central setting
-    ends: np.ndarray        # [n, 2F] step time with factor f at its low (2f) and its high (2f + 1) end
-    slow_log: np.ndarray    # [n] log(step at the slow corner / central), >= 0
-    fast_log: np.ndarray    # [n] log(central / step at the fast corner), >= 0
+    base: np.ndarray        # [n] the step at the central setting
+    grid: np.ndarray        # [n, factors, GRID] the step at each factor's grid points, the others central
+    slow_log: np.ndarray    # [n] the weighted 90th percentile of log(step / base), >= 0
+    fast_log: np.ndarray    # [n] minus its 10th percentile, >= 0
+    anchored: str = ""      # the published run the settings were weighted by ("": none moved it)
 
 
-def corners(price, cal: Calibration, factors: list[UncertainFactor], n: int) -> Corners:
-    """Each factor's two ends, then the two corners (every factor at the end that slows the layout, and at the
-    one that speeds it: decided per layout from its ends), in two evaluations. `price(calibrations, which)`
-    gives the step times [n, k] of the n layouts under `calibrations[which[i, j]]` (`layout_step_times`)."""
-    ends = [cal] + [cal.with_(**{f.name: x}) for f in factors for x in (f.low, f.high)]
-    times = np.asarray(price(ends, np.tile(np.arange(len(ends)), (n, 1))), dtype=float)
-    base = times[:, 0]
-    lo, hi = times[:, 1::2], times[:, 2::2]
-    zero = np.zeros(n)
-    ok = np.isfinite(base) & (base > 0)
-    if not factors or not ok.any():
-        return Corners(base, times[:, 1:], zero, zero.copy())
-    high_slow = ~(lo >= hi)                     # the high end slows this layout (NaN: as the high end)
-    if len(factors) == 1:                       # one factor: its corners are its ends, priced already
-        t = np.where(high_slow, times[:, [2, 1]], times[:, [1, 2]])
-    else:
-        patterns, inv = np.unique(high_slow, axis=0, return_inverse=True)
-        inv = np.asarray(inv).reshape(-1)
-        settings = []
-        for p in patterns:
-            settings.append(cal.with_(**{f.name: (f.high if s else f.low) for f, s in zip(factors, p)}))
-            settings.append(cal.with_(**{f.name: (f.low if s else f.high) for f, s in zip(factors, p)}))
-        t = np.asarray(price(settings, np.stack([2 * inv, 2 * inv + 1], axis=1)), dtype=float)
+def hardware(price, cal: Calibration, factors: tuple, n: int, weights) -> Hardware:
+    """The factors' part of the interval of n layouts, in two evaluations: each factor's GRID points (one table
+    for every layout), then, for each layout, the NEAR draws closest to each of its weighted 10th and 90th
+    percentiles of the interpolated steps (`_draws`), priced exactly: the percentiles are corrected by the median
+    interpolation error there (the factors' joint effects, which the per-factor grids miss, are largest where the
+    band ends). `price(calibrations, which)` gives the step times [n, k] of the layouts under
+    `calibrations[which[i, j]]` (`step_times` for one scenario, `layout_step_times` for a plan's rows);
+    `weights()` gives the draws' weights and the run they come from (`_weights`), asked only when needed."""
+    grid_cals = [cal] + [cal.with_(**{f.name: float(v)}) for f in factors for v in _grid(f, factor_value(cal, f.name))]
+    t = np.asarray(price(grid_cals, np.tile(np.arange(len(grid_cals)), (n, 1))), dtype=float)
+    out = Hardware(t[:, 0], t[:, 1:].reshape(n, len(factors), GRID), np.zeros(n), np.zeros(n))
+    ok = np.flatnonzero(np.isfinite(out.base) & (out.base > 0))
+    if not ok.size:
+        return out
+    w, out.anchored = weights()
+    u = halton(DRAWS, len(factors))
+    xs = {i: _draws(factors, cal, float(out.base[i]), out.grid[i]) for i in ok}
+    qs = {i: [weighted_quantile(xs[i], w, q) for q in (0.1, 0.9)] for i in ok}
+    near = np.zeros((n, 2 * NEAR), dtype=np.int64)      # plausible draws first
+    for i in ok:
+        near[i] = np.concatenate([np.argsort(np.abs(xs[i] - q) - 1e9 * (w > 0.1 / DRAWS))[:NEAR] for q in qs[i]])
+    draws = np.unique(near[ok])
+    settings = [cal.with_(**{f.name: float(f.low + u[j, k] * (f.high - f.low)) for k, f in enumerate(factors)})
+                for j in draws]
     with np.errstate(divide="ignore", invalid="ignore"):
-        slow_log = np.where(ok & np.isfinite(t[:, 0]), np.maximum(0.0, np.log(t[:, 0] / base)), 0.0)
-        fast_log = np.where(ok & np.isfinite(t[:, 1]) & (t[:, 1] > 0), np.maximum(0.0, np.log(base / t[:, 1])), 0.0)
-    return Corners(base, times[:, 1:], slow_log, fast_log)
+        exact = np.log(np.asarray(price(settings, np.searchsorted(draws, near)), dtype=float) / out.base[:, None])
+    for i in ok:
+        q10, q90 = (q + float(np.nanmedian(e - xs[i][idx])) for q, e, idx in
+                    zip(qs[i], exact[i].reshape(2, NEAR), near[i].reshape(2, NEAR)))
+        out.slow_log[i], out.fast_log[i] = max(0.0, q90), max(0.0, -q10)
+    return out
 
 
 def interval(scenario, point_s: float, calibration: Calibration | None = None,
              evidence_: Evidence | None = None) -> Interval:
     """The 80 % interval of `scenario`'s step time around its replayed `point_s`.
+
+    The hardware part is the 10th and 90th percentiles of the step over the factors' ranges (DRAWS settings),
+    each setting weighted by how well it reproduces the published Trainium2 run (`anchor`; the shipped fit
+    only, not a calibration profile's), so a setting that run rules out does not widen the band (`hardware`).
 
     Args:
         scenario: a resolved Scenario.
@@ -392,69 +407,37 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
     from .cluster import build_cluster
     from .cluster.profile import calibration_for
 
-    cal = calibration_for(scenario, calibration)      # the scenario's calibration profile, else the shipped fit
+    cal = calibration_for(scenario, calibration)      # the scenario's calibration profile, else the fit
     cluster = build_cluster(scenario, 1, cal)
-    ev = evidence_ or profile_evidence(scenario) or evidence()
-    factors = factors_for(cluster, ranges=ev.ranges)
-    swings = []
-    slow_log = fast_log = 0.0
+    profile = profile_evidence(scenario)
+    ev = evidence_ or profile or evidence()
+    factors = tuple(factors_for(cluster, pinned=False, ranges=ev.ranges))
+    swings, slow_log, fast_log, anchored = [], 0.0, 0.0, ""
     if factors:
-        c = corners(lambda cals, which: step_times(scenario, [cals[j] for j in which[0]])[None, :], cal, factors, 1)
-        base = float(c.base[0])
-        scale = point_s / base if math.isfinite(base) and base > 0 else float("nan")  # around the replayed point
-        for k, f in enumerate(factors):
-            lo, hi = float(c.ends[0, 2 * k]), float(c.ends[0, 2 * k + 1])
-            swings.append(FactorSwing(f, factor_value(cal, f.name), lo * scale, hi * scale, f.why))
-        slow_log, fast_log = float(c.slow_log[0]), float(c.fast_log[0])
+        hw = hardware(lambda cals, which: step_times(scenario, [cals[j] for j in which[0]])[None, :], cal, factors,
+                      1, lambda: weights_for(factors, cal, profile))
+        base = float(hw.base[0])
+        if math.isfinite(base) and base > 0:
+            scale = point_s / base                        # around the replayed point
+            for k, f in enumerate(factors):
+                swings.append(FactorSwing(f, factor_value(cal, f.name), float(hw.grid[0, k, 0]) * scale,
+                                          float(hw.grid[0, k, -1]) * scale, f.why))
+            slow_log, fast_log, anchored = float(hw.slow_log[0]), float(hw.fast_log[0]), hw.anchored
     axes = extrapolated(scenario, cluster.chip.name, ev.domain)        # off a profile's domain: its own rows'
     low_s, high_s = widen(point_s, half_width(ev, axes), fast_log, slow_log)
     return Interval(point_s=point_s, low_s=low_s, high_s=high_s, fit_log=ev.fit_log,
                     release_log=Z80 * ev.release_sigma, slow_log=slow_log, fast_log=fast_log,
                     swings=sorted(swings, key=lambda s: -s.swing_s), fit_label=ev.label, fit_source=ev.source,
-                    release_label=ev.release_label, extrapolated=axes, mfu_best=mfu_best(cluster.chip.name, ev.domain))
+                    release_label=ev.release_label, extrapolated=axes, mfu_best=mfu_best(cluster.chip.name, ev.domain),
+                    anchored=anchored)
+
+
+def weights_for(factors: tuple, cal: Calibration, profile) -> tuple[np.ndarray, str]:
+    """The draws' weights: by the published Trainium2 run under the shipped fit (`_weights`), uniform under a
+    calibration profile's evidence."""
+    return _weights(factors, cal) if profile is None else (np.full(DRAWS, 1.0 / DRAWS), "")
 
 
 def nan_keys() -> dict:
     """The interval keys of an infeasible run."""
     return {**{k: float("nan") for k in INTERVAL_KEYS}, "extrapolated": [], "mfu_implausible": False}
-
-
-# ---------------------------------------------------------------------------------------------------------
-# `ultracluster sensitivity`: which assumption a decision hangs on
-
-SENSITIVITY_COLUMNS = ("factor", "central", "low", "high", "step_time_at_low_s", "step_time_at_high_s",
-                       "swing_s", "swing_pct", "why")
-
-
-def sensitivity_rows(iv: Interval) -> list[dict]:
-    """One row per uncertain factor, largest swing first (the CSV's and the table's rows), then the fit and
-    release parts of the interval as two more rows."""
-    base = iv.point_s
-    rows = [{"factor": s.factor.name, "central": s.central, "low": s.factor.low, "high": s.factor.high,
-             "step_time_at_low_s": s.step_low_s, "step_time_at_high_s": s.step_high_s, "swing_s": s.swing_s,
-             "swing_pct": 100 * s.swing_s / base if base else float("nan"), "why": s.factor.why} for s in iv.swings]
-    for name, log, why in ((iv.fit_label, iv.fit_log, iv.fit_source),
-                           (iv.release_label, iv.release_log, iv.fit_source if iv.fit_source != Evidence.source
-                            else "data/calibration")):
-        lo, hi = base * math.exp(-log), base * math.exp(log)
-        rows.append({"factor": name, "central": float("nan"), "low": float("nan"), "high": float("nan"),
-                     "step_time_at_low_s": lo, "step_time_at_high_s": hi, "swing_s": hi - lo,
-                     "swing_pct": 100 * (hi - lo) / base if base else float("nan"), "why": why})
-    return sorted(rows, key=lambda r: -r["swing_s"])
-
-
-def tornado_text(iv: Interval, rows: list[dict], width: int = 40) -> str:
-    """The tornado table for a terminal: a bar per factor from its fast end to its slow end around the point."""
-    lo_all = min([r["step_time_at_low_s"] for r in rows] + [r["step_time_at_high_s"] for r in rows] + [iv.low_s])
-    hi_all = max([r["step_time_at_low_s"] for r in rows] + [r["step_time_at_high_s"] for r in rows] + [iv.high_s])
-    span = max(hi_all - lo_all, 1e-30)
-    name_w = max(len(r["factor"]) for r in rows) if rows else 6
-    out = [f"step time {iv.point_s:.4g} s, 80 % interval {iv.low_s:.4g} – {iv.high_s:.4g} s",
-           f"{'factor':<{name_w}}  {'fast end':>10}  {'slow end':>10}  {'swing':>7}"]
-    for r in rows:
-        a, b = sorted((r["step_time_at_low_s"], r["step_time_at_high_s"]))
-        i0, i1 = int((a - lo_all) / span * width), max(int((b - lo_all) / span * width), int((a - lo_all) / span * width) + 1)
-        mid = int((iv.point_s - lo_all) / span * width)
-        bar = "".join("|" if i == mid else ("#" if i0 <= i < i1 else " ") for i in range(width + 1))
-        out.append(f"{r['factor']:<{name_w}}  {a:>10.4g}  {b:>10.4g}  {r['swing_pct']:>6.1f}%  {bar}")
-    return "\n".join(out)

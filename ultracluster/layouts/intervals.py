@@ -2,9 +2,10 @@
 the best published, and the 80 % interval, each from `ultracluster.uncertainty`, the code `run` uses.
 
 `extrapolated` and `mfu_implausible` are cheap (a comparison per axis) and go on every layout. The interval
-prices the uncertain factors' ends and corners with the fast path (`uncertainty.corners` over the layout rows,
-two evaluations per layout, as `uncertainty.interval` does for one), so it is priced for the layouts that can
-rank (`price_for_ranking`) and the ones a plan shows; the others keep NaN. Pure: no Ray, no files.
+prices the uncertain factors with the fast path (`uncertainty.hardware` over the layout rows: each factor's grid,
+then the draws beside each layout's band ends, as `uncertainty.interval` does for one), so it is priced for the
+layouts that can rank (`price_for_ranking`) and the ones a plan shows; the others keep NaN. Pure: no Ray, no
+files.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from .fast import LAYOUT_COLUMNS
 from .pricer import layout_scenario
 
 INTERVAL_COLUMNS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
-BATCH = 4096         # layouts priced at the corners at most per round of `price_for_ranking` (the first round
+BATCH = 4096         # layouts whose interval is priced at most per round of `price_for_ranking` (the first round
                      # prices the best bound of each place; the rounds stop when no unpriced layout can still rank)
 
 
@@ -33,7 +34,8 @@ class LayoutEvidence:
     def __init__(self, base: Scenario, calibration: Calibration | None = None):
         self.base = base
         self.cal = calibration_for(base, calibration)
-        self.ev = unc.profile_evidence(base) or unc.evidence()
+        self.profile = unc.profile_evidence(base)
+        self.ev = self.profile or unc.evidence()
         self.one = unc._one_step(base)
         self.params_b = unc.model_params_b(base)
         self._factors: dict[str, list] = {}
@@ -63,7 +65,7 @@ class LayoutEvidence:
         kind = str(row["instance"])
         if kind not in self._factors:
             cluster = build_cluster(layout_scenario(self.base, row), int(row["instances"]), self.cal)
-            self._factors[kind] = unc.factors_for(cluster, ranges=self.ev.ranges)
+            self._factors[kind] = tuple(unc.factors_for(cluster, pinned=False, ranges=self.ev.ranges))
         return self._factors[kind]
 
     def price(self, t: pd.DataFrame, rows: np.ndarray, tokens_per_step: float) -> None:
@@ -75,11 +77,14 @@ class LayoutEvidence:
             sub = t.iloc[pos]
             layout = sub[list(LAYOUT_COLUMNS) + ["microbatches"]]
             factors = self._factors_of(sub.iloc[0])
-            c = unc.corners(lambda cals, which: unc.layout_step_times(self.one, layout, cals, which, self._pricers,
-                                                                      shared_last_sends=False),
-                            self.cal, factors, len(pos))
+            slow = fast = np.zeros(len(pos))
+            if factors:
+                hw = unc.hardware(lambda cals, which: unc.layout_step_times(
+                    self.one, layout, cals, which, self._pricers, shared_last_sends=False), self.cal, factors, len(pos),
+                    lambda: unc.weights_for(factors, self.cal, self.profile))
+                slow, fast = hw.slow_log, hw.fast_log
             h = unc.half_width(self.ev, sub["_axes"].to_numpy())
-            low, high = unc.widen(sub["step_time_s"].to_numpy(float), h, c.fast_log, c.slow_log)
+            low, high = unc.widen(sub["step_time_s"].to_numpy(float), h, fast, slow)
             col = t.columns.get_loc
             t.iloc[pos, col("step_time_low_s")] = low
             t.iloc[pos, col("step_time_high_s")] = high
