@@ -98,11 +98,12 @@ def price_for_ranking(t: pd.DataFrame, lev: LayoutEvidence, objective: str, rank
     `rank_by`, and of the rows `shown` (a boolean mask: the Pareto front, the scenario's own layout); returns how
     many rows were priced.
 
-    `low` ranks by the pessimistic end, which is at least the fit's half-width h slower than the point (the
-    factors' corners only add to it): the rows are priced best bound first, in rounds, until no unpriced row's
-    bound (the point h slower: its best possible pessimistic end) can still reach the top or its type's best.
-    That is exact: the rows left unpriced could not have ranked. `high` (the optimistic
-    end, which can pass a better point) prices every eligible row; `point` only those shown and the best by point.
+    `low` ranks by the pessimistic end, which is at least the half-width h slower than the point (the fit's and
+    the releases', widened by the row's extrapolated axes; the hardware part only adds to it in quadrature): the
+    rows are priced best bound first, in rounds, until no unpriced row's bound (the point h slower: its best
+    possible pessimistic end) can still reach the top or its type's best. That is exact: the rows left unpriced
+    could not have ranked. `high` (the optimistic end, which can pass a better point) prices every eligible row
+    (slow: tens of milliseconds a layout); `point` only those shown and the best by point.
     """
     for c in INTERVAL_COLUMNS:
         t[c] = np.nan
