@@ -257,11 +257,9 @@ def label(r) -> str:
 
 
 RANK_BY = {             # --rank-by → the end of each layout's 80 % interval that ranks it, and how a reader says it
-    "low": ("step_time_high_s", "the pessimistic end of the 80 % interval (its slow end: fewest tokens/s, highest "
-                                "cost, most days)"),
+    "low": ("step_time_high_s", "the pessimistic end of the 80 % interval (its slow end)"),
     "point": ("step_time_s", "the point prediction"),
-    "high": ("step_time_low_s", "the optimistic end of the 80 % interval (its fast end: most tokens/s, lowest cost, "
-                                "fewest days)"),
+    "high": ("step_time_low_s", "the optimistic end of the 80 % interval (its fast end)"),
 }
 END_NAMES = {"low": "slow end", "point": "point", "high": "fast end"}
 

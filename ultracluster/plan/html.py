@@ -22,7 +22,7 @@ from ..cluster.catalog import NO_PRICE
 from ..layouts.search import END_NAMES, pareto_front
 from ..report.html import MEMORY_COLORS, _page, _table, stacked_bars
 
-from .text import OBJECTIVE_SHORT, _mfu, ranking_lines
+from .text import OBJECTIVE_SHORT, _band, _mfu, ranking_lines
 
 if TYPE_CHECKING:
     from . import PlanResult
@@ -226,9 +226,13 @@ def _days_cost(row: dict, tokens) -> list:
     return [row.get("time_to_train_days"), row.get("total_cost_usd")] if tokens is not None else []
 
 
-def _interval(row: dict) -> str:
-    low, high = row.get("step_time_low_s"), row.get("step_time_high_s")
-    return "n/a" if low is None or high is None else f"{low:.4g} – {high:.4g}"
+def _step(row: dict) -> str:
+    """The fast path's step with its 80 % interval."""
+    return _band(row.get("step_time_s"), row.get("step_time_low_s"), row.get("step_time_high_s"))
+
+
+def _hbm(row: dict) -> str:
+    return f"{_gib(row.get('hbm_peak_gib'))} of {_gib(row.get('hbm_capacity_gib'))}"
 
 
 def render_plan_html(result: PlanResult) -> str:
@@ -250,30 +254,27 @@ def render_plan_html(result: PlanResult) -> str:
     rows = []
     rep = {r["rank"]: r for r in s["replayed"]}
     rank_by = s.get("rank_by", "point")
-    ranks = [] if rank_by == "point" else [f"{OBJECTIVE_SHORT[s['objective']][0]} at the {END_NAMES[rank_by]}"]
+    ranks = [] if rank_by == "point" else [f"{OBJECTIVE_SHORT[s['objective']][0]} {END_NAMES[rank_by]}"]
     for i, row in enumerate(result.top, 1):
         r = rep.get(i, {})
         rows.append([i, row["label"], row.get("equivalent") or "", *([row.get("rank_value")] if ranks else []),
-                     row["step_time_s"], _interval(row), r.get("replay_step_time_s"),
-                     r.get("difference"), row["tokens_per_s"], _mfu(row), row["usd_per_million_tokens"],
-                     *_days_cost(row, tokens), _gib(row.get("hbm_peak_gib")), _gib(row.get("hbm_capacity_gib")),
+                     _step(row), r.get("replay_step_time_s"), r.get("difference"), row["tokens_per_s"], _mfu(row),
+                     row["usd_per_million_tokens"], *_days_cost(row, tokens), _hbm(row),
                      ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"])
-    top = _table(rows, ["#", "layout", "equivalent", *ranks, "fast step (s)", "80 % interval (s)",
-                        "replayed step (s)", "difference", "tokens/s", "MFU", "$ per M tokens", *extra_head,
-                        "HBM peak (GiB)", "HBM per rank (GiB)", "off the calibrated domain",
-                        "vs the scenario's layout"]) if rows else "<p>none</p>"
+    top = _table(rows, ["#", "layout", "equivalent", *ranks, "step s (80 %)", "replayed step (s)",
+                        "difference", "tokens/s", "MFU", "$ per M tokens", *extra_head, "HBM GiB",
+                        "off domain", "vs scenario's layout"]) if rows else "<p>none</p>"
     per_type = s.get("best_per_type") or []
     best_rows = [[row["instance"], row["label"], row.get("equivalent") or "", *([row.get("rank_value")] if ranks else []),
-                  row["step_time_s"], _interval(row), row["tokens_per_s"], _mfu(row),
+                  _step(row), row["tokens_per_s"], _mfu(row),
                   row.get("price_per_hour_usd") if row.get("price_per_hour_usd") is not None else NO_PRICE,
-                  row["usd_per_million_tokens"], *_days_cost(row, tokens), _gib(row.get("hbm_peak_gib")),
-                  _gib(row.get("hbm_capacity_gib")), ", ".join(row.get("extrapolated") or []) or "-",
-                  row.get("vs_scenario") or "n/a"] for row in per_type]
-    best = _table(best_rows, ["instance type", "layout", "equivalent", *ranks, "fast step (s)", "80 % interval (s)",
+                  row["usd_per_million_tokens"], *_days_cost(row, tokens), _hbm(row),
+                  ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"] for row in per_type]
+    best = _table(best_rows, ["instance type", "layout", "equivalent", *ranks, "step s (80 %)",
                               "tokens/s", "MFU", "$ per hour (cluster)", "$ per M tokens", *extra_head,
-                              "HBM peak (GiB)", "HBM per rank (GiB)", "off the calibrated domain",
-                              "vs the scenario's layout"]) if best_rows else "<p>none</p>"
-    ranking = "".join(f"<p>{escape(line.strip())}</p>" for line in ranking_lines(s))
+                              "HBM GiB", "off domain", "vs scenario's layout"]) \
+        if best_rows else "<p>none</p>"
+    ranking = "<br>".join(escape(line.strip()) for line in ranking_lines(s))
     misses = near_misses(result.table)
     if misses.empty:
         miss_html = "<p>none: every layout fits</p>"
@@ -287,10 +288,9 @@ def render_plan_html(result: PlanResult) -> str:
                                   ["near miss", "layout", "needs (GiB per rank)", "has (GiB per rank)", "why"])
     notes = "".join(f"<li>{escape(n)}</li>" for n in s.get("notes", []))
     body = f"""<h1>ultracluster plan: {name}</h1>{head}
-{ranking}
 <h2>Best of each instance type</h2><p class="note">fast path; ranked by {escape(s['objective'])}</p>{best}
-<h2>Top layouts</h2><p class="note">fast path, and the same layout replayed with the full run path (a replayed
-layout's interval is its run's); MFU marked ! is above the best published for the chip</p>{top}
+<h2>Top layouts</h2><p class="note">{ranking}<br>fast path, and the same layout replayed with the full run path (a
+replayed layout's interval is its run's)</p>{top}
 <h2>Tokens/s against cost</h2>{pareto_svg(result)}
 <h2>Tokens/s against HBM use, every instance type</h2>{types_svg(result)}
 <h2>Near misses</h2><p class="note">the infeasible layouts closest to fitting: the HBM a rank of their worst
