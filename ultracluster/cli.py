@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--objective", default="tokens_per_s", choices=["tokens_per_s", "usd_per_million_tokens",
                                                                     "time_to_train"],
                     help="what ranks the layouts (default tokens_per_s)")
+    pl.add_argument("--rank-by", default="low", metavar="low|point|high",
+                    help="which end of each layout's 80 %% interval ranks it: low, the pessimistic end (the slow end "
+                         "of the step time; default), point, or high, the optimistic end")
     pl.add_argument("--tokens", type=float, metavar="T", help="tokens to train: time_to_train_days per layout")
     pl.add_argument("--max-usd-per-hour", type=float, metavar="X", help="keep clusters costing at most X $/hour")
     pl.add_argument("--top", type=int, default=5, metavar="K", help="layouts to replay with `run` and write as "
@@ -289,7 +292,7 @@ def _plan(scenario, args) -> int:
             result = plan(scenario, space, objective=args.objective, tokens=args.tokens,
                           max_usd_per_hour=args.max_usd_per_hour, top=args.top, out=out, address=args.address,
                           log=say, max_search_minutes=args.max_search_minutes, progress=shown, prices=prices,
-                          force=args.force, keep_runs=args.keep_runs,
+                          force=args.force, keep_runs=args.keep_runs, rank_by=args.rank_by,
                           **({} if args.hbm_headroom is None else {"hbm_headroom": args.hbm_headroom}))
     except KeyboardInterrupt as stop:
         stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)

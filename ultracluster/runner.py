@@ -75,7 +75,7 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
 def interval_keys(scenario: Scenario, summary: dict, calibration: Calibration | None = None) -> dict:
     """The 80 % interval of a summary's step time and tokens/s (`ultracluster.uncertainty`); NaN when the run
     is infeasible."""
-    from .uncertainty import interval, nan_keys
+    from .uncertainty import interval, mfu_implausible, nan_keys
 
     step = summary.get("step_time_s")
     if not summary.get("feasible") or not isinstance(step, float) or not step > 0:
@@ -83,7 +83,7 @@ def interval_keys(scenario: Scenario, summary: dict, calibration: Calibration | 
     iv = interval(scenario, step, calibration)
     mfu = summary.get("mfu")
     # a predicted MFU above the best any published run of this chip generation reached is not evidence-backed
-    implausible = bool(iv.mfu_best is not None and isinstance(mfu, float) and mfu > iv.mfu_best)
+    implausible = isinstance(mfu, float) and mfu_implausible(mfu, iv.mfu_best)
     return {**iv.summary_keys(summary["tokens_per_step"]), "mfu_implausible": implausible}
 
 

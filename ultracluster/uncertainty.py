@@ -32,6 +32,8 @@ import numpy as np
 
 from .cluster.calibration import FITTED, TRN1, TRN2, Calibration, fitted, load_fitted
 from .cluster.factor_ranges import UncertainFactor, for_generation
+from .domain import (DOMAIN_RANGES, DOMAIN_SETS, domain_of, extrapolated, extrapolated_rows,  # noqa: F401  (here for
+                     extrapolation_log, mfu_best, mfu_implausible, model_params_b)           # their callers)
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
 INTERVAL_KEYS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
@@ -108,68 +110,24 @@ def chip_factors(generation: str, calibration: Calibration | None = None) -> lis
     return out
 
 
-# The axes of the calibrated domain (calibration.json "domain", per chip generation): numeric ranges and sets
-DOMAIN_RANGES = ("tp", "pp", "cp", "seq_len", "params_b")
-DOMAIN_SETS = ("zero", "recompute")
+def _scalar(*xs) -> bool:
+    return all(np.ndim(x) == 0 for x in xs)
 
 
-def model_params_b(scenario) -> float:
-    """The model's parameters in billions (dense and expert, embedding and head)."""
-    from . import operators as opslib
-
-    dense, expert = opslib.chunk_params_split(scenario.model, 1, np.array([float(scenario.model.layers)]), 1, 1)
-    return float(dense.sum() + expert.sum()) / 1e9
-
-
-def domain_of(items) -> dict:
-    """The calibrated domain of measured runs, per chip generation: the ranges of tp, pp, cp, sequence length and
-    model size (billions of parameters), the ZeRO stages and recomputations, the best MFU, and the runs' names.
-    `items`: (generation, scenario, mfu, name) of each run (calibration.json "domain"; a profile's own)."""
-    out: dict[str, dict] = {}
-    for gen, sc, mfu, name in items:
-        d = out.setdefault(gen, {"tp": [], "pp": [], "cp": [], "seq_len": [], "params_b": [], "zero": [],
-                                 "recompute": [], "mfu_best": 0.0, "layouts": []})
-        for k, v in (("tp", sc.parallelism.tp), ("pp", sc.parallelism.pp), ("cp", sc.parallelism.cp),
-                     ("seq_len", sc.training.seq_len), ("params_b", model_params_b(sc))):
-            d[k] = [min(d[k] + [v]), max(d[k] + [v])] if d[k] else [v, v]
-        d["zero"] = sorted(set(d["zero"]) | {sc.training.zero})
-        d["recompute"] = sorted(set(d["recompute"]) | {sc.training.recompute})
-        d["mfu_best"] = round(max(d["mfu_best"], mfu), 4)
-        d["layouts"].append(name)
-    return out
+def half_width(ev: Evidence, axes):
+    """The log half-width of the fit and release parts, widened by the extrapolated `axes` (a list, or an array
+    of counts for many layouts): the part of the interval the uncertain factors' corners add to in quadrature."""
+    ext = extrapolation_log(axes, ev.worst_pct)
+    return math.hypot(ev.half_width_log, ext) if _scalar(ext) else np.hypot(ev.half_width_log, ext)
 
 
-def extrapolated(scenario, generation: str, dom: dict | None = None) -> list[str]:
-    """The axes on which `scenario` lies outside what the calibration rows span ("generation" when no row of
-    its chip generation exists); empty inside the calibrated domain. `dom`: a calibration profile's domain
-    (default: the shipped fit's)."""
-    dom = _fitted().get("domain", {}) if dom is None else dom
-    if not dom:
-        return []
-    # the layout axes count as checked where a row of any generation spans them (the mechanisms they exercise
-    # were checked there; what a newer chip changes is in its hardware factors); the generation by its own rows
-    d = {k: [min(g[k][0] for g in dom.values()), max(g[k][1] for g in dom.values())] for k in DOMAIN_RANGES}
-    d.update({k: sorted({v for g in dom.values() for v in g[k]}, key=str) for k in DOMAIN_SETS})
-    value = {"tp": scenario.parallelism.tp, "pp": scenario.parallelism.pp, "cp": scenario.parallelism.cp,
-             "seq_len": scenario.training.seq_len, "params_b": model_params_b(scenario),
-             "zero": scenario.training.zero, "recompute": scenario.training.recompute}
-    out = ["generation"] if generation not in dom else []
-    out += [k for k in DOMAIN_RANGES if not d[k][0] * (1 - 1e-6) <= value[k] <= d[k][1] * (1 + 1e-6)]
-    return out + [k for k in DOMAIN_SETS if value[k] not in d[k]]
-
-
-def mfu_best(generation: str, dom: dict | None = None) -> float | None:
-    """The best MFU any published run of the generation reached, or a profile's run where that is higher (None:
-    no run of it)."""
-    best = [float(d[generation]["mfu_best"]) for d in (_fitted().get("domain", {}), dom or {}) if generation in d]
-    return max(best) if best else None
-
-
-def extrapolation_log(axes: list[str], worst_pct: float | None = None) -> float:
-    """Log half-width each extrapolated axis adds, in quadrature: the worst leave-one-layout-out error of the
-    fit, what the model missed by on a layout it had not seen (docs/uncertainty.md); `worst_pct` a profile's."""
-    worst = _fitted().get("cross_validation", {}).get("worst_abs_error_pct", 0.0) if worst_pct is None else worst_pct
-    return math.sqrt(len(axes)) * math.log1p(worst / 100)
+def widen(point, h, fast_log, slow_log):
+    """(low, high) of the 80 % interval around `point` (seconds per step): the half-width `h` in quadrature with
+    the factors' fast and slow corners (log ratios to the central setting). Numbers (the run's) or arrays (a
+    plan's rows), the same arithmetic."""
+    if _scalar(point, h, fast_log, slow_log):
+        return point * math.exp(-math.hypot(h, fast_log)), point * math.exp(math.hypot(h, slow_log))
+    return point * np.exp(-np.hypot(h, fast_log)), point * np.exp(np.hypot(h, slow_log))
 
 
 def factors_for(cluster, pinned: bool = True, ranges: tuple = ()) -> list[UncertainFactor]:
@@ -269,14 +227,29 @@ def step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
         return np.array([_replayed(one, cal) for cal in calibrations])
     import pandas as pd
 
-    from .layouts.fast import evaluate
-    from .layouts.pricer import Pricer
     from .layouts.space import _own_row
 
-    row = _own_row(one)
-    table = pd.DataFrame([{**row, "cal": i} for i in range(len(calibrations))])
-    out = evaluate(Pricer(one, calibrations=tuple(calibrations), shared_last_sends=True), table)
-    return np.where(out["feasible"].to_numpy(), out["step_time_s"].to_numpy(dtype=float), np.nan)
+    return layout_step_times(one, pd.DataFrame([_own_row(one)]), calibrations,
+                             np.arange(len(calibrations))[None, :])[0]
+
+
+def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndarray, pricers: dict | None = None,
+                      shared_last_sends: bool = True) -> np.ndarray:
+    """Step times [n, k] of one step of each layout row of `one` (a `_one_step` scenario; `rows` a table of n
+    layouts) under the calibrations `which[i, j]` indexes, in one evaluation of the fast path (NaN: does not fit).
+    `pricers`: Pricers kept across calls, by calibrations. `shared_last_sends`: the last gradient sends share
+    links as in the replay (exact); a plan's many layouts price them alone, as its search does (docs/plan.md)."""
+    from .layouts.fast import evaluate
+    from .layouts.pricer import Pricer
+
+    n, k = which.shape
+    pricers = {} if pricers is None else pricers
+    key = (tuple(calibrations), shared_last_sends)
+    pr = pricers.get(key) or pricers.setdefault(key, Pricer(one, calibrations=key[0], shared_last_sends=key[1]))
+    table = rows.reset_index(drop=True).iloc[np.repeat(np.arange(n), k)].reset_index(drop=True)
+    table["cal"] = which.reshape(-1)
+    out = evaluate(pr, table)
+    return np.where(out["feasible"].to_numpy(), out["step_time_s"].to_numpy(dtype=float), np.nan).reshape(n, k)
 
 
 def _replayed(one, cal: Calibration) -> float:
@@ -315,13 +288,15 @@ def _grid(f: UncertainFactor, central: float) -> np.ndarray:
     return np.array([f.low, 0.5 * (f.low + central), central, 0.5 * (central + f.high), f.high])
 
 
-def _responses(scenario, cal: Calibration, factors: tuple) -> tuple[float, np.ndarray]:
-    """The step at the central setting and at each factor's GRID points (the others central): (base, [n, GRID]);
-    the central point is the base, priced once."""
-    rows = [cal] + [cal.with_(**{f.name: float(v)}) for f in factors
+def _grid_settings(cal: Calibration, factors: tuple) -> list[Calibration]:
+    """The central setting, then each factor's GRID points but the central one (the others central)."""
+    return [cal] + [cal.with_(**{f.name: float(v)}) for f in factors
                     for j, v in enumerate(_grid(f, factor_value(cal, f.name))) if j != GRID // 2]
-    t = step_times(scenario, rows)
-    return float(t[0]), np.insert(t[1:].reshape(len(factors), GRID - 1), GRID // 2, t[0], axis=1)
+
+
+def _grid_times(t: np.ndarray, factors: tuple) -> np.ndarray:
+    """[n, factors, GRID] from step times [n, settings] over `_grid_settings` (the central point is the base)."""
+    return np.insert(t[:, 1:].reshape(t.shape[0], len(factors), GRID - 1), GRID // 2, t[:, :1], axis=2)
 
 
 def _draws(factors: tuple, cal: Calibration, base: float, grid_times: np.ndarray) -> np.ndarray:
@@ -359,7 +334,8 @@ def _weights(factors: tuple, cal: Calibration) -> tuple[np.ndarray, str]:
     if a is None:
         return np.full(DRAWS, 1.0 / DRAWS), ""
     row, sc, published = a
-    base, grid_times = _responses(_one_step(sc), cal, factors)
+    t = step_times(_one_step(sc), _grid_settings(cal, factors))
+    base, grid_times = float(t[0]), _grid_times(t[None, :], factors)[0]
     if not math.isfinite(base) or np.allclose(grid_times, base, rtol=1e-9, equal_nan=True):
         return np.full(DRAWS, 1.0 / DRAWS), ""
     err = math.log(base / published) + _draws(factors, cal, base, grid_times)
@@ -375,20 +351,52 @@ def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
 NEAR = 8        # draws priced exactly beside each quantile of the interpolated steps
 
 
-def _exact_quantiles(scenario, cal: Calibration, factors: tuple, base: float, x: np.ndarray,
-                     w: np.ndarray) -> tuple[float, float]:
-    """The weighted 10th and 90th percentiles of log(step / base), each corrected by the median error of the
-    interpolation at the NEAR draws closest to it (priced exactly: the factors' joint effects, which the
-    per-factor grids miss, are largest where the band ends)."""
+@dataclass
+class Hardware:
+    """The hardware part of n layouts' intervals (arrays over the layouts)."""
+
+    base: np.ndarray        # [n] the step at the central setting
+    grid: np.ndarray        # [n, factors, GRID] the step at each factor's grid points, the others central
+    slow_log: np.ndarray    # [n] the weighted 90th percentile of log(step / base), >= 0
+    fast_log: np.ndarray    # [n] minus its 10th percentile, >= 0
+    anchored: str = ""      # the published run the settings were weighted by ("": none moved it)
+
+
+def hardware(price, cal: Calibration, factors: tuple, n: int, weights) -> Hardware:
+    """The factors' part of the interval of n layouts, in two evaluations: each factor's GRID points (one table
+    for every layout), then, for each layout, the NEAR draws closest to each of its weighted 10th and 90th
+    percentiles of the interpolated steps (`_draws`), priced exactly: the percentiles are corrected by the median
+    interpolation error there (the factors' joint effects, which the per-factor grids miss, are largest where the
+    band ends). `price(calibrations, which)` gives the step times [n, k] of the layouts under
+    `calibrations[which[i, j]]` (`step_times` for one scenario, `layout_step_times` for a plan's rows);
+    `weights()` gives the draws' weights and the run they come from (`_weights`), asked only when needed."""
+    grid_cals = _grid_settings(cal, factors)
+    t = np.asarray(price(grid_cals, np.tile(np.arange(len(grid_cals)), (n, 1))), dtype=float)
+    out = Hardware(t[:, 0], _grid_times(t, factors), np.zeros(n), np.zeros(n))
+    ok = np.flatnonzero(np.isfinite(out.base) & (out.base > 0))
+    if not ok.size:
+        return out
+    w, out.anchored = weights()
     u = halton(DRAWS, len(factors))
-    qs = [weighted_quantile(x, w, q) for q in (0.1, 0.9)]
-    if len(factors) == 1:             # one factor: the grid is its whole effect
-        return qs[0], qs[1]
-    near = [np.argsort(np.abs(x - q) - 1e9 * (w > 0.1 / DRAWS))[:NEAR] for q in qs]   # plausible draws first
-    rows = [cal.with_(**{f.name: float(f.low + u[i, k] * (f.high - f.low)) for k, f in enumerate(factors)})
-            for idx in near for i in idx]
-    exact = np.log(step_times(_one_step(scenario), rows) / base).reshape(2, -1)
-    return tuple(q + float(np.nanmedian(e - x[idx])) for q, e, idx in zip(qs, exact, near))
+    xs = {i: _draws(factors, cal, float(out.base[i]), out.grid[i]) for i in ok}
+    qs = {i: [weighted_quantile(xs[i], w, q) for q in (0.1, 0.9)] for i in ok}
+    if len(factors) == 1:                         # one factor: its grid is its whole effect
+        for i in ok:
+            out.slow_log[i], out.fast_log[i] = max(0.0, qs[i][1]), max(0.0, -qs[i][0])
+        return out
+    near = np.zeros((n, 2 * NEAR), dtype=np.int64)      # plausible draws first
+    for i in ok:
+        near[i] = np.concatenate([np.argsort(np.abs(xs[i] - q) - 1e9 * (w > 0.1 / DRAWS))[:NEAR] for q in qs[i]])
+    draws = np.unique(near[ok])
+    settings = [cal.with_(**{f.name: float(f.low + u[j, k] * (f.high - f.low)) for k, f in enumerate(factors)})
+                for j in draws]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exact = np.log(np.asarray(price(settings, np.searchsorted(draws, near)), dtype=float) / out.base[:, None])
+    for i in ok:
+        q10, q90 = (q + float(np.nanmedian(e - xs[i][idx])) for q, e, idx in
+                    zip(qs[i], exact[i].reshape(2, NEAR), near[i].reshape(2, NEAR)))
+        out.slow_log[i], out.fast_log[i] = max(0.0, q90), max(0.0, -q10)
+    return out
 
 
 def interval(scenario, point_s: float, calibration: Calibration | None = None,
@@ -397,7 +405,7 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
 
     The hardware part is the 10th and 90th percentiles of the step over the factors' ranges (DRAWS settings),
     each setting weighted by how well it reproduces the published Trainium2 run (`anchor`; the shipped fit
-    only, not a calibration profile's), so a setting that run rules out does not widen the band.
+    only, not a calibration profile's), so a setting that run rules out does not widen the band (`hardware`).
 
     Args:
         scenario: a resolved Scenario.
@@ -416,24 +424,28 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
     factors = tuple(factors_for(cluster, pinned=False, ranges=ev.ranges))
     swings, slow_log, fast_log, anchored = [], 0.0, 0.0, ""
     if factors:
-        base, grid_times = _responses(_one_step(scenario), cal, factors)
+        hw = hardware(lambda cals, which: step_times(scenario, [cals[j] for j in which[0]])[None, :], cal, factors,
+                      1, lambda: weights_for(factors, cal, profile))
+        base = float(hw.base[0])
         if math.isfinite(base) and base > 0:
             scale = point_s / base                        # around the replayed point
             for k, f in enumerate(factors):
-                swings.append(FactorSwing(f, factor_value(cal, f.name), float(grid_times[k, 0]) * scale,
-                                          float(grid_times[k, -1]) * scale, f.why))
-            w, anchored = _weights(factors, cal) if profile is None else (np.full(DRAWS, 1.0 / DRAWS), "")
-            x = _draws(factors, cal, base, grid_times)
-            q10, q90 = _exact_quantiles(scenario, cal, factors, base, x, w)
-            slow_log, fast_log = max(0.0, q90), max(0.0, -q10)
+                swings.append(FactorSwing(f, factor_value(cal, f.name), float(hw.grid[0, k, 0]) * scale,
+                                          float(hw.grid[0, k, -1]) * scale, f.why))
+            slow_log, fast_log, anchored = float(hw.slow_log[0]), float(hw.fast_log[0]), hw.anchored
     axes = extrapolated(scenario, cluster.chip.name, ev.domain)        # off a profile's domain: its own rows'
-    h = math.hypot(ev.half_width_log, extrapolation_log(axes, ev.worst_pct))
-    return Interval(point_s=point_s, low_s=point_s * math.exp(-math.hypot(h, fast_log)),
-                    high_s=point_s * math.exp(math.hypot(h, slow_log)), fit_log=ev.fit_log,
+    low_s, high_s = widen(point_s, half_width(ev, axes), fast_log, slow_log)
+    return Interval(point_s=point_s, low_s=low_s, high_s=high_s, fit_log=ev.fit_log,
                     release_log=Z80 * ev.release_sigma, slow_log=slow_log, fast_log=fast_log,
                     swings=sorted(swings, key=lambda s: -s.swing_s), fit_label=ev.label, fit_source=ev.source,
                     release_label=ev.release_label, extrapolated=axes, mfu_best=mfu_best(cluster.chip.name, ev.domain),
                     anchored=anchored)
+
+
+def weights_for(factors: tuple, cal: Calibration, profile) -> tuple[np.ndarray, str]:
+    """The draws' weights: by the published Trainium2 run under the shipped fit (`_weights`), uniform under a
+    calibration profile's evidence."""
+    return _weights(factors, cal) if profile is None else (np.full(DRAWS, 1.0 / DRAWS), "")
 
 
 def nan_keys() -> dict:

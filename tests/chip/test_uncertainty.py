@@ -72,18 +72,18 @@ def test_the_hardware_part_is_the_weighted_percentiles_of_every_draw_priced_exac
     import numpy as np
     from ultracluster.cluster import build_cluster
     from ultracluster.cluster.calibration import fitted
-    from ultracluster.uncertainty import (_draws, _exact_quantiles, _responses, _weights, factors_for, halton,
-                                          weighted_quantile)
+    from ultracluster.uncertainty import DRAWS, _weights, factors_for, halton, hardware, weighted_quantile
 
     sc = job("trn2.48xlarge", tp=32, instances=2)
     cal = fitted()
     factors = tuple(factors_for(build_cluster(sc, 1, cal), pinned=False))
-    base, grid = _responses(_one_step(sc), cal, factors)
     w, row = _weights(factors, cal)
-    x = _draws(factors, cal, base, grid)
-    q10, q90 = _exact_quantiles(_one_step(sc), cal, factors, base, x, w)
-    take = np.arange(0, x.size, 16)                                      # 256 draws, each priced exactly
-    u = halton(x.size, len(factors))[take]
+    hw = hardware(lambda cals, which: step_times(sc, [cals[j] for j in which[0]])[None, :], cal, factors, 1,
+                  lambda: (w, row))
+    base = float(hw.base[0])
+    q10, q90 = -float(hw.fast_log[0]), float(hw.slow_log[0])      # both ends clear of the point here (below)
+    take = np.arange(0, DRAWS, 16)                                       # 256 draws, each priced exactly
+    u = halton(DRAWS, len(factors))[take]
     exact = np.log(step_times(sc, [cal.with_(**{f.name: float(f.low + v[k] * (f.high - f.low))
                                                 for k, f in enumerate(factors)}) for v in u]) / base)
     ww = w[take] / w[take].sum()

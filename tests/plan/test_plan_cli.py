@@ -16,11 +16,12 @@ from ultracluster.plan.output import read_full_table
 
 PLAN_JSON_KEYS = {"scenario", "layouts_evaluated", "feasible", "wall_s", "layouts_per_s", "ray_nodes",
                   "best_tokens_per_s", "best_usd_per_million_tokens", "replayed", "fast_path", "best_per_type",
-                  "prices", "hbm_headroom", "folded", "full_table"}
+                  "prices", "hbm_headroom", "folded", "full_table", "rank_by", "scenario_layout", "intervals_priced"}
 CSV_COLUMNS = {"layout", "instance", "instances", "tp", "pp", "cp", "ep", "dp", "micro_batch", "recompute",
                "pp_schedule", "virtual_stages", "zero", "feasible", "reason", "step_time_s", "tokens_per_s", "mfu",
                "hbm_peak_gib", "hbm_capacity_gib", "usd_per_million_tokens", "time_to_train_days", "total_cost_usd",
-               "rank", "best_of_type", "pareto", "scenario_layout", "equivalent", "same_as"}
+               "rank", "best_of_type", "pareto", "scenario_layout", "equivalent", "same_as", "extrapolated",
+               "mfu_implausible", "step_time_low_s", "step_time_high_s", "rank_value", "vs_scenario", "vs_scenario_pct"}
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,9 @@ def test_plan_directory(planned):
     assert [r["rank"] for r in s["replayed"]] == [1, 2]
     for r in s["replayed"]:
         assert r["replay_step_time_s"] == pytest.approx(r["fast_step_time_s"], rel=0.01)
+        for end in ("low", "high"):       # the plan's interval is the run's around its own point (1e-5: docs/plan.md)
+            assert r[f"step_time_{end}_s"] / r["replay_step_time_s"] == pytest.approx(
+                r[f"fast_step_time_{end}_s"] / r["fast_step_time_s"], rel=1e-5)
         assert (out / "runs" / f"top-{r['rank']}" / "summary.json").exists()
     assert (out / "plan.html").read_text().count("<svg") >= 2
     # plan.csv: the rows to act on, each saying why it is there

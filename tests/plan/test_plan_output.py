@@ -84,7 +84,7 @@ def test_equivalent_settings_are_folded_into_one_row(headroom_pair):
 
 
 def test_pareto_rows_are_not_beaten_and_the_best_of_each_type(seven_b):
-    result = plan(seven_b, TWO_TYPES, replay=False, prices={"trn2.48xlarge": 40.0})
+    result = plan(seven_b, TWO_TYPES, replay=False, prices={"trn2.48xlarge": 40.0}, rank_by="point")
     t = result.table
     rows = ranking(t)
     assert set(rows["instance"]) == {"trn1.32xlarge", "trn2.48xlarge"}
@@ -114,7 +114,8 @@ def test_cost_ranking_needs_every_type_priced(seven_b, tmp_path):
         assert "trn2.48xlarge" in text and "cluster.price_per_hour_usd" in text
     priced = load_scenario({**SEVEN_B, "cluster": {"instance": "trn2.48xlarge", "instances": 1,
                                                    "price_per_hour_usd": 33.0}})
-    result = plan(priced, SMALL, objective="usd_per_million_tokens", top=2, replay=False, out=tmp_path / "p")
+    result = plan(priced, SMALL, objective="usd_per_million_tokens", top=2, replay=False, out=tmp_path / "p",
+                  rank_by="point")
     assert result.summary["prices"]["trn2.48xlarge"]["source"] == "cluster.price_per_hour_usd"
     best = result.summary["best_usd_per_million_tokens"]
     assert best["usd_per_million_tokens"] == pytest.approx(ranking(result.table)["usd_per_million_tokens"].min())

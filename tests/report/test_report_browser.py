@@ -121,16 +121,16 @@ SEEN = """JSON.stringify({
 })"""
 
 
-def load(binary: str, page: Path, seen: list | None = None) -> tuple[bytes, list[str], list[str]]:
-    """Open a local page; return (PNG screenshot, console/JS errors, URLs requested besides the page). With
-    `seen`, append to it what a reader sees (`SEEN`, parsed)."""
+def load(binary: str, page: Path, seen: list | None = None, height: int = 1600) -> tuple[bytes, list[str], list[str]]:
+    """Open a local page; return (PNG screenshot of the first `height` pixels, console/JS errors, URLs requested
+    besides the page). With `seen`, append to it what a reader sees (`SEEN`, parsed)."""
     b = Browser(binary)
     try:
         target = b.call("Target.createTarget", url="about:blank")["targetId"]
         s = b.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             b.call(f"{domain}.enable", s)
-        b.call("Emulation.setDeviceMetricsOverride", s, width=1200, height=1600, deviceScaleFactor=1, mobile=False)
+        b.call("Emulation.setDeviceMetricsOverride", s, width=1200, height=height, deviceScaleFactor=1, mobile=False)
         b.call("Page.navigate", s, url=page.resolve().as_uri())
         b.wait_for("Page.loadEventFired")
         # run the page's script once more through a click on a sortable header: its errors count too

@@ -256,6 +256,26 @@ def label(r) -> str:
     return " ".join(parts)
 
 
+RANK_BY = {             # --rank-by → the end of each layout's 80 % interval that ranks it, and how a reader says it
+    "low": ("step_time_high_s", "the pessimistic end of the 80 % interval (its slow end)"),
+    "point": ("step_time_s", "the point prediction"),
+    "high": ("step_time_low_s", "the optimistic end of the 80 % interval (its fast end)"),
+}
+END_NAMES = {"low": "slow end", "point": "point", "high": "fast end"}
+
+
+def at_end(table: pd.DataFrame, objective: str, rank_by: str) -> np.ndarray:
+    """The objective of every row at the end of its interval `rank_by` names (`RANK_BY`): the point's value scaled
+    by that end's step time (tokens/s inversely, cost and days in proportion); NaN where it has no interval."""
+    col, _ = OBJECTIVES[objective]
+    value = table[col].to_numpy(float)
+    if rank_by == "point":
+        return value
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = table[RANK_BY[rank_by][0]].to_numpy(float) / table["step_time_s"].to_numpy(float)
+        return value / ratio if objective == "tokens_per_s" else value * ratio
+
+
 def eligible(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None) -> pd.Series:
     """Rows that can rank: feasible, not folded into an equivalent row (`same_as`), with a finite objective, and
     within the budget when one is given (a layout whose price is unknown cannot be shown to be within it)."""
@@ -268,16 +288,26 @@ def eligible(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None
     return ok
 
 
-def ranked(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None = None) -> pd.DataFrame:
-    """Eligible rows, best first by the objective (ties: the table's order)."""
-    col, ascending = OBJECTIVES[objective]
-    sub = table[eligible(table, objective, max_usd_per_hour)]
-    return sub.sort_values(col, ascending=ascending, kind="stable")
+def ranked(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None = None,
+           rank_by: str = "point") -> pd.DataFrame:
+    """Eligible rows with a value at the `rank_by` end, best first (ties: the table's order). With `low` (the
+    pessimistic end) a layout flagged `mfu_implausible` ranks after every plausible one: its pessimistic end is
+    no more evidence-backed than its point (no published run of its chip reached that MFU)."""
+    _, ascending = OBJECTIVES[objective]
+    value = at_end(table, objective, rank_by)
+    ok = eligible(table, objective, max_usd_per_hour).to_numpy() & np.isfinite(value)
+    sub = table[ok].assign(_rank_value=value[ok])
+    keys = ["_rank_value"]
+    if rank_by == "low" and "mfu_implausible" in sub.columns:
+        keys = ["mfu_implausible", "_rank_value"]
+    out = sub.sort_values(keys, ascending=[True] * (len(keys) - 1) + [ascending], kind="stable")
+    return out.drop(columns="_rank_value")
 
 
-def best_per_type(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None = None) -> pd.DataFrame:
+def best_per_type(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None = None,
+                  rank_by: str = "point") -> pd.DataFrame:
     """The best ranking row of each instance type (in the order the types were searched), by the objective."""
-    best = ranked(table, objective, max_usd_per_hour)
+    best = ranked(table, objective, max_usd_per_hour, rank_by)
     firsts = best.drop_duplicates("instance", keep="first")
     order = {t: i for i, t in enumerate(dict.fromkeys(table["instance"]))}
     return firsts.iloc[np.argsort(firsts["instance"].map(order).to_numpy(), kind="stable")]

@@ -27,6 +27,7 @@ from ..cluster.profile import calibration_for
 from ..scenario import Scenario, load_scenario
 from ..layouts import search
 from ..layouts.fast import LAYOUT_COLUMNS, Pricer
+from ..layouts.intervals import INTERVAL_COLUMNS, LayoutEvidence, price_for_ranking
 from ..layouts.space import (SearchSpace, _own_row, enumerate_layouts, parse_instance_types, parse_instances,
                              parse_prices, search_space)
 from .options import (CATALOG_PRICE, MAX_SEARCH_MINUTES, MAX_TOP, SLOWEST_LAYOUTS_PER_CPU_S, _check_options,  # noqa: F401
@@ -104,7 +105,8 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
          out: str | Path | None = None, address: str | None = None, calibration: Calibration | None = None,
          replay: bool = True, log: Callable[[str], None] | None = None,
          max_search_minutes: float = MAX_SEARCH_MINUTES, progress=None, prices: dict[str, float] | None = None,
-         hbm_headroom: float = DEFAULT_HBM_HEADROOM, force: bool = False, keep_runs: bool = False) -> PlanResult:
+         hbm_headroom: float = DEFAULT_HBM_HEADROOM, force: bool = False, keep_runs: bool = False,
+         rank_by: str = "low") -> PlanResult:
     """Search every valid layout of a scenario's model and job, replay the best, and write the plan.
 
     Args:
@@ -132,6 +134,9 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         keep_runs: write each replay's run directory in `out`/runs/top-N/ (report.html, trace.json: tens of MB
             for a long pipeline); without it the replays' figures are in plan.json only, and `ultracluster run
             top-N.yaml` writes a layout's run directory.
+        rank_by: which end of each layout's 80 % interval ranks it (`search.RANK_BY`): `low` (default) the
+            pessimistic end, where a layout above the best published MFU ranks after the plausible ones;
+            `point`; `high` the optimistic end.
 
     Returns:
         The PlanResult; `summary["feasible"] == 0` when no layout fits (the CLI exits 3).
@@ -145,7 +150,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     base = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     price_of, price_sources = resolve_prices(base, space, prices)
     notes = _check_options(base, space, objective, tokens, max_usd_per_hour, top, price_of, prices, hbm_headroom,
-                           max_search_minutes)
+                           max_search_minutes, rank_by)
     if out is not None and check_plan_dir(out, force):
         log(f"plan: replacing the earlier plan in {out} (--force)")
         notes.append(f"replaced an earlier plan in {out} (--force)")
@@ -162,15 +167,22 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         log(f"plan: {len(table):,} layouts to price")
     with ExitStack() as session:         # one Ray session (if any) for the search and the replays
         ev = _evaluate(base, table, calibration, address, log, session, _replay_shards(base), progress)
-        wall_s = enumerate_s + ev.wall_s
         full = search.assemble(table, ev.results, tokens, base.tokens_per_step, price_of, hbm_headroom)
         folded = search.fold_equivalent(full)
         search.mark_pareto(full)
-        best = search.ranked(full, objective, max_usd_per_hour)
+        t1 = time.perf_counter()           # the intervals: of every layout that can rank, the front and the own
+        lev = LayoutEvidence(base, calibration)
+        lev.flags(full)
+        own = _own_mask(full, base)
+        priced = price_for_ranking(full, lev, objective, rank_by, top, max_usd_per_hour,
+                                   full["pareto"].to_numpy(dtype=bool) | own, base.tokens_per_step)
+        del full["_axes"]
+        wall_s = enumerate_s + ev.wall_s + time.perf_counter() - t1
+        full["rank_value"] = search.at_end(full, objective, rank_by)      # what ranked each row
+        best = search.ranked(full, objective, max_usd_per_hour, rank_by)
         picks = best.head(top)
-        per_type = search.best_per_type(full, objective, max_usd_per_hour)
-        _role_columns(full, base, picks.index, per_type.index)
-        top_rows = [_record(r, rank=i) for i, (_, r) in enumerate(picks.iterrows(), 1)]
+        per_type = search.best_per_type(full, objective, max_usd_per_hour, rank_by)
+        _role_columns(full, own, picks.index, per_type.index)
         yamls, scenarios = [], []
         overrides = {t: usd for t, usd in price_of.items() if usd is not None and price_sources[t] != CATALOG_PRICE}
         for i, (_, r) in enumerate(picks.iterrows(), 1):
@@ -179,10 +191,17 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
             scenarios.append(sc)
         runs_out = out if keep_runs else None
         replays = _replay(scenarios, runs_out, address, log, progress) if replay and scenarios else []
+    planned = full.loc[picks.index, ["step_time_low_s", "step_time_high_s"]].to_numpy()   # before the runs' own
     _interval_columns(full, picks.index, replays)
+    own_summary = compare_with_scenario(full)
+    top_rows = [_record(full.loc[i], rank=k) for k, i in enumerate(picks.index, 1)]
     summary = _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows,
-                       replays, notes, runs_out)
-    summary["best_per_type"] = _json_clean([_record(r) for _, r in per_type.iterrows()])
+                       replays, notes, runs_out, rank_by)
+    summary["best_per_type"] = _json_clean([_record(full.loc[i]) for i in per_type.index])
+    summary["scenario_layout"] = _json_clean(own_summary)
+    summary["intervals_priced"] = priced
+    for rec, (low, high) in zip(summary["replayed"], planned):        # the plan's own, beside the run's
+        rec["fast_step_time_low_s"], rec["fast_step_time_high_s"] = _json_clean([float(low), float(high)])
     summary["prices"] = {t: {"usd_per_hour": price_of[t], "source": price_sources[t]} for t in price_of}
     summary["hbm_headroom"] = hbm_headroom
     summary["folded"] = folded
@@ -193,37 +212,79 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     return result
 
 
-INTERVAL_COLUMNS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
-
-
 def _record(r, rank: int | None = None) -> dict:
-    """A ranking row as plan.json holds it: label, layout, figures, the settings folded into it."""
+    """A ranking row as plan.json holds it: label, layout, figures (with its interval), the settings folded into
+    it, where it stands against the evidence, and how it compares with the scenario's own layout."""
     rec = {"rank": rank} if rank is not None else {}
     rec.update({"label": r["layout"], "instance": r["instance"], "layout": search.layout_record(r),
-                **search.numbers(r), "equivalent": r.get("equivalent", "") or None})
+                **search.numbers(r), **search.numbers(r, INTERVAL_COLUMNS + ("rank_value", "vs_scenario_pct")),
+                "equivalent": r.get("equivalent", "") or None,
+                "extrapolated": [a for a in str(r.get("extrapolated", "")).split(",") if a],
+                "mfu_implausible": bool(r.get("mfu_implausible", False)), "vs_scenario": r.get("vs_scenario") or None})
     return rec
 
 
-def _role_columns(full: pd.DataFrame, base: Scenario, top_rows, best_rows) -> None:
+def _own_mask(full: pd.DataFrame, base: Scenario) -> np.ndarray:
+    """The scenario's own layout among the rows (always the first: `enumerate_layouts`)."""
+    own = _own_row(base)
+    return (full[list(LAYOUT_COLUMNS)] == pd.Series({k: own[k] for k in LAYOUT_COLUMNS})).all(axis=1).to_numpy()
+
+
+def _role_columns(full: pd.DataFrame, own: np.ndarray, top_rows, best_rows) -> None:
     """plan.csv's columns saying why a row is in it: `rank` (its place among the top layouts), `best_of_type`,
     `scenario_layout` (the scenario's own layout); `pareto` is set by `search.mark_pareto`."""
     full["rank"] = pd.array([pd.NA] * len(full), dtype="Int64")
     full.loc[list(top_rows), "rank"] = np.arange(1, len(top_rows) + 1)
     full["best_of_type"] = False
     full.loc[list(best_rows), "best_of_type"] = True
-    own = _own_row(base)
-    full["scenario_layout"] = (full[list(LAYOUT_COLUMNS)] == pd.Series({k: own[k] for k in LAYOUT_COLUMNS})).all(axis=1)
+    full["scenario_layout"] = own
 
 
 def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) -> None:
-    """The 80 % interval columns of plan.csv: the replayed layouts carry their run's interval (it prices every
-    uncertain factor's ends, which the search does not repeat for every layout); the others are empty."""
-    for col in INTERVAL_COLUMNS:
-        full[col] = np.nan
+    """The replayed layouts carry their run's 80 % interval and `mfu_implausible` (authoritative: around the
+    replayed step, on its MFU); the others keep the ones the plan priced (the same code, on the fast path's)."""
     for row, rep in zip(replayed_rows, replays):
         for col in INTERVAL_COLUMNS:
             v = rep.get(col)
             full.loc[row, col] = float(v) if isinstance(v, (int, float)) else np.nan
+        if isinstance(rep.get("mfu_implausible"), bool):
+            full.loc[row, "mfu_implausible"] = rep["mfu_implausible"]
+
+
+def compare_with_scenario(full: pd.DataFrame) -> dict:
+    """`vs_scenario_pct` (how much faster each row's point is than the scenario's own layout's, %) and
+    `vs_scenario` ("18 % faster (intervals apart: a finding)": the rows' 80 % intervals apart, or "... (intervals
+    overlap: not a finding)"; "" without an interval), in place; returns the own layout's record, or why it
+    cannot be compared (it does not fit)."""
+    from ..report.table import overlap_note
+
+    own = full[full["scenario_layout"]]
+    full["vs_scenario_pct"] = np.nan
+    full["vs_scenario"] = ""
+    if own.empty:
+        return {"feasible": False, "reason": "not among the layouts searched"}
+    o = own.iloc[0]
+    if not bool(o["feasible"]):
+        return {"label": o["layout"], "feasible": False, "reason": o["reason"],
+                "comparison": f"the scenario's own layout does not fit: {o['reason']}"}
+    step = full["step_time_s"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pct = 100 * (float(o["step_time_s"]) / step - 1)
+    ok = full["feasible"].to_numpy(dtype=bool) & np.isfinite(pct)
+    full.loc[ok, "vs_scenario_pct"] = pct[ok]
+    ref = {k: o[k] for k in ("step_time_low_s", "step_time_high_s")}
+    text = np.full(len(full), "", dtype=object)
+    for i in np.flatnonzero(ok & np.isfinite(full["step_time_high_s"].to_numpy(float))):
+        r = full.iloc[i]
+        note = overlap_note({k: r[k] for k in ref}, ref)
+        if not note:
+            continue
+        how = "as fast" if round(abs(pct[i])) == 0 else f"{abs(pct[i]):.0f} % {'faster' if pct[i] > 0 else 'slower'}"
+        text[i] = "the scenario's own layout" if bool(r["scenario_layout"]) else f"{how} ({note})"
+    full["vs_scenario"] = text
+    return {"label": o["layout"], "feasible": True, **search.numbers(o), **search.numbers(o, INTERVAL_COLUMNS),
+            "extrapolated": [a for a in str(o["extrapolated"]).split(",") if a],
+            "mfu_implausible": bool(o["mfu_implausible"])}
 
 
 def _replay_shards(base: Scenario) -> int:
@@ -256,7 +317,7 @@ def _replay(scenarios: list[Scenario], out, address: str | None, log, progress=N
 
 
 def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows, replays,
-             notes, out) -> dict:
+             notes, out, rank_by="point") -> dict:
     from ..chip import jitter_sigma
     from ..cluster.calibration import fitted
     from ..replay.result import BREAKDOWN_KEYS
@@ -294,7 +355,7 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
             notes.append(f"layout {row['rank']} replays at {rep_s:.6g} s, {100 * diff:+.2f} % from the fast path")
 
     def best_by(obj: str):
-        b = search.ranked(full, obj, max_usd_per_hour)
+        b = search.ranked(full, obj, max_usd_per_hour, rank_by if obj == objective else "point")
         if b.empty:
             return None
         r = b.iloc[0]
@@ -310,6 +371,8 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
     summary = {
         "scenario": base.name,
         "objective": objective,
+        "rank_by": rank_by,
+        "rank_by_means": search.RANK_BY[rank_by][1],
         "tokens": tokens,
         "max_usd_per_hour": max_usd_per_hour,
         "top": top,

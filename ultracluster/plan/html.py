@@ -1,7 +1,9 @@
 """A finished plan → plan.html: one offline page (inline CSS and SVG, nothing loaded from anywhere).
 
-Sections: what was searched and how fast; the best layout of each instance type; the top layouts with their
-fast and replayed step times; the Pareto chart of tokens/s against $ per million tokens (every feasible layout
+Sections: what was searched and how fast, what ranked the layouts and the scenario's own layout; the best layout
+of each instance type; the top layouts with the value that ranked them, their fast and replayed step times, the
+80 % interval, the axes off the calibrated domain, an MFU above the best published (marked) and the comparison
+with the scenario's own layout; the Pareto chart of tokens/s against $ per million tokens (every feasible layout
 of a priced instance type a dot, the Pareto front joined, the top layouts numbered; the types without a price
 named); tokens/s against HBM use for every instance type, priced or not (a colour per type); the near-misses, the
 infeasible layouts closest to fitting, each with the HBM it needs against what a rank has; the notes. Follows
@@ -17,8 +19,10 @@ import numpy as np
 import pandas as pd
 
 from ..cluster.catalog import NO_PRICE
-from ..layouts.search import pareto_front
+from ..layouts.search import END_NAMES, pareto_front
 from ..report.html import MEMORY_COLORS, _page, _table, stacked_bars
+
+from .text import OBJECTIVE_SHORT, _band, _mfu, ranking_lines
 
 if TYPE_CHECKING:
     from . import PlanResult
@@ -30,6 +34,7 @@ MAX_DOTS = 4000                            # dots drawn per chart (the front and
 NEAR_MISSES = 8
 TOP_COLOR, FRONT_COLOR, DOT_COLOR = "#e15759", "#4e79a7", "#bab0ac"
 TYPE_COLORS = ("#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#9c755f", "#edc948")   # one per instance type
+IMPLAUSIBLE_STROKE = "#000"                # the outline of a dot whose MFU is above the best published
 
 
 def _scale(lo: float, hi: float, px: float, log: bool):
@@ -120,19 +125,37 @@ def pareto_svg(result: PlanResult) -> str:
     for i in np.flatnonzero(keep):
         if is_top[i] or i in on_front:
             continue
-        out.append(f'<circle cx="{X(cost[i]):.1f}" cy="{Y(speed[i]):.1f}" r="2" fill="{DOT_COLOR}">'
-                   f"<title>{escape(sub['layout'].iloc[i])}: {speed[i]:,.0f} tokens/s, ${cost[i]:.4g}/M</title></circle>")
+        out.append(f'<circle cx="{X(cost[i]):.1f}" cy="{Y(speed[i]):.1f}" r="2" fill="{DOT_COLOR}"{_outline(sub, i)}>'
+                   f"<title>{escape(sub['layout'].iloc[i])}: {speed[i]:,.0f} tokens/s, ${cost[i]:.4g}/M"
+                   f"{_flag_text(sub, i)}</title></circle>")
     pts = " ".join(f"{X(cost[i]):.1f},{Y(speed[i]):.1f}" for i in front)
     out.append(f'<polyline points="{pts}" fill="none" stroke="{FRONT_COLOR}" stroke-width="1.5"/>')
     for i in front:
-        out.append(f'<circle cx="{X(cost[i]):.1f}" cy="{Y(speed[i]):.1f}" r="3.5" fill="{FRONT_COLOR}">'
-                   f"<title>Pareto: {escape(sub['layout'].iloc[i])}: {speed[i]:,.0f} tokens/s, "
-                   f"${cost[i]:.4g}/M</title></circle>")
+        out.append(f'<circle cx="{X(cost[i]):.1f}" cy="{Y(speed[i]):.1f}" r="3.5" fill="{FRONT_COLOR}"'
+                   f'{_outline(sub, i)}><title>Pareto: {escape(sub["layout"].iloc[i])}: {speed[i]:,.0f} tokens/s, '
+                   f"${cost[i]:.4g}/M{_flag_text(sub, i)}</title></circle>")
     out += _top_circles(is_top, sub, lambda i: X(cost[i]), lambda i: Y(speed[i]))
     legend = (f'<p class="legend"><span><i style="background:{DOT_COLOR}"></i>feasible layout</span>'
               f'<span><i style="background:{FRONT_COLOR}"></i>Pareto front ({len(front)})</span>'
-              f'<span><i style="background:{TOP_COLOR}"></i>top layouts</span></p>')
+              f'<span><i style="background:{TOP_COLOR}"></i>top layouts</span>{IMPLAUSIBLE_LEGEND}</p>')
     return _svg("pareto", out) + legend + missing
+
+
+IMPLAUSIBLE_LEGEND = (f'<span><i style="background:#fff;border:1.5px solid {IMPLAUSIBLE_STROKE}"></i>MFU above the '
+                      f'best published for the chip (outlined)</span>')
+
+
+def _outline(sub: pd.DataFrame, i: int) -> str:
+    """A dot's outline when its MFU is above the best published (`mfu_implausible`)."""
+    flagged = "mfu_implausible" in sub.columns and bool(sub["mfu_implausible"].iloc[i])
+    return f' stroke="{IMPLAUSIBLE_STROKE}" stroke-width="1.2"' if flagged else ""
+
+
+def _flag_text(sub: pd.DataFrame, i: int) -> str:
+    """What a dot's tooltip adds: the axes off the calibrated domain, an MFU above the best published."""
+    r = sub.iloc[i]
+    out = f"; off the calibrated domain: {r['extrapolated']}" if r.get("extrapolated") else ""
+    return escape(out + ("; MFU above the best published for the chip" if r.get("mfu_implausible") else ""))
 
 
 def _top_circles(is_top: np.ndarray, sub: pd.DataFrame, x, y) -> list[str]:
@@ -174,14 +197,15 @@ def types_svg(result: PlanResult) -> str:
     inst = sub["instance"].to_numpy()
     for i in np.flatnonzero(keep):
         r = 4.5 if best[i] else 2
-        out.append(f'<circle cx="{X(frac[i]):.1f}" cy="{Y(speed[i]):.1f}" r="{r}" fill="{color[inst[i]]}">'
-                   f"<title>{escape(sub['layout'].iloc[i])}: {speed[i]:,.0f} tokens/s, {frac[i]:.2f} % of HBM"
-                   f"{' (best of its type)' if best[i] else ''}</title></circle>")
+        out.append(f'<circle cx="{X(frac[i]):.1f}" cy="{Y(speed[i]):.1f}" r="{r}" fill="{color[inst[i]]}"'
+                   f"{_outline(sub, i)}><title>{escape(sub['layout'].iloc[i])}: {speed[i]:,.0f} tokens/s, "
+                   f"{frac[i]:.2f} % of HBM{' (best of its type)' if best[i] else ''}{_flag_text(sub, i)}"
+                   f"</title></circle>")
     out += _top_circles(is_top, sub, lambda i: X(frac[i]), lambda i: Y(speed[i]))
     counts = sub["instance"].value_counts()
     legend = '<p class="legend">' + "".join(
         f'<span><i style="background:{color[k]}"></i>{escape(k)} ({int(counts.get(k, 0)):,})</span>' for k in types
-    ) + f'<span><i style="background:{TOP_COLOR}"></i>top layouts</span></p>'
+    ) + f'<span><i style="background:{TOP_COLOR}"></i>top layouts</span>{IMPLAUSIBLE_LEGEND}</p>'
     return _svg("types", out) + legend
 
 
@@ -202,6 +226,15 @@ def _days_cost(row: dict, tokens) -> list:
     return [row.get("time_to_train_days"), row.get("total_cost_usd")] if tokens is not None else []
 
 
+def _step(row: dict) -> str:
+    """The fast path's step with its 80 % interval."""
+    return _band(row.get("step_time_s"), row.get("step_time_low_s"), row.get("step_time_high_s"))
+
+
+def _hbm(row: dict) -> str:
+    return f"{_gib(row.get('hbm_peak_gib'))} of {_gib(row.get('hbm_capacity_gib'))}"
+
+
 def render_plan_html(result: PlanResult) -> str:
     """plan.html of a finished plan (no external URL)."""
     s = result.summary
@@ -220,22 +253,28 @@ def render_plan_html(result: PlanResult) -> str:
     extra_head = ["days to train", "total cost ($)"] if tokens is not None else []
     rows = []
     rep = {r["rank"]: r for r in s["replayed"]}
+    rank_by = s.get("rank_by", "point")
+    ranks = [] if rank_by == "point" else [f"{OBJECTIVE_SHORT[s['objective']][0]} {END_NAMES[rank_by]}"]
     for i, row in enumerate(result.top, 1):
         r = rep.get(i, {})
-        rows.append([i, row["label"], row.get("equivalent") or "", row["step_time_s"], r.get("replay_step_time_s"),
-                     r.get("difference"), row["tokens_per_s"], row["mfu"], row["usd_per_million_tokens"],
-                     *_days_cost(row, tokens), _gib(row.get("hbm_peak_gib")), _gib(row.get("hbm_capacity_gib"))])
-    top = _table(rows, ["#", "layout", "equivalent", "fast step (s)", "replayed step (s)", "difference", "tokens/s",
-                        "MFU", "$ per M tokens", *extra_head, "HBM peak (GiB)", "HBM per rank (GiB)"]) \
-        if rows else "<p>none</p>"
+        rows.append([i, row["label"], row.get("equivalent") or "", *([row.get("rank_value")] if ranks else []),
+                     _step(row), r.get("replay_step_time_s"), r.get("difference"), row["tokens_per_s"], _mfu(row),
+                     row["usd_per_million_tokens"], *_days_cost(row, tokens), _hbm(row),
+                     ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"])
+    top = _table(rows, ["#", "layout", "equivalent", *ranks, "step s (80 %)", "replayed step (s)",
+                        "difference", "tokens/s", "MFU", "$ per M tokens", *extra_head, "HBM GiB",
+                        "off domain", "vs scenario's layout"]) if rows else "<p>none</p>"
     per_type = s.get("best_per_type") or []
-    best_rows = [[row["instance"], row["label"], row.get("equivalent") or "", row["step_time_s"], row["tokens_per_s"],
-                  row["mfu"], row.get("price_per_hour_usd") if row.get("price_per_hour_usd") is not None else NO_PRICE,
-                  row["usd_per_million_tokens"], *_days_cost(row, tokens), _gib(row.get("hbm_peak_gib")),
-                  _gib(row.get("hbm_capacity_gib"))] for row in per_type]
-    best = _table(best_rows, ["instance type", "layout", "equivalent", "fast step (s)", "tokens/s", "MFU",
-                              "$ per hour (cluster)", "$ per M tokens", *extra_head, "HBM peak (GiB)",
-                              "HBM per rank (GiB)"]) if best_rows else "<p>none</p>"
+    best_rows = [[row["instance"], row["label"], row.get("equivalent") or "", *([row.get("rank_value")] if ranks else []),
+                  _step(row), row["tokens_per_s"], _mfu(row),
+                  row.get("price_per_hour_usd") if row.get("price_per_hour_usd") is not None else NO_PRICE,
+                  row["usd_per_million_tokens"], *_days_cost(row, tokens), _hbm(row),
+                  ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"] for row in per_type]
+    best = _table(best_rows, ["instance type", "layout", "equivalent", *ranks, "step s (80 %)",
+                              "tokens/s", "MFU", "$ per hour (cluster)", "$ per M tokens", *extra_head,
+                              "HBM GiB", "off domain", "vs scenario's layout"]) \
+        if best_rows else "<p>none</p>"
+    ranking = "<br>".join(escape(line.strip()) for line in ranking_lines(s))
     misses = near_misses(result.table)
     if misses.empty:
         miss_html = "<p>none: every layout fits</p>"
@@ -250,7 +289,8 @@ def render_plan_html(result: PlanResult) -> str:
     notes = "".join(f"<li>{escape(n)}</li>" for n in s.get("notes", []))
     body = f"""<h1>ultracluster plan: {name}</h1>{head}
 <h2>Best of each instance type</h2><p class="note">fast path; ranked by {escape(s['objective'])}</p>{best}
-<h2>Top layouts</h2><p class="note">fast path, and the same layout replayed with the full run path</p>{top}
+<h2>Top layouts</h2><p class="note">{ranking}<br>fast path, and the same layout replayed with the full run path (a
+replayed layout's interval is its run's)</p>{top}
 <h2>Tokens/s against cost</h2>{pareto_svg(result)}
 <h2>Tokens/s against HBM use, every instance type</h2>{types_svg(result)}
 <h2>Near misses</h2><p class="note">the infeasible layouts closest to fitting: the HBM a rank of their worst

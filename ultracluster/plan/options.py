@@ -45,9 +45,12 @@ def resolve_prices(base: Scenario, space: SearchSpace, given: dict[str, float] |
 def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: float | None,
                    max_usd_per_hour: float | None, top: int, prices: dict[str, float | None],
                    given: dict[str, float] | None, hbm_headroom: float,
-                   max_search_minutes: float = MAX_SEARCH_MINUTES) -> list[str]:
+                   max_search_minutes: float = MAX_SEARCH_MINUTES, rank_by: str = "low") -> list[str]:
     """Bad option combinations raise ScenarioError naming the flag; returns notes for the plan."""
     problems, notes = [], []
+    if rank_by not in search.RANK_BY:
+        problems.append(Problem("--rank-by", rank_by, "one of: low (the pessimistic end of the 80 % interval, the "
+                                                      "default), point, high (the optimistic end)"))
     if not (isinstance(max_search_minutes, (int, float)) and math.isfinite(max_search_minutes)
             and max_search_minutes > 0):
         problems.append(Problem("--max-search-minutes", max_search_minutes, "a number of minutes > 0"))

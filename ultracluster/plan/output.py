@@ -26,6 +26,8 @@ from ..report.atomic import atomic_write_bytes
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
 from ..layouts.fast import has_zero_stages
+from ..layouts.search import END_NAMES
+from .text import OBJECTIVE_SHORT, _band, _fmt, _mfu, ranking_lines
 
 if TYPE_CHECKING:
     from . import PlanResult
@@ -177,12 +179,6 @@ def write_plan_dir(result: PlanResult, out: str | Path) -> Path:
     return out
 
 
-def _fmt(v, spec: str, unit: str = "") -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    return f"{v:{spec}}{unit}"
-
-
 def _columns(head: list[str], rows: list[list[str]], left: tuple[int, ...] = (1,)) -> list[str]:
     widths = [max(len(r[c]) for r in [head] + rows) for c in range(len(head))]
     return ["  ".join(x.ljust(w) if c in left else x.rjust(w) for c, (x, w) in enumerate(zip(r, widths))).rstrip()
@@ -212,8 +208,10 @@ def _cost_cells(row: dict, with_tokens: bool) -> list[str]:
 
 
 def format_plan(result: PlanResult) -> str:
-    """The terminal's text: what was searched, the best layouts with where their time goes, the best layout of
-    each instance type, and the notes. With --tokens, days to train and the total cost of each."""
+    """The terminal's text: what was searched, the best layouts (the value that ranked them, the point, the 80 %
+    interval, where each stands against the evidence, and each against the scenario's own layout) with where
+    their time goes, the best layout of each instance type, and the notes. With --tokens, days to train and the
+    total cost of each."""
     s = result.summary
     headroom = s.get("hbm_headroom")
     fit = f"{s['feasible']:,} fit in HBM" + (f" with {100 * headroom:.4g} % headroom" if headroom else "")
@@ -227,31 +225,39 @@ def format_plan(result: PlanResult) -> str:
     tokens = s.get("tokens")
     with_tokens = tokens is not None
     cost_head = ["$/M tok"] + (["days", "total $"] if with_tokens else [])
-    lines.append(f"ranked by {s['objective']}" + (f"; {tokens:.4g} tokens to train" if with_tokens else ""))
-    head = ["#", "layout", "step s", "replayed s (80 % interval)", "tokens/s", "MFU", *cost_head, "HBM GiB"]
+    lines += ranking_lines(s)
+    if with_tokens:
+        lines.append(f"{tokens:.4g} tokens to train")
+    rank_by = s.get("rank_by", "point")
+    name, spec = OBJECTIVE_SHORT[s["objective"]]
+    ranks = [] if rank_by == "point" else [f"{name} {END_NAMES[rank_by]}"]
+    head = ["#", "layout", *ranks, "step s (80 % interval)", "replayed s", "tokens/s", "MFU", *cost_head, "HBM GiB",
+            "off domain", "vs scenario's layout"]
     rows = []
     by_rank = {r["rank"]: r for r in s["replayed"]}
     for i, row in enumerate(result.top, 1):
         rep = by_rank.get(i, {})
-        band = "" if rep.get("step_time_low_s") is None else \
-            f" ({_fmt(rep['step_time_low_s'], '.4g')}-{_fmt(rep['step_time_high_s'], '.4g')})"
-        rows.append([str(i), _label(row), _fmt(row["step_time_s"], ".4g"),
-                     _fmt(rep.get("replay_step_time_s"), ".4g") + band, _fmt(row["tokens_per_s"], ",.0f"),
-                     _fmt(None if row["mfu"] is None else 100 * row["mfu"], ".1f", "%"),
-                     *_cost_cells(row, with_tokens), _hbm(row)])
+        rows.append([str(i), _label(row), *([_fmt(row.get("rank_value"), spec)] if ranks else []),
+                     _band(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
+                     _fmt(rep.get("replay_step_time_s"), ".4g"), _fmt(row["tokens_per_s"], ",.0f"), _mfu(row),
+                     *_cost_cells(row, with_tokens), _hbm(row), ",".join(row.get("extrapolated") or []) or "-",
+                     row.get("vs_scenario") or "n/a"])
     lines += _columns(head, rows)
+    if s["replayed"]:
+        lines.append("  the replayed layouts' intervals are their run's (around the replayed step)")
     per_type = s.get("best_per_type") or []
     if per_type:
         lines.append("best of each instance type (fast path):")
-        head = ["instance", "layout", "step s", "tokens/s", "MFU", "$/hour", *cost_head, "HBM GiB"]
+        head = ["instance", "layout", *ranks, "step s (80 % interval)", "tokens/s", "MFU", "$/hour", *cost_head,
+                "HBM GiB", "off domain"]
         rows = []
         for row in per_type:
             price = row.get("price_per_hour_usd")
-            rows.append([row["instance"], _label(row), _fmt(row["step_time_s"], ".4g"),
-                         _fmt(row["tokens_per_s"], ",.0f"),
-                         _fmt(None if row["mfu"] is None else 100 * row["mfu"], ".1f", "%"),
+            rows.append([row["instance"], _label(row), *([_fmt(row.get("rank_value"), spec)] if ranks else []),
+                         _band(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
+                         _fmt(row["tokens_per_s"], ",.0f"), _mfu(row),
                          _fmt(price, ",.2f") if price is not None else "no price",
-                         *_cost_cells(row, with_tokens), _hbm(row)])
+                         *_cost_cells(row, with_tokens), _hbm(row), ",".join(row.get("extrapolated") or []) or "-"])
         lines += _columns(head, rows, left=(0, 1))
     where = []
     for rep in s["replayed"]:

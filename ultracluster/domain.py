@@ -1,0 +1,106 @@
+"""The calibrated domain: what the calibration rows span, per chip generation, and where a layout lies off it.
+
+For each axis (tp, pp, cp, sequence length, model size, ZeRO stage, recomputation) whether the measured runs
+cover it, the best MFU a published run of each chip generation reached, and the log half-width an extrapolated
+axis adds to an interval (docs/uncertainty.md). One layout (`extrapolated`, a run's summary) or many at once
+(`extrapolated_rows`, a plan's rows): the same comparison. `ultracluster.uncertainty` builds the interval on it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .cluster.calibration import FITTED, load_fitted
+
+
+def _fitted() -> dict:
+    """The committed calibration (calibration.json), read once per process (`load_fitted`)."""
+    return load_fitted().documents[FITTED.name]
+
+
+# The axes of the calibrated domain (calibration.json "domain", per chip generation): numeric ranges and sets
+DOMAIN_RANGES = ("tp", "pp", "cp", "seq_len", "params_b")
+DOMAIN_SETS = ("zero", "recompute")
+
+
+def model_params_b(scenario) -> float:
+    """The model's parameters in billions (dense and expert, embedding and head)."""
+    from . import operators as opslib
+
+    dense, expert = opslib.chunk_params_split(scenario.model, 1, np.array([float(scenario.model.layers)]), 1, 1)
+    return float(dense.sum() + expert.sum()) / 1e9
+
+
+def domain_of(items) -> dict:
+    """The calibrated domain of measured runs, per chip generation: the ranges of tp, pp, cp, sequence length and
+    model size (billions of parameters), the ZeRO stages and recomputations, the best MFU, and the runs' names.
+    `items`: (generation, scenario, mfu, name) of each run (calibration.json "domain"; a profile's own)."""
+    out: dict[str, dict] = {}
+    for gen, sc, mfu, name in items:
+        d = out.setdefault(gen, {"tp": [], "pp": [], "cp": [], "seq_len": [], "params_b": [], "zero": [],
+                                 "recompute": [], "mfu_best": 0.0, "layouts": []})
+        for k, v in (("tp", sc.parallelism.tp), ("pp", sc.parallelism.pp), ("cp", sc.parallelism.cp),
+                     ("seq_len", sc.training.seq_len), ("params_b", model_params_b(sc))):
+            d[k] = [min(d[k] + [v]), max(d[k] + [v])] if d[k] else [v, v]
+        d["zero"] = sorted(set(d["zero"]) | {sc.training.zero})
+        d["recompute"] = sorted(set(d["recompute"]) | {sc.training.recompute})
+        d["mfu_best"] = round(max(d["mfu_best"], mfu), 4)
+        d["layouts"].append(name)
+    return out
+
+
+def extrapolated(scenario, generation: str, dom: dict | None = None) -> list[str]:
+    """The axes on which `scenario` lies outside what the calibration rows span ("generation" when no row of
+    its chip generation exists); empty inside the calibrated domain. `dom`: a calibration profile's domain
+    (default: the shipped fit's)."""
+    value = {"tp": scenario.parallelism.tp, "pp": scenario.parallelism.pp, "cp": scenario.parallelism.cp,
+             "seq_len": scenario.training.seq_len, "params_b": model_params_b(scenario),
+             "zero": scenario.training.zero, "recompute": scenario.training.recompute}
+    return extrapolated_rows(value, generation, dom)[0]
+
+
+def extrapolated_rows(value: dict, generation: str, dom: dict | None = None) -> list[list[str]]:
+    """`extrapolated` of many layouts of one chip generation at once: `value` maps each axis (tp, pp, cp, seq_len,
+    params_b, zero, recompute) to a number or an array (one per layout); one list of axes per layout."""
+    dom = _fitted().get("domain", {}) if dom is None else dom
+    n = max([np.size(v) for v in value.values()] + [1])
+    if not dom:
+        return [[] for _ in range(n)]
+    # the layout axes count as checked where a row of any generation spans them (the mechanisms they exercise
+    # were checked there; what a newer chip changes is in its hardware factors); the generation by its own rows
+    d = {k: [min(g[k][0] for g in dom.values()), max(g[k][1] for g in dom.values())] for k in DOMAIN_RANGES}
+    d.update({k: sorted({v for g in dom.values() for v in g[k]}, key=str) for k in DOMAIN_SETS})
+    off = {k: np.broadcast_to(~((d[k][0] * (1 - 1e-6) <= np.asarray(value[k], dtype=float))
+                                & (np.asarray(value[k], dtype=float) <= d[k][1] * (1 + 1e-6))), (n,))
+           for k in DOMAIN_RANGES}
+    off.update({k: np.broadcast_to(~np.isin(np.asarray(value[k], dtype=object), np.asarray(d[k], dtype=object)), (n,))
+                for k in DOMAIN_SETS})
+    head = ["generation"] if generation not in dom else []
+    axes = DOMAIN_RANGES + DOMAIN_SETS
+    return [head + [k for k in axes if off[k][i]] for i in range(n)]
+
+
+def mfu_best(generation: str, dom: dict | None = None) -> float | None:
+    """The best MFU any published run of the generation reached, or a profile's run where that is higher (None:
+    no run of it)."""
+    best = [float(d[generation]["mfu_best"]) for d in (_fitted().get("domain", {}), dom or {}) if generation in d]
+    return max(best) if best else None
+
+
+def extrapolation_log(axes, worst_pct: float | None = None):
+    """Log half-width each extrapolated axis adds, in quadrature: the worst leave-one-layout-out error of the
+    fit, what the model missed by on a layout it had not seen (docs/uncertainty.md); `worst_pct` a profile's.
+    `axes`: the list of axes, or (for many layouts) an array of their counts."""
+    worst = _fitted().get("cross_validation", {}).get("worst_abs_error_pct", 0.0) if worst_pct is None else worst_pct
+    if isinstance(axes, list):
+        return math.sqrt(len(axes)) * math.log1p(worst / 100)
+    return np.sqrt(np.asarray(axes, dtype=float)) * math.log1p(worst / 100)
+
+
+def mfu_implausible(mfu, best: float | None):
+    """Whether a predicted MFU is above the best any published run of the chip generation reached (`mfu_best`):
+    not evidence-backed. A number or an array; False where either is unknown."""
+    m = np.asarray(mfu, dtype=float)
+    out = np.isfinite(m) & (m > (np.inf if best is None else best))
+    return out if np.ndim(mfu) else bool(out)

@@ -1,0 +1,159 @@
+"""A plan's layouts with what a run says of its own prediction: the axes off the calibrated domain, an MFU above
+the best published, and the 80 % interval, each from `ultracluster.uncertainty`, the code `run` uses.
+
+`extrapolated` and `mfu_implausible` are cheap (a comparison per axis) and go on every layout. The interval
+prices the uncertain factors with the fast path (`uncertainty.hardware` over the layout rows: each factor's grid,
+then the draws beside each layout's band ends, as `uncertainty.interval` does for one), so it is priced for the
+layouts that can rank (`price_for_ranking`) and the ones a plan shows; the others keep NaN. Pure: no Ray, no
+files.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import uncertainty as unc
+from ..cluster import build_cluster
+from ..cluster.calibration import Calibration
+from ..cluster.catalog import INSTANCES
+from ..cluster.profile import calibration_for
+from ..scenario import Scenario
+from . import search
+from .fast import LAYOUT_COLUMNS
+from .pricer import layout_scenario
+
+INTERVAL_COLUMNS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
+BATCH = 4096         # layouts whose interval is priced at most per round of `price_for_ranking` (the first round
+                     # prices the best bound of each place; the rounds stop when no unpriced layout can still rank)
+
+
+class LayoutEvidence:
+    """Where a scenario's layouts stand against the evidence, and their intervals: the calibration, the evidence
+    (the scenario's profile's, else the shipped fit's) and the Pricers kept across calls."""
+
+    def __init__(self, base: Scenario, calibration: Calibration | None = None):
+        self.base = base
+        self.cal = calibration_for(base, calibration)
+        self.profile = unc.profile_evidence(base)
+        self.ev = self.profile or unc.evidence()
+        self.one = unc._one_step(base)
+        self.params_b = unc.model_params_b(base)
+        self._factors: dict[str, list] = {}
+        self._pricers: dict[tuple, object] = {}
+
+    def flags(self, t: pd.DataFrame) -> None:
+        """`extrapolated` (the axes off the calibrated domain, comma-separated; "" inside it) and `mfu_implausible`
+        of every row, in place (`uncertainty.extrapolated_rows`, `uncertainty.mfu_implausible`)."""
+        axes = np.full(len(t), "", dtype=object)
+        count = np.zeros(len(t), dtype=int)
+        implausible = np.zeros(len(t), dtype=bool)
+        for kind, idx in t.groupby("instance", sort=False).indices.items():
+            sub = t.iloc[idx]
+            gen = INSTANCES[kind].chip.name
+            value = {"tp": sub["tp"].to_numpy(), "pp": sub["pp"].to_numpy(), "cp": sub["cp"].to_numpy(),
+                     "seq_len": self.base.training.seq_len, "params_b": self.params_b,
+                     "zero": sub["zero"].to_numpy(), "recompute": sub["recompute"].to_numpy()}
+            found = unc.extrapolated_rows(value, gen, self.ev.domain)
+            axes[idx] = [",".join(a) for a in found]
+            count[idx] = [len(a) for a in found]
+            implausible[idx] = unc.mfu_implausible(sub["mfu"].to_numpy(float), unc.mfu_best(gen, self.ev.domain))
+        t["extrapolated"] = axes
+        t["mfu_implausible"] = implausible
+        t["_axes"] = count
+
+    def _factors_of(self, row) -> list:
+        kind = str(row["instance"])
+        if kind not in self._factors:
+            cluster = build_cluster(layout_scenario(self.base, row), int(row["instances"]), self.cal)
+            self._factors[kind] = tuple(unc.factors_for(cluster, pinned=False, ranges=self.ev.ranges))
+        return self._factors[kind]
+
+    def price(self, t: pd.DataFrame, rows: np.ndarray, tokens_per_step: float) -> None:
+        """The 80 % interval of the rows at positions `rows` (a run's, `uncertainty.interval`, around each row's
+        fast-path step time), in place in INTERVAL_COLUMNS; needs `flags` first."""
+        rows = np.asarray(rows, dtype=np.int64)
+        for kind in pd.unique(t["instance"].iloc[rows]):
+            pos = rows[(t["instance"].iloc[rows] == kind).to_numpy()]
+            sub = t.iloc[pos]
+            layout = sub[list(LAYOUT_COLUMNS) + ["microbatches"]]
+            factors = self._factors_of(sub.iloc[0])
+            slow = fast = np.zeros(len(pos))
+            if factors:
+                hw = unc.hardware(lambda cals, which: unc.layout_step_times(
+                    self.one, layout, cals, which, self._pricers, shared_last_sends=False), self.cal, factors, len(pos),
+                    lambda: unc.weights_for(factors, self.cal, self.profile))
+                slow, fast = hw.slow_log, hw.fast_log
+            h = unc.half_width(self.ev, sub["_axes"].to_numpy())
+            low, high = unc.widen(sub["step_time_s"].to_numpy(float), h, fast, slow)
+            col = t.columns.get_loc
+            t.iloc[pos, col("step_time_low_s")] = low
+            t.iloc[pos, col("step_time_high_s")] = high
+            t.iloc[pos, col("tokens_per_s_low")] = tokens_per_step / high
+            t.iloc[pos, col("tokens_per_s_high")] = tokens_per_step / low
+
+
+def price_for_ranking(t: pd.DataFrame, lev: LayoutEvidence, objective: str, rank_by: str, top: int,
+                      max_usd_per_hour: float | None, shown: np.ndarray, tokens_per_step: float) -> int:
+    """Price the intervals of every row that can rank among the `top` or be the best of its instance type by
+    `rank_by`, and of the rows `shown` (a boolean mask: the Pareto front, the scenario's own layout); returns how
+    many rows were priced.
+
+    `low` ranks by the pessimistic end, which is at least the half-width h slower than the point (the fit's and
+    the releases', widened by the row's extrapolated axes; the hardware part only adds to it in quadrature): the
+    rows are priced best bound first, in rounds, until no unpriced row's bound (the point h slower: its best
+    possible pessimistic end) can still reach the top or its type's best. That is exact: the rows left unpriced
+    could not have ranked. `high` (the optimistic end, which can pass a better point) prices every eligible row
+    (slow: tens of milliseconds a layout); `point` only those shown and the best by point.
+    """
+    for c in INTERVAL_COLUMNS:
+        t[c] = np.nan
+    col, smaller = search.OBJECTIVES[objective]
+    elig = search.eligible(t, objective, max_usd_per_hour).to_numpy()
+    priced = np.zeros(len(t), dtype=bool)
+
+    def run(mask: np.ndarray) -> None:
+        todo = np.flatnonzero(mask & ~priced & t["feasible"].to_numpy(dtype=bool))
+        if todo.size:
+            lev.price(t, todo, tokens_per_step)
+            priced[todo] = True
+
+    if rank_by == "high":
+        run(elig)
+    elif rank_by == "point":
+        best = search.ranked(t, objective, max_usd_per_hour, "point")
+        keep = np.zeros(len(t), dtype=bool)
+        keep[t.index.get_indexer(best.head(top).index)] = True
+        keep[t.index.get_indexer(best.drop_duplicates("instance").index)] = True
+        run(keep)
+    else:
+        # the pessimistic end is at least the half-width h (known before pricing) slower than the point
+        h = unc.half_width(lev.ev, t["_axes"].to_numpy())
+        bound = t[col].to_numpy(float) * (np.exp(h) if smaller else np.exp(-h))
+        good = -bound if smaller else bound
+        tier = t["mfu_implausible"].to_numpy(dtype=int)
+        kinds = t["instance"].to_numpy()
+        order = np.lexsort((-good, tier))
+        order = order[elig[order]]
+        scopes = [(np.ones(len(t), dtype=bool), top)] + [(kinds == k, 1) for k in pd.unique(kinds[elig])]
+        while True:
+            pess = search.at_end(t, objective, "low")
+            gp = -pess if smaller else pess
+            done = elig & priced & np.isfinite(pess)
+            need = elig & ~priced
+            could = np.zeros(len(t), dtype=bool)
+            for scope, k in scopes:         # the top K over all, and the best of each type
+                members = np.flatnonzero(done & scope)
+                if members.size < k:
+                    could |= need & scope
+                    continue
+                kth = members[np.lexsort((-gp[members], tier[members]))][k - 1]
+                # an unpriced row's pessimistic end is at best its bound: it can rank only if its bound can
+                could |= need & scope & ((tier < tier[kth]) | ((tier == tier[kth]) & (good >= gp[kth])))
+            take = order[could[order]][:BATCH if priced.any() else len(scopes) + top]
+            if not take.size:
+                break
+            mask = np.zeros(len(t), dtype=bool)
+            mask[take] = True
+            run(mask)
+    run(shown)
+    return int(priced.sum())

@@ -1,0 +1,46 @@
+"""The few phrases the terminal (`output.format_plan`) and plan.html (`html`) both print: numbers as the plan
+shows them, an MFU with its mark, and what ranked the layouts against the scenario's own layout."""
+from __future__ import annotations
+
+import math
+
+
+def _fmt(v, spec: str, unit: str = "") -> str:
+    """A number with `spec`, or "n/a" (None, NaN)."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    return f"{v:{spec}}{unit}"
+
+
+OBJECTIVE_SHORT = {"tokens_per_s": ("tokens/s", ",.0f"), "usd_per_million_tokens": ("$/M tok", ",.3f"),
+                   "time_to_train": ("days", ",.1f")}
+
+
+def _mfu(row: dict) -> str:
+    """MFU in %, marked `!` where it is above the best published for the chip (`mfu_implausible`)."""
+    mfu = None if row.get("mfu") is None else 100 * row["mfu"]
+    return _fmt(mfu, ".1f", "%") + ("!" if row.get("mfu_implausible") else "")
+
+
+def _band(point, low, high) -> str:
+    """A step time with its 80 % interval: `78.73 (70.1-88.4)`."""
+    return _fmt(point, ".4g") + ("" if low is None else f" ({_fmt(low, '.4g')}-{_fmt(high, '.4g')})")
+
+
+def ranking_lines(s: dict) -> list[str]:
+    """What ranked the layouts, and the scenario's own layout they are compared with."""
+    rank_by = s.get("rank_by", "point")
+    name = OBJECTIVE_SHORT[s["objective"]][0]
+    lines = [f"ranked by {s['objective']} at {s.get('rank_by_means', 'the point prediction')} (--rank-by {rank_by})"
+             + ("" if rank_by == "point" else f"; the point beside it ({name})")]
+    if rank_by == "low":
+        lines.append("  MFU marked ! is above the best published for the chip: such a layout ranks after the others")
+    own = s.get("scenario_layout") or {}
+    if own.get("feasible"):
+        band = _band(own.get("step_time_s"), own.get("step_time_low_s"), own.get("step_time_high_s"))
+        lines.append(f"scenario's own layout: {own['label']}: step {band} s, MFU {_mfu(own)}"
+                     + (f", off the calibrated domain: {', '.join(own['extrapolated'])}" if own.get("extrapolated")
+                        else ""))
+    elif own.get("comparison"):
+        lines.append(own["comparison"])
+    return lines
