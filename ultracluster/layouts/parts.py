@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import chip
+from .. import chip, memory
 from .. import operators as opslib
 from ..cluster import Layout, stage_layers
 from ..units import GIB
@@ -190,16 +190,8 @@ def _counts(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
 @lru_cache(maxsize=256)
 def _held(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
     stage, kind, mb, chunk, start = program_arrays(schedule, p, m, v)
-    out = []
-    for s in range(p):
-        lo, hi = start[s], start[s + 1]
-        delta = np.zeros((hi - lo, v), dtype=np.int64)
-        delta[np.arange(hi - lo), chunk[lo:hi] // p] = np.where(kind[lo:hi] == 0, 1, -1)
-        held = np.vstack([np.zeros((1, v), dtype=np.int64), np.cumsum(delta, axis=0)])
-        key = (held * (int(mb.max(initial=0)) + 2) ** np.arange(v)).sum(axis=1)
-        _, first = np.unique(key, return_index=True)
-        out.append(held[np.sort(first)].astype(float))
-    return out
+    return [memory.held_in_flight(kind[start[s]:start[s + 1]] == 0, chunk[start[s]:start[s + 1]] // p, v)
+            for s in range(p)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -207,13 +199,9 @@ def _held(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
 
 
 def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray, grps: list[Group]) -> dict:
-    """The worst stage's HBM of every row, as `memory.stage_memory` counts it: arrays [rows] of MEMORY_COLUMNS."""
-    t = pr.scenario.training
-    w_base, g_bytes = opslib.weight_bytes(t), opslib.grad_bytes(t)
-    mx = getattr(opslib, "MX_PRECISIONS", ())
-    if t.precision in mx:                            # + the MX copies of the weights, both orientations
-        w_base += 2 * opslib.PRECISION_BYTES[t.precision]
-    o_bytes = opslib.optimizer_bytes(t)
+    """The worst stage's HBM of every row, through `memory`'s batched functions (`memory.stage_memory` is the
+    same with one row): arrays [rows] of MEMORY_COLUMNS."""
+    per_param = memory.bytes_per_param(pr.scenario.training)
     n = len(table)
     out = {k: np.zeros(n) for k in MEMORY_COLUMNS}
     sched, m_all = table["pp_schedule"].to_numpy(), table["microbatches"].to_numpy()
@@ -221,18 +209,10 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     cap_all, reserve_all = cluster_columns(pr, table, ("capacity_gib", "reserve_gib"))
     for g in grps:
         k = srow[g.rows]
-        dp, ep, zero = dp_all[g.rows], ep_all[g.rows], zero_all[g.rows]
-        params = g.dense + g.expert
-        held = opslib.dp_share(g.dense, g.expert, dp[:, None], ep[:, None])
-        opt_params = np.where((zero >= 1)[:, None], held, params)
-        unit = params / np.maximum(g.layers, 1)[None, :]
-        act = g.layers[None, :] * sh.saved_layer[k, None]
-        act[:, 0] += sh.saved_emb[k]
-        act[:, -1] += sh.saved_head[k]
-        P = _stage_sum(params, g.pp)
-        sharded = _stage_sum(held, g.pp) + 2 * unit.reshape(len(g.rows), g.v, g.pp).max(axis=1)
-        P = np.where((zero >= 3)[:, None], sharded, P)
-        W, G, O = P * w_base / GIB, P * g_bytes / GIB, _stage_sum(opt_params, g.pp) * o_bytes / GIB
+        zero = zero_all[g.rows]
+        W, G, O = memory.stage_state_gib(g.dense, g.expert, g.layers, g.pp, dp_all[g.rows], ep_all[g.rows],
+                                         zero >= 1, zero >= 3, per_param)
+        act = memory.chunk_activation_bytes(g.layers, sh.saved_layer[k], sh.saved_emb[k], sh.saved_head[k])
         A = np.zeros((len(g.rows), g.pp))
         code = np.array([SCHEDULE_CODE[x] for x in sched[g.rows]]) * (1 << 32) + m_all[g.rows]
         keys, which = np.unique(code, return_inverse=True)
@@ -240,9 +220,8 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
             idx = np.flatnonzero(which == key_i)
             sc, m = SCHEDULES_BY_CODE[key >> 32], key & ((1 << 32) - 1)
             counts = pr.memo(("counts", sc, g.pp, int(m), g.v), lambda: _counts(sc, g.pp, int(m), g.v))
-            for s, U in enumerate(counts):                # max over held vectors of sum_j U_j act_j, summed
-                local = act[idx][:, s::g.pp]                 # in a fixed order (no BLAS: the same bits in any
-                A[idx, s] = np.cumsum(U[None, :, :] * local[:, None, :], axis=2)[:, :, -1].max(axis=1)   # chunk)
+            for s, U in enumerate(counts):
+                A[idx, s] = memory.activation_peak(U, act[idx][:, s::g.pp])
         A = (A + sh.working[k, None]) / GIB
         cap, reserve = cap_all[g.rows], reserve_all[g.rows]
         total = W + G + O + A + reserve[:, None]
