@@ -23,41 +23,23 @@ from ..replay import engine
 from .pricer import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Pricer, calibration_index, layout_scenario
 from .schedules import _run_lengths, program_arrays
 
-def _sum0(a: np.ndarray) -> np.ndarray:
-    """Sum over axis 0 in a fixed order (the same bits whatever the other axes hold)."""
-    return np.cumsum(a, axis=0)[-1] if a.shape[0] else np.zeros(a.shape[1:])
-
-
-def _stage_sum(values: np.ndarray, pp: int) -> np.ndarray:
-    """[n, chunks] → [n, pp]: the chunks summed onto the stages that hold them (chunk c on stage c % pp)."""
-    n, chunks = values.shape
-    return values.reshape(n, chunks // pp, pp).transpose(1, 0, 2).cumsum(axis=0)[-1]
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Batched: per-rank shapes
 
 
 @dataclass
 class Shapes:
-    """Per-rank costs of distinct (instance, lnc, tp, cp, micro_batch, recompute, sp, ep) shapes, arrays [K]."""
+    """Per-rank costs of distinct (instance, lnc, tp, cp, micro_batch, recompute, sp, ep, calibration) shapes."""
 
     index: dict[tuple, int]
-    layer_fwd: np.ndarray        # one layer's forward, seconds per microbatch
-    layer_bwd: np.ndarray        # its backward and recomputation
-    emb_fwd: np.ndarray
-    emb_bwd: np.ndarray
-    head_fwd: np.ndarray
-    head_bwd: np.ndarray
-    attn_fwd: np.ndarray
-    attn_bwd: np.ndarray
-    hide: np.ndarray             # [K, 2] backward matmul seconds hiding each block's TP collectives
+    costs: chip.LayerCosts       # arrays [K]
     saved_layer: np.ndarray      # activation bytes per layer and microbatch
     saved_emb: np.ndarray
     saved_head: np.ndarray
     working: np.ndarray          # full recomputation's one-layer working set, bytes
     variables: dict[str, np.ndarray]
     rates: chip.RankRates        # fields [K]
+    ops: tuple                   # the applicable operators (one list: the calibrations' switches agree)
 
 
 def _shape_key(r) -> tuple:
@@ -66,7 +48,7 @@ def _shape_key(r) -> tuple:
 
 
 def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
-    """Price every distinct per-rank shape of `rows` (one `evaluate` call per where and phase).
+    """Price every distinct per-rank shape of `rows` (`chip.layer_costs`: one `evaluate` call per where and phase).
 
     Returns:
         (Shapes, [rows] index of each row's shape).
@@ -88,42 +70,14 @@ def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
     K = len(keys)
     ops, cal = per_key[0][1], per_key[0][4]
     V = {name: np.array([pk[0][name] for pk in per_key], dtype=float) for name in per_key[0][0]}
-    fields = {}
-    for f in dataclasses.fields(chip.RankRates):
-        vals = [getattr(pk[2].rates, f.name) for pk in per_key]
-        fields[f.name] = vals[0] if isinstance(vals[0], bool) else np.array(vals, dtype=float)
-    R = chip.RankRates(**fields)
-
-    def kernels(where: str, phase: str):
-        work = opslib.evaluate(ops, where, phase, V)
-        return chip.op_seconds(work, R, V["e"], V["w"]), work
-
-    lf, wf = kernels("layer", "forward")
-    lb, wb = kernels("layer", "backward")
-    selective = wf["recompute"] == "selective"
-    if cal.flash_attention:
-        selective &= wf["names"] != "attention_core"
-    mode = np.array([pk[3] for pk in per_key])[None, :]
-    repeat = (mode == "full") | ((mode == "selective") & selective[:, None])
-    recompute_s = _sum0(np.where(repeat, lf, 0.0))
-    ef, _ = kernels("embedding", "forward")
-    eb, _ = kernels("embedding", "backward")
-    hf, _ = kernels("head", "forward")
-    hb, _ = kernels("head", "backward")
-    attn = wf["names"] == "attention_core"
-    hides = lb[wb["hides_tp"]]
-    hide = np.zeros((K, 2))
-    hide[:, :min(2, hides.shape[0])] = hides[:2].T
+    R = chip.stack_rates([pk[2].rates for pk in per_key])
+    costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
+                             np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention)
     saved = np.array([[opslib.saved_bytes(pk[1], where, pk[0], pk[3]) for where in ("layer", "embedding", "head")]
                       + [opslib.saved_bytes(pk[1], "layer", pk[0], "none") if pk[3] == "full" else 0.0]
                       for pk in per_key]).reshape(K, 4)
-    over = np.array([pk[4].layer_overhead_s for pk in per_key])   # per layer: forward 1, backward 2 + recomputed passes
-    passes_again = (mode[0] == "full").astype(float)
-    return Shapes(index=index, layer_fwd=_sum0(lf) + over, layer_bwd=_sum0(lb) + recompute_s + over * (2.0 + passes_again),
-                  emb_fwd=_sum0(ef),
-                  emb_bwd=_sum0(eb), head_fwd=_sum0(hf), head_bwd=_sum0(hb), attn_fwd=_sum0(lf[attn]),
-                  attn_bwd=_sum0(lb[attn]), hide=hide, saved_layer=saved[:, 0], saved_emb=saved[:, 1],
-                  saved_head=saved[:, 2], working=saved[:, 3], variables=V, rates=R), srow
+    return Shapes(index=index, costs=costs, saved_layer=saved[:, 0], saved_emb=saved[:, 1], saved_head=saved[:, 2],
+                  working=saved[:, 3], variables=V, rates=R, ops=tuple(ops)), srow
 
 
 @dataclass
@@ -237,39 +191,18 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
 
 
 def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray, g: Group, js) -> tuple:
-    """`chip.chunk_times` of rows js of a group: forward and backward seconds per microbatch [n, chunks],
-    optimizer seconds per stage [n, pp], one layer's attention core forward and backward [n]."""
+    """`chip.chunk_times` of rows js of a group, through its batched functions: forward and backward seconds per
+    microbatch [n, chunks], optimizer seconds per stage [n, pp], one layer's attention core forward and backward [n]."""
     idx = g.rows[js]
     k = srow[idx]
     sub = table.iloc[idx]
-    cal = pr.calibration                             # the switches (the same for every row of a Pricer)
-    fwd = g.layers[None, :] * sh.layer_fwd[k, None]
-    bwd = g.layers[None, :] * sh.layer_bwd[k, None]
-    if getattr(cal, "stage_ends", True):             # the embedding on the first chunk, the LM head on the last
-        fwd[:, 0] += sh.emb_fwd[k]
-        bwd[:, 0] += sh.emb_bwd[k]
-        fwd[:, -1] += sh.head_fwd[k]
-        bwd[:, -1] += sh.head_bwd[k]
-    else:                                            # the same work spread evenly over the chunks
-        fwd += ((sh.emb_fwd[k] + sh.head_fwd[k]) / g.layers.size)[:, None]
-        bwd += ((sh.emb_bwd[k] + sh.head_bwd[k]) / g.layers.size)[:, None]
     launch = np.array([c.microbatch_launch_s for c in pr.calibrations])[
         sub["cal"].to_numpy() if "cal" in sub.columns else np.zeros(len(sub), dtype=np.int64)]
-    fwd += launch[:, None]
-    bwd += launch[:, None]
-    dp, ep, zero = sub["dp"].to_numpy(), sub["ep"].to_numpy(), sub["zero"].to_numpy()
-    dense, expert = g.dense[js], g.expert[js]
-    shard = np.where((zero >= 1)[:, None], opslib.dp_share(dense, expert, dp[:, None], ep[:, None]), dense + expert)
-    shard = _stage_sum(shard, g.pp)
-    n = len(idx)
-    V = {name: np.repeat(val[k], g.pp) for name, val in sh.variables.items()}
-    V["T"], V["P"] = np.ones(n * g.pp), shard.reshape(-1)
-    rates = chip.RankRates(**{f.name: (np.repeat(getattr(sh.rates, f.name)[k], g.pp)
-                                       if isinstance(getattr(sh.rates, f.name), np.ndarray)
-                                       else getattr(sh.rates, f.name)) for f in dataclasses.fields(chip.RankRates)})
-    ops = opslib.applicable(pr.library, layout_scenario(pr.scenario, sub.iloc[0].to_dict()), cal)
-    opt = _sum0(chip.op_seconds(opslib.evaluate(ops, "optimizer", "forward", V), rates, V["e"], V["w"])).reshape(n, g.pp)
-    return fwd, bwd, opt, sh.attn_fwd[k], sh.attn_bwd[k]
+    fwd, bwd, _, _ = chip.chunk_rows(sh.costs, k, g.layers, pr.calibration.stage_ends, launch)
+    params = chip.optimizer_params(g.dense[js], g.expert[js], sub["dp"].to_numpy(), sub["ep"].to_numpy(),
+                                   sub["zero"].to_numpy() >= 1, g.pp)
+    opt = chip.optimizer_seconds(sh.ops, sh.variables, sh.rates, k, params)
+    return fwd, bwd, opt, sh.costs.attn_fwd[k], sh.costs.attn_bwd[k]
 
 
 def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.CommPlan:
@@ -283,6 +216,8 @@ def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.
     V = sh.variables
     act = V["T"][k] * V["h"][k] * V["e"][k]
     recompute_repeats = 1.0 if r.recompute == "full" else 0.0
+    h = sh.costs.hide[k]
+    hide = np.concatenate([h, np.zeros(max(0, 2 - h.size))])[:2]
 
     def in_layer():
         tpg = group_of(cl, tp, 1)
@@ -294,7 +229,7 @@ def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.
             ar = pr.collective(ck, "all_reduce", act, tpg)
             per_layer, block_exposed, block_hideable = 2 * ar, 0.0, ar
         if cal.tp_overlap and tp > 1:
-            bwd_exposed = 2 * block_exposed + float(np.maximum(block_hideable - sh.hide[k], 0.0).sum())
+            bwd_exposed = 2 * block_exposed + float(np.maximum(block_hideable - hide, 0.0).sum())
         else:
             bwd_exposed = 2 * (block_exposed + block_hideable)
         cp_f = cp_b = 0.0
@@ -345,7 +280,7 @@ def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.
                 ck, "reduce_scatter", e * g_bytes, xpg) for d, e in zip(ud, ue)])
             return np.zeros(0, int), np.zeros(0), after, gather, scatter
         if dp > 1 and zero >= 1:
-            sd, se = _stage_sum(dense[None, :], pp)[0], _stage_sum(expert[None, :], pp)[0]
+            sd, se = memory.stage_sum(dense[None, :], pp)[0], memory.stage_sum(expert[None, :], pp)[0]
             after = np.array([pr.collective(ck, "all_gather", sd[s] * w_bytes, dpg) + pr.collective(
                 ck, "all_gather", se[s] * w_bytes, xpg) for s in range(pp)])
         return buckets, bucket_s, after, gather, scatter
