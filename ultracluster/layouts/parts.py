@@ -19,7 +19,8 @@ from .. import operators as opslib
 from ..cluster import Layout, stage_layers
 from ..units import GIB
 from ..network import group_of
-from ..replay import engine
+from ..replay import comm
+from ..replay.comm import CommPlan
 from .pricer import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Pricer, calibration_index, layout_scenario
 from .schedules import _run_lengths, program_arrays
 
@@ -205,102 +206,40 @@ def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     return fwd, bwd, opt, sh.costs.attn_fwd[k], sh.costs.attn_bwd[k]
 
 
-def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.CommPlan:
-    """`replay.engine.plan_comm` of row r (shape k, row j of its group), from memoized collectives."""
-    t = pr.scenario.training
+def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> CommPlan:
+    """`replay.engine.plan_comm` of row r (shape k, row j of its group): the same pieces (`replay.comm`), each
+    memoized by what it depends on, with memoized collectives (`Pricer.prices`) and no records."""
     ck = (r.instance, int(r.instances), int(r.lnc), calibration_index(r))
-    cl = pr.cluster(*ck).cluster
+    price = pr.prices(ck)
+    cl = price.cluster
     cal = cl.calibration
     tp, cp, pp, v, dp, ep = int(r.tp), int(r.cp), int(r.pp), int(r.virtual_stages), int(r.dp), int(r.ep)
-    sp, zero = bool(r.sequence_parallel), int(r.zero)
+    sp, zero, full = bool(r.sequence_parallel), int(r.zero), r.recompute == "full"
     V = sh.variables
-    act = V["T"][k] * V["h"][k] * V["e"][k]
-    recompute_repeats = 1.0 if r.recompute == "full" else 0.0
-    h = sh.costs.hide[k]
-    hide = np.concatenate([h, np.zeros(max(0, 2 - h.size))])[:2]
+    par = pr.scenario.parallelism
 
     def in_layer():
-        tpg = group_of(cl, tp, 1)
-        if sp:
-            ag = pr.collective(ck, "all_gather", act, tpg)
-            rs = pr.collective(ck, "reduce_scatter", act, tpg)
-            per_layer, block_exposed, block_hideable = 2 * (ag + rs), ag, ag + rs
-        else:
-            ar = pr.collective(ck, "all_reduce", act, tpg)
-            per_layer, block_exposed, block_hideable = 2 * ar, 0.0, ar
-        if cal.tp_overlap and tp > 1:
-            bwd_exposed = 2 * block_exposed + float(np.maximum(block_hideable - hide, 0.0).sum())
-        else:
-            bwd_exposed = 2 * (block_exposed + block_hideable)
-        cp_f = cp_b = 0.0
-        if cp > 1:
-            cpg = group_of(cl, 2, tp)
-            kv = 2 * V["T"][k] * V["hkv"][k] * V["d"][k] * V["e"][k]
-            cp_f = pr.collective(ck, "send_recv", kv, cpg)
-            cp_b = pr.collective(ck, "send_recv", 2 * kv, cpg)
-        a2a = 0.0
-        moe = pr.scenario.model.moe
-        if moe is not None and ep > 1:
-            epg = group_of(cl, ep, tp * cp * pp)
-            a2a_bytes = V["T"][k] * moe.top_k * moe.imbalance * V["h"][k] * V["e"][k] / (tp if sp else 1)
-            a2a = 2 * pr.collective(ck, "all_to_all", a2a_bytes, epg)
-        return per_layer, bwd_exposed, cp_f, cp_b, a2a
+        vk = {name: V[name][k] for name in ("T", "h", "e", "hkv", "d")}
+        overlap = bool(cal.tp_overlap and par.tp_comm_overlap and tp > 1)
+        return comm.layer_comm(price, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, full, overlap,
+                               sh.costs.hide[k])
 
-    per_layer, bwd_exposed, cp_f, cp_b, a2a = pr.memo(("layer-comm", ck, _shape_key(r), pp if ep > 1 else 0), in_layer)
-    layers = g.layers
-    n_chunks = layers.size
-    send_bytes = act / tp if sp else act
+    layer = pr.memo(("layer-comm", ck, _shape_key(r), pp if ep > 1 else 0), in_layer)
+    send_bytes = V["T"][k] * V["h"][k] * V["e"][k] / (tp if sp else 1)
 
     def sends():
         placed = dataclasses.replace(cl, layout=Layout(tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v))
-        grp = tuple(engine._send_group(placed, c % pp, (c + 1) % pp) for c in range(n_chunks - 1))
-        return grp, np.array([pr.collective(ck, "send_recv", send_bytes, x) for x in grp] + [0.0])
+        return comm.pipeline_sends(price, placed, send_bytes, g.layers.size)
 
     send_groups, send_fwd = pr.memo(("sends", ck, tp * cp, pp, v, send_bytes), sends)
-    send_bwd = np.concatenate([[0.0], send_fwd[:-1]])
-    g_bytes, w_bytes = opslib.grad_bytes(t), opslib.weight_bytes(t)
-    stride = tp * cp * pp
-    reduce_op = "reduce_scatter" if zero >= 1 else "all_reduce"
-    dense, expert = g.dense[j], g.expert[j]
-
-    def data_parallel():
-        dpg, xpg = group_of(cl, dp, stride), group_of(cl, dp // ep, stride * ep)
-        after = np.zeros(pp)
-        gather, scatter = np.zeros(n_chunks), np.zeros(n_chunks)
-        buckets = np.maximum(1, np.ceil((dense + expert) * g_bytes / engine.DP_BUCKET_BYTES)).astype(int)
-        bucket_s = np.array([pr.collective(ck, reduce_op, gd / nb, dpg) + pr.collective(ck, reduce_op, ge / nb, xpg)
-                             for gd, ge, nb in zip(dense * g_bytes, expert * g_bytes, buckets)])
-        if zero >= 3:   # per-layer gathers; reduce-scatters per layer, or (compiler) the buckets after backward
-            ud, ue = dense / layers, expert / layers
-            gather = np.array([pr.collective(ck, "all_gather", d * w_bytes, dpg) + pr.collective(
-                ck, "all_gather", e * w_bytes, xpg) for d, e in zip(ud, ue)])
-            if pr.scenario.parallelism.fsdp_schedule != "layerwise":
-                return buckets, bucket_s, after, gather, scatter
-            scatter = np.array([pr.collective(ck, "reduce_scatter", d * g_bytes, dpg) + pr.collective(
-                ck, "reduce_scatter", e * g_bytes, xpg) for d, e in zip(ud, ue)])
-            return np.zeros(0, int), np.zeros(0), after, gather, scatter
-        if dp > 1 and zero >= 1:
-            sd, se = memory.stage_sum(dense[None, :], pp)[0], memory.stage_sum(expert[None, :], pp)[0]
-            after = np.array([pr.collective(ck, "all_gather", sd[s] * w_bytes, dpg) + pr.collective(
-                ck, "all_gather", se[s] * w_bytes, xpg) for s in range(pp)])
-        return buckets, bucket_s, after, gather, scatter
-
-    buckets, bucket_s, after, gather, scatter = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), data_parallel)
-    send_bwd_last = send_bwd.copy()
-    if dp > 1 and buckets.size and pr.shared_last_sends:
-        dpg = group_of(cl, dp, stride)
-        for c in range(1, n_chunks):
-            if send_bwd[c] > 0:
-                send_bwd_last[c] = pr.concurrent_first(ck, (
-                    ("send_recv", float(send_bytes), send_groups[c - 1]),
-                    (reduce_op, float(dense[c] * g_bytes / buckets[c]), dpg)))
-    norm_s = pr.memo(("norm", ck), lambda: pr.collective(ck, "all_reduce", 4, group_of(cl, cl.ranks, 1))
-                     if cal.step_costs and cl.ranks > 1 else 0.0)
-    return engine.CommPlan(
-        tp_fwd=layers * (per_layer + a2a), tp_bwd=layers * (bwd_exposed + a2a + (per_layer + a2a) * recompute_repeats),
-        send_fwd=send_fwd, send_bwd=send_bwd, dp=np.zeros(pp), records=[], dp_overlap=cal.dp_overlap,
-        norm_s=norm_s, dp_bucket_s=bucket_s, dp_buckets=buckets, dp_after_s=after, fsdp_gather_s=gather,
-        fsdp_scatter_s=scatter, cp_block_fwd_s=cp_f, cp_block_bwd_s=cp_b, send_bwd_last=send_bwd_last)
+    # what dp_comm reads of the training (precision, master weights, ZeRO stage) varies only with zero here
+    training = pr.memo(("training", zero), lambda: layout_scenario(pr.scenario, r).training)
+    dense, stride = g.dense[j], tp * cp * pp
+    parts = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), lambda: comm.dp_comm(
+        price, cl, dense, g.expert[j], g.layers, training, dp, ep, stride, pp, par.fsdp_schedule == "layerwise"))
+    last = comm.last_sends(price, cl, send_fwd, send_bytes, send_groups, dense, training, dp, stride, parts[0])
+    norm_s = pr.memo(("norm", ck), lambda: comm.norm_seconds(price, cl))
+    return comm.assemble(g.layers, layer, send_fwd, last, parts, norm_s, full, cal.dp_overlap)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from ..units import GIB
 from ..network import collective_time
 from ..network.collectives import concurrent_time
 from ..replay import engine
+from ..replay.comm import Prices
 from ..replay.events import StageMemory
 from ..replay.schedule import stage_programs
 from ..scenario import Scenario
@@ -144,11 +145,11 @@ class Pricer:
         return build_cluster(sc, int(row["instances"]), cal)
 
     def collective(self, ck: tuple, op: str, nbytes: float, group) -> float:
-        """`collective_time` seconds, memoized."""
+        """`collective_time` seconds as the step's graph issues it, memoized."""
         key = (ck, op, float(nbytes), group)
         t = self._coll.get(key)
         if t is None:
-            t = self._coll[key] = collective_time(self.cluster(*ck).cluster, op, float(nbytes), group)[0]
+            t = self._coll[key] = collective_time(self.cluster(*ck).cluster, op, float(nbytes), group, in_graph=True)[0]
         return t
 
     def concurrent_first(self, ck: tuple, transfers: tuple) -> float:
@@ -156,8 +157,12 @@ class Pricer:
         key = (ck, transfers)
         t = self._conc.get(key)
         if t is None:
-            t = self._conc[key] = float(concurrent_time(self.cluster(*ck).cluster, list(transfers))[0])
+            t = self._conc[key] = float(concurrent_time(self.cluster(*ck).cluster, list(transfers), in_graph=True)[0])
         return t
+
+    def prices(self, ck: tuple) -> "MemoPrices":
+        """How the communication plan's pieces price collectives on cluster `ck`: memoized, no records."""
+        return self.memo(("prices", ck), lambda: MemoPrices(self, ck))
 
     def memo(self, key: tuple, make: Callable[[], Any]) -> Any:
         val = self._memo.get(key)
@@ -180,6 +185,22 @@ class Pricer:
     def real_comm(self, row) -> engine.CommPlan:
         return self.memo(("plan_comm", _part_key(row)), lambda: engine.plan_comm(
             layout_scenario(self.scenario, row), self.layout_cluster(row)))
+
+
+class MemoPrices(Prices):
+    """`replay.comm.Prices` for a Pricer: its memoized collectives, no records; the last gradient sends share
+    links with the first buckets only with `Pricer(shared_last_sends=True)`."""
+
+    def __init__(self, pr: Pricer, ck: tuple):
+        super().__init__(pr.cluster(*ck).cluster, keep_records=False)
+        self.pr, self.ck = pr, ck
+        self.shares_links = pr.shared_last_sends
+
+    def __call__(self, op: str, nbytes: float, group, name: str | None = None, count: float = 0) -> float:
+        return self.pr.collective(self.ck, op, nbytes, group)
+
+    def shared(self, transfers: tuple) -> float:
+        return self.pr.concurrent_first(self.ck, transfers)
 
 
 def _part_key(r) -> tuple:
