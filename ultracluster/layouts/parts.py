@@ -18,7 +18,6 @@ from .. import chip, memory
 from .. import operators as opslib
 from ..cluster import Layout, stage_layers
 from ..units import GIB
-from ..network import group_of
 from ..replay import comm
 from ..replay.comm import CommPlan
 from .pricer import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Pricer, calibration_index, layout_scenario

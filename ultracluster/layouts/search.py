@@ -70,15 +70,14 @@ def sample_rows(table: pd.DataFrame, most: int = 6) -> list[int]:
 
 
 def check_sources(pr: Pricer, table: pd.DataFrame) -> tuple[dict[str, str], dict[str, str | None]]:
-    """Compare the batched parts with the functions they mirror on `sample_rows`; a part that differs is
-    evaluated per layout with the functions themselves. Sets `pr.sources`.
+    """The source of each part of the fast path, for plan.json (`fast_path.parts`): every part is batched, and
+    nothing can differ from `run`'s, which prices its layout as a batch of one through the same functions
+    (`memory`, `chip`, `replay.comm`; tests/plan/test_fast_vs_run.py checks the composition).
 
     Returns:
-        (part → "batched" | "per layout", part → what differed or None).
+        (part → "batched", part → None).
     """
-    found = fast.compare_parts(pr, table.iloc[sample_rows(table)])
-    pr.sources = {p: ("batched" if found[p] is None else "per layout") for p in PARTS}
-    return dict(pr.sources), found
+    return dict(pr.sources), {p: None for p in PARTS}
 
 
 def evaluate_chunk(scenario: Scenario, calibration: Calibration | None, sources: dict[str, str],

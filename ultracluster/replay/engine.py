@@ -119,18 +119,46 @@ def combine_profiles(profiles: Sequence[ShardProfile] | MergedProfile, layout,
     factor when that is more.
     """
     merged = profiles if isinstance(profiles, MergedProfile) else merge_profiles(profiles, layout.dp * layout.pp)
-    pp, v = layout.pp, layout.virtual_stages
-    speed = merged.group_speed.reshape(layout.dp, pp).copy()
+    v = layout.virtual_stages
     slow, factor = merged.slow_ranks, merged.slow_factors
-    slowest = -1
-    if slow.size and with_stragglers:
-        c = rank_coords(layout, slow)
-        np.maximum.at(speed, (c["dp"], c["pp"]), factor)
-        slowest = int(slow[np.argmax(factor)])
+    with_slow = bool(slow.size and with_stragglers)
+    speed = group_speeds(layout, merged.group_speed, slow if with_slow else slow[:0], factor)
+    slowest = int(slow[np.argmax(factor)]) if with_slow else -1
     chunk_speed = np.tile(speed, (1, v))                        # chunk j*pp + s takes stage s's speed
     return ComputeProfile(fwd=merged.forward_s[None, :] * chunk_speed,
                           bwd=merged.backward_s[None, :] * chunk_speed, opt=merged.optimizer_s * speed.max(axis=0),
                           attn_fwd=merged.attention_fwd_s, attn_bwd=merged.attention_bwd_s, slowest_rank=slowest)
+
+
+def group_speeds(layout, group_speed: np.ndarray, slow: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """[dp, pp] the speed factor of each (replica, stage) group: its jitter (`group_speed`, dp x pp in group
+    order), raised to a slow rank's factor where one of its ranks (`slow`, global ids) is slower still."""
+    speed = np.asarray(group_speed, dtype=float).reshape(layout.dp, layout.pp).copy()
+    if slow.size:
+        c = rank_coords(layout, slow)
+        np.maximum.at(speed, (c["dp"], c["pp"]), factor)
+    return speed
+
+
+def chunk_seconds(tp_fwd: np.ndarray, tp_bwd: np.ndarray, fc: np.ndarray, bc: np.ndarray, cp_f, cp_b,
+                  fs_f: np.ndarray, fs_b: np.ndarray, layers: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A microbatch's forward and backward of each chunk as the pipeline runs them: compute (fc, bc), in-layer
+    collectives (tp_fwd, tp_bwd), the context-parallel ring's exposed seconds per layer (cp_f, cp_b, `cp_exposed`)
+    and exposed ZeRO-3 traffic (fs_f, fs_b, `fsdp_exposed`), broadcast over leading axes (replicas, layouts).
+
+    Returns:
+        (in-layer forward, in-layer backward, forward, backward).
+    """
+    tp_f, tp_b = tp_fwd + layers * cp_f, tp_bwd + layers * cp_b
+    return tp_f, tp_b, fc + tp_f + fs_f, bc + tp_b + fs_b
+
+
+def stage_finish(pipe_end: np.ndarray, reduce_end: np.ndarray, norm_s, opt: np.ndarray,
+                 after: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(when each stage's optimizer starts, when the stage is done): after its pipeline and its gradient
+    reduction, the gradient-norm all-reduce, then the optimizer, then the ZeRO-1 parameter all-gather."""
+    start = np.maximum(pipe_end, reduce_end) + norm_s
+    return start, start + opt + after
 
 
 def cp_exposed(comm: CommPlan, prof: ComputeProfile, cp: int) -> tuple[float, float]:
@@ -219,9 +247,8 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         fc, bc = prof.fwd, prof.bwd
         cp_f, cp_b = cp_exposed(comm, prof, layout.cp)
         rtp_f, rtp_b, send_f, send_b, send_last = _replica_comm(comm, layout.dp)
-        tp_f, tp_b = rtp_f + layers * cp_f, rtp_b + layers * cp_b                   # [replicas, chunks]
         fs_f, fs_b = fsdp_exposed(comm, fc, bc, layers)
-        fwd, bwd = fc + tp_f + fs_f, bc + tp_b + fs_b
+        tp_f, tp_b, fwd, bwd = chunk_seconds(rtp_f, rtp_b, fc, bc, cp_f, cp_b, fs_f, fs_b, layers)   # [replicas, chunks]
         last = {("B", m - 1, c): send_last[..., c] for c in range(fc.shape[1])} \
             if send_last is not None else None
         ex = execute(programs, fwd, bwd, send_f, send_b, last)
@@ -229,8 +256,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         opt = prof.opt                                                                    # [pp]
         pipe_end = ex.stage_end.max(axis=0)                                               # [pp]
         rs_end, dp_hidden = gradient_reduction(ex, comm, layout.pp, m)
-        reduce_start = np.maximum(pipe_end, rs_end) + comm.norm_s
-        done = reduce_start + opt + comm.dp_after_s
+        reduce_start, done = stage_finish(pipe_end, rs_end, comm.norm_s, opt, comm.dp_after_s)
         crit_stage = int(np.argmax(done))
         crit_replica = int(np.argmax(ex.stage_end[:, crit_stage]))
         on_stage = np.arange(fc.shape[1]) % layout.pp == crit_stage
@@ -251,8 +277,9 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
             base = combine_profiles(merged, layout, with_stragglers=False)
             bf_f, bf_b = fsdp_exposed(comm, base.fwd, base.bwd, layers)
             ex_b = execute(programs, base.fwd + tp_f + bf_f, base.bwd + tp_b + bf_b, send_f, send_b, last)
-            end_b = np.maximum(ex_b.stage_end.max(axis=0), gradient_reduction(ex_b, comm, layout.pp, m)[0]) + comm.norm_s
-            straggle = float(done.max() - (end_b + base.opt + comm.dp_after_s).max())
+            done_b = stage_finish(ex_b.stage_end.max(axis=0), gradient_reduction(ex_b, comm, layout.pp, m)[0],
+                                  comm.norm_s, base.opt, comm.dp_after_s)[1]
+            straggle = float(done.max() - done_b.max())
         payload_bytes, payload_ok = shards.reduce_payload(step)
         rec = StepRecord(
             step=step, warmup=step < t.warmup_steps, step_time_s=float(stall + done[crit_stage] + overhead + ckpt),
