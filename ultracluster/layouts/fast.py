@@ -1,26 +1,16 @@
 """Layouts → HBM footprint, step time, throughput and cost, thousands at once: the replay's model over a
 layout axis.
 
-The fast path is the model `run` replays, evaluated for many layouts in one pass, not a second model. Per
-layout it needs what the replay needs: the HBM of each stage (`memory.stage_memory`), the chunk times
-(`chip.chunk_times` → `ChunkTimes`) and the communication plan (`replay.engine.plan_comm` → `CommPlan`). Each
-comes from one of two sources that give the same numbers:
-
-- **batched**: the same cost functions (`operators.evaluate`, `chip.op_seconds`, `chip.rank_rates`,
-  `operators.shape_variables`, `saved_bytes`, `chunk_params_split`, `sharding`, `network.collective_time`,
-  `concurrent_time`, `group_of`, the engine's `_send_group`) composed as those three functions compose them,
-  with each distinct per-rank shape priced once (all shapes in one `evaluate` call per where and phase) and
-  each distinct collective once (a memo);
-- **per layout**: the three functions themselves, one call per distinct layout.
-
-`Pricer.check` compares the two on a few layouts of every plan. The batched composition mirrors code that
-changes as the model grows; where it no longer matches, the plan uses the functions themselves for that part
-(slower, never wrong) and says so in plan.json (`fast_path`), and tests/plan/test_fast_parts.py fails and names
-the part.
+The fast path is the model `run` replays, evaluated for many layouts in one pass, not a second model: the HBM
+of each stage, the chunk times and the communication plan come from the same functions `run` calls with a batch
+of one (`memory.stage_state_gib` and the activation functions, `chip.layer_costs` / `chunk_rows` /
+`optimizer_seconds`, `replay.comm`'s pieces), with each distinct per-rank shape priced once (all shapes in one
+`evaluate` call per where and phase), each distinct collective once and each piece of the communication plan
+once per what it depends on (memos).
 
 The batched parts are in `parts.py`, the layout → scenario and cluster helpers and the per-process memo in
-`pricer.py`. The step is then composed as `replay.engine.replay_steps` composes it, calling its pure pieces (`cp_exposed`,
-`fsdp_exposed`), with the pipeline run for every layout and measured step at once (`schedules.pipeline_times`)
+`pricer.py`. The step is then composed with `replay.engine`'s own pieces (`group_speeds`, `cp_exposed`,
+`fsdp_exposed`, `chunk_seconds`, `stage_finish`), with the pipeline run for every layout and measured step at once (`schedules.pipeline_times`)
 and the gradient-bucket queue in closed form (`bucket_queue_end`). One difference: the engine runs every
 data-parallel replica's pipeline with its own jitter and stragglers, step by step, and takes the slowest; the fast
 path runs one pipeline whose stages each take their slowest replica's speed, averaged over the measured steps:

@@ -1,8 +1,10 @@
 """The three parts of a layout's price, batched over layouts: HBM per stage, chunk times, communication.
 
-Each mirrors the function the replay calls (`memory.stage_memory`, `chip.chunk_times`,
-`replay.engine.plan_comm`), composed over a layout axis from the same cost functions, and is checked
-against it on every plan (`fast.compare_parts`) and by tests/plan/test_fast_parts.py.
+Each is the model's one implementation, called with many rows: `memory`'s row-axis functions (`stage_memory`
+calls them with one), `chip.layer_costs` / `chunk_rows` / `optimizer_seconds` (`chunk_times` calls them with
+one), `replay.comm`'s pieces (`plan_comm` composes them for one layout). What is here is only the batching: the
+rows grouped by what they share (per-rank shapes, pipeline shapes), memos, and the activation peak read off a
+short program (`_counts`) where `run` walks the executed one.
 """
 from __future__ import annotations
 
@@ -149,7 +151,7 @@ def _held(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Batched: memory, chunk times, communication (each mirrors the function named in its docstring)
+# Batched: memory, chunk times, communication (each through the function named in its docstring)
 
 
 def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray, grps: list[Group]) -> dict:
