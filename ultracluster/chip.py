@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from . import operators as opslib
-from .cluster import Cluster
+from .cluster import Cluster, stage_sum
 
 
 # TensorE is a 128 x 128 systolic array: the contraction dimension fills its 128 rows (partitions), the
@@ -282,8 +282,7 @@ def optimizer_params(dense: np.ndarray, expert: np.ndarray, dp: np.ndarray, ep: 
     """[n, pp] parameters whose optimizer state a rank of each stage updates: its dp share under ZeRO-1 and up."""
     held = np.where(np.asarray(opt_sharded)[:, None],
                     opslib.dp_share(dense, expert, np.asarray(dp)[:, None], np.asarray(ep)[:, None]), dense + expert)
-    n, chunks = held.shape
-    return held.reshape(n, chunks // pp, pp).transpose(1, 0, 2).cumsum(axis=0)[-1]
+    return stage_sum(held, pp)
 
 
 def tp_hide_seconds(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...] | None = None) -> np.ndarray:

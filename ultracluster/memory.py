@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import operators as opslib
+from .cluster import stage_sum
 from .units import GIB
 from .replay.events import StageMemory
 
@@ -29,13 +30,6 @@ def bytes_per_param(training) -> tuple[float, float, float]:
     if training.precision in opslib.MX_PRECISIONS:
         w_bytes += 2 * opslib.PRECISION_BYTES[training.precision]
     return w_bytes, opslib.grad_bytes(training), opslib.optimizer_bytes(training)
-
-
-def stage_sum(values: np.ndarray, pp: int) -> np.ndarray:
-    """[n, chunks] → [n, pp]: the chunks summed onto the stages that hold them (chunk c on stage c % pp), in a
-    fixed order (the same bits whatever the other rows hold)."""
-    n, chunks = values.shape
-    return values.reshape(n, chunks // pp, pp).transpose(1, 0, 2).cumsum(axis=0)[-1]
 
 
 def stage_state_gib(dense: np.ndarray, expert: np.ndarray, layers: np.ndarray, pp: int, dp: np.ndarray,

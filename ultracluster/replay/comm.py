@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import chip
 from .. import operators as opslib
-from ..cluster import Cluster
+from ..cluster import Cluster, stage_sum
 from ..network import Group, collective_time, group_of
 from ..network.collectives import concurrent_time
 from .degraded import degraded_plan
@@ -194,7 +194,7 @@ def dp_comm(price: Prices, cluster: Cluster, dense: np.ndarray, expert: np.ndarr
             if expert.any():
                 price(reduce_op, expert[0] * g_bytes / buckets[0], xpg, "dp-expert", buckets[0])
         if dp > 1 and shard.optimizer:          # ZeRO-1 all-gathers the updated weights
-            stage_dense, stage_expert = _stage_sum(dense, pp), _stage_sum(expert, pp)
+            stage_dense, stage_expert = stage_sum(dense, pp), stage_sum(expert, pp)
             for s in range(pp):
                 n = 1 if s == 0 else 0
                 after[s] = price("all_gather", stage_dense[s] * w_bytes, dpg, "dp", n) + price(
@@ -270,13 +270,6 @@ def assemble(layers: np.ndarray, layer: tuple, send_fwd: np.ndarray, send_bwd_la
                     cp_block_bwd_s=cp_bwd, send_bwd_last=send_bwd_last)
 
 
-def _stage_sum(values: np.ndarray, pp: int) -> np.ndarray:
-    """Sum a per-chunk array onto the stages that hold the chunks (chunk c on stage c % pp)."""
-    out = np.zeros(pp)
-    np.add.at(out, np.arange(values.size) % pp, values)
-    return out
-
-
 def plan_comm(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None = None) -> CommPlan:
     """Cost every collective of a step once (they are the same for every replica and step), and, with
     degraded instances (`cluster.degraded`), once more on each degraded copy of the links (`degraded_plan`).
@@ -301,7 +294,7 @@ def _plan_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> C
     v = opslib.shape_variables(scenario, layout)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
     m = microbatches(scenario)
-    layer_mbs = _stage_sum(layers, layout.pp)[0] * m   # layer-microbatches on stage 0
+    layer_mbs = stage_sum(layers, layout.pp)[0] * m   # layer-microbatches on stage 0
     full = t.recompute == "full"
     price = Prices(cluster)
     layer = layer_comm(price, cluster, layout.tp, layout.cp, layout.pp, par.ep, par.sequence_parallel, v,
@@ -313,7 +306,7 @@ def _plan_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> C
     parts = dp_comm(price, cluster, dense, expert, layers, t, layout.dp, par.ep, stride, layout.pp,
                     par.fsdp_schedule == "layerwise", layer_mbs)
     buckets, bucket_s, after, gather, scatter = parts
-    dp = _stage_sum(bucket_s * buckets, layout.pp) + after + m * _stage_sum(layers * (2 * gather + scatter), layout.pp)
+    dp = stage_sum(bucket_s * buckets, layout.pp) + after + m * stage_sum(layers * (2 * gather + scatter), layout.pp)
     last = last_sends(price, cluster, send_fwd, send_bytes, groups, dense, t, layout.dp, stride, buckets)
     norm_s = norm_seconds(price, cluster)
     return assemble(layers, layer, send_fwd, last, parts, norm_s, full, cluster.calibration.dp_overlap,

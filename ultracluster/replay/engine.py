@@ -26,7 +26,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..cluster import Cluster, rank_coords
+from ..cluster import Cluster, rank_coords, stage_sum
 from .comm import DP_BUCKET_BYTES, CommPlan, _send_group, microbatches, plan_comm   # noqa: F401 (re-exported: replay.engine.plan_comm)
 from .events import Slice, StepRecord
 from .profile import MergedProfile, ShardProfile, merge_profiles
@@ -51,13 +51,6 @@ class StepCosts(Protocol):
 
     def __call__(self, step: int, busy_s: float) -> tuple[float, float]:
         """(data_stall_s, checkpoint_s) of `step`, given the seconds the step computes and communicates."""
-
-
-def _stage_sum(values: np.ndarray, pp: int) -> np.ndarray:
-    """Sum a per-chunk array onto the stages that hold the chunks (chunk c on stage c % pp)."""
-    out = np.zeros(pp)
-    np.add.at(out, np.arange(values.size) % pp, values)
-    return out
 
 
 def gradient_reduction(ex: Execution, comm: CommPlan, pp: int, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -318,7 +311,7 @@ def _slices(ex: Execution, d: int, comm: CommPlan, rs_end: np.ndarray, reduce_st
     """Timeline of replica d: every forward/backward, each stage's gradient reduction (its busy span
     ending when the last bucket is through), optimizer and parameter all-gather."""
     out = []
-    reduce_s = _stage_sum(comm.dp_bucket_s * comm.dp_buckets, layout.pp) if comm.dp_buckets.size else np.zeros(
+    reduce_s = stage_sum(comm.dp_bucket_s * comm.dp_buckets, layout.pp) if comm.dp_buckets.size else np.zeros(
         layout.pp)
     for s, prog in enumerate(ex.programs):
         for kind, k, c in prog:
