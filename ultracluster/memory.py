@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import chip
 from . import operators as opslib
 from .cluster import stage_sum
 from .units import GIB
@@ -53,13 +54,13 @@ def stage_state_gib(dense: np.ndarray, expert: np.ndarray, layers: np.ndarray, p
     # ZeRO-1 and ZeRO-3 shard optimizer state over the data-parallel ranks that hold the same parameters:
     # dp for dense parameters, dp / ep for experts; ZeRO-3 shards weights and gradients the same way
     held = opslib.dp_share(dense, expert, np.asarray(dp)[:, None], np.asarray(ep)[:, None])
-    opt_params = np.where(np.asarray(opt_sharded)[:, None], held, params)
     # ZeRO-3 holds its 1/dp share plus the gathered working set: two layers (a chunk's embedding or head
     # spread over its layers), the one in use and the one prefetched
     unit = params / np.maximum(layers, 1)[None, :]
     sharded = stage_sum(held, pp) + 2 * unit.reshape(n, layers.size // pp, pp).max(axis=1)
     P = np.where(np.asarray(weights_sharded)[:, None], sharded, stage_sum(params, pp))
-    return P * w_bytes / GIB, P * g_bytes / GIB, stage_sum(opt_params, pp) * o_bytes / GIB
+    O = chip.optimizer_params(dense, expert, dp, ep, opt_sharded, pp) * o_bytes / GIB
+    return P * w_bytes / GIB, P * g_bytes / GIB, O
 
 
 def chunk_activation_bytes(layers: np.ndarray, per_layer: np.ndarray, embedding: np.ndarray,

@@ -221,24 +221,24 @@ def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> CommPla
 
     def in_layer():
         vk = {name: V[name][k] for name in ("T", "h", "e", "hkv", "d")}
-        overlap = bool(cal.tp_overlap and par.tp_comm_overlap and tp > 1)
-        return comm.layer_comm(price, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, full, overlap,
-                               sh.costs.hide[k])
+        return comm.layer_comm(price, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, full,
+                               comm.hides_tp(cal, par, tp), sh.costs.hide[k])
 
     layer = pr.memo(("layer-comm", ck, _shape_key(r), pp if ep > 1 else 0), in_layer)
-    send_bytes = V["T"][k] * V["h"][k] * V["e"][k] / (tp if sp else 1)
+    send_bytes = comm.activation_send_bytes({name: V[name][k] for name in ("T", "h", "e")}, tp, sp)
 
     def sends():
         placed = dataclasses.replace(cl, layout=Layout(tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v))
         return comm.pipeline_sends(price, placed, send_bytes, g.layers.size)
 
     send_groups, send_fwd = pr.memo(("sends", ck, tp * cp, pp, v, send_bytes), sends)
-    # what dp_comm reads of the training (precision, master weights, ZeRO stage) varies only with zero here
-    training = pr.memo(("training", zero), lambda: layout_scenario(pr.scenario, r).training)
+    # what dp_comm and last_sends read of the training (precision, master weights, ZeRO stage) varies only with zero
+    training = lambda: pr.memo(("training", zero), lambda: layout_scenario(pr.scenario, r).training)   # noqa: E731
     dense, stride = g.dense[j], tp * cp * pp
     parts = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), lambda: comm.dp_comm(
-        price, cl, dense, g.expert[j], g.layers, training, dp, ep, stride, pp, par.fsdp_schedule == "layerwise"))
-    last = comm.last_sends(price, cl, send_fwd, send_bytes, send_groups, dense, training, dp, stride, parts[0])
+        price, cl, dense, g.expert[j], g.layers, training(), dp, ep, stride, pp, par.fsdp_schedule == "layerwise"))
+    last = comm.last_sends(price, cl, send_fwd, send_bytes, send_groups, dense,
+                           training() if price.shares_links else None, dp, stride, parts[0])
     norm_s = pr.memo(("norm", ck), lambda: comm.norm_seconds(price, cl))
     return comm.assemble(g.layers, layer, send_fwd, last, parts, norm_s, full, cal.dp_overlap)
 

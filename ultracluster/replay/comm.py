@@ -234,7 +234,8 @@ def dp_comm(price: Prices, cluster: Cluster, dense: np.ndarray, expert: np.ndarr
 def last_sends(price: Prices, cluster: Cluster, send_fwd: np.ndarray, send_bytes: float, groups: tuple,
                dense: np.ndarray, training, dp: int, stride: int, buckets: np.ndarray) -> np.ndarray:
     """[chunks] the last microbatch's gradient sends: a send leaving a stage's last backward runs while that
-    stage's buckets are reduced; both share the links and NICs (max-min fair), so it takes longer than alone."""
+    stage's buckets are reduced; both share the links and NICs (max-min fair), so it takes longer than alone.
+    Without `price.shares_links` they are priced alone (`training` is then not read)."""
     send_bwd = np.concatenate([[0.0], send_fwd[:-1]])  # chunk c's input gradient returns over the c-1 -> c link
     last = send_bwd.copy()
     if dp > 1 and buckets.size and price.shares_links:
@@ -276,7 +277,7 @@ def plan_comm(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None = None) -
 
     `tp_hide_s`: one layer's backward seconds of the matmuls that hide tensor-parallel collectives
     (`ChunkTimes.tp_hide_bwd_s`, from a caller that priced the chunks already; None: priced here)."""
-    if tp_hide_s is None and _overlap(scenario, cluster):
+    if tp_hide_s is None and hides_tp(cluster.calibration, scenario.parallelism, cluster.layout.tp):
         tp_hide_s = chip.tp_hide_seconds(scenario, cluster)
     comm = _plan_uniform(scenario, cluster, tp_hide_s)
     for part in cluster.degraded:     # degraded links do not change the chip: the same hiding matmuls
@@ -284,8 +285,14 @@ def plan_comm(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None = None) -
     return comm
 
 
-def _overlap(scenario, cluster: Cluster) -> bool:
-    return bool(cluster.calibration.tp_overlap and scenario.parallelism.tp_comm_overlap and cluster.layout.tp > 1)
+def hides_tp(calibration, parallelism, tp: int) -> bool:
+    """Whether the backward's hideable tensor-parallel collectives run behind the matmuls (`layer_comm`)."""
+    return bool(calibration.tp_overlap and parallelism.tp_comm_overlap and tp > 1)
+
+
+def activation_send_bytes(v: dict, tp: int, sp: bool) -> float:
+    """Bytes of one microbatch's activation sent to the next pipeline stage (sequence parallel: 1 / tp of it)."""
+    return v["T"] * v["h"] * v["e"] / (tp if sp else 1)
 
 
 def _plan_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> CommPlan:
@@ -298,16 +305,16 @@ def _plan_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> C
     full = t.recompute == "full"
     price = Prices(cluster)
     layer = layer_comm(price, cluster, layout.tp, layout.cp, layout.pp, par.ep, par.sequence_parallel, v,
-                       scenario.model.moe, full, _overlap(scenario, cluster), tp_hide_s, layer_mbs)
-    send_bytes = v["T"] * v["h"] * v["e"] / (layout.tp if par.sequence_parallel else 1)
-    groups, send_fwd = pipeline_sends(price, cluster, send_bytes, layers.size, m)
+                       scenario.model.moe, full, hides_tp(cluster.calibration, par, layout.tp), tp_hide_s, layer_mbs)
+    sent = activation_send_bytes(v, layout.tp, par.sequence_parallel)
+    groups, send_fwd = pipeline_sends(price, cluster, sent, layers.size, m)
     dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, par.ep)
     stride = layout.tp * layout.cp * layout.pp
     parts = dp_comm(price, cluster, dense, expert, layers, t, layout.dp, par.ep, stride, layout.pp,
                     par.fsdp_schedule == "layerwise", layer_mbs)
     buckets, bucket_s, after, gather, scatter = parts
     dp = stage_sum(bucket_s * buckets, layout.pp) + after + m * stage_sum(layers * (2 * gather + scatter), layout.pp)
-    last = last_sends(price, cluster, send_fwd, send_bytes, groups, dense, t, layout.dp, stride, buckets)
+    last = last_sends(price, cluster, send_fwd, sent, groups, dense, t, layout.dp, stride, buckets)
     norm_s = norm_seconds(price, cluster)
     return assemble(layers, layer, send_fwd, last, parts, norm_s, full, cluster.calibration.dp_overlap,
                     price.records, dp)
