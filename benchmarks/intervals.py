@@ -2,9 +2,10 @@
 """Cost of a prediction interval: one vectorized evaluation over the factor settings against one replayed
 step per setting.
 
-`uncertainty.interval` prices the central setting and both ends of every uncertain factor as rows of one
-table (the planner's fast path with a calibration per row), then the two corners. The old way replayed one
-step per setting in process (`uncertainty._replayed`, 2 x factors + 2 replays). Prints a table: scenario,
+`uncertainty.interval` prices the central setting and five points of every uncertain factor's range as rows of
+one table (the planner's fast path with a calibration per row), then the settings beside the band's ends
+(docs/uncertainty.md). The comparison replays one step per grid setting in process (`uncertainty._replayed`,
+1 + 4 x factors replays; the settings beside the ends are not replayed). Prints a table: scenario,
 chips, factors, median seconds of the interval over repeats, the same settings replayed one by one, and the
 largest relative difference between the two ways' step times over the settings.
 
@@ -24,7 +25,7 @@ import numpy as np
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
 from ultracluster.pipeline import predict
-from ultracluster.uncertainty import _one_step, _replayed, factors_for, interval, step_times
+from ultracluster.uncertainty import _grid, _one_step, _replayed, factor_value, factors_for, interval, step_times
 
 HERE = Path(__file__).resolve().parents[1] / "scenarios"
 DEFAULT = ("smoke.yaml", "llama2-70b-tp32pp4-trn2-64.yaml", "llama3.1-70b-trn3-gen1.yaml",
@@ -35,9 +36,9 @@ def measure(path: Path, repeats: int) -> dict:
     sc = load_scenario(path)
     point = predict(sc)["step_time_s"]
     cluster = build_cluster(sc, 1)
-    factors = factors_for(cluster)
+    factors = factors_for(cluster, pinned=False)
     cal = cluster.calibration
-    settings = [cal] + [cal.with_(**{f.name: x}) for f in factors for x in (f.low, f.high)]
+    settings = [cal] + [cal.with_(**{f.name: float(x)}) for f in factors for x in _grid(f, factor_value(cal, f.name))]
     vec, rep = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -45,7 +46,7 @@ def measure(path: Path, repeats: int) -> dict:
         vec.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
     one = _one_step(sc)
-    replayed = np.array([_replayed(one, c) for c in settings + settings[:1]])[:len(settings)]   # 2k + 2, as before
+    replayed = np.array([_replayed(one, c) for c in settings])
     rep.append(time.perf_counter() - t0)
     fast = step_times(sc, settings)
     return {"scenario": path.stem, "chips": cluster.chips, "factors": len(factors),

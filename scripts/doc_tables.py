@@ -108,6 +108,22 @@ def trn2_axlearn() -> str:
     return "\n".join(out) + "\n"
 
 
+def trn2_bands() -> str:
+    """docs/trn2.md: the 80 % band of the Trainium2 and Trainium3 jobs the issue names, weighted by `t1`, and
+    the Trn2 / Trn1 speed-up of the Llama-2-70B job at its point and band ends."""
+    out = ["| job | step | 80 % interval | width (high / low - 1) | extrapolated |", "| --- | ---: | ---: | ---: | --- |"]
+    for label, path in (("AXLearn Llama-2-70B, 64 trn2.48xlarge (`t1`'s layout)", AXLEARN),
+                        ("Llama-2-70B TP32 PP4, 64 trn2.48xlarge", L70_TRN2),
+                        ("Llama-3.1-70B, Trn2 UltraServers", REPO / "scenarios" / "llama3.1-70b-trn2-ultraserver.yaml"),
+                        ("Llama-3.1-70B, Trn3 Gen1", REPO / "scenarios" / "llama3.1-70b-trn3-gen1.yaml"),
+                        ("Llama-3.1-405B, 16,384 Trn2 chips", REPO / "scenarios" / "llama3.1-405b-trn2-16k.yaml")):
+        s = _predict(path)
+        out.append(f"| {label} | {s['step_time_s']:.1f} s | {s['step_time_low_s']:.1f} – {s['step_time_high_s']:.1f} s | "
+                   f"{100 * (s['step_time_high_s'] / s['step_time_low_s'] - 1):.0f} % | "
+                   f"{', '.join(s['extrapolated']) or 'none'} |")
+    return "\n".join(out) + "\n"
+
+
 def uncertainty_coverage() -> str:
     """docs/uncertainty.md: the cross-validated coverage of the Trn1 interval."""
     fit = _fitted()
@@ -201,6 +217,7 @@ GENERATORS = {"calibrate-curve": calibrate_curve, "trn2-whatifs": trn2_whatifs, 
               "scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary,
               "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust,
               "uncertainty-examples": uncertainty_examples, "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn,
+              "trn2-bands": trn2_bands,
               "plan-largest-clusters": plan_largest_clusters}
 
 

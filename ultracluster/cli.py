@@ -330,7 +330,8 @@ def _sensitivity(scenario, args) -> int:
     """`ultracluster sensitivity`: price the scenario in this process, then each uncertain factor at both ends."""
     from .pipeline import predict
     from .report.write import write_sensitivity
-    from .uncertainty import SENSITIVITY_COLUMNS, interval, sensitivity_rows, tornado_text
+    from .report.sensitivity import SENSITIVITY_COLUMNS, sensitivity_rows, tornado_text
+    from .uncertainty import interval
 
     s = predict(scenario)
     if not s["feasible"]:

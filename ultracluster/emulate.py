@@ -1,6 +1,8 @@
 """Scenario → RunResult: the stages of a run up to its replayed steps, without the report or files.
 
 scenario → cluster → memory (an infeasible layout stops here) → shards → step replay on the virtual clock.
+The shards price the chip (each the stages it runs in replica 0, reported once in its `ShardState`); the step is
+composed from what they return, never from a pricing of the driver's own (docs/design.md, "Who prices what").
 The RunResult is complete: the report reads its fields and never calls back into the replay (per-rank
 compute tallied from the merged profiles, per-chunk and per-stage communication, per-stage exposure, the
 storage figures from the cluster built here).
@@ -16,7 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from . import chip
 from . import operators as opslib
 from .actors.local import local_storage
 from .actors.shard import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
@@ -29,7 +30,7 @@ from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records
 from .replay.engine import microbatches, plan_comm, replay_steps
 from .replay.events import RunResult, StepRecord
-from .replay.profile import merge_degraded
+from .replay.profile import merge_degraded, merge_prices
 from .replay.records import ComputeTally, comm_records, measured_steps, stage_dp_exposure
 from .replay.schedule import stage_programs
 from .scenario import Scenario, load_scenario
@@ -75,19 +76,21 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
         price_per_hour_usd=price_per_hour(cluster.instance.name, scenario.cluster.price_per_hour_usd), storage=figures(scenario, cluster))
     if reason is None:
         _check_payload(scenario, cluster)
-        chunks = chip.chunk_times(scenario, cluster, library)
-        # chunk c runs on the tp x cp x dp = ranks / pp ranks of its stage, once per microbatch
-        result.hardware_flops_per_step = float(chunks.flops_per_microbatch.sum() * microbatches(scenario)
-                                               * cluster.ranks / layout.pp)
         result.microbatches = microbatches(scenario)
-        result.residual_fraction = chunks.residual_fraction()
         tally = ComputeTally(layout, result.microbatches, t.warmup_steps)   # per-rank compute
         if progress:
             progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)
         with shards_factory(scenario, cluster) as shards, storage_factory(scenario, cluster) as fs:
             result.ray_nodes = shards.nodes
-            # the shards own their instances: the collectives are priced on the degraded parts they report
-            cluster = replace(cluster, degraded=merge_degraded(shards.states(), cluster.instances))
+            # the shards own their instances and price the stages they run (the driver prices no chunk): the
+            # collectives are priced on the degraded parts and the hiding matmuls they report
+            states = shards.states()
+            cluster = replace(cluster, degraded=merge_degraded(states, cluster.instances))
+            chunks = merge_prices([s.prices for s in states], layout.pp, layout.pp * layout.virtual_stages)
+            # chunk c runs on the tp x cp x dp = ranks / pp ranks of its stage, once per microbatch
+            result.hardware_flops_per_step = float(chunks.flops_per_microbatch.sum() * result.microbatches
+                                                   * cluster.ranks / layout.pp)
+            result.residual_fraction = chunks.residual_fraction()
             comm = plan_comm(scenario, cluster, chunks.tp_hide_bwd_s)
             result.collectives = comm.records
             result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,

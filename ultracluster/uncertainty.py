@@ -8,18 +8,19 @@ A step time carries three kinds of uncertainty (docs/uncertainty.md):
   `data/calibration/training.csv` (a standard deviation in log space, scaled to the 80 % two-sided quantile
   of a normal, 1.2816);
 - the hardware: factors no published measurement pins down (`ultracluster.cluster.uncertain.FACTORS`, for
-  Trn2, Trn3 and the Trn1 NeuronLink rate), each over its plausible range. They are propagated through the
-  model itself: the step is priced once with every factor at the end that slows it and once at the end that
-  speeds it (the widest interval the ranges allow), after one pricing per factor end decides which end that
-  is. Chip factors fitted on Trn1 (TensorE efficiency, the per-layer residual) are also open on newer chips.
+  Trn2, Trn3 and the Trn1 NeuronLink rate), each over its argued range. They are propagated through the model
+  as a distribution: every factor uniform over its range and independent, DRAWS settings of all of them, each
+  weighted by how well it reproduces the published Trainium2 run (`anchor`); the weighted 10th and 90th
+  percentiles of the step are the hardware part. Chip factors fitted on Trn1 (TensorE efficiency, the in-graph
+  synchronisation) are also open on newer chips.
 
 The fit and release parts combine in quadrature into one log half-width h; the hardware part adds in quadrature
 to each side: low = t exp(-sqrt(h^2 + d_fast^2)), high = t exp(sqrt(h^2 + d_slow^2)). The point estimate is
 always inside, and a chip with fewer measurements gets a wider interval.
 
 Pricing is vectorized: every factor setting is a row of one table priced by the planner's fast path, the
-replay's model over a row axis (`step_times`): two evaluations per interval (the factor ends, then the two
-corners), in this process, no Ray, no files.
+replay's model over a row axis (`step_times`): two evaluations per interval (each factor's grid, then the
+settings beside the band's ends), in this process, no Ray, no files.
 """
 from __future__ import annotations
 
@@ -220,14 +221,20 @@ class Interval:
     high_s: float
     fit_log: float
     release_log: float
-    slow_log: float          # log(step at the slow corner / point)
-    fast_log: float          # log(point / step at the fast corner)
+    slow_log: float          # the hardware part's weighted 90th percentile of log(step / point)
+    fast_log: float          # ... minus its 10th percentile
     swings: list[FactorSwing] = field(default_factory=list)
     extrapolated: list[str] = field(default_factory=list)   # axes outside the calibrated domain (widened)
     mfu_best: float | None = None                             # the best published MFU of the chip generation
+    anchored: str = ""          # the published run the factor settings were weighted by ("": none moved it)
     fit_label: str = Evidence.label       # what the fit part is (the shipped fit's or a profile's residuals)
     fit_source: str = Evidence.source
     release_label: str = Evidence.release_label
+
+    @property
+    def release_source(self) -> str:
+        """Where the software part's figures come from (a profile's own file, else the shipped data)."""
+        return self.fit_source if self.fit_source != Evidence.source else "data/calibration"
 
     def summary_keys(self, tokens_per_step: float) -> dict:
         return {"step_time_low_s": self.low_s, "step_time_high_s": self.high_s,
@@ -281,9 +288,113 @@ def _replayed(one, cal: Calibration) -> float:
     return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
 
 
+# The hardware part is read from DRAWS quasi-random settings of the factors (a Halton sequence: the same draws
+# in every run), each factor uniform over its range, independent; the step at a setting is the sum of each
+# factor's own effect, priced exactly at GRID points of its range (the ends, its central value and the two
+# midpoints) and interpolated: 1 + 4 n pricings for n factors, tests/test_uncertainty.py checks it against
+# pricing every draw.
+DRAWS = 4096
+GRID = 5
+
+
+def halton(n: int, d: int) -> np.ndarray:
+    """The first n points of the d-dimensional Halton sequence in [0, 1)^d (bases: the first d primes)."""
+    primes = [p for p in range(2, 200) if all(p % q for q in range(2, int(p ** 0.5) + 1))][:d]
+    out = np.zeros((n, d))
+    for j, b in enumerate(primes):
+        k, f = np.arange(1, n + 1), 1.0
+        while k.any():
+            f /= b
+            out[:, j] += f * (k % b)
+            k //= b
+    return out
+
+
+def _grid(f: UncertainFactor, central: float) -> np.ndarray:
+    return np.array([f.low, 0.5 * (f.low + central), central, 0.5 * (central + f.high), f.high])
+
+
+def _responses(scenario, cal: Calibration, factors: tuple) -> tuple[float, np.ndarray]:
+    """The step at the central setting and at each factor's GRID points (the others central): (base, [n, GRID])."""
+    rows = [cal] + [cal.with_(**{f.name: float(v)}) for f in factors for v in _grid(f, factor_value(cal, f.name))]
+    t = step_times(scenario, rows)
+    return float(t[0]), t[1:].reshape(len(factors), GRID)
+
+
+def _draws(factors: tuple, cal: Calibration, base: float, grid_times: np.ndarray) -> np.ndarray:
+    """log(step / base) at each of the DRAWS settings, each factor's effect added in time (its grid, linear)."""
+    u = halton(DRAWS, len(factors))
+    delta = np.zeros(DRAWS)
+    for k, f in enumerate(factors):
+        y = np.where(np.isfinite(grid_times[k]), grid_times[k], base) - base
+        delta += np.interp(f.low + u[:, k] * (f.high - f.low), _grid(f, factor_value(cal, f.name)), y)
+    return np.log(np.maximum(base + delta, 1e-6 * base) / base)
+
+
+def anchor() -> tuple[str, object, float] | None:
+    """The published Trainium2 run every Trn2-side factor setting is weighted by: (row, scenario, step s), from
+    calibration.json "trn2" (None without one)."""
+    t2 = _fitted().get("trn2") or {}
+    if "scenario" not in t2:
+        return None
+    return t2["row"], _anchor_scenario(t2["row"]), float(t2["published_step_s"])
+
+
+@lru_cache(maxsize=1)
+def _anchor_scenario(row: str):
+    from .scenario import load_scenario
+
+    return load_scenario(_fitted()["trn2"]["scenario"])
+
+
+@lru_cache(maxsize=16)
+def _weights(factors: tuple, cal: Calibration) -> tuple[np.ndarray, str]:
+    """How well each draw reproduces the anchor run: a normal likelihood of its log error with the fit's and the
+    releases' 80 % half-width as the 80 % band (uniform when no factor moves the anchor). Cached: the same for
+    every run of a chip generation under one calibration."""
+    a = anchor()
+    if a is None:
+        return np.full(DRAWS, 1.0 / DRAWS), ""
+    row, sc, published = a
+    base, grid_times = _responses(_one_step(sc), cal, factors)
+    if not math.isfinite(base) or np.allclose(grid_times, base, rtol=1e-9, equal_nan=True):
+        return np.full(DRAWS, 1.0 / DRAWS), ""
+    err = math.log(base / published) + _draws(factors, cal, base, grid_times)
+    w = np.exp(-0.5 * (err * Z80 / evidence().half_width_log) ** 2)
+    return w / w.sum(), row
+
+
+def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
+    order = np.argsort(x)
+    return float(x[order][min(np.searchsorted(np.cumsum(w[order]), q), x.size - 1)])
+
+
+NEAR = 8        # draws priced exactly beside each quantile of the interpolated steps
+
+
+def _exact_quantiles(scenario, cal: Calibration, factors: tuple, base: float, x: np.ndarray,
+                     w: np.ndarray) -> tuple[float, float]:
+    """The weighted 10th and 90th percentiles of log(step / base), each corrected by the median error of the
+    interpolation at the NEAR draws closest to it (priced exactly: the factors' joint effects, which the
+    per-factor grids miss, are largest where the band ends)."""
+    u = halton(DRAWS, len(factors))
+    qs = [weighted_quantile(x, w, q) for q in (0.1, 0.9)]
+    if len(factors) == 1:             # one factor: the grid is its whole effect
+        return qs[0], qs[1]
+    near = [np.argsort(np.abs(x - q) - 1e9 * (w > 0.1 / DRAWS))[:NEAR] for q in qs]   # plausible draws first
+    rows = [cal.with_(**{f.name: float(f.low + u[i, k] * (f.high - f.low)) for k, f in enumerate(factors)})
+            for idx in near for i in idx]
+    exact = np.log(step_times(_one_step(scenario), rows) / base).reshape(2, -1)
+    return tuple(q + float(np.nanmedian(e - x[idx])) for q, e, idx in zip(qs, exact, near))
+
+
 def interval(scenario, point_s: float, calibration: Calibration | None = None,
              evidence_: Evidence | None = None) -> Interval:
     """The 80 % interval of `scenario`'s step time around its replayed `point_s`.
+
+    The hardware part is the 10th and 90th percentiles of the step over the factors' ranges (DRAWS settings),
+    each setting weighted by how well it reproduces the published Trainium2 run (`anchor`; the shipped fit
+    only, not a calibration profile's), so a setting that run rules out does not widen the band.
 
     Args:
         scenario: a resolved Scenario.
@@ -295,76 +406,33 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
     from .cluster import build_cluster
     from .cluster.profile import calibration_for
 
-    cal = calibration_for(scenario, calibration)      # the scenario's calibration profile, else the shipped fit
+    cal = calibration_for(scenario, calibration)      # the scenario's calibration profile, else the fit
     cluster = build_cluster(scenario, 1, cal)
-    ev = evidence_ or profile_evidence(scenario) or evidence()
-    factors = factors_for(cluster, ranges=ev.ranges)
-    swings, slow, fast = [], {}, {}
-    slow_log = fast_log = 0.0
+    profile = profile_evidence(scenario)
+    ev = evidence_ or profile or evidence()
+    factors = tuple(factors_for(cluster, pinned=False, ranges=ev.ranges))
+    swings, slow_log, fast_log, anchored = [], 0.0, 0.0, ""
     if factors:
-        # one evaluation over the central setting and each factor's two ends, then one over the two corners
-        ends = [cal] + [cal.with_(**{f.name: x}) for f in factors for x in (f.low, f.high)]
-        times = step_times(scenario, ends)
-        base = float(times[0])
-        scale = point_s / base if math.isfinite(base) and base > 0 else float("nan")  # around the replayed point
-        for k, f in enumerate(factors):
-            lo, hi = float(times[1 + 2 * k]), float(times[2 + 2 * k])
-            swings.append(FactorSwing(f, factor_value(cal, f.name), lo * scale, hi * scale, f.why))
-            slow[f.name], fast[f.name] = (f.low, f.high) if lo >= hi else (f.high, f.low)
-    if swings and math.isfinite(base) and base > 0:
-        t_slow, t_fast = (float(x) for x in step_times(scenario, [cal.with_(**slow), cal.with_(**fast)]))
-        slow_log = max(0.0, math.log(t_slow / base)) if math.isfinite(t_slow) else 0.0
-        fast_log = max(0.0, math.log(base / t_fast)) if math.isfinite(t_fast) and t_fast > 0 else 0.0
+        base, grid_times = _responses(_one_step(scenario), cal, factors)
+        if math.isfinite(base) and base > 0:
+            scale = point_s / base                        # around the replayed point
+            for k, f in enumerate(factors):
+                swings.append(FactorSwing(f, factor_value(cal, f.name), float(grid_times[k, 0]) * scale,
+                                          float(grid_times[k, -1]) * scale, f.why))
+            w, anchored = _weights(factors, cal) if profile is None else (np.full(DRAWS, 1.0 / DRAWS), "")
+            x = _draws(factors, cal, base, grid_times)
+            q10, q90 = _exact_quantiles(scenario, cal, factors, base, x, w)
+            slow_log, fast_log = max(0.0, q90), max(0.0, -q10)
     axes = extrapolated(scenario, cluster.chip.name, ev.domain)        # off a profile's domain: its own rows'
     h = math.hypot(ev.half_width_log, extrapolation_log(axes, ev.worst_pct))
     return Interval(point_s=point_s, low_s=point_s * math.exp(-math.hypot(h, fast_log)),
                     high_s=point_s * math.exp(math.hypot(h, slow_log)), fit_log=ev.fit_log,
                     release_log=Z80 * ev.release_sigma, slow_log=slow_log, fast_log=fast_log,
                     swings=sorted(swings, key=lambda s: -s.swing_s), fit_label=ev.label, fit_source=ev.source,
-                    release_label=ev.release_label, extrapolated=axes, mfu_best=mfu_best(cluster.chip.name, ev.domain))
+                    release_label=ev.release_label, extrapolated=axes, mfu_best=mfu_best(cluster.chip.name, ev.domain),
+                    anchored=anchored)
 
 
 def nan_keys() -> dict:
     """The interval keys of an infeasible run."""
     return {**{k: float("nan") for k in INTERVAL_KEYS}, "extrapolated": [], "mfu_implausible": False}
-
-
-# ---------------------------------------------------------------------------------------------------------
-# `ultracluster sensitivity`: which assumption a decision hangs on
-
-SENSITIVITY_COLUMNS = ("factor", "central", "low", "high", "step_time_at_low_s", "step_time_at_high_s",
-                       "swing_s", "swing_pct", "why")
-
-
-def sensitivity_rows(iv: Interval) -> list[dict]:
-    """One row per uncertain factor, largest swing first (the CSV's and the table's rows), then the fit and
-    release parts of the interval as two more rows."""
-    base = iv.point_s
-    rows = [{"factor": s.factor.name, "central": s.central, "low": s.factor.low, "high": s.factor.high,
-             "step_time_at_low_s": s.step_low_s, "step_time_at_high_s": s.step_high_s, "swing_s": s.swing_s,
-             "swing_pct": 100 * s.swing_s / base if base else float("nan"), "why": s.factor.why} for s in iv.swings]
-    for name, log, why in ((iv.fit_label, iv.fit_log, iv.fit_source),
-                           (iv.release_label, iv.release_log, iv.fit_source if iv.fit_source != Evidence.source
-                            else "data/calibration")):
-        lo, hi = base * math.exp(-log), base * math.exp(log)
-        rows.append({"factor": name, "central": float("nan"), "low": float("nan"), "high": float("nan"),
-                     "step_time_at_low_s": lo, "step_time_at_high_s": hi, "swing_s": hi - lo,
-                     "swing_pct": 100 * (hi - lo) / base if base else float("nan"), "why": why})
-    return sorted(rows, key=lambda r: -r["swing_s"])
-
-
-def tornado_text(iv: Interval, rows: list[dict], width: int = 40) -> str:
-    """The tornado table for a terminal: a bar per factor from its fast end to its slow end around the point."""
-    lo_all = min([r["step_time_at_low_s"] for r in rows] + [r["step_time_at_high_s"] for r in rows] + [iv.low_s])
-    hi_all = max([r["step_time_at_low_s"] for r in rows] + [r["step_time_at_high_s"] for r in rows] + [iv.high_s])
-    span = max(hi_all - lo_all, 1e-30)
-    name_w = max(len(r["factor"]) for r in rows) if rows else 6
-    out = [f"step time {iv.point_s:.4g} s, 80 % interval {iv.low_s:.4g} – {iv.high_s:.4g} s",
-           f"{'factor':<{name_w}}  {'fast end':>10}  {'slow end':>10}  {'swing':>7}"]
-    for r in rows:
-        a, b = sorted((r["step_time_at_low_s"], r["step_time_at_high_s"]))
-        i0, i1 = int((a - lo_all) / span * width), max(int((b - lo_all) / span * width), int((a - lo_all) / span * width) + 1)
-        mid = int((iv.point_s - lo_all) / span * width)
-        bar = "".join("|" if i == mid else ("#" if i0 <= i < i1 else " ") for i in range(width + 1))
-        out.append(f"{r['factor']:<{name_w}}  {a:>10.4g}  {b:>10.4g}  {r['swing_pct']:>6.1f}%  {bar}")
-    return "\n".join(out)

@@ -67,16 +67,47 @@ def test_trn1_interval_is_fit_release_and_its_one_open_link_factor():
     assert s["tokens_per_s_low"] == pytest.approx(s["tokens_per_step"] / iv.high_s)
 
 
-def test_the_slow_corner_is_every_factor_at_its_slow_end():
-    sc = job("trn2.48xlarge", instances=1)
-    point = predict(sc)["step_time_s"]
-    iv = interval(sc, point)
-    assert len(iv.swings) >= 8
-    # each factor alone moves the step less than all of them together (the swings are around the point)
-    worst_alone = max(max(sw.step_low_s, sw.step_high_s) for sw in iv.swings)
-    assert point * math.exp(iv.slow_log) >= worst_alone * (1 - 1e-9)
-    best_alone = min(min(sw.step_low_s, sw.step_high_s) for sw in iv.swings)
-    assert point * math.exp(-iv.fast_log) <= best_alone * (1 + 1e-9)
+def test_the_hardware_part_is_the_weighted_percentiles_of_every_draw_priced_exactly():
+    # the per-factor grids and the exact pricing beside each end give what pricing every draw would
+    import numpy as np
+    from ultracluster.cluster import build_cluster
+    from ultracluster.cluster.calibration import fitted
+    from ultracluster.uncertainty import (_draws, _exact_quantiles, _responses, _weights, factors_for, halton,
+                                          weighted_quantile)
+
+    sc = job("trn2.48xlarge", tp=32, instances=2)
+    cal = fitted()
+    factors = tuple(factors_for(build_cluster(sc, 1, cal), pinned=False))
+    base, grid = _responses(_one_step(sc), cal, factors)
+    w, row = _weights(factors, cal)
+    x = _draws(factors, cal, base, grid)
+    q10, q90 = _exact_quantiles(_one_step(sc), cal, factors, base, x, w)
+    take = np.arange(0, x.size, 16)                                      # 256 draws, each priced exactly
+    u = halton(x.size, len(factors))[take]
+    exact = np.log(step_times(sc, [cal.with_(**{f.name: float(f.low + v[k] * (f.high - f.low))
+                                                for k, f in enumerate(factors)}) for v in u]) / base)
+    ww = w[take] / w[take].sum()
+    assert row                                                   # the Trn2 run weighs these settings
+    assert q10 == pytest.approx(weighted_quantile(exact, ww, 0.1), abs=0.04)
+    assert q90 == pytest.approx(weighted_quantile(exact, ww, 0.9), abs=0.04)
+    assert q10 < 0 < q90
+
+
+def test_the_published_trn2_run_narrows_the_band_and_stays_inside_its_own(monkeypatch):
+    import ultracluster.uncertainty as unc
+    from ultracluster.uncertainty import anchor, _weights
+
+    row, t1, published = anchor()
+    point = predict(t1)["step_time_s"]
+    anchored = interval(t1, point)
+    assert anchored.anchored == row
+    assert anchored.low_s <= published <= anchored.high_s
+    _weights.cache_clear()
+    monkeypatch.setattr(unc, "anchor", lambda: None)             # every setting weighted alike
+    loose = interval(t1, point)
+    _weights.cache_clear()
+    assert loose.anchored == ""
+    assert anchored.high_s / anchored.low_s < loose.high_s / loose.low_s
 
 
 @settings(max_examples=12, deadline=None)

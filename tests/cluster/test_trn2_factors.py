@@ -69,3 +69,15 @@ def test_the_trn2_row_is_met_and_the_ranges_it_allows_are_inside_the_argued_ones
 def _repo():
     from pathlib import Path
     return Path(__file__).resolve().parents[2]
+
+
+def test_the_llama2_70b_trn2_bands_are_usable_and_hold_the_published_run():
+    # issue target: the Trn2 band of the Llama-2-70B jobs at most 60 % wide (high / low - 1), still covering t1
+    from ultracluster.uncertainty import _fitted
+
+    published = _fitted()["trn2"]["published_step_s"]
+    for name in ("calib-axlearn-llama2-70b-trn2-64", "llama2-70b-tp32pp4-trn2-64"):
+        s = predict(load_scenario(_repo() / "scenarios" / f"{name}.yaml"), intervals=True)
+        assert s["step_time_high_s"] / s["step_time_low_s"] - 1 <= 0.60, name
+        if name.startswith("calib-"):
+            assert s["step_time_low_s"] <= published <= s["step_time_high_s"]

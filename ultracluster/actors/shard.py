@@ -2,13 +2,15 @@
 
 `ShardWorker` is plain Python over numpy: Ray wraps it as an actor (`actors.launch`), tests and the
 in-process runner call it directly (`actors.local`). It owns whole instances, so a contiguous range of ranks
-and of (replica, stage) groups. It prices once, on the chip model, the chunks of the stages it is the pricer
-of (those whose first rank in replica 0 it holds, `replay.profile.priced_stages`: a stage takes the same
-time in every replica, so each is priced by one shard and the driver merges disjoint parts), keeps the
-stragglers among its ranks, and per step draws the jitter of the groups it holds from the stream keyed by
-(seed, step) at each group's position, so every folding into actors gives the same numbers.
-It answers with a frozen `ShardProfile` whose size grows with the stages and groups it holds, never with its
-cores.
+and of (replica, stage) groups. It prices once, on the chip model, the stages it is the pricer of (those
+whose first rank in replica 0 it holds, `replay.profile.priced_stages`: a stage takes the same time in every
+replica, so each is priced by one shard and the driver merges disjoint parts): their chunk and optimizer
+times, hardware FLOPs, unnamed residual and the matmuls that hide the tensor-parallel collectives, reported
+once in its `ShardState` (the driver prices none of it). It keeps the stragglers among its ranks, and per
+step draws the jitter of the groups it holds from the stream keyed by (seed, step) at each group's position,
+so every folding into actors gives the same numbers.
+It answers with frozen `ShardState` and `ShardProfile`s whose size grows with the stages and groups it holds,
+never with its cores.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from .. import chip
 from .. import operators as opslib
 from ..cluster import Cluster, ShardSpec, build_cluster
 from ..network.algorithms import schedule
-from ..replay.profile import ShardProfile, ShardState, priced_stages, stage_chunks
+from ..replay.profile import ShardProfile, ShardState, priced_stages, stage_prices
 from ..units import MIB
 
 PAYLOAD_MAX_BYTES = 1 << 30   # per actor; beyond it `emulation.payload_scale` is too large for one machine
@@ -70,16 +72,10 @@ class ShardWorker:
         self._groups = np.arange(first, last + 1, dtype=np.int64)      # group id = replica x pp + stage
         self._group_size = size
         self._sigma = chip.jitter_sigma(scenario, cluster.calibration)
-        self._stages = priced_stages(lay, shard.first_rank, shard.ranks)
-        self._chunk_ids = stage_chunks(self._stages, lay.pp, lay.pp * lay.virtual_stages)
-        if self._stages.size:                        # price only the stages this shard is the pricer of
-            times = chip.chunk_times(scenario, cluster, stages=self._stages)
-            self._forward_s, self._backward_s = times.forward_s, times.backward_s
-            self._optimizer_s = times.optimizer_s
-            self._attention_s = (float(times.attention_fwd_s), float(times.attention_bwd_s))
-        else:
-            self._forward_s = self._backward_s = self._optimizer_s = np.zeros(0)
-            self._attention_s = (float("nan"), float("nan"))
+        stages = priced_stages(lay, shard.first_rank, shard.ranks)
+        # the chip model only where this shard is a stage's pricer (none: it prices nothing)
+        times = chip.chunk_times(scenario, cluster, opslib.library_for(scenario)) if stages.size else None
+        self._prices = stage_prices(times, stages, lay.pp, lay.pp * lay.virtual_stages)
         self._slow_ranks, self._slow_factors = chip.stragglers(scenario, cluster.ranks, shard.first_rank,
                                                                shard.ranks)
         self._payload_elements = payload_elements(scenario, cluster)
@@ -91,28 +87,30 @@ class ShardWorker:
         return self.shard.index
 
     def state(self) -> ShardState:
-        """Its instances and, of the scenario's degraded ones (`faults.degraded`), those it owns: the driver
-        prices the collectives from what the shards report (`replay.profile.merge_degraded`)."""
+        """Its instances and, of the scenario's degraded ones (`faults.degraded`), those it owns, and its prices of
+        the stages it prices: the driver prices the collectives and composes the step from what the shards
+        report (`replay.profile.merge_degraded`, `merge_prices`)."""
         lo, n = self.shard.first_instance, self.shard.instances
         mine = []
         for entry, part in enumerate(self.cluster.degraded):
             own = tuple(i for i in part.instances if lo <= i < lo + n)
             if own:
                 mine.append((entry, replace(part, instances=own)))
-        return ShardState(shard=self.shard.index, first_instance=lo, instances=n, degraded=tuple(mine))
+        return ShardState(shard=self.shard.index, first_instance=lo, instances=n, degraded=tuple(mine),
+                          prices=self._prices)
 
     def profile(self, step: int) -> ShardProfile:
         """This shard's compute for `step`: the chunk and optimizer times at speed 1 of the stages it prices
         (`replay.profile.priced_stages`; the same every step), this step's jitter of the groups it holds
         (draw `group` of the (seed, step) stream, so a group two shards hold gets one value), and its slow
         ranks. See `replay.profile.ShardProfile`."""
-        lay = self.cluster.layout
+        lay, p = self.cluster.layout, self._prices
         jitter = chip.group_jitter_of(self.scenario.seed, step, int(self._groups[0]), self._groups.size,
                                       self._group_size, self._sigma)
         return ShardProfile(shard=self.shard.index, pipeline_stages=lay.pp,
-                            pipeline_chunks=lay.pp * lay.virtual_stages, stages=self._stages, chunks=self._chunk_ids,
-                            forward_s=self._forward_s, backward_s=self._backward_s, optimizer_s=self._optimizer_s,
-                            attention_fwd_s=self._attention_s[0], attention_bwd_s=self._attention_s[1],
+                            pipeline_chunks=lay.pp * lay.virtual_stages, stages=p.stages, chunks=p.chunks,
+                            forward_s=p.forward_s, backward_s=p.backward_s, optimizer_s=p.optimizer_s,
+                            attention_fwd_s=p.attention_fwd_s, attention_bwd_s=p.attention_bwd_s,
                             first_group=int(self._groups[0]), group_speed=jitter, slow_ranks=self._slow_ranks,
                             slow_factors=self._slow_factors)
 

@@ -135,7 +135,8 @@ def fit_trn2(lay: Layouts, params: dict) -> dict:
         pinned[f.name] = [_round(min(below or [central])), _round(max(above or [central]))]
     return {"row": name, "published_step_s": round(target, 3), "factor": TRN2_FIT[0], "value": value,
             "argued_range": list(TRN2_ARGUED), "step_before_s": round(before, 3), "step_s": round(after, 3),
-            "error_pct": round(100 * (after / target - 1), 2), "pinned": pinned}
+            "error_pct": round(100 * (after / target - 1), 2), "pinned": pinned,
+            "scenario": sc.to_dict()}      # the run every Trn2 interval is weighted by (uncertainty.anchor)
 
 
 def domain(lay: Layouts) -> dict:

@@ -1,5 +1,6 @@
-"""Shards' answers for one step → one merged compute profile: `ShardProfile` (what an actor returns) and
-`merge_profiles` (what the driver makes of them).
+"""Shards' answers → what the driver composes the step from: once per run, each shard's prices of the stages
+it prices (`StagePrices`, inside its `ShardState`; `merge_prices` puts them together) and its degraded instances
+(`merge_degraded`); per step, its `ShardProfile` (`merge_profiles`).
 
 A shard owns whole instances, so it holds a contiguous range of global ranks and, with them, a contiguous
 range of (replica, stage) groups, group id = replica x pp + stage (`cluster.rank_coords`): its tp x cp ranks
@@ -7,8 +8,14 @@ are consecutive.
 
 - Chunk times: a pipeline stage's chunks take the same time in every replica, so each stage is priced by
   exactly one shard, the one holding the stage's first rank in replica 0 (`priced_stages`); every other
-  shard of that stage prices nothing for it. The merge puts these disjoint parts together and checks that
-  every stage and chunk is covered exactly once.
+  shard of that stage prices nothing for it. One owner per stage, not a merge of identical answers: the
+  chip model prices a layer's kernels once whatever the number of stages asked, so the fewer shards price,
+  the less the run computes. With folding one shard may price every stage; with data parallelism the
+  replica-0 shards price and the others answer with none. The pricer reports its stages' chunk times, their
+  hardware (TensorE) FLOPs, their unnamed residual and, per layer, the backward matmuls that hide the
+  tensor-parallel collectives (`StagePrices`); the driver prices nothing of the chip (`ultracluster.emulate`).
+  The merges put these disjoint parts together and check that every stage and chunk is covered exactly once;
+  what every pricer computes alike (the attention core, the hiding matmuls: one layer's kernels) must agree.
 - Jitter: a group wider than a shard (tp x cp over more ranks than one instance holds, with one instance
   per actor) is held by two or more shards; each draws its speed at the same position of the same keyed
   stream, so their answers for it are identical, and the merge takes a maximum over disjoint-or-identical
@@ -25,6 +32,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..chip import ChunkTimes
+
 
 def priced_stages(layout, first_rank: int, ranks: int) -> np.ndarray:
     """The pipeline stages a shard holding global ranks [first_rank, first_rank + ranks) prices: those whose
@@ -40,6 +49,79 @@ def stage_chunks(stages: np.ndarray, pp: int, chunks: int) -> np.ndarray:
     c % pp, Megatron's interleaved order)."""
     ids = np.arange(chunks, dtype=np.int64)
     return ids[np.isin(ids % pp, stages)]
+
+
+@dataclass(frozen=True, eq=False)
+class StagePrices:
+    """One shard's prices of the pipeline stages it prices (`priced_stages`), on the chip model at speed 1; the
+    same every step, so reported once, in its `ShardState`.
+
+    Attributes:
+        stages: [k] ascending ids of the pipeline stages it prices; often empty.
+        chunks: ids of the chunks on those stages, ascending (`stage_chunks`).
+        forward_s, backward_s: [chunks] seconds of one microbatch of each of those chunks.
+        optimizer_s: [k] seconds of the optimizer step of each of those stages.
+        flops_per_microbatch: [chunks] TensorE FLOPs of one microbatch (forward, backward, recomputation:
+            the hardware FLOPs of `hfu`).
+        residual_s: [chunks] the part of forward_s + backward_s that is the unnamed per-layer residual.
+        attention_fwd_s, attention_bwd_s: one layer's attention core per microbatch; NaN when k is 0.
+        tp_hide_bwd_s: one layer's backward seconds of the matmuls that hide the tensor-parallel
+            collectives (`chip.ChunkTimes.tp_hide_bwd_s`; the same on every stage); empty when k is 0.
+    """
+
+    stages: np.ndarray
+    chunks: np.ndarray
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    optimizer_s: np.ndarray
+    flops_per_microbatch: np.ndarray
+    residual_s: np.ndarray
+    attention_fwd_s: float
+    attention_bwd_s: float
+    tp_hide_bwd_s: np.ndarray
+
+
+def stage_prices(times: ChunkTimes | None, stages: np.ndarray, pp: int, n_chunks: int) -> StagePrices:
+    """The part of a pipeline's `chip.ChunkTimes` (every chunk, every stage; None when `stages` is empty) on the
+    given stages (ascending) of a pipeline of pp stages and n_chunks chunks."""
+    stages = np.asarray(stages, dtype=np.int64)
+    chunks = stage_chunks(stages, pp, n_chunks)
+    if times is None or not stages.size:
+        nothing = np.zeros(0)
+        return StagePrices(stages=stages, chunks=chunks, forward_s=nothing, backward_s=nothing,
+                           optimizer_s=nothing, flops_per_microbatch=nothing, residual_s=nothing,
+                           attention_fwd_s=float("nan"), attention_bwd_s=float("nan"), tp_hide_bwd_s=nothing)
+    return StagePrices(stages=stages, chunks=chunks, forward_s=times.forward_s[chunks],
+                       backward_s=times.backward_s[chunks], optimizer_s=times.optimizer_s[stages],
+                       flops_per_microbatch=times.flops_per_microbatch[chunks], residual_s=times.residual_s[chunks],
+                       attention_fwd_s=float(times.attention_fwd_s), attention_bwd_s=float(times.attention_bwd_s),
+                       tp_hide_bwd_s=np.asarray(times.tp_hide_bwd_s, dtype=float))
+
+
+def merge_prices(parts: Sequence[StagePrices], pp: int, n_chunks: int) -> ChunkTimes:
+    """The shards' `StagePrices` → the whole pipeline's `chip.ChunkTimes`, each stage from the one shard that
+    priced it.
+
+    Raises:
+        ValueError: a stage or chunk no shard priced or two shards priced, or pricers that disagree on what
+            every one of them computes alike (one layer's attention core or hiding matmuls).
+    """
+    _covered_once([p.stages for p in parts], pp, "pipeline stage", "prices")
+    _covered_once([p.chunks for p in parts], n_chunks, "pipeline chunk", "prices")
+    fwd, bwd, flops, residual, opt = (np.empty(n) for n in (n_chunks,) * 4 + (pp,))
+    for p in parts:
+        fwd[p.chunks], bwd[p.chunks], opt[p.stages] = p.forward_s, p.backward_s, p.optimizer_s
+        flops[p.chunks], residual[p.chunks] = p.flops_per_microbatch, p.residual_s
+    pricers = [p for p in parts if p.stages.size]
+    first = pricers[0]
+    for p in pricers[1:]:
+        if (p.attention_fwd_s, p.attention_bwd_s) != (first.attention_fwd_s, first.attention_bwd_s) \
+                or not np.array_equal(p.tp_hide_bwd_s, first.tp_hide_bwd_s):
+            raise ValueError(f"the shards' prices disagree on one layer's kernels: stages {first.stages.tolist()} "
+                             f"and {p.stages.tolist()} were priced on different models")
+    return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt, attention_fwd_s=first.attention_fwd_s,
+                      attention_bwd_s=first.attention_bwd_s, flops_per_microbatch=flops,
+                      tp_hide_bwd_s=first.tp_hide_bwd_s, residual_s=residual)
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,18 +175,19 @@ class MergedProfile:
     slow_factors: np.ndarray
 
 
-def _covered_once(parts: list[np.ndarray], n: int, what: str) -> None:
-    """Raise ValueError unless the id arrays `parts` cover 0 .. n - 1 exactly once between them."""
+def _covered_once(parts: list[np.ndarray], n: int, what: str, answers: str = "profiles") -> None:
+    """Raise ValueError unless the id arrays `parts` cover 0 .. n - 1 exactly once between them (`answers`: what
+    the shards answered, for the message)."""
     ids = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
     if ((ids < 0) | (ids >= n)).any():
-        raise ValueError(f"the shards' profiles name {what} {sorted(set(ids[(ids < 0) | (ids >= n)].tolist()))}, "
+        raise ValueError(f"the shards' {answers} name {what} {sorted(set(ids[(ids < 0) | (ids >= n)].tolist()))}, "
                          f"outside 0-{n - 1}")
     count = np.bincount(ids, minlength=n)
     if (count == 0).any():
-        raise ValueError(f"the shards' profiles do not cover every {what} of the cluster: no shard priced "
+        raise ValueError(f"the shards' {answers} do not cover every {what} of the cluster: no shard priced "
                          f"{what} {np.flatnonzero(count == 0).tolist()}")
     if (count > 1).any():
-        raise ValueError(f"the shards' profiles overlap: {what} {np.flatnonzero(count > 1).tolist()} priced by "
+        raise ValueError(f"the shards' {answers} overlap: {what} {np.flatnonzero(count > 1).tolist()} priced by "
                          f"more than one shard")
 
 
@@ -154,6 +237,7 @@ class ShardState:
     Attributes:
         shard: shard index.
         first_instance, instances: the contiguous range of instances it owns.
+        prices: its prices of the stages it prices (`priced_stages`; `merge_prices`).
         degraded: per `faults.degraded` entry touching them, (entry index, that entry's part restricted to
             this shard's instances); `cluster.DegradedPart`.
     """
@@ -161,6 +245,7 @@ class ShardState:
     shard: int
     first_instance: int
     instances: int
+    prices: StagePrices
     degraded: tuple = ()
 
 
