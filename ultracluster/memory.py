@@ -73,19 +73,22 @@ def chunk_activation_bytes(layers: np.ndarray, per_layer: np.ndarray, embedding:
     return act
 
 
-def held_in_flight(forward: np.ndarray, local_chunk: np.ndarray, v: int) -> np.ndarray:
-    """The distinct vectors [k, v] of microbatches a stage holds per local chunk along its program (the empty
-    one first): forwards add one on their chunk until its backward removes it. A stage's activation peak is
-    the max over them of the dot product with its chunks' saved bytes (`activation_peak`).
+def held_in_flight(forward: np.ndarray, local_chunk: np.ndarray, v: int, distinct: bool = True) -> np.ndarray:
+    """The vectors [k, v] of microbatches a stage holds per local chunk along its program (the empty one first):
+    forwards add one on their chunk until its backward removes it. A stage's activation peak is the max over
+    them of the dot product with its chunks' saved bytes (`activation_peak`).
 
     Args:
         forward: [ops] True for a forward, False for a backward, in program order.
         local_chunk: [ops] the op's chunk on its stage (chunk id // pp).
+        distinct: keep each vector once (the planner reuses them over many layouts); else one per op.
     """
     ops = forward.size
     delta = np.zeros((ops, v), dtype=np.int64)
     delta[np.arange(ops), local_chunk] = np.where(forward, 1, -1)
     held = np.vstack([np.zeros((1, v), dtype=np.int64), np.cumsum(delta, axis=0)])
+    if not distinct:
+        return held.astype(float)
     key = (held * (ops + 2) ** np.arange(v)).sum(axis=1)
     _, first = np.unique(key, return_index=True)
     return held[np.sort(first)].astype(float)
@@ -104,12 +107,14 @@ def capacity_gib(cluster) -> float:
 
 def in_flight_peak(program: list[tuple[str, int, int]], act_bytes: np.ndarray) -> float:
     """Peak activation bytes a stage holds along its program (`act_bytes` per chunk id)."""
-    chunk_ids = np.unique([c for _, _, c in program])
-    if chunk_ids.size == 0:
+    if not program:
         return 0.0
-    local = np.searchsorted(chunk_ids, [c for _, _, c in program])
-    held = held_in_flight(np.array([kind == "F" for kind, _, _ in program]), local, chunk_ids.size)
-    return float(activation_peak(held, np.asarray(act_bytes, dtype=float)[None, chunk_ids])[0])
+    kinds, _, chunk_ids = zip(*program)
+    chunk = np.fromiter(chunk_ids, dtype=np.int64, count=len(chunk_ids))
+    forward = np.fromiter(map("F".__eq__, kinds), dtype=bool, count=len(kinds))
+    ids = np.unique(chunk)
+    held = held_in_flight(forward, np.searchsorted(ids, chunk), ids.size, distinct=False)
+    return float(activation_peak(held, np.asarray(act_bytes, dtype=float)[None, ids])[0])
 
 
 def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
