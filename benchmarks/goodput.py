@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Long runs: wall seconds to emulate 30 days of training with failures, checkpoints and storage.
 
-For each scenario: the step is replayed once in process (`ultracluster.pipeline.predict`, not timed), then
+For each scenario: the step is replayed once in process (`ultracluster.runner.predict`, not timed), then
 `goodput.simulate` emulates the horizon (timed) with the scenario's failures, checkpoints and FSx model.
 Prints the emulated steps, how many of them were simulated one by one (the rest were fast-forwarded), the
 failures, the goodput and the wall seconds; and, for scale, the seconds the same run would take stepping
@@ -19,7 +19,7 @@ from pathlib import Path
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
 from ultracluster.goodput import simulate
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = {

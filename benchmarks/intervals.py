@@ -24,7 +24,7 @@ import numpy as np
 
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 from ultracluster.uncertainty import _grid, _one_step, _replayed, factor_value, factors_for, interval, step_times
 
 HERE = Path(__file__).resolve().parents[1] / "scenarios"

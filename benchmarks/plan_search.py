@@ -53,7 +53,7 @@ def main() -> int:
     load1 = os.getloadavg()
 
     from ultracluster import load_scenario
-    from ultracluster.pipeline import predict
+    from ultracluster.runner import predict
     from ultracluster.plan import plan
 
     with tempfile.TemporaryDirectory() as tmp:

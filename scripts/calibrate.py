@@ -5,7 +5,7 @@ write the tables.
 Fits only to `data/calibration/training.csv` (the project's rule). Rows are grouped by `layout`; each
 layout's target is the median `seq_per_s` over the Neuron releases that published it, and only layouts whose
 `quality` is not `uncertain` are fitted. For each layout the scenario is built from its row's own columns and
-predicted in-process (`ultracluster.pipeline.predict`, no Ray).
+predicted in-process (`ultracluster.runner.predict`, no Ray).
 
 The fitted factors (FIT) minimise the sum over layouts of log(predicted / median)^2, by a deterministic
 Nelder-Mead search from fixed starts inside each factor's physical bounds; every other factor keeps the value

@@ -31,7 +31,7 @@ def _fitted() -> dict:
 
 def _predict(path: Path, sets: tuple[str, ...] = ()) -> dict:
     from ultracluster import load_scenario
-    from ultracluster.pipeline import predict
+    from ultracluster.runner import predict
 
     return predict(load_scenario(path, list(sets)), intervals=True)
 
@@ -138,7 +138,7 @@ def uncertainty_coverage() -> str:
 def reports_summary() -> str:
     """docs/reports.md: the summary table `run` prints, for the smoke scenario at TP4 CP2 on 2 actors."""
     from ultracluster import load_scenario
-    from ultracluster.pipeline import predict
+    from ultracluster.runner import predict
     from ultracluster.report import format_summary
 
     s = predict(load_scenario(SCENARIOS / "smoke.yaml", ["parallelism.tp=4", "parallelism.cp=2"]), intervals=True)

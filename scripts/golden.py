@@ -2,7 +2,7 @@
 """The golden summaries: the `predict` summary (with its 80 % interval) of every shipped scenario, pinned.
 
 Every scenario in scenarios/ (the shipped ones and the calibration layouts, `calib-*.yaml`) is predicted in
-this process (`ultracluster.pipeline.predict`, no Ray) and its summary written to
+this process (`ultracluster.runner.predict`, no Ray) and its summary written to
 `tests/golden/<scenario file stem>.json`. `tests/test_golden.py` recomputes each and fails when a number
 moved by more than a relative 1e-9, so every change to the model shows its effect in review: the commit that
 moves them regenerates them with this script and says which moved and why.
@@ -30,7 +30,7 @@ HEADLINE = ("step_time_s", "step_time_low_s", "step_time_high_s", "mfu", "hbm_pe
 
 def summary_of(path: Path) -> dict:
     """The predicted summary of one scenario file, as JSON would hold it."""
-    from ultracluster.pipeline import predict
+    from ultracluster.runner import predict
 
     return json.loads(json.dumps(predict(path, intervals=True), default=str))
 

@@ -153,9 +153,9 @@ def test_the_graph_finds_a_cycle():
 def test_the_graph_counts_function_level_imports_parent_packages_and_lazy_exports():
     graph = import_graph()
     assert "ultracluster.chip" in graph["ultracluster.replay.comm"]        # the graph sees relative imports
-    assert "ultracluster.uncertainty" in graph["ultracluster.pipeline"]    # an import inside a function
+    assert "ultracluster.uncertainty" in graph["ultracluster.runner"]    # an import inside a function
     assert "ultracluster.network" in graph["ultracluster.replay.comm"]     # the parent package that runs first
-    assert "ultracluster.pipeline" in graph["ultracluster"]                # the public API's lazy `_EXPORTS`
+    assert "ultracluster.runner" in graph["ultracluster"]                # the public API's lazy `_EXPORTS`
     assert "ultracluster.report" not in graph["ultracluster.report.frames"]  # its own package is already running
 
 
@@ -245,17 +245,17 @@ def test_no_module_is_long_without_a_reason():
     assert set(LONG_MODULES) <= set(lengths), "a listed module is gone: drop it from LONG_MODULES"
 
 
-# The report only reads the replay's typed result (`replay.events`): it never calls back into the replay, the
+# The report only reads the replay's typed result (`replay.result`): it never calls back into the replay, the
 # emulation or the actors, at module level or inside a function.
 REPORT_MAY_NOT_IMPORT = ("ultracluster.replay.engine", "ultracluster.replay.records", "ultracluster.replay.profile",
                          "ultracluster.replay.schedule", "ultracluster.replay.degraded", "ultracluster.emulate",
-                         "ultracluster.pipeline", "ultracluster.actors", "ultracluster.chip")
+                         "ultracluster.runner", "ultracluster.actors", "ultracluster.chip")
 
 
 def test_the_report_reads_the_result_and_never_calls_the_replay():
     graph = import_graph()
     report = {m: deps for m, deps in graph.items() if m == "ultracluster.report" or m.startswith("ultracluster.report.")}
-    assert "ultracluster.replay.events" in report["ultracluster.report.summary"]   # the graph sees the report's imports
+    assert "ultracluster.replay.result" in report["ultracluster.report.summary"]   # the graph sees the report's imports
     bad = {m: sorted(d for d in deps if d.startswith(REPORT_MAY_NOT_IMPORT)) for m, deps in report.items()}
     assert {m: d for m, d in bad.items() if d} == {}
 

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .errors import ScenarioError, UltraclusterError
-    from .pipeline import run
+    from .runner import run
     from .report import Report
     from .scenario import Scenario, load_scenario
 
 # public name → the module that defines it
 _EXPORTS = {
     "Report": ".report", "Scenario": ".scenario", "ScenarioError": ".errors",
-    "UltraclusterError": ".errors", "load_scenario": ".scenario", "run": ".pipeline",
+    "UltraclusterError": ".errors", "load_scenario": ".scenario", "run": ".runner",
 }
 
 __all__ = ["Report", "Scenario", "ScenarioError", "UltraclusterError", "load_scenario", "run"]

@@ -1,4 +1,4 @@
-"""Command line → pipeline → exit code. Thin: parse, call, print, exit.
+"""Command line → runner (or planner, calibrate) → exit code. Thin: parse, call, print, exit.
 
 Exit codes: 0 ok; 2 bad input (every problem printed with its path; a run directory another run holds);
 3 the layout is infeasible (summary.json still written, with the reason); 4 a runtime failure (Ray, a dead
@@ -227,7 +227,7 @@ def _signals_end_the_run():
 def _run(scenario, args) -> int:
     """`run`: replay the scenario into its run directory (locked, staged, moved into place when it ends)."""
     from .goodput import format_goodput
-    from .pipeline import run
+    from .runner import run
     from .report import Progress, format_summary
     from .report.rundir import RunDirectory
 
@@ -328,7 +328,7 @@ def _print_problems(err: ScenarioError) -> None:
 
 def _sensitivity(scenario, args) -> int:
     """`ultracluster sensitivity`: price the scenario in this process, then each uncertain factor at both ends."""
-    from .pipeline import predict
+    from .runner import predict
     from .report.write import write_sensitivity
     from .report.sensitivity import SENSITIVITY_COLUMNS, sensitivity_rows, tornado_text
     from .uncertainty import interval

@@ -6,7 +6,7 @@ composed from what they return, never from a pricing of the driver's own (docs/d
 The RunResult is complete: the report reads its fields and never calls back into the replay (per-rank
 compute tallied from the merged profiles, per-chunk and per-stage communication, per-stage exposure, the
 storage figures from the cluster built here).
-`pipeline.run` adds the report and the run directory; `pipeline.predict`, the sweeps and the interval pricing
+`runner.run` adds the report and the run directory; `runner.predict`, the sweeps and the interval pricing
 (`ultracluster.uncertainty`) call it with in-process shards. Below the Ray adapter: whatever runs on Ray (the
 shard actors, the file system's actor, the Grafana metrics) is given to it by its caller, so importing it loads
 no Ray (tests/test_architecture.py).
@@ -29,7 +29,7 @@ from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records
 from .replay.engine import microbatches, plan_comm, replay_steps
-from .replay.events import RunResult, StepRecord
+from .replay.result import RunResult, StepRecord
 from .replay.profile import merge_degraded, merge_prices
 from .replay.records import ComputeTally, comm_records, measured_steps, stage_dp_exposure
 from .replay.schedule import stage_programs

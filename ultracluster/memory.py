@@ -21,7 +21,7 @@ from . import chip
 from . import operators as opslib
 from .cluster import stage_sum
 from .units import GIB
-from .replay.events import StageMemory
+from .replay.result import StageMemory
 
 
 def bytes_per_param(training) -> tuple[float, float, float]:

@@ -214,7 +214,7 @@ def weight_bytes(training) -> float:
 def optimizer_bytes(training) -> float:
     """Bytes of optimizer state per parameter: fp32 master weights + Adam m, v = 12 B with fp32 master weights,
     bf16 m, v = 4 B without (the ZeRO paper, Rajbhandari et al. 2020). The one rule HBM (`memory`) and
-    checkpoints (`storage.plan`) use."""
+    checkpoints (`storage.traffic`) use."""
     return 12.0 if training.master_weights == "fp32" else 4.0
 
 

@@ -7,7 +7,7 @@ A step time carries three kinds of uncertainty (docs/uncertainty.md):
 - the software: the same layout moved 10-20 % between Neuron releases, the between-release spread of
   `data/calibration/training.csv` (a standard deviation in log space, scaled to the 80 % two-sided quantile
   of a normal, 1.2816);
-- the hardware: factors no published measurement pins down (`ultracluster.cluster.uncertain.FACTORS`, for
+- the hardware: factors no published measurement pins down (`ultracluster.cluster.factor_ranges.FACTORS`, for
   Trn2, Trn3 and the Trn1 NeuronLink rate), each over its argued range. They are propagated through the model
   as a distribution: every factor uniform over its range and independent, DRAWS settings of all of them, each
   weighted by how well it reproduces the published Trainium2 run (`anchor`); the weighted 10th and 90th
@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 
 from .cluster.calibration import FITTED, TRN1, TRN2, Calibration, fitted, load_fitted
-from .cluster.uncertain import UncertainFactor, for_generation
+from .cluster.factor_ranges import UncertainFactor, for_generation
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
 INTERVAL_KEYS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
@@ -291,8 +291,8 @@ def _replayed(one, cal: Calibration) -> float:
 # The hardware part is read from DRAWS quasi-random settings of the factors (a Halton sequence: the same draws
 # in every run), each factor uniform over its range, independent; the step at a setting is the sum of each
 # factor's own effect, priced exactly at GRID points of its range (the ends, its central value and the two
-# midpoints) and interpolated: 1 + 4 n pricings for n factors, tests/test_uncertainty.py checks it against
-# pricing every draw.
+# midpoints) and interpolated: 1 + 4 n pricings for n factors (the central point is the base);
+# tests/chip/test_uncertainty.py checks it against pricing every draw.
 DRAWS = 4096
 GRID = 5
 
@@ -311,14 +311,17 @@ def halton(n: int, d: int) -> np.ndarray:
 
 
 def _grid(f: UncertainFactor, central: float) -> np.ndarray:
+    """Where a factor's own effect is priced: its ends, its central value and the two midpoints."""
     return np.array([f.low, 0.5 * (f.low + central), central, 0.5 * (central + f.high), f.high])
 
 
 def _responses(scenario, cal: Calibration, factors: tuple) -> tuple[float, np.ndarray]:
-    """The step at the central setting and at each factor's GRID points (the others central): (base, [n, GRID])."""
-    rows = [cal] + [cal.with_(**{f.name: float(v)}) for f in factors for v in _grid(f, factor_value(cal, f.name))]
+    """The step at the central setting and at each factor's GRID points (the others central): (base, [n, GRID]);
+    the central point is the base, priced once."""
+    rows = [cal] + [cal.with_(**{f.name: float(v)}) for f in factors
+                    for j, v in enumerate(_grid(f, factor_value(cal, f.name))) if j != GRID // 2]
     t = step_times(scenario, rows)
-    return float(t[0]), t[1:].reshape(len(factors), GRID)
+    return float(t[0]), np.insert(t[1:].reshape(len(factors), GRID - 1), GRID // 2, t[0], axis=1)
 
 
 def _draws(factors: tuple, cal: Calibration, base: float, grid_times: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ DRIVER = """
 import os, signal, sys
 from contextlib import contextmanager
 import ray
-from ultracluster import pipeline
+from ultracluster import runner
 from ultracluster.actors import launch
 from ultracluster.cli import main
 
@@ -40,7 +40,7 @@ def launch_then_kill(scenario, cluster, address=None):
         shards.profiles = profiles_killing_on_third_step
         yield shards
 
-pipeline.launch_actors = launch_then_kill
+runner.launch_actors = launch_then_kill
 sys.exit(main(sys.argv[1:]))
 """
 

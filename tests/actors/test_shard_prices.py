@@ -15,7 +15,7 @@ from ultracluster.cluster import build_cluster
 from ultracluster.cluster.calibration import fitted
 from ultracluster.emulate import emulate
 from ultracluster.errors import ActorError
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 from ultracluster.replay.engine import plan_comm
 from ultracluster.replay.profile import merge_prices
 from ultracluster.report.summary import summarize

@@ -6,7 +6,7 @@ import pytest
 from ultracluster import chip, load_scenario
 from ultracluster.actors.local import LocalShards
 from ultracluster.cluster import build_cluster
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 from ultracluster.replay.profile import merge_degraded, merge_profiles
 
 

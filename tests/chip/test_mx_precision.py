@@ -8,7 +8,7 @@ from ultracluster.cluster import build_cluster
 from ultracluster.errors import ScenarioError
 from ultracluster.memory import stage_memory
 from ultracluster.operators import PRECISION_BYTES, applicable, evaluate, library_for, shape_variables
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 from ultracluster.replay.schedule import stage_programs
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from ultracluster import load_scenario
 from ultracluster.cluster.calibration import DEFAULT, FITTED
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 from ultracluster.uncertainty import (Z80, _one_step, _replayed, evidence, extrapolated, extrapolation_log, interval,
                                       step_times)
 

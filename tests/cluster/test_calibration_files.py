@@ -22,11 +22,11 @@ NETWORK = Path("ultracluster/network/collectives_fit.json")
 # Imports the model and everything it is built from, then asks for the calibration and its uncertain factors.
 PROBE = """
 import sys
-import ultracluster.chip, ultracluster.cluster, ultracluster.cluster.uncertain, ultracluster.emulate
+import ultracluster.chip, ultracluster.cluster, ultracluster.cluster.factor_ranges, ultracluster.emulate
 import ultracluster.network, ultracluster.uncertainty, ultracluster.layouts.fast, ultracluster.replay.engine
 print("imported")
 from ultracluster.cluster.calibration import CalibrationMissing, fitted
-from ultracluster.cluster.uncertain import for_generation
+from ultracluster.cluster.factor_ranges import for_generation
 for ask in (fitted, lambda: for_generation("trainium2")):
     try:
         ask()

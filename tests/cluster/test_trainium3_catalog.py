@@ -10,7 +10,7 @@ from ultracluster.cluster.calibration import DEFAULT, Calibration, NetworkCalibr
 from ultracluster.cluster.catalog import (INSTANCES, NEURONSWITCH_BYTES_PER_S_PER_CHIP, NEURONSWITCH_LEVELS_GB_S,
                                           NEURONSWITCH_RANGE_BYTES_PER_S, TRAINIUM2, TRAINIUM3, ULTRASERVERS,
                                           ranks_per_instance, ultraserver_of)
-from ultracluster.cluster.uncertain import for_generation
+from ultracluster.cluster.factor_ranges import for_generation
 
 GiB, MiB, T = 2**30, 2**20, 1e12
 

@@ -4,8 +4,8 @@ import pytest
 
 from ultracluster import load_scenario
 from ultracluster.cluster.calibration import DEFAULT
-from ultracluster.cluster.uncertain import for_generation
-from ultracluster.pipeline import predict
+from ultracluster.cluster.factor_ranges import for_generation
+from ultracluster.runner import predict
 
 # FP8 matmuls, TP16 over 4 chips (NeuronLink and chip DMA), DP over 2 instances (EFA)
 SCENARIO = {"name": "trn2-factors", "model": {"preset": "llama2-7b", "layers": 8},

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 import pandas as pd
 import pytest
 
-from ultracluster import load_scenario, pipeline
+from ultracluster import load_scenario, runner
 from ultracluster.actors import launch
 from ultracluster.cli import main
 from ultracluster.cluster import build_cluster
@@ -34,7 +34,7 @@ def test_a_killed_actor_stops_the_run_naming_its_shard_and_keeping_finished_step
             shards.profiles = profiles_killing_on_third_step
             yield shards
 
-    monkeypatch.setattr(pipeline, "launch_actors", launch_then_kill)
+    monkeypatch.setattr(runner, "launch_actors", launch_then_kill)
     out = tmp_path / "run"
     rc = main(["run", str(scenarios_dir / "smoke.yaml"), "--out", str(out), "--quiet",
                "--set", "training.steps=4", "--set", "emulation.instances_per_actor=1"])

@@ -8,7 +8,7 @@ import pytest
 
 from ultracluster import load_scenario, run
 from ultracluster.errors import EXIT_INFEASIBLE
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 from ultracluster.report.check import check_run_dir
 
 PREDICTIONS = ("step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "compute_s", "tp_comm_s", "pp_comm_s",

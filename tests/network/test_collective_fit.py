@@ -10,7 +10,7 @@ from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
 from ultracluster.cluster.calibration import NETWORK_PROFILES, with_network_profile
 from ultracluster.cluster.calibration import DEFAULT as CALIBRATION
-from ultracluster.cluster.uncertain import FACTORS, for_generation
+from ultracluster.cluster.factor_ranges import FACTORS, for_generation
 from ultracluster.errors import ScenarioError
 from ultracluster.network.bench import bench_cluster
 from ultracluster.network.calibration import DEFAULT, FITTED

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ultracluster import load_scenario
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 from ultracluster.layouts import fast
 from ultracluster.layouts.space import enumerate_layouts
 

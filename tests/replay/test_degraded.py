@@ -7,7 +7,7 @@ from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
 from ultracluster.errors import ScenarioError
 from ultracluster.network import collective_cost, group_of
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 from ultracluster.replay.degraded import degraded_groups
 from ultracluster.replay.engine import plan_comm
 
@@ -42,7 +42,7 @@ def test_half_the_nics_doubles_the_efa_part_of_the_dp_reduction():
 
 def test_slower_neuronlink_slows_only_the_replicas_on_it(scenarios_dir):
     from ultracluster.actors.local import local_shards
-    from ultracluster.pipeline import run
+    from ultracluster.runner import run
 
     sets = ["training.steps=1", "faults.jitter=0"]
     base = run(load_scenario(scenarios_dir / "smoke.yaml", sets), shards_factory=local_shards)

@@ -10,7 +10,7 @@ from ultracluster import operators as opslib
 from ultracluster.cluster import build_cluster
 from ultracluster.errors import ScenarioError
 from ultracluster.memory import infeasible_reason, stage_memory
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 from ultracluster.replay.engine import CommPlan, microbatches, plan_comm, fsdp_exposed
 from ultracluster.replay.schedule import stage_programs
 from ultracluster.storage import checkpoint_bytes_per_rank

@@ -6,7 +6,7 @@ import pytest
 
 from ultracluster import load_scenario
 from ultracluster.chip import _norm_ppf, group_jitter
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 from ultracluster.replay.engine import CommPlan, ComputeProfile, cp_exposed, gradient_reduction
 from ultracluster.replay.schedule import execute, stage_programs
 

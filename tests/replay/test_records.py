@@ -12,7 +12,7 @@ from ultracluster import load_scenario
 from ultracluster.actors.local import local_shards
 from ultracluster.cluster import build_cluster
 from ultracluster.emulate import emulate
-from ultracluster.replay.events import Slice, StageComm, StepRecord
+from ultracluster.replay.result import Slice, StageComm, StepRecord
 from ultracluster.replay.profile import ShardProfile, merge_profiles
 from ultracluster.replay.records import ComputeTally, comm_records, measured_steps, stage_dp_exposure
 from ultracluster.report import build_report

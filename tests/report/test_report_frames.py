@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from ultracluster.replay.events import (
+from ultracluster.replay.result import (
     BREAKDOWN_KEYS, ChunkComm, CollectiveRecord, RunResult, Slice, StageComm, StageMemory, StepRecord,
 )
 from ultracluster.replay.records import stage_dp_exposure

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from test_report_frames import make_result, step
-from ultracluster.replay.events import BREAKDOWN_KEYS, RunResult, StageComm, StageMemory
+from ultracluster.replay.result import BREAKDOWN_KEYS, RunResult, StageComm, StageMemory
 from ultracluster.report import build_report
 from ultracluster.report.ranks import (
     MAX_GROUP_ROWS, RANK_COLUMNS, SHARD_COLUMNS, SLOWEST_RANKS, STAGE_COLUMNS,
@@ -194,7 +194,7 @@ def test_uc_accessor():
 def test_a_replay_adds_up_per_rank(scenarios_dir):
     from ultracluster import load_scenario
     from ultracluster.actors.local import local_shards
-    from ultracluster.pipeline import run
+    from ultracluster.runner import run
 
     sc = load_scenario(scenarios_dir / "smoke.yaml", ["training.steps=2", "faults.jitter=0"])
     rep = run(sc, shards_factory=local_shards)

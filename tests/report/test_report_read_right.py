@@ -23,8 +23,8 @@ from ultracluster.cli import main
 from ultracluster.emulate import emulate
 from ultracluster.errors import EXIT_OK
 from ultracluster.goodput import format_goodput, long_run
-from ultracluster.pipeline import predict
-from ultracluster.replay.events import BREAKDOWN_KEYS
+from ultracluster.runner import predict
+from ultracluster.replay.result import BREAKDOWN_KEYS
 from ultracluster.report import build_report, format_compare, format_summary, write_run_dir
 from ultracluster.report.check import check_run_dir
 from ultracluster.report.html import nice_ticks, slowest_ranks

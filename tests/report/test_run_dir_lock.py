@@ -17,7 +17,7 @@ from ultracluster import load_scenario
 from ultracluster.actors.local import local_shards
 from ultracluster.cli import main
 from ultracluster.errors import EXIT_BAD_INPUT, OutDirError
-from ultracluster.pipeline import run
+from ultracluster.runner import run
 from ultracluster.report.rundir import RunDirectory, RunDirLock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ import sys, time
 from ultracluster import load_scenario
 from ultracluster.actors.local import local_shards
 from ultracluster.errors import OutDirError
-from ultracluster.pipeline import run
+from ultracluster.runner import run
 try:
     run(load_scenario(sys.argv[1], ["training.steps=" + sys.argv[3]]), out=sys.argv[2], shards_factory=local_shards,
         on_step=lambda rec: time.sleep(float(sys.argv[4])))      # seconds per step: a run that lasts

@@ -11,7 +11,7 @@ import pytest
 from ultracluster.cli import main
 from ultracluster.cluster.catalog import INSTANCES, NO_PRICE, price_per_hour
 from ultracluster.errors import ScenarioError
-from ultracluster.pipeline import predict
+from ultracluster.runner import predict
 from ultracluster.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]

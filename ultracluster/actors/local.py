@@ -44,7 +44,7 @@ class LocalShards:
 
 @contextmanager
 def local_shards(scenario, cluster) -> Iterator[LocalShards]:
-    """`shards_factory` for `pipeline.run`: the shards in this process, no Ray."""
+    """`shards_factory` for `runner.run`: the shards in this process, no Ray."""
     yield LocalShards(scenario, cluster)
 
 

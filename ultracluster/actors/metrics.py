@@ -24,7 +24,7 @@ import re
 
 import ray
 
-from ..replay.events import BREAKDOWN_KEYS
+from ..replay.result import BREAKDOWN_KEYS
 
 NAME_RULE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")   # Ray drops a metric whose name breaks it (sources §4.6)
 PREFIX = "ray_"                                          # what Ray puts before every exported name

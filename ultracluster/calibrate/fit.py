@@ -19,7 +19,7 @@ What is fitted (docs/calibration.md, "Your own cluster"):
   leave-one-out fold) that needs a scenario is priced in one vectorized call (`uncertainty.step_times`, the
   planner's fast path over a row axis of calibrations), each setting once (cached). The fast path leaves the
   replay's per-rank jitter out of pipelines (a few 0.1 %); each scenario's replay/fast-path ratio at the
-  shipped values (one replay, `pipeline.predict`) corrects it, and the reported predictions are replays.
+  shipped values (one replay, `runner.predict`) corrects it, and the reported predictions are replays.
 """
 from __future__ import annotations
 

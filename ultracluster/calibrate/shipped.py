@@ -56,7 +56,7 @@ def identifiability(lay: Layouts, params: dict, rms: float) -> dict[str, dict]:
     """Per fitted factor: the range over which the RMS log error stays within sqrt(rms^2 + spread^2), the other
     factors held at their fit, and the Trn2 probes' step time at the range's ends."""
     from ..scenario import load_scenario
-    from ..pipeline import predict
+    from ..runner import predict
 
     limit = math.sqrt(rms ** 2 + lay.spread ** 2)
     probes = [(label, load_scenario(doc)) for label, doc in TRN2_PROBES]
@@ -103,7 +103,7 @@ def fit_trn2(lay: Layouts, params: dict) -> dict:
     Trn2 uncertain factor to the part of its range over which that row stays within the release spread of its
     published figure, the other factors at their values (`pinned`, read by ultracluster.uncertainty)."""
     from ..cluster import build_cluster
-    from ..pipeline import predict
+    from ..runner import predict
     from ..uncertainty import factor_value, factors_for
 
     papers = [n for n in lay.names if lay.quality[n] == "paper"]

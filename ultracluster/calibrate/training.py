@@ -3,7 +3,7 @@ the scenario each row describes, and the fit of the chip factors to the layouts'
 
 Rows are grouped by `layout`; each layout's target is the median `seq_per_s` over the Neuron releases that
 published it, and only layouts whose `quality` is not `uncertain` are fitted. For each layout the scenario is built
-from its row's own columns and predicted in-process (`ultracluster.pipeline.predict`, no Ray).
+from its row's own columns and predicted in-process (`ultracluster.runner.predict`, no Ray).
 
 The fitted factors (FIT) minimise the sum over layouts of log(predicted / median)^2, by a deterministic
 Nelder-Mead search from fixed starts inside each factor's physical bounds; every other factor keeps the value
@@ -154,7 +154,7 @@ class Layouts:
         self.scaling = statistics.median(p["scaling"] for p in self.pairs) if self.pairs else None
 
     def predict(self, calibration, names=None) -> np.ndarray:
-        from ..pipeline import predict
+        from ..runner import predict
 
         return np.array([predict(self.scenarios[n], calibration)["seq_per_s"] for n in (names or self.names)])
 

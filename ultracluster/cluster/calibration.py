@@ -39,7 +39,7 @@ class CalibrationMissing(UltraclusterError, RuntimeError):
 
 @dataclass(frozen=True)
 class UncertainFactor:
-    """One calibration field whose value the published data do not fix (`ultracluster.cluster.uncertain`).
+    """One calibration field whose value the published data do not fix (`ultracluster.cluster.factor_ranges`).
 
     Attributes:
         name: a field of `Calibration` or of `NetworkCalibration`.
@@ -353,7 +353,7 @@ class Fitted:
         network: its collective factors (`NETWORK_DEFAULT`).
         profiles: the named collective calibrations (`NETWORK_PROFILES`, `network_profiles`).
         factors: the factors no published measurement pins, with their ranges, in registration order
-            (`ultracluster.cluster.uncertain.factors`).
+            (`ultracluster.cluster.factor_ranges.factors`).
         documents: each file's parsed content by file name ("calibration.json", "collectives_fit.json"):
             the fit's own evidence (`ultracluster.uncertainty.evidence`); read it, never change it.
     """

@@ -33,7 +33,7 @@ from .. import operators as opslib
 from ..cluster import Layout
 from ..memory import infeasible_reason
 from ..replay import engine
-from ..replay.events import StageMemory
+from ..replay.result import StageMemory
 from .parts import (Group, Shapes, _counts, batched_chunks, batched_comm, batched_memory, cluster_columns, groups,
                     shapes)
 from .pricer import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, calibration_index, has_zero_stages,

@@ -3,7 +3,7 @@
 `plan` is the planner's composition root, one call per stage: `layouts.space.enumerate_layouts` (every valid
 layout) → `layouts.search.check_sources` (the batched parts against the functions they mirror) → the chunks
 priced by `layouts.fast.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) →
-`layouts.search.ranked` → the top layouts replayed with `pipeline.run` → `output.write_plan_dir`. The pure
+`layouts.search.ranked` → the top layouts replayed with `runner.run` → `output.write_plan_dir`. The pure
 search and pricing live in `ultracluster.layouts`, below this command (which sits above `pipeline`). See
 docs/plan.md.
 """
@@ -238,7 +238,7 @@ def _replay(scenarios: list[Scenario], out, address: str | None, log, progress=N
     """Run each top layout with the full run path (Ray actors), in one Ray session."""
     from ..actors import plan_tasks
     from ..actors.launch import machine_capacity
-    from ..pipeline import run
+    from ..runner import run
 
     capacity = machine_capacity()
     shards = max(fold(sc, capacity, actor_bytes(sc)).actors for sc in scenarios)
@@ -259,7 +259,7 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
              notes, out) -> dict:
     from ..chip import jitter_sigma
     from ..cluster.calibration import fitted
-    from ..replay.events import BREAKDOWN_KEYS
+    from ..replay.result import BREAKDOWN_KEYS
 
     n = len(full)
     feasible = int(full["feasible"].sum())

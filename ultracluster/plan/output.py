@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ..errors import OutDirError
-from ..replay.events import BREAKDOWN_KEYS
+from ..replay.result import BREAKDOWN_KEYS
 from ..report.atomic import atomic_write_bytes
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario

@@ -20,7 +20,7 @@ from ..cluster import Cluster, stage_sum
 from ..network import Group, collective_time, group_of
 from ..network.collectives import concurrent_time
 from .degraded import degraded_plan
-from .events import CollectiveRecord
+from .result import CollectiveRecord
 
 # Gradients are reduced in buckets as backward produces them; 25 MiB is PyTorch DDP's default bucket_cap_mb
 # (an assumption for NxD's ZeRO-1 reduce-scatter buckets, which it does not document).

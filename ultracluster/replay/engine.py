@@ -28,7 +28,7 @@ import numpy as np
 
 from ..cluster import Cluster, rank_coords, stage_sum
 from .comm import DP_BUCKET_BYTES, CommPlan, _send_group, microbatches, plan_comm   # noqa: F401 (re-exported: replay.engine.plan_comm)
-from .events import Slice, StepRecord
+from .result import Slice, StepRecord
 from .profile import MergedProfile, ShardProfile, merge_profiles
 from .records import ComputeTally
 from .schedule import Execution, execute

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cluster import stage_sum
-from .events import ChunkComm, Slice, StageComm, StepRecord
+from .result import ChunkComm, Slice, StageComm, StepRecord
 from .profile import MergedProfile
 
 

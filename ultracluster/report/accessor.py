@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ultracluster.replay.events import BREAKDOWN_KEYS
+from ultracluster.replay.result import BREAKDOWN_KEYS
 
 COMM_PARTS = ("tp_comm_s", "pp_comm_s", "dp_comm_s")
 

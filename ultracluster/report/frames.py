@@ -21,7 +21,7 @@ import pandas as pd
 
 from ultracluster.errors import Problem, UltraclusterError, shorten, shorten_text
 from ultracluster.network.collectives import bus_factor
-from ultracluster.replay.events import (
+from ultracluster.replay.result import (
     BREAKDOWN_KEYS, CollectiveRecord, RunResult, Slice, StageMemory, StepRecord,
 )
 from ultracluster.report import accessor  # noqa: F401  (registers df.uc)

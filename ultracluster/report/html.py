@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ultracluster.replay.events import BREAKDOWN_KEYS
+from ultracluster.replay.result import BREAKDOWN_KEYS
 from ultracluster.report.ranks import grouped_ranks
 from ultracluster.report.table import (
     breakdown_lines, compare_cell, compare_difference, compare_keys, fmt, fmt_interval, fmt_value, hbm_text,

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from ultracluster.replay.events import RunResult
+    from ultracluster.replay.result import RunResult
 
 MAX_GROUP_ROWS = 4096   # (replica, stage) groups listed in `ranks`; beyond, the slowest ones
 SLOWEST_RANKS = 32      # stragglers listed in full on top of the groups' pacing ranks

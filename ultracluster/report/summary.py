@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ultracluster.replay.events import BREAKDOWN_KEYS, RunResult
+from ultracluster.replay.result import BREAKDOWN_KEYS, RunResult
 
 NAN = float("nan")
 #: The collective kinds of `comm_<kind>_exposed_s` and `comm_<kind>_hidden_s`: tensor, context and expert

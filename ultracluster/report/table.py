@@ -21,7 +21,7 @@ import math
 import numbers
 import shutil
 
-from ultracluster.replay.events import BREAKDOWN_KEYS
+from ultracluster.replay.result import BREAKDOWN_KEYS
 
 REL_ZERO = 1e-9          # a difference within this fraction of its reference is float noise: shown as 0
 COMPARE_WIDTH = 100      # columns of the terminal compare table

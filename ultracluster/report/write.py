@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ultracluster.replay.events import StepRecord
+from ultracluster.replay.result import StepRecord
 from ultracluster.report.atomic import atomic_write_text, write_tables
 from ultracluster.report.html import render_compare_html, render_html, sensitivity_html
 from ultracluster.report.table import compare_keys, numeric_difference

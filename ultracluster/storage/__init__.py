@@ -23,12 +23,12 @@ from .fsx import (
     CLIENT_NON_EFA_BYTES_PER_S, CLIENT_PER_SERVER_BYTES_PER_S, GBPS, GIB, KINDS, LATENCY_HDD_S, LATENCY_SSD_S, MB,
     READ, READ_CACHED, TIB, TIERS, WRITE, FsxSpec, Tier, auto_metadata_iops, fsx_spec, tier_allowed,
 )
-from .plan import StoragePlan, checkpoint_bytes_per_rank, storage_plan
+from .traffic import StorageTraffic, checkpoint_bytes_per_rank, storage_plan
 from .server import StorageServer
 
 __all__ = [
     "CLIENT_NON_EFA_BYTES_PER_S", "CLIENT_PER_SERVER_BYTES_PER_S", "StepSpan", "FsxSpec", "GBPS", "GIB", "KINDS",
-    "LATENCY_HDD_S", "LATENCY_SSD_S", "MB", "StorageProgress", "READ", "READ_CACHED", "StorageCosts", "StoragePlan",
+    "LATENCY_HDD_S", "LATENCY_SSD_S", "MB", "StorageProgress", "READ", "READ_CACHED", "StorageCosts", "StorageTraffic",
     "StorageFigures", "StorageServer", "TIB", "TIERS", "Tier", "WRITE", "auto_metadata_iops",
     "checkpoint_bytes_per_rank",
     "estimates", "figures", "fsx_spec", "max_min_fair", "storage_plan", "tier_allowed",

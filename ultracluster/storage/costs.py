@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .fsx import READ, READ_CACHED, WRITE
-from .plan import StoragePlan, storage_plan
+from .traffic import StorageTraffic, storage_plan
 
 
 @dataclass
@@ -65,7 +65,7 @@ class StorageCosts:
         plan: the bytes (default: `storage_plan`).
     """
 
-    def __init__(self, scenario, cluster, server=None, plan: StoragePlan | None = None):
+    def __init__(self, scenario, cluster, server=None, plan: StorageTraffic | None = None):
         self.server = server
         spec = server.spec if server is not None else None
         self.plan = plan or storage_plan(scenario, cluster, spec)

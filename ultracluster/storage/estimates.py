@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .fsx import READ, READ_CACHED, WRITE, FsxSpec, fsx_spec
-from .plan import storage_plan
+from .traffic import storage_plan
 from .server import StorageServer
 
 

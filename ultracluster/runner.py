@@ -15,7 +15,7 @@ from .actors.metrics import RunMetrics
 from .actors.storage_actor import storage_service
 from .cluster.calibration import Calibration
 from .emulate import emulate
-from .replay.events import StepRecord
+from .replay.result import StepRecord
 from .report import Report, build_report, write_run_dir
 from .report.rundir import RunDirectory, signals_held
 from .report.summary import summarize

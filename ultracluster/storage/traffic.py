@@ -1,4 +1,4 @@
-"""Scenario and cluster → `StoragePlan`: the bytes per instance that training reads and writes.
+"""Scenario and cluster → `StorageTraffic`: the bytes per instance that training reads and writes.
 
 Data per step (the loader ranks' share of the batch), checkpoint bytes from the model and optimizer layout
 (NxD's layout, ref §2.2), restore reads (from disk, and from the file servers' cache as far as it holds them).
@@ -14,7 +14,7 @@ from .fsx import GBPS, FsxSpec
 
 
 @dataclass(frozen=True)
-class StoragePlan:
+class StorageTraffic:
     """Bytes per instance that training moves, from the scenario's model, layout and storage blocks.
 
     Attributes:
@@ -78,8 +78,8 @@ def checkpoint_bytes_per_rank(scenario, cluster) -> tuple[np.ndarray, np.ndarray
     return np.where(cp0 if shard.weights else first, w, 0.0), np.where(cp0 if shard.optimizer else first, o, 0.0)
 
 
-def storage_plan(scenario, cluster, spec: FsxSpec | None = None) -> StoragePlan:
-    """What training reads and writes, per instance (see StoragePlan)."""
+def storage_plan(scenario, cluster, spec: FsxSpec | None = None) -> StorageTraffic:
+    """What training reads and writes, per instance (see StorageTraffic)."""
     layout, n, st = cluster.layout, cluster.instances, scenario.storage
     inst = np.arange(cluster.ranks) // cluster.ranks_per_instance
     c, held_w, held_o = _rank_state(scenario, cluster)
@@ -102,5 +102,5 @@ def storage_plan(scenario, cluster, spec: FsxSpec | None = None) -> StoragePlan:
     if scenario.checkpoint is not None:
         per_instance = scenario.checkpoint.d2h_gbps_per_chip * GBPS * cluster.instance.chips
         d2h = float(ckpt.max(initial=0.0) / per_instance)
-    return StoragePlan(data=data, checkpoint=ckpt, checkpoint_files=n_files, restore=ckpt + (1 - cached) * extra,
+    return StorageTraffic(data=data, checkpoint=ckpt, checkpoint_files=n_files, restore=ckpt + (1 - cached) * extra,
                        restore_cached=cached * extra, d2h_s=d2h)
