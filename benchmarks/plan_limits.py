@@ -80,7 +80,7 @@ def pieces_cpu() -> None:
 
     base = load_scenario(REPO / REAL[1][0])
     table = enumerate_layouts(base, SearchSpace(instance_counts=tuple(int(n) for n in REAL[1][2].split(","))))
-    sources, _ = search.check_sources(Pricer(base), table)
+    sources = dict(Pricer(base).sources)
     ordered = [table.iloc[lo:lo + 2048] for lo in range(0, len(table), 2048)]
     print()
     print(f"| {len(table):,} layouts of `{shown(REAL[1])}` on two workers | worker CPU s | all CPU s "

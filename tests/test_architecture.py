@@ -23,7 +23,6 @@ CORE = ["ultracluster.chip", "ultracluster.operators", "ultracluster.cluster", "
 MAX_LINES = 460        # about 450
 # module → why it is longer (each a candidate for the next split)
 LONG_MODULES = {
-    "replay/engine.py": "the step replay loop and its per-phase pricing read as one piece",
     "cluster/catalog.py": "hardware tables: one entry per chip and instance type, each citing its source",
     "cli.py": "every command's flags, help and exit codes in one parser, the one place a user's input enters",
     "cluster/calibration.py": "every factor documented where it is defined, and the uncertain ranges, each with its "
@@ -153,9 +152,9 @@ def test_the_graph_finds_a_cycle():
 
 def test_the_graph_counts_function_level_imports_parent_packages_and_lazy_exports():
     graph = import_graph()
-    assert "ultracluster.chip" in graph["ultracluster.replay.engine"]      # the graph sees relative imports
+    assert "ultracluster.chip" in graph["ultracluster.replay.comm"]        # the graph sees relative imports
     assert "ultracluster.uncertainty" in graph["ultracluster.runner"]    # an import inside a function
-    assert "ultracluster.network" in graph["ultracluster.replay.engine"]   # the parent package that runs first
+    assert "ultracluster.network" in graph["ultracluster.replay.comm"]     # the parent package that runs first
     assert "ultracluster.runner" in graph["ultracluster"]                # the public API's lazy `_EXPORTS`
     assert "ultracluster.report" not in graph["ultracluster.report.frames"]  # its own package is already running
 

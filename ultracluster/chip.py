@@ -9,12 +9,12 @@ ranks of that chip. Everything is numpy over operators and pipeline chunks; per-
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from . import operators as opslib
-from .cluster import Cluster
+from .cluster import Cluster, stage_sum
 
 
 # TensorE is a 128 x 128 systolic array: the contraction dimension fills its 128 rows (partitions), the
@@ -169,87 +169,157 @@ class ChunkTimes:
         return float(self.residual_s.sum()) / total if self.residual_s is not None and total > 0 else 0.0
 
 
-def _kernels(ops, where: str, phase: str, v: dict, rates: RankRates) -> tuple[np.ndarray, dict]:
-    work = opslib.evaluate(ops, where, phase, v)
-    return op_seconds(work, rates, v["e"], v["w"]), work
+def stack_rates(rates: list[RankRates]) -> RankRates:
+    """Several ranks' rates as one RankRates of arrays [K] (the switches, bools, from the first)."""
+    out = {}
+    for f in fields(RankRates):
+        vals = [getattr(r, f.name) for r in rates]
+        out[f.name] = vals[0] if isinstance(vals[0], bool) else np.array(vals, dtype=float)
+    return RankRates(**out)
+
+
+def _sum0(a: np.ndarray) -> np.ndarray:
+    """Sum over axis 0, each column as numpy sums a 1-D array (pairwise): the same bits whatever the other
+    columns hold, and the same as one layout's `a[:, 0].sum()`."""
+    return np.ascontiguousarray(np.moveaxis(a, 0, -1)).sum(axis=-1)
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """Seconds and TensorE FLOPs of one microbatch at speed 1 for K per-rank shapes, arrays [K]."""
+
+    layer_fwd: np.ndarray        # one layer's forward, its unnamed residual included
+    layer_bwd: np.ndarray        # its backward and recomputation, the residual of both included
+    overhead: np.ndarray         # `Calibration.layer_overhead_s`: the unnamed residual of one layer's pass
+    passes: np.ndarray           # its passes per microbatch: forward 1, backward 2, + 1 recomputed under full
+    emb_fwd: np.ndarray
+    emb_bwd: np.ndarray
+    head_fwd: np.ndarray
+    head_bwd: np.ndarray
+    attn_fwd: np.ndarray         # one layer's attention core (whichever kernel the job runs)
+    attn_bwd: np.ndarray
+    hide: np.ndarray             # [K, kernels] backward seconds of the matmuls hiding the TP collectives
+    layer_flops: np.ndarray      # forward + backward + recomputed forward of one layer
+    emb_flops: np.ndarray        # forward + backward
+    head_flops: np.ndarray
+
+
+def layer_costs(ops, v: dict[str, np.ndarray], rates: RankRates, recompute: np.ndarray, overhead: np.ndarray,
+                flash_attention: bool) -> LayerCosts:
+    """Price the layer, embedding and head kernels of K shapes at once (one `evaluate` per where and phase).
+
+    Args:
+        ops: the applicable operator library; v: shape variables, arrays [K]; rates: `stack_rates` [K].
+        recompute: [K] "none", "selective" or "full"; overhead: [K] `Calibration.layer_overhead_s`.
+        flash_attention: the calibration's switch (the flash kernel's backward recomputes the scores itself,
+            so selective recomputation does not run the attention core twice).
+    """
+    def kernels(where: str, phase: str):
+        work = opslib.evaluate(ops, where, phase, v)
+        return op_seconds(work, rates, v["e"], v["w"]), work
+
+    lf, wf = kernels("layer", "forward")
+    lb, wb = kernels("layer", "backward")
+    # selective recomputation repeats the marked operators' forward, full recomputation all of it
+    selective = wf["recompute"] == "selective"
+    if flash_attention:
+        selective &= wf["names"] != "attention_core"
+    mode = np.asarray(recompute)
+    full, sel = mode == "full", mode == "selective"
+
+    def repeated(a: np.ndarray) -> np.ndarray:      # [K] the recomputed operators' share of a [ops, K] array
+        return np.where(full, _sum0(a), np.where(sel, _sum0(a[selective]), 0.0))
+    ef, wef = kernels("embedding", "forward")
+    eb, web = kernels("embedding", "backward")
+    hf, whf = kernels("head", "forward")
+    hb, whb = kernels("head", "backward")
+    attn = np.isin(wf["names"], ("attention_core", "attention_materialized"))
+    again = full.astype(float)
+    return LayerCosts(
+        layer_fwd=_sum0(lf) + overhead, layer_bwd=_sum0(lb) + repeated(lf) + overhead * (2.0 + again),
+        overhead=np.asarray(overhead, dtype=float), passes=3.0 + again, emb_fwd=_sum0(ef), emb_bwd=_sum0(eb),
+        head_fwd=_sum0(hf), head_bwd=_sum0(hb), attn_fwd=_sum0(lf[attn]), attn_bwd=_sum0(lb[attn]),
+        hide=lb[wb["hides_tp"]].T, layer_flops=_sum0(wf["tensor"]) + _sum0(wb["tensor"]) + repeated(wf["tensor"]),
+        emb_flops=_sum0(wef["tensor"]) + _sum0(web["tensor"]), head_flops=_sum0(whf["tensor"]) + _sum0(whb["tensor"]))
+
+
+def chunk_rows(costs: LayerCosts, k: np.ndarray, layers: np.ndarray, stage_ends: bool,
+               launch: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(forward, backward, TensorE FLOPs, residual) seconds per microbatch of every chunk, [n, chunks], of n
+    layouts with shapes k [n] of `costs`, chunks of `layers` layers, host launches `launch` [n]."""
+    fwd = layers[None, :] * costs.layer_fwd[k, None]
+    bwd = layers[None, :] * costs.layer_bwd[k, None]
+    if stage_ends:   # NxD and NeMo: the embedding on the first chunk, norm, LM head and loss on the last
+        fwd[:, 0] += costs.emb_fwd[k]
+        bwd[:, 0] += costs.emb_bwd[k]
+        fwd[:, -1] += costs.head_fwd[k]
+        bwd[:, -1] += costs.head_bwd[k]
+    else:            # the switch's off position: the same work spread evenly over the chunks
+        fwd += ((costs.emb_fwd[k] + costs.head_fwd[k]) / layers.size)[:, None]
+        bwd += ((costs.emb_bwd[k] + costs.head_bwd[k]) / layers.size)[:, None]
+    fwd += launch[:, None]          # each microbatch's forward and backward graph is launched by the host
+    bwd += launch[:, None]
+    flops = layers[None, :] * costs.layer_flops[k, None]
+    flops[:, 0] += costs.emb_flops[k]
+    flops[:, -1] += costs.head_flops[k]
+    return fwd, bwd, flops, layers[None, :] * costs.overhead[k, None] * costs.passes[k, None]
+
+
+def optimizer_seconds(ops, v: dict[str, np.ndarray], rates: RankRates, k: np.ndarray,
+                      params: np.ndarray) -> np.ndarray:
+    """[n, stages] gradient norm, clipping and optimizer step of a rank holding `params` [n, stages]
+    parameters (its optimizer-state share), layouts of shapes k [n] (v, rates arrays [K])."""
+    n, s = params.shape
+    V = {name: np.repeat(val[k], s) for name, val in v.items()}
+    V["T"], V["P"] = np.ones(n * s), params.reshape(-1)
+    R = RankRates(**{f.name: np.repeat(getattr(rates, f.name)[k], s) if isinstance(getattr(rates, f.name), np.ndarray)
+                     else getattr(rates, f.name) for f in fields(RankRates)})
+    return op_seconds(opslib.evaluate(ops, "optimizer", "forward", V), R, V["e"], V["w"]).sum(axis=0).reshape(n, s)
+
+
+def optimizer_params(dense: np.ndarray, expert: np.ndarray, dp: np.ndarray, ep: np.ndarray, opt_sharded: np.ndarray,
+                     pp: int) -> np.ndarray:
+    """[n, pp] parameters whose optimizer state a rank of each stage updates: its dp share under ZeRO-1 and up."""
+    held = np.where(np.asarray(opt_sharded)[:, None],
+                    opslib.dp_share(dense, expert, np.asarray(dp)[:, None], np.asarray(ep)[:, None]), dense + expert)
+    return stage_sum(held, pp)
 
 
 def tp_hide_seconds(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...] | None = None) -> np.ndarray:
     """Backward seconds of one layer's matmuls that hide tensor-parallel collectives (`hides_tp` kernels, in
     library order: the attention block's, then the MLP block's), per microbatch at speed 1."""
-    cal = cluster.calibration
-    ops = opslib.applicable(library if library is not None else opslib.library_for(scenario), scenario, cal)
-    v = opslib.shape_variables(scenario, cluster.layout, cal)
-    lb, work = _kernels(ops, "layer", "backward", v, rank_rates(cluster, scenario.training.precision))
-    return lb[work["hides_tp"]]      # chunk_times carries the same (tp_hide_bwd_s) for a caller that has it
+    return chunk_times(scenario, cluster, library).tp_hide_bwd_s
 
 
 def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...] | None = None,
                 stages: np.ndarray | None = None) -> ChunkTimes:
-    """Price every pipeline chunk of a scenario on the chip model (library: default the scenario's).
+    """Price every pipeline chunk of a scenario on the chip model (library: default the scenario's), as a
+    batch of one (`layer_costs`, `chunk_rows`, `optimizer_seconds`: the planner prices thousands with them).
 
     With `stages` (ascending stage ids), only those stages: forward_s, backward_s and flops_per_microbatch
     hold the chunks on them (chunk c lives on stage c % pp) in chunk order, optimizer_s one entry per given
     stage; every number is the one the full table has. The per-layer kernels are priced either way."""
-    cal = cluster.calibration
+    cal, layout, t = cluster.calibration, cluster.layout, scenario.training
     ops = opslib.applicable(library if library is not None else opslib.library_for(scenario), scenario, cal)
-    layout = cluster.layout
-    v = opslib.shape_variables(scenario, layout, cal)
-    rates = rank_rates(cluster, scenario.training.precision)
+    v = {name: np.array([x], dtype=float) for name, x in opslib.shape_variables(scenario, layout, cal).items()}
+    rates = stack_rates([rank_rates(cluster, t.precision)])
+    costs = layer_costs(ops, v, rates, np.array([t.recompute]), np.array([cal.layer_overhead_s]), cal.flash_attention)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
-    n_chunks = layers.size
-    recompute = scenario.training.recompute
-
-    lf, wf = _kernels(ops, "layer", "forward", v, rates)
-    lb, wb = _kernels(ops, "layer", "backward", v, rates)
-    marks = wf["recompute"]
-    # selective recomputation repeats the marked operators' forward; the flash kernel's backward recomputes
-    # the scores itself, so under flash_attention the attention core is not run twice
-    selective = marks == "selective"
-    if cal.flash_attention:
-        selective &= wf["names"] != "attention_core"
-    repeat = {"none": np.zeros_like(lf, dtype=bool), "selective": selective, "full": np.ones_like(lf, dtype=bool)}[recompute]
-    recompute_s = lf[repeat].sum()
-    recompute_passes = {"none": 0.0, "selective": 0.0, "full": 1.0}[recompute]
-    residual = layers * cal.layer_overhead_s * (3.0 + recompute_passes)   # passes: forward 1, backward 2, recompute
-    fwd = layers * (lf.sum() + cal.layer_overhead_s)
-    bwd = layers * (lb.sum() + recompute_s + cal.layer_overhead_s * (2.0 + recompute_passes))
-    ef, wef = _kernels(ops, "embedding", "forward", v, rates)
-    eb, web = _kernels(ops, "embedding", "backward", v, rates)
-    hf, whf = _kernels(ops, "head", "forward", v, rates)
-    hb, whb = _kernels(ops, "head", "backward", v, rates)
-    if cal.stage_ends:   # NxD and NeMo: the embedding on the first chunk, norm, LM head and loss on the last
-        fwd[0] += ef.sum()
-        bwd[0] += eb.sum()
-        fwd[-1] += hf.sum()
-        bwd[-1] += hb.sum()
-    else:                # the switch's off position: the same work spread evenly over the chunks
-        fwd += (ef.sum() + hf.sum()) / n_chunks
-        bwd += (eb.sum() + hb.sum()) / n_chunks
-    fwd += cal.microbatch_launch_s        # each microbatch's forward and backward graph is launched by the host
-    bwd += cal.microbatch_launch_s
-    flops = layers * (wf["tensor"].sum() + wb["tensor"].sum() + wf["tensor"][repeat].sum())
-    flops[0] += wef["tensor"].sum() + web["tensor"].sum()
-    flops[-1] += whf["tensor"].sum() + whb["tensor"].sum()
-
+    k = np.zeros(1, dtype=np.int64)
+    fwd, bwd, flops, residual = (a[0] for a in chunk_rows(costs, k, layers, cal.stage_ends,
+                                                          np.array([cal.microbatch_launch_s])))
     ep = scenario.parallelism.ep
     dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, ep)
-    on_stage = np.arange(n_chunks) % layout.pp
-    shard = np.zeros(layout.pp)
-    if opslib.sharding(scenario.training).optimizer:   # ZeRO-1 and up: the optimizer state's dp share
-        np.add.at(shard, on_stage, opslib.dp_share(dense, expert, layout.dp, ep))
-    else:
-        np.add.at(shard, on_stage, dense + expert)
+    params = optimizer_params(dense[None, :], expert[None, :], np.array([layout.dp]), np.array([ep]),
+                              np.array([opslib.sharding(t).optimizer]), layout.pp)
     on = np.arange(layout.pp) if stages is None else np.asarray(stages, dtype=np.int64)
-    opt_work = opslib.evaluate(ops, "optimizer", "forward", dict(v, T=np.ones(on.size), P=shard[on]))
-    opt = op_seconds(opt_work, rates, v["e"], v["w"]).sum(axis=0)
-    attn = np.isin(wf["names"], ("attention_core", "attention_materialized"))   # whichever kernel the job runs
+    opt = optimizer_seconds(ops, v, rates, k, params[:, on])[0]
     if stages is not None:
-        mine = np.isin(on_stage, on)
+        mine = np.isin(np.arange(layers.size) % layout.pp, on)
         fwd, bwd, flops, residual = fwd[mine], bwd[mine], flops[mine], residual[mine]
-    return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt, attention_fwd_s=float(lf[attn].sum()),
-                      attention_bwd_s=float(lb[attn].sum()), flops_per_microbatch=flops,
-                      tp_hide_bwd_s=lb[wb["hides_tp"]], residual_s=residual)
+    return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt, attention_fwd_s=float(costs.attn_fwd[0]),
+                      attention_bwd_s=float(costs.attn_bwd[0]), flops_per_microbatch=flops,
+                      tp_hide_bwd_s=costs.hide[0], residual_s=residual)
 
 
 STRAGGLER_LEAF_RANKS = 4096   # ranks per leaf of the straggler draw's split tree: a constant, never a shard's size

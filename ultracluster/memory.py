@@ -17,58 +17,131 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import chip
 from . import operators as opslib
+from .cluster import stage_sum
 from .units import GIB
 from .replay.result import StageMemory
 
 
+def bytes_per_param(training) -> tuple[float, float, float]:
+    """(weight, gradient, optimizer-state) bytes per parameter a rank stores: the weights at the training
+    precision, + the two MX copies (both orientations) under MX training."""
+    w_bytes = opslib.weight_bytes(training)
+    if training.precision in opslib.MX_PRECISIONS:
+        w_bytes += 2 * opslib.PRECISION_BYTES[training.precision]
+    return w_bytes, opslib.grad_bytes(training), opslib.optimizer_bytes(training)
+
+
+def stage_state_gib(dense: np.ndarray, expert: np.ndarray, layers: np.ndarray, pp: int, dp: np.ndarray,
+                    ep: np.ndarray, opt_sharded: np.ndarray, weights_sharded: np.ndarray,
+                    per_param: tuple[float, float, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Weights, gradients and optimizer state (GiB) of one rank of every stage, for n layouts at once.
+
+    Args:
+        dense, expert: [n, chunks] parameters per rank of each chunk (`operators.chunk_params_split`).
+        layers: [chunks] layers of each chunk; pp: stages (chunk c on stage c % pp).
+        dp, ep: [n] data- and expert-parallel degrees.
+        opt_sharded, weights_sharded: [n] ZeRO-1 (and up) and ZeRO-3 (`operators.sharding`).
+        per_param: `bytes_per_param`.
+
+    Returns:
+        (weights, gradients, optimizer) [n, pp].
+    """
+    w_bytes, g_bytes, o_bytes = per_param
+    n = dense.shape[0]
+    params = dense + expert
+    # ZeRO-1 and ZeRO-3 shard optimizer state over the data-parallel ranks that hold the same parameters:
+    # dp for dense parameters, dp / ep for experts; ZeRO-3 shards weights and gradients the same way
+    held = opslib.dp_share(dense, expert, np.asarray(dp)[:, None], np.asarray(ep)[:, None])
+    # ZeRO-3 holds its 1/dp share plus the gathered working set: two layers (a chunk's embedding or head
+    # spread over its layers), the one in use and the one prefetched
+    unit = params / np.maximum(layers, 1)[None, :]
+    sharded = stage_sum(held, pp) + 2 * unit.reshape(n, layers.size // pp, pp).max(axis=1)
+    P = np.where(np.asarray(weights_sharded)[:, None], sharded, stage_sum(params, pp))
+    O = chip.optimizer_params(dense, expert, dp, ep, opt_sharded, pp) * o_bytes / GIB
+    return P * w_bytes / GIB, P * g_bytes / GIB, O
+
+
+def chunk_activation_bytes(layers: np.ndarray, per_layer: np.ndarray, embedding: np.ndarray,
+                           head: np.ndarray) -> np.ndarray:
+    """[n, chunks] activation bytes one microbatch leaves saved on each chunk: its layers', the embedding's on
+    the first chunk, the LM head's on the last (`operators.saved_bytes` per layout, arrays [n])."""
+    act = layers[None, :] * np.asarray(per_layer, dtype=float)[:, None]
+    act[:, 0] += embedding
+    act[:, -1] += head
+    return act
+
+
+def held_in_flight(forward: np.ndarray, local_chunk: np.ndarray, v: int, distinct: bool = True) -> np.ndarray:
+    """The vectors [k, v] of microbatches a stage holds per local chunk along its program (the empty one first):
+    forwards add one on their chunk until its backward removes it. A stage's activation peak is the max over
+    them of the dot product with its chunks' saved bytes (`activation_peak`).
+
+    Args:
+        forward: [ops] True for a forward, False for a backward, in program order.
+        local_chunk: [ops] the op's chunk on its stage (chunk id // pp).
+        distinct: keep each vector once (the planner reuses them over many layouts); else one per op.
+    """
+    ops = forward.size
+    delta = np.zeros((ops, v), dtype=np.int64)
+    delta[np.arange(ops), local_chunk] = np.where(forward, 1, -1)
+    held = np.vstack([np.zeros((1, v), dtype=np.int64), np.cumsum(delta, axis=0)])
+    if not distinct:
+        return held.astype(float)
+    key = (held * (ops + 2) ** np.arange(v)).sum(axis=1)
+    _, first = np.unique(key, return_index=True)
+    return held[np.sort(first)].astype(float)
+
+
+def activation_peak(held: np.ndarray, act: np.ndarray) -> np.ndarray:
+    """[n] a stage's peak activation bytes: max over its held vectors [k, v] of sum_j held_j x act[:, j]
+    (act [n, v], its local chunks' bytes), summed in a fixed order (no BLAS: the same bits in any batch)."""
+    return np.cumsum(held[None, :, :] * act[:, None, :], axis=2)[:, :, -1].max(axis=1)
+
+
+def capacity_gib(cluster) -> float:
+    """HBM of one rank: its chip's HBM divided by the ranks of that chip."""
+    return cluster.chip.hbm_bytes / cluster.ranks_per_chip / GIB
+
 
 def in_flight_peak(program: list[tuple[str, int, int]], act_bytes: np.ndarray) -> float:
-    """Peak activation bytes a stage holds: forwards add their chunk's saved bytes until their backward."""
-    delta = np.array([act_bytes[c] if kind == "F" else -act_bytes[c] for kind, _, c in program])
-    return float(np.cumsum(delta).max(initial=0.0))
+    """Peak activation bytes a stage holds along its program (`act_bytes` per chunk id)."""
+    if not program:
+        return 0.0
+    kinds, _, chunk_ids = zip(*program)
+    chunk = np.fromiter(chunk_ids, dtype=np.int64, count=len(chunk_ids))
+    forward = np.fromiter(map("F".__eq__, kinds), dtype=bool, count=len(kinds))
+    ids = np.unique(chunk)
+    held = held_in_flight(forward, np.searchsorted(ids, chunk), ids.size, distinct=False)
+    return float(activation_peak(held, np.asarray(act_bytes, dtype=float)[None, ids])[0])
 
 
 def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
-    """HBM footprint of one rank of every pipeline stage."""
+    """HBM footprint of one rank of every pipeline stage: the layout as a batch of one (the planner prices
+    thousands with the same functions, `layouts.parts.batched_memory`)."""
     t, layout = scenario.training, cluster.layout
     ops = opslib.applicable(library, scenario)
     v = opslib.shape_variables(scenario, layout)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
-    n_chunks = layers.size
     ep = scenario.parallelism.ep
     dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, ep)
-    params = dense + expert
-    # ZeRO-1 and ZeRO-3 shard optimizer state over the data-parallel ranks that hold the same parameters:
-    # dp for dense parameters, dp / ep for experts; ZeRO-3 shards weights and gradients the same way
     shard = opslib.sharding(t)
-    held = opslib.dp_share(dense, expert, layout.dp, ep)
-    opt_params = held if shard.optimizer else params
-    unit = params / np.maximum(layers, 1)   # ZeRO-3 gathers one layer at a time (a chunk's embedding or head
-                                            # spread over its layers)
-    per_layer = opslib.saved_bytes(ops, "layer", v, t.recompute)
-    act = layers * per_layer
-    act[0] += opslib.saved_bytes(ops, "embedding", v, t.recompute)
-    act[-1] += opslib.saved_bytes(ops, "head", v, t.recompute)
+    W, G, O = (a[0] for a in stage_state_gib(dense[None, :], expert[None, :], layers, layout.pp,
+                                             np.array([layout.dp]), np.array([ep]), np.array([shard.optimizer]),
+                                             np.array([shard.weights]), bytes_per_param(t)))
+    act = chunk_activation_bytes(layers, *(np.array([opslib.saved_bytes(ops, where, v, t.recompute)])
+                                           for where in ("layer", "embedding", "head")))[0]
     # full recomputation rebuilds one layer's activations at a time during backward
     working = opslib.saved_bytes(ops, "layer", v, "none") if t.recompute == "full" else 0.0
-
-    w_bytes, g_bytes = opslib.weight_bytes(t), opslib.grad_bytes(t)
-    if t.precision in opslib.MX_PRECISIONS:      # + the MX copies of the weights, both orientations
-        w_bytes += 2 * opslib.PRECISION_BYTES[t.precision]
-    o_bytes = opslib.optimizer_bytes(t)
-    capacity = cluster.chip.hbm_bytes / cluster.ranks_per_chip / GIB
+    capacity = capacity_gib(cluster)
     reserve = cluster.calibration.runtime_reserve_gib
     out = []
     for s in range(layout.pp):
-        mine = np.arange(n_chunks) % layout.pp == s
-        p = params[mine].sum()
-        acts = (in_flight_peak(programs[s], act) + working) / GIB
-        if shard.weights:   # the 1/dp share plus the gathered working set (two layers)
-            p = held[mine].sum() + 2 * unit[mine].max()
-        w, g, o = p * w_bytes / GIB, p * g_bytes / GIB, opt_params[mine].sum() * o_bytes / GIB
-        out.append(StageMemory(stage=s, weights_gib=w, gradients_gib=g, optimizer_gib=o, activations_gib=acts,
-                               reserve_gib=reserve, total_gib=w + g + o + acts + reserve, capacity_gib=capacity))
+        a = (in_flight_peak(programs[s], act) + working) / GIB
+        w, g, o = float(W[s]), float(G[s]), float(O[s])
+        out.append(StageMemory(stage=s, weights_gib=w, gradients_gib=g, optimizer_gib=o, activations_gib=a,
+                               reserve_gib=reserve, total_gib=w + g + o + a + reserve, capacity_gib=capacity))
     return out
 
 

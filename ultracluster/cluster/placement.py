@@ -61,6 +61,15 @@ def group_span(size: int, stride: int, ranks_per_instance: int) -> tuple[int, in
     return per_instance, size // per_instance
 
 
+def stage_sum(values, pp: int) -> np.ndarray:
+    """Per-chunk values summed onto the stages that hold them (chunk c on stage c % pp): [..., chunks] →
+    [..., pp], added in chunk order (the same bits whatever else the array holds); no chunks: zeros."""
+    v = np.asarray(values, dtype=float)
+    if v.shape[-1] == 0:
+        return np.zeros(v.shape[:-1] + (pp,))
+    return v.reshape(v.shape[:-1] + (-1, pp)).cumsum(axis=-2)[..., -1, :]
+
+
 def stage_layers(layers: int, chunks: int) -> np.ndarray:
     """Split `layers` over `chunks` pipeline chunks as NxD does for uneven splits.
 

@@ -1,26 +1,16 @@
 """Layouts → HBM footprint, step time, throughput and cost, thousands at once: the replay's model over a
 layout axis.
 
-The fast path is the model `run` replays, evaluated for many layouts in one pass, not a second model. Per
-layout it needs what the replay needs: the HBM of each stage (`memory.stage_memory`), the chunk times
-(`chip.chunk_times` → `ChunkTimes`) and the communication plan (`replay.engine.plan_comm` → `CommPlan`). Each
-comes from one of two sources that give the same numbers:
-
-- **batched**: the same cost functions (`operators.evaluate`, `chip.op_seconds`, `chip.rank_rates`,
-  `operators.shape_variables`, `saved_bytes`, `chunk_params_split`, `sharding`, `network.collective_time`,
-  `concurrent_time`, `group_of`, the engine's `_send_group`) composed as those three functions compose them,
-  with each distinct per-rank shape priced once (all shapes in one `evaluate` call per where and phase) and
-  each distinct collective once (a memo);
-- **per layout**: the three functions themselves, one call per distinct layout.
-
-`Pricer.check` compares the two on a few layouts of every plan. The batched composition mirrors code that
-changes as the model grows; where it no longer matches, the plan uses the functions themselves for that part
-(slower, never wrong) and says so in plan.json (`fast_path`), and tests/plan/test_fast_parts.py fails and names
-the part.
+The fast path is the model `run` replays, evaluated for many layouts in one pass, not a second model: the HBM
+of each stage, the chunk times and the communication plan come from the same functions `run` calls with a batch
+of one (`memory.stage_state_gib` and the activation functions, `chip.layer_costs` / `chunk_rows` /
+`optimizer_seconds`, `replay.comm`'s pieces), with each distinct per-rank shape priced once (all shapes in one
+`evaluate` call per where and phase), each distinct collective once and each piece of the communication plan
+once per what it depends on (memos).
 
 The batched parts are in `parts.py`, the layout → scenario and cluster helpers and the per-process memo in
-`pricer.py`. The step is then composed as `replay.engine.replay_steps` composes it, calling its pure pieces (`cp_exposed`,
-`fsdp_exposed`), with the pipeline run for every layout and measured step at once (`schedules.pipeline_times`)
+`pricer.py`. The step is then composed with `replay.engine`'s own pieces (`group_speeds`, `cp_exposed`,
+`fsdp_exposed`, `chunk_seconds`, `stage_finish`), with the pipeline run for every layout and measured step at once (`schedules.pipeline_times`)
 and the gradient-bucket queue in closed form (`bucket_queue_end`). One difference: the engine runs every
 data-parallel replica's pipeline with its own jitter and stragglers, step by step, and takes the slowest; the fast
 path runs one pipeline whose stages each take their slowest replica's speed, averaged over the measured steps:
@@ -33,7 +23,6 @@ and checkpoints are not in the fast path. The replayed layouts carry all three e
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,18 +30,18 @@ import pandas as pd
 
 from .. import chip
 from .. import operators as opslib
-from ..cluster import Layout, rank_coords
+from ..cluster import Layout
 from ..memory import infeasible_reason
 from ..replay import engine
 from ..replay.result import StageMemory
 from .parts import (Group, Shapes, _counts, batched_chunks, batched_comm, batched_memory, cluster_columns, groups,
                     shapes)
-from .pricer import (CHECK_RTOL, calibration_index, LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, has_zero_stages,
+from .pricer import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, calibration_index, has_zero_stages,
                      layout_scenario)
 from .schedules import pipeline_times
 
 __all__ = ["LAYOUT_COLUMNS", "MEMORY_COLUMNS", "PARTS", "ClusterInfo", "Group", "Pricer", "Shapes", "bucket_queue_end",
-           "compare_parts", "evaluate", "has_zero_stages", "layout_scenario", "speeds", "_counts"]
+           "evaluate", "has_zero_stages", "layout_scenario", "speeds", "_counts"]
 
 
 def speeds(pr: Pricer, r, steps: list[int], sigma: float) -> np.ndarray:
@@ -61,16 +50,13 @@ def speeds(pr: Pricer, r, steps: list[int], sigma: float) -> np.ndarray:
     tp, cp, pp, dp = int(r.tp), int(r.cp), int(r.pp), int(r.dp)
     seed, ranks = pr.scenario.seed, tp * cp * pp * dp
     slow, factor = pr.memo(("stragglers", ranks), lambda: chip.stragglers(pr.scenario, ranks))
+    layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp)
     out = np.empty((len(steps), pp))
     for i, step in enumerate(steps):
-        if slow.size == 0:
-            out[i] = pr.memo(("jitter", step, dp, pp, tp * cp, sigma),
-                             lambda: chip.group_jitter(seed, step, (dp, pp), tp * cp, sigma).max(axis=0))
-            continue
-        speed = chip.group_jitter(seed, step, (dp, pp), tp * cp, sigma)
-        c = rank_coords(Layout(tp=tp, cp=cp, pp=pp, dp=dp), slow)
-        np.maximum.at(speed, (c["dp"], c["pp"]), factor)
-        out[i] = speed.max(axis=0)
+        def stage_max(step=step):
+            return engine.group_speeds(layout, chip.group_jitter(seed, step, (dp, pp), tp * cp, sigma), slow,
+                                       factor).max(axis=0)
+        out[i] = pr.memo(("jitter", step, dp, pp, tp * cp, sigma), stage_max) if slow.size == 0 else stage_max()
     return out
 
 
@@ -127,21 +113,9 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
     t = sc.training
     table = table.reset_index(drop=True)
     rows = list(table.itertuples(index=False))
-    batched = any(pr.sources[p] == "batched" for p in PARTS)
-    sh, srow = shapes(pr, rows) if batched else (None, None)
+    sh, srow = shapes(pr, rows)
     grps = groups(pr, table)
-    if pr.sources["memory"] == "batched":
-        mem = batched_memory(pr, table, sh, srow, grps)
-    else:
-        mem = {k: np.zeros(len(rows)) for k in MEMORY_COLUMNS}
-        for i, r in enumerate(rows):
-            stages = pr.real_memory(r)
-            w = max(stages, key=lambda s: s.total_gib - s.capacity_gib)
-            for name, val in (("hbm_peak_gib", max(s.total_gib for s in stages)), ("hbm_capacity_gib", w.capacity_gib),
-                              ("worst_stage", w.stage), ("weights_gib", w.weights_gib),
-                              ("gradients_gib", w.gradients_gib), ("optimizer_gib", w.optimizer_gib),
-                              ("activations_gib", w.activations_gib), ("reserve_gib", w.reserve_gib)):
-                mem[name][i] = val
+    mem = batched_memory(pr, table, sh, srow, grps)
     out = pd.DataFrame(mem)
     out["worst_stage"] = out["worst_stage"].astype(int)
     worst_total = out[["weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserve_gib"]].sum(axis=1)
@@ -160,14 +134,8 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
         if js.size == 0:
             continue
         idx = g.rows[js]
-        if pr.sources["chunks"] == "batched":
-            F, B, OPT, attn_f, attn_b = batched_chunks(pr, table, sh, srow, g, js)
-        else:
-            cts = [pr.real_chunks(rows[int(i)]) for i in idx]
-            F, B, OPT = (np.array([getattr(ct, f) for ct in cts]) for f in ("forward_s", "backward_s", "optimizer_s"))
-            attn_f, attn_b = (np.array([getattr(ct, f) for ct in cts]) for f in ("attention_fwd_s", "attention_bwd_s"))
-        comms = [batched_comm(pr, rows[int(i)], sh, int(srow[int(i)]), g, int(j)) if pr.sources["comm"] == "batched"
-                 else pr.real_comm(rows[int(i)]) for i, j in zip(idx, js)]
+        F, B, OPT, attn_f, attn_b = batched_chunks(pr, table, sh, srow, g, js)
+        comms = [batched_comm(pr, rows[int(i)], sh, int(srow[int(i)]), g, int(j)) for i, j in zip(idx, js)]
         cals = [pr.cluster(rows[int(i)].instance, rows[int(i)].instances, rows[int(i)].lnc,
                            calibration_index(rows[int(i)])).cluster.calibration for i in idx]
         # [n, pp]: each stage at its slowest replica's speed, averaged over the measured steps
@@ -190,8 +158,8 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
             both = _Stack(fsdp_gather_s=np.array([c.fsdp_gather_s for c, z in zip(comms, z3) if z]),
                           fsdp_scatter_s=np.array([c.fsdp_scatter_s for c, z in zip(comms, z3) if z]))
             fs_f[z3], fs_b[z3] = engine.fsdp_exposed(both, fc[z3], bc[z3], g.layers)
-        fwd = fc + stacked("tp_fwd") + g.layers[None, :] * cp_f[:, None] + fs_f
-        bwd = bc + stacked("tp_bwd") + g.layers[None, :] * cp_b[:, None] + fs_b
+        _, _, fwd, bwd = engine.chunk_seconds(stacked("tp_fwd"), stacked("tp_bwd"), fc, bc, cp_f[:, None], cp_b[:, None],
+                                              fs_f, fs_b, g.layers[None, :])
         opt = OPT * G
         for n, i in enumerate(idx):
             r = rows[int(i)]
@@ -221,7 +189,7 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
         norm = np.array([it.comm.norm_s for it in items])
         opt = np.concatenate([it.opt for it in items])
         after = stack("dp_after_s")
-        done = np.maximum(end, rs_end) + norm[:, None] + opt + after
+        done = engine.stage_finish(end, rs_end, norm[:, None], opt, after)[1]
         step = done.max(axis=1) + np.array([it.overhead_s for it in items])
         step_time[[it.i for it in items]] = step
     price, peak = cluster_columns(pr, table, ("price_per_hour_usd", "peak_flop_per_s"))
@@ -233,52 +201,3 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
     out["price_per_hour_usd"] = price
     out["usd_per_million_tokens"] = price * step_time / 3600 / tokens * 1e6
     return out
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The check of the batched parts against the functions they mirror
-
-
-def _close(a, b) -> bool:
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=CHECK_RTOL, atol=1e-15))
-
-
-def compare_parts(pr: Pricer, table: pd.DataFrame) -> dict[str, str | None]:
-    """For each part, None when the batched source equals the per-layout function on every row of `table`,
-    else what differs first (part → message)."""
-    table = table.reset_index(drop=True)
-    rows = list(table.itertuples(index=False))
-    sh, srow = shapes(pr, rows)
-    grps = groups(pr, table)
-    found: dict[str, str | None] = {p: None for p in PARTS}
-    mem = batched_memory(pr, table, sh, srow, grps)
-    for i, r in enumerate(rows):
-        real = pr.real_memory(r)
-        peak = max(s.total_gib for s in real)
-        if not _close(mem["hbm_peak_gib"][i], peak):
-            found["memory"] = found["memory"] or f"HBM {mem['hbm_peak_gib'][i]:.6g} GiB, stage_memory {peak:.6g} GiB"
-    for g in grps:
-        js = np.arange(len(g.rows))
-        F, B, OPT, attn_f, attn_b = batched_chunks(pr, table, sh, srow, g, js)
-        for j in js:
-            ct = chip.ChunkTimes(forward_s=F[j], backward_s=B[j], optimizer_s=OPT[j], attention_fwd_s=float(attn_f[j]),
-                                 attention_bwd_s=float(attn_b[j]))
-            r = rows[int(g.rows[j])]
-            real = pr.real_chunks(r)
-            for f in dataclasses.fields(real):
-                mine = getattr(ct, f.name)
-                if mine is not None and not _close(mine, getattr(real, f.name)) and found["chunks"] is None:
-                    found["chunks"] = f"{f.name} {mine} vs chunk_times {getattr(real, f.name)}"
-            cm, rc = batched_comm(pr, r, sh, int(srow[int(g.rows[j])]), g, int(j)), pr.real_comm(r)
-            for f in dataclasses.fields(rc):
-                if f.name in ("records", "dp"):      # the report's table and totals, not the step's inputs
-                    continue
-                if f.name == "send_bwd_last" and not pr.shared_last_sends:
-                    continue
-                a, b = getattr(cm, f.name), getattr(rc, f.name)
-                a = a if a is not None else cm.send_bwd
-                b = b if b is not None else rc.send_bwd
-                if not _close(a, b) and found["comm"] is None:
-                    found["comm"] = f"{f.name} {a} vs plan_comm {b}"
-    return found

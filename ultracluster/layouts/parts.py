@@ -1,8 +1,10 @@
 """The three parts of a layout's price, batched over layouts: HBM per stage, chunk times, communication.
 
-Each mirrors the function the replay calls (`memory.stage_memory`, `chip.chunk_times`,
-`replay.engine.plan_comm`), composed over a layout axis from the same cost functions, and is checked
-against it on every plan (`fast.compare_parts`) and by tests/plan/test_fast_parts.py.
+Each is the model's one implementation, called with many rows: `memory`'s row-axis functions (`stage_memory`
+calls them with one), `chip.layer_costs` / `chunk_rows` / `optimizer_seconds` (`chunk_times` calls them with
+one), `replay.comm`'s pieces (`plan_comm` composes them for one layout). What is here is only the batching: the
+rows grouped by what they share (per-rank shapes, pipeline shapes), memos, and the activation peak read off a
+short program (`_counts`) where `run` walks the executed one.
 """
 from __future__ import annotations
 
@@ -14,25 +16,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import chip
+from .. import chip, memory
 from .. import operators as opslib
 from ..cluster import Layout, stage_layers
 from ..units import GIB
-from ..network import group_of
-from ..replay import engine
+from ..replay import comm
+from ..replay.comm import CommPlan
 from .pricer import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Pricer, calibration_index, layout_scenario
 from .schedules import _run_lengths, program_arrays
-
-def _sum0(a: np.ndarray) -> np.ndarray:
-    """Sum over axis 0 in a fixed order (the same bits whatever the other axes hold)."""
-    return np.cumsum(a, axis=0)[-1] if a.shape[0] else np.zeros(a.shape[1:])
-
-
-def _stage_sum(values: np.ndarray, pp: int) -> np.ndarray:
-    """[n, chunks] → [n, pp]: the chunks summed onto the stages that hold them (chunk c on stage c % pp)."""
-    n, chunks = values.shape
-    return values.reshape(n, chunks // pp, pp).transpose(1, 0, 2).cumsum(axis=0)[-1]
-
 
 # ----------------------------------------------------------------------------------------------------------
 # Batched: per-rank shapes
@@ -40,24 +31,17 @@ def _stage_sum(values: np.ndarray, pp: int) -> np.ndarray:
 
 @dataclass
 class Shapes:
-    """Per-rank costs of distinct (instance, lnc, tp, cp, micro_batch, recompute, sp, ep) shapes, arrays [K]."""
+    """Per-rank costs of distinct (instance, lnc, tp, cp, micro_batch, recompute, sp, ep, calibration) shapes."""
 
     index: dict[tuple, int]
-    layer_fwd: np.ndarray        # one layer's forward, seconds per microbatch
-    layer_bwd: np.ndarray        # its backward and recomputation
-    emb_fwd: np.ndarray
-    emb_bwd: np.ndarray
-    head_fwd: np.ndarray
-    head_bwd: np.ndarray
-    attn_fwd: np.ndarray
-    attn_bwd: np.ndarray
-    hide: np.ndarray             # [K, 2] backward matmul seconds hiding each block's TP collectives
+    costs: chip.LayerCosts       # arrays [K]
     saved_layer: np.ndarray      # activation bytes per layer and microbatch
     saved_emb: np.ndarray
     saved_head: np.ndarray
     working: np.ndarray          # full recomputation's one-layer working set, bytes
     variables: dict[str, np.ndarray]
     rates: chip.RankRates        # fields [K]
+    ops: tuple                   # the applicable operators (one list: the calibrations' switches agree)
 
 
 def _shape_key(r) -> tuple:
@@ -66,7 +50,7 @@ def _shape_key(r) -> tuple:
 
 
 def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
-    """Price every distinct per-rank shape of `rows` (one `evaluate` call per where and phase).
+    """Price every distinct per-rank shape of `rows` (`chip.layer_costs`: one `evaluate` call per where and phase).
 
     Returns:
         (Shapes, [rows] index of each row's shape).
@@ -88,42 +72,14 @@ def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
     K = len(keys)
     ops, cal = per_key[0][1], per_key[0][4]
     V = {name: np.array([pk[0][name] for pk in per_key], dtype=float) for name in per_key[0][0]}
-    fields = {}
-    for f in dataclasses.fields(chip.RankRates):
-        vals = [getattr(pk[2].rates, f.name) for pk in per_key]
-        fields[f.name] = vals[0] if isinstance(vals[0], bool) else np.array(vals, dtype=float)
-    R = chip.RankRates(**fields)
-
-    def kernels(where: str, phase: str):
-        work = opslib.evaluate(ops, where, phase, V)
-        return chip.op_seconds(work, R, V["e"], V["w"]), work
-
-    lf, wf = kernels("layer", "forward")
-    lb, wb = kernels("layer", "backward")
-    selective = wf["recompute"] == "selective"
-    if cal.flash_attention:
-        selective &= wf["names"] != "attention_core"
-    mode = np.array([pk[3] for pk in per_key])[None, :]
-    repeat = (mode == "full") | ((mode == "selective") & selective[:, None])
-    recompute_s = _sum0(np.where(repeat, lf, 0.0))
-    ef, _ = kernels("embedding", "forward")
-    eb, _ = kernels("embedding", "backward")
-    hf, _ = kernels("head", "forward")
-    hb, _ = kernels("head", "backward")
-    attn = wf["names"] == "attention_core"
-    hides = lb[wb["hides_tp"]]
-    hide = np.zeros((K, 2))
-    hide[:, :min(2, hides.shape[0])] = hides[:2].T
+    R = chip.stack_rates([pk[2].rates for pk in per_key])
+    costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
+                             np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention)
     saved = np.array([[opslib.saved_bytes(pk[1], where, pk[0], pk[3]) for where in ("layer", "embedding", "head")]
                       + [opslib.saved_bytes(pk[1], "layer", pk[0], "none") if pk[3] == "full" else 0.0]
                       for pk in per_key]).reshape(K, 4)
-    over = np.array([pk[4].layer_overhead_s for pk in per_key])   # per layer: forward 1, backward 2 + recomputed passes
-    passes_again = (mode[0] == "full").astype(float)
-    return Shapes(index=index, layer_fwd=_sum0(lf) + over, layer_bwd=_sum0(lb) + recompute_s + over * (2.0 + passes_again),
-                  emb_fwd=_sum0(ef),
-                  emb_bwd=_sum0(eb), head_fwd=_sum0(hf), head_bwd=_sum0(hb), attn_fwd=_sum0(lf[attn]),
-                  attn_bwd=_sum0(lb[attn]), hide=hide, saved_layer=saved[:, 0], saved_emb=saved[:, 1],
-                  saved_head=saved[:, 2], working=saved[:, 3], variables=V, rates=R), srow
+    return Shapes(index=index, costs=costs, saved_layer=saved[:, 0], saved_emb=saved[:, 1], saved_head=saved[:, 2],
+                  working=saved[:, 3], variables=V, rates=R, ops=tuple(ops)), srow
 
 
 @dataclass
@@ -190,30 +146,18 @@ def _counts(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
 @lru_cache(maxsize=256)
 def _held(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
     stage, kind, mb, chunk, start = program_arrays(schedule, p, m, v)
-    out = []
-    for s in range(p):
-        lo, hi = start[s], start[s + 1]
-        delta = np.zeros((hi - lo, v), dtype=np.int64)
-        delta[np.arange(hi - lo), chunk[lo:hi] // p] = np.where(kind[lo:hi] == 0, 1, -1)
-        held = np.vstack([np.zeros((1, v), dtype=np.int64), np.cumsum(delta, axis=0)])
-        key = (held * (int(mb.max(initial=0)) + 2) ** np.arange(v)).sum(axis=1)
-        _, first = np.unique(key, return_index=True)
-        out.append(held[np.sort(first)].astype(float))
-    return out
+    return [memory.held_in_flight(kind[start[s]:start[s + 1]] == 0, chunk[start[s]:start[s + 1]] // p, v)
+            for s in range(p)]
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Batched: memory, chunk times, communication (each mirrors the function named in its docstring)
+# Batched: memory, chunk times, communication (each through the function named in its docstring)
 
 
 def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray, grps: list[Group]) -> dict:
-    """The worst stage's HBM of every row, as `memory.stage_memory` counts it: arrays [rows] of MEMORY_COLUMNS."""
-    t = pr.scenario.training
-    w_base, g_bytes = opslib.weight_bytes(t), opslib.grad_bytes(t)
-    mx = getattr(opslib, "MX_PRECISIONS", ())
-    if t.precision in mx:                            # + the MX copies of the weights, both orientations
-        w_base += 2 * opslib.PRECISION_BYTES[t.precision]
-    o_bytes = opslib.optimizer_bytes(t)
+    """The worst stage's HBM of every row, through `memory`'s batched functions (`memory.stage_memory` is the
+    same with one row): arrays [rows] of MEMORY_COLUMNS."""
+    per_param = memory.bytes_per_param(pr.scenario.training)
     n = len(table)
     out = {k: np.zeros(n) for k in MEMORY_COLUMNS}
     sched, m_all = table["pp_schedule"].to_numpy(), table["microbatches"].to_numpy()
@@ -221,18 +165,10 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     cap_all, reserve_all = cluster_columns(pr, table, ("capacity_gib", "reserve_gib"))
     for g in grps:
         k = srow[g.rows]
-        dp, ep, zero = dp_all[g.rows], ep_all[g.rows], zero_all[g.rows]
-        params = g.dense + g.expert
-        held = opslib.dp_share(g.dense, g.expert, dp[:, None], ep[:, None])
-        opt_params = np.where((zero >= 1)[:, None], held, params)
-        unit = params / np.maximum(g.layers, 1)[None, :]
-        act = g.layers[None, :] * sh.saved_layer[k, None]
-        act[:, 0] += sh.saved_emb[k]
-        act[:, -1] += sh.saved_head[k]
-        P = _stage_sum(params, g.pp)
-        sharded = _stage_sum(held, g.pp) + 2 * unit.reshape(len(g.rows), g.v, g.pp).max(axis=1)
-        P = np.where((zero >= 3)[:, None], sharded, P)
-        W, G, O = P * w_base / GIB, P * g_bytes / GIB, _stage_sum(opt_params, g.pp) * o_bytes / GIB
+        zero = zero_all[g.rows]
+        W, G, O = memory.stage_state_gib(g.dense, g.expert, g.layers, g.pp, dp_all[g.rows], ep_all[g.rows],
+                                         zero >= 1, zero >= 3, per_param)
+        act = memory.chunk_activation_bytes(g.layers, sh.saved_layer[k], sh.saved_emb[k], sh.saved_head[k])
         A = np.zeros((len(g.rows), g.pp))
         code = np.array([SCHEDULE_CODE[x] for x in sched[g.rows]]) * (1 << 32) + m_all[g.rows]
         keys, which = np.unique(code, return_inverse=True)
@@ -240,9 +176,8 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
             idx = np.flatnonzero(which == key_i)
             sc, m = SCHEDULES_BY_CODE[key >> 32], key & ((1 << 32) - 1)
             counts = pr.memo(("counts", sc, g.pp, int(m), g.v), lambda: _counts(sc, g.pp, int(m), g.v))
-            for s, U in enumerate(counts):                # max over held vectors of sum_j U_j act_j, summed
-                local = act[idx][:, s::g.pp]                 # in a fixed order (no BLAS: the same bits in any
-                A[idx, s] = np.cumsum(U[None, :, :] * local[:, None, :], axis=2)[:, :, -1].max(axis=1)   # chunk)
+            for s, U in enumerate(counts):
+                A[idx, s] = memory.activation_peak(U, act[idx][:, s::g.pp])
         A = (A + sh.working[k, None]) / GIB
         cap, reserve = cap_all[g.rows], reserve_all[g.rows]
         total = W + G + O + A + reserve[:, None]
@@ -258,135 +193,54 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
 
 
 def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray, g: Group, js) -> tuple:
-    """`chip.chunk_times` of rows js of a group: forward and backward seconds per microbatch [n, chunks],
-    optimizer seconds per stage [n, pp], one layer's attention core forward and backward [n]."""
+    """`chip.chunk_times` of rows js of a group, through its batched functions: forward and backward seconds per
+    microbatch [n, chunks], optimizer seconds per stage [n, pp], one layer's attention core forward and backward [n]."""
     idx = g.rows[js]
     k = srow[idx]
     sub = table.iloc[idx]
-    cal = pr.calibration                             # the switches (the same for every row of a Pricer)
-    fwd = g.layers[None, :] * sh.layer_fwd[k, None]
-    bwd = g.layers[None, :] * sh.layer_bwd[k, None]
-    if getattr(cal, "stage_ends", True):             # the embedding on the first chunk, the LM head on the last
-        fwd[:, 0] += sh.emb_fwd[k]
-        bwd[:, 0] += sh.emb_bwd[k]
-        fwd[:, -1] += sh.head_fwd[k]
-        bwd[:, -1] += sh.head_bwd[k]
-    else:                                            # the same work spread evenly over the chunks
-        fwd += ((sh.emb_fwd[k] + sh.head_fwd[k]) / g.layers.size)[:, None]
-        bwd += ((sh.emb_bwd[k] + sh.head_bwd[k]) / g.layers.size)[:, None]
     launch = np.array([c.microbatch_launch_s for c in pr.calibrations])[
         sub["cal"].to_numpy() if "cal" in sub.columns else np.zeros(len(sub), dtype=np.int64)]
-    fwd += launch[:, None]
-    bwd += launch[:, None]
-    dp, ep, zero = sub["dp"].to_numpy(), sub["ep"].to_numpy(), sub["zero"].to_numpy()
-    dense, expert = g.dense[js], g.expert[js]
-    shard = np.where((zero >= 1)[:, None], opslib.dp_share(dense, expert, dp[:, None], ep[:, None]), dense + expert)
-    shard = _stage_sum(shard, g.pp)
-    n = len(idx)
-    V = {name: np.repeat(val[k], g.pp) for name, val in sh.variables.items()}
-    V["T"], V["P"] = np.ones(n * g.pp), shard.reshape(-1)
-    rates = chip.RankRates(**{f.name: (np.repeat(getattr(sh.rates, f.name)[k], g.pp)
-                                       if isinstance(getattr(sh.rates, f.name), np.ndarray)
-                                       else getattr(sh.rates, f.name)) for f in dataclasses.fields(chip.RankRates)})
-    ops = opslib.applicable(pr.library, layout_scenario(pr.scenario, sub.iloc[0].to_dict()), cal)
-    opt = _sum0(chip.op_seconds(opslib.evaluate(ops, "optimizer", "forward", V), rates, V["e"], V["w"])).reshape(n, g.pp)
-    return fwd, bwd, opt, sh.attn_fwd[k], sh.attn_bwd[k]
+    fwd, bwd, _, _ = chip.chunk_rows(sh.costs, k, g.layers, pr.calibration.stage_ends, launch)
+    params = chip.optimizer_params(g.dense[js], g.expert[js], sub["dp"].to_numpy(), sub["ep"].to_numpy(),
+                                   sub["zero"].to_numpy() >= 1, g.pp)
+    opt = chip.optimizer_seconds(sh.ops, sh.variables, sh.rates, k, params)
+    return fwd, bwd, opt, sh.costs.attn_fwd[k], sh.costs.attn_bwd[k]
 
 
-def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> engine.CommPlan:
-    """`replay.engine.plan_comm` of row r (shape k, row j of its group), from memoized collectives."""
-    t = pr.scenario.training
+def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> CommPlan:
+    """`replay.engine.plan_comm` of row r (shape k, row j of its group): the same pieces (`replay.comm`), each
+    memoized by what it depends on, with memoized collectives (`Pricer.prices`) and no records."""
     ck = (r.instance, int(r.instances), int(r.lnc), calibration_index(r))
-    cl = pr.cluster(*ck).cluster
+    price = pr.prices(ck)
+    cl = price.cluster
     cal = cl.calibration
     tp, cp, pp, v, dp, ep = int(r.tp), int(r.cp), int(r.pp), int(r.virtual_stages), int(r.dp), int(r.ep)
-    sp, zero = bool(r.sequence_parallel), int(r.zero)
+    sp, zero, full = bool(r.sequence_parallel), int(r.zero), r.recompute == "full"
     V = sh.variables
-    act = V["T"][k] * V["h"][k] * V["e"][k]
-    recompute_repeats = 1.0 if r.recompute == "full" else 0.0
+    par = pr.scenario.parallelism
 
     def in_layer():
-        tpg = group_of(cl, tp, 1)
-        if sp:
-            ag = pr.collective(ck, "all_gather", act, tpg)
-            rs = pr.collective(ck, "reduce_scatter", act, tpg)
-            per_layer, block_exposed, block_hideable = 2 * (ag + rs), ag, ag + rs
-        else:
-            ar = pr.collective(ck, "all_reduce", act, tpg)
-            per_layer, block_exposed, block_hideable = 2 * ar, 0.0, ar
-        if cal.tp_overlap and tp > 1:
-            bwd_exposed = 2 * block_exposed + float(np.maximum(block_hideable - sh.hide[k], 0.0).sum())
-        else:
-            bwd_exposed = 2 * (block_exposed + block_hideable)
-        cp_f = cp_b = 0.0
-        if cp > 1:
-            cpg = group_of(cl, 2, tp)
-            kv = 2 * V["T"][k] * V["hkv"][k] * V["d"][k] * V["e"][k]
-            cp_f = pr.collective(ck, "send_recv", kv, cpg)
-            cp_b = pr.collective(ck, "send_recv", 2 * kv, cpg)
-        a2a = 0.0
-        moe = pr.scenario.model.moe
-        if moe is not None and ep > 1:
-            epg = group_of(cl, ep, tp * cp * pp)
-            a2a_bytes = V["T"][k] * moe.top_k * moe.imbalance * V["h"][k] * V["e"][k] / (tp if sp else 1)
-            a2a = 2 * pr.collective(ck, "all_to_all", a2a_bytes, epg)
-        return per_layer, bwd_exposed, cp_f, cp_b, a2a
+        vk = {name: V[name][k] for name in ("T", "h", "e", "hkv", "d")}
+        return comm.layer_comm(price, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, full,
+                               comm.hides_tp(cal, par, tp), sh.costs.hide[k])
 
-    per_layer, bwd_exposed, cp_f, cp_b, a2a = pr.memo(("layer-comm", ck, _shape_key(r), pp if ep > 1 else 0), in_layer)
-    layers = g.layers
-    n_chunks = layers.size
-    send_bytes = act / tp if sp else act
+    layer = pr.memo(("layer-comm", ck, _shape_key(r), pp if ep > 1 else 0), in_layer)
+    send_bytes = comm.activation_send_bytes({name: V[name][k] for name in ("T", "h", "e")}, tp, sp)
 
     def sends():
         placed = dataclasses.replace(cl, layout=Layout(tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v))
-        grp = tuple(engine._send_group(placed, c % pp, (c + 1) % pp) for c in range(n_chunks - 1))
-        return grp, np.array([pr.collective(ck, "send_recv", send_bytes, x) for x in grp] + [0.0])
+        return comm.pipeline_sends(price, placed, send_bytes, g.layers.size)
 
     send_groups, send_fwd = pr.memo(("sends", ck, tp * cp, pp, v, send_bytes), sends)
-    send_bwd = np.concatenate([[0.0], send_fwd[:-1]])
-    g_bytes, w_bytes = opslib.grad_bytes(t), opslib.weight_bytes(t)
-    stride = tp * cp * pp
-    reduce_op = "reduce_scatter" if zero >= 1 else "all_reduce"
-    dense, expert = g.dense[j], g.expert[j]
-
-    def data_parallel():
-        dpg, xpg = group_of(cl, dp, stride), group_of(cl, dp // ep, stride * ep)
-        after = np.zeros(pp)
-        gather, scatter = np.zeros(n_chunks), np.zeros(n_chunks)
-        buckets = np.maximum(1, np.ceil((dense + expert) * g_bytes / engine.DP_BUCKET_BYTES)).astype(int)
-        bucket_s = np.array([pr.collective(ck, reduce_op, gd / nb, dpg) + pr.collective(ck, reduce_op, ge / nb, xpg)
-                             for gd, ge, nb in zip(dense * g_bytes, expert * g_bytes, buckets)])
-        if zero >= 3:   # per-layer gathers; reduce-scatters per layer, or (compiler) the buckets after backward
-            ud, ue = dense / layers, expert / layers
-            gather = np.array([pr.collective(ck, "all_gather", d * w_bytes, dpg) + pr.collective(
-                ck, "all_gather", e * w_bytes, xpg) for d, e in zip(ud, ue)])
-            if pr.scenario.parallelism.fsdp_schedule != "layerwise":
-                return buckets, bucket_s, after, gather, scatter
-            scatter = np.array([pr.collective(ck, "reduce_scatter", d * g_bytes, dpg) + pr.collective(
-                ck, "reduce_scatter", e * g_bytes, xpg) for d, e in zip(ud, ue)])
-            return np.zeros(0, int), np.zeros(0), after, gather, scatter
-        if dp > 1 and zero >= 1:
-            sd, se = _stage_sum(dense[None, :], pp)[0], _stage_sum(expert[None, :], pp)[0]
-            after = np.array([pr.collective(ck, "all_gather", sd[s] * w_bytes, dpg) + pr.collective(
-                ck, "all_gather", se[s] * w_bytes, xpg) for s in range(pp)])
-        return buckets, bucket_s, after, gather, scatter
-
-    buckets, bucket_s, after, gather, scatter = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), data_parallel)
-    send_bwd_last = send_bwd.copy()
-    if dp > 1 and buckets.size and pr.shared_last_sends:
-        dpg = group_of(cl, dp, stride)
-        for c in range(1, n_chunks):
-            if send_bwd[c] > 0:
-                send_bwd_last[c] = pr.concurrent_first(ck, (
-                    ("send_recv", float(send_bytes), send_groups[c - 1]),
-                    (reduce_op, float(dense[c] * g_bytes / buckets[c]), dpg)))
-    norm_s = pr.memo(("norm", ck), lambda: pr.collective(ck, "all_reduce", 4, group_of(cl, cl.ranks, 1))
-                     if cal.step_costs and cl.ranks > 1 else 0.0)
-    return engine.CommPlan(
-        tp_fwd=layers * (per_layer + a2a), tp_bwd=layers * (bwd_exposed + a2a + (per_layer + a2a) * recompute_repeats),
-        send_fwd=send_fwd, send_bwd=send_bwd, dp=np.zeros(pp), records=[], dp_overlap=cal.dp_overlap,
-        norm_s=norm_s, dp_bucket_s=bucket_s, dp_buckets=buckets, dp_after_s=after, fsdp_gather_s=gather,
-        fsdp_scatter_s=scatter, cp_block_fwd_s=cp_f, cp_block_bwd_s=cp_b, send_bwd_last=send_bwd_last)
+    # what dp_comm and last_sends read of the training (precision, master weights, ZeRO stage) varies only with zero
+    training = lambda: pr.memo(("training", zero), lambda: layout_scenario(pr.scenario, r).training)   # noqa: E731
+    dense, stride = g.dense[j], tp * cp * pp
+    parts = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), lambda: comm.dp_comm(
+        price, cl, dense, g.expert[j], g.layers, training(), dp, ep, stride, pp, par.fsdp_schedule == "layerwise"))
+    last = comm.last_sends(price, cl, send_fwd, send_bytes, send_groups, dense,
+                           training() if price.shares_links else None, dp, stride, parts[0])
+    norm_s = pr.memo(("norm", ck), lambda: comm.norm_seconds(price, cl))
+    return comm.assemble(g.layers, layer, send_fwd, last, parts, norm_s, full, cal.dp_overlap)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Layout rows → their scenarios and clusters, and what a process pricing layouts keeps: memoized collectives,
-cluster figures, and which source (batched or per layout) each part of the fast path uses."""
+"""Layout rows → their scenarios and clusters, and what a process pricing layouts keeps: memoized collectives
+(`MemoPrices`, how the communication plan's pieces price them here), cluster figures, memoized pieces."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -9,13 +9,10 @@ from .. import chip
 from .. import operators as opslib
 from ..cluster import Cluster, build_cluster
 from ..cluster.calibration import Calibration, fitted
-from ..memory import stage_memory
-from ..units import GIB
+from ..memory import capacity_gib
 from ..network import collective_time
 from ..network.collectives import concurrent_time
-from ..replay import engine
-from ..replay.result import StageMemory
-from ..replay.schedule import stage_programs
+from ..replay.comm import Prices
 from ..scenario import Scenario
 
 # the layout columns of a plan table, in plan.csv order
@@ -26,7 +23,6 @@ MEMORY_COLUMNS = ("hbm_peak_gib", "hbm_capacity_gib", "worst_stage", "weights_gi
 PARTS = ("memory", "chunks", "comm")
 SCHEDULES_BY_CODE = ("gpipe", "1f1b", "interleaved")
 SCHEDULE_CODE = {name: i for i, name in enumerate(SCHEDULES_BY_CODE)}
-CHECK_RTOL = 1e-9
 # the Calibration switches (its bool fields: mechanisms on or off): one Pricer prices every row with one operator list
 SWITCHES = tuple(f.name for f in fields(Calibration) if f.type in ("bool", bool))
 
@@ -91,8 +87,7 @@ class ClusterInfo:
 
 
 class Pricer:
-    """What a process evaluating layouts of one scenario keeps: clusters, memoized collectives, shapes, and
-    which source (batched or per layout) each part uses."""
+    """What a process evaluating layouts of one scenario keeps: clusters, memoized collectives and pieces."""
 
     def __init__(self, scenario: Scenario, calibration: Calibration | None = None,
                  sources: dict[str, str] | None = None, shared_last_sends: bool = False,
@@ -108,7 +103,10 @@ class Pricer:
             raise ValueError(f"Pricer calibrations differ in a switch ({', '.join(SWITCHES)}); "
                              "only numeric factors may vary between rows")
         self.library = opslib.library_for(scenario)
-        self.sources = dict(sources or {part: "batched" for part in PARTS})
+        # one implementation: every part is priced batched (`sources` is kept for its callers and plan.json)
+        if sources and any(v != "batched" for v in sources.values()):
+            raise ValueError(f"every part of the fast path is batched (one implementation); given {sources}")
+        self.sources = {part: "batched" for part in PARTS}
         self._clusters: dict[tuple, ClusterInfo] = {}
         self._coll: dict[tuple, float] = {}
         self._conc: dict[tuple, float] = {}
@@ -129,7 +127,7 @@ class Pricer:
             info = ClusterInfo(cluster=cl, rates=chip.rank_rates(cl, prec), chips=cl.chips,
                                peak_flop_per_s=cl.chips * cl.chip.dense_flop_per_s[prec],
                                price_per_hour_usd=float("nan") if price is None else float(price),
-                               capacity_gib=cl.chip.hbm_bytes / cl.ranks_per_chip / GIB)
+                               capacity_gib=capacity_gib(cl))
             self._clusters[key] = info
         return info
 
@@ -144,11 +142,11 @@ class Pricer:
         return build_cluster(sc, int(row["instances"]), cal)
 
     def collective(self, ck: tuple, op: str, nbytes: float, group) -> float:
-        """`collective_time` seconds, memoized."""
+        """`collective_time` seconds as the step's graph issues it, memoized."""
         key = (ck, op, float(nbytes), group)
         t = self._coll.get(key)
         if t is None:
-            t = self._coll[key] = collective_time(self.cluster(*ck).cluster, op, float(nbytes), group)[0]
+            t = self._coll[key] = collective_time(self.cluster(*ck).cluster, op, float(nbytes), group, in_graph=True)[0]
         return t
 
     def concurrent_first(self, ck: tuple, transfers: tuple) -> float:
@@ -156,8 +154,12 @@ class Pricer:
         key = (ck, transfers)
         t = self._conc.get(key)
         if t is None:
-            t = self._conc[key] = float(concurrent_time(self.cluster(*ck).cluster, list(transfers))[0])
+            t = self._conc[key] = float(concurrent_time(self.cluster(*ck).cluster, list(transfers), in_graph=True)[0])
         return t
+
+    def prices(self, ck: tuple) -> "MemoPrices":
+        """How the communication plan's pieces price collectives on cluster `ck`: memoized, no records."""
+        return self.memo(("prices", ck), lambda: MemoPrices(self, ck))
 
     def memo(self, key: tuple, make: Callable[[], Any]) -> Any:
         val = self._memo.get(key)
@@ -165,27 +167,18 @@ class Pricer:
             val = self._memo[key] = make()
         return val
 
-    # --- the per-layout sources ----------------------------------------------------------------------
-    def real_memory(self, row) -> list[StageMemory]:
-        sc = layout_scenario(self.scenario, row)
-        programs = self.memo(("programs", row.pp_schedule, int(row.pp), int(row.microbatches), int(row.virtual_stages)),
-                             lambda: stage_programs(row.pp_schedule, int(row.pp), int(row.microbatches),
-                                                    int(row.virtual_stages)))
-        return stage_memory(sc, self.layout_cluster(row), self.library, programs)
 
-    def real_chunks(self, row) -> chip.ChunkTimes:
-        return self.memo(("chunk_times", _part_key(row)), lambda: chip.chunk_times(
-            layout_scenario(self.scenario, row), self.layout_cluster(row), self.library))
+class MemoPrices(Prices):
+    """`replay.comm.Prices` for a Pricer: its memoized collectives, no records; the last gradient sends share
+    links with the first buckets only with `Pricer(shared_last_sends=True)`."""
 
-    def real_comm(self, row) -> engine.CommPlan:
-        return self.memo(("plan_comm", _part_key(row)), lambda: engine.plan_comm(
-            layout_scenario(self.scenario, row), self.layout_cluster(row)))
+    def __init__(self, pr: Pricer, ck: tuple):
+        super().__init__(pr.cluster(*ck).cluster, keep_records=False)
+        self.pr, self.ck = pr, ck
+        self.shares_links = pr.shared_last_sends
 
+    def __call__(self, op: str, nbytes: float, group, name: str | None = None, count: float = 0) -> float:
+        return self.pr.collective(self.ck, op, nbytes, group)
 
-def _part_key(r) -> tuple:
-    """What chunk times and the communication plan depend on: everything but the pipeline schedule."""
-    return (r.instance, int(r.instances), int(r.lnc), int(r.tp), int(r.pp), int(r.cp), int(r.ep), int(r.dp),
-            int(r.micro_batch), str(r.recompute), int(r.virtual_stages), int(r.zero), bool(r.sequence_parallel),
-            str(r.pp_schedule) == "interleaved", calibration_index(r))
-
-
+    def shared(self, transfers: tuple) -> float:
+        return self.pr.concurrent_first(self.ck, transfers)

@@ -16,7 +16,7 @@ import pandas as pd
 from ..cluster.calibration import Calibration
 from ..scenario import Scenario
 from . import fast
-from .fast import LAYOUT_COLUMNS, PARTS, Pricer
+from .fast import LAYOUT_COLUMNS, Pricer
 
 OBJECTIVES = {                # objective -> (column, smaller is better)
     "tokens_per_s": ("tokens_per_s", False),
@@ -52,33 +52,6 @@ def chunks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
         bounds = np.linspace(lo, hi, parts + 1).round().astype(int)
         out += [table.iloc[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     return sorted(out, key=len, reverse=True)
-
-
-def sample_rows(table: pd.DataFrame, most: int = 6) -> list[int]:
-    """A few varied rows that the part check compares (fixed picks, so every run checks the same): the first
-    row (the scenario's own layout), then the first with each of: interleaving, context parallelism, each
-    ZeRO stage, full recomputation, the largest micro_batch, pipeline parallelism."""
-    picks = [0]
-    tests = [table["pp_schedule"] == "interleaved", table["cp"] > 1, table["recompute"] == "full",
-             table["micro_batch"] == table["micro_batch"].max(), table["pp"] > 1]
-    tests += [table["zero"] == z for z in sorted(table["zero"].unique())]
-    for t in tests:
-        hit = np.flatnonzero(t.to_numpy())
-        if hit.size and int(hit[0]) not in picks:
-            picks.append(int(hit[0]))
-    return picks[:most]
-
-
-def check_sources(pr: Pricer, table: pd.DataFrame) -> tuple[dict[str, str], dict[str, str | None]]:
-    """Compare the batched parts with the functions they mirror on `sample_rows`; a part that differs is
-    evaluated per layout with the functions themselves. Sets `pr.sources`.
-
-    Returns:
-        (part → "batched" | "per layout", part → what differed or None).
-    """
-    found = fast.compare_parts(pr, table.iloc[sample_rows(table)])
-    pr.sources = {p: ("batched" if found[p] is None else "per layout") for p in PARTS}
-    return dict(pr.sources), found
 
 
 def evaluate_chunk(scenario: Scenario, calibration: Calibration | None, sources: dict[str, str],
@@ -350,7 +323,6 @@ class Evaluated:
 
     table: pd.DataFrame
     sources: dict[str, str]
-    mismatches: dict[str, str | None]
     wall_s: float
     ray_nodes: int
     results: list[pd.DataFrame]

@@ -1,10 +1,9 @@
 """The layout planner: a scenario's model and job → every valid layout priced → the best replayed → a plan.
 
 `plan` is the planner's composition root, one call per stage: `layouts.space.enumerate_layouts` (every valid
-layout) → `layouts.search.check_sources` (the batched parts against the functions they mirror) → the chunks
-priced by `layouts.fast.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) →
+layout) → the chunks priced by `layouts.fast.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) →
 `layouts.search.ranked` → the top layouts replayed with `runner.run` → `output.write_plan_dir`. The pure
-search and pricing live in `ultracluster.layouts`, below this command (which sits above `pipeline`). See
+search and pricing live in `ultracluster.layouts`, below this command (which sits above `runner`). See
 docs/plan.md.
 """
 from __future__ import annotations
@@ -69,12 +68,12 @@ class PlanResult:
 
 def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | None, address: str | None,
               log: Callable[[str], None], session: ExitStack, shards: int, progress=None) -> search.Evaluated:
-    """Check the sources, then price every chunk here or with Ray tasks; times the search itself. A Ray it
+    """Price every chunk here or with Ray tasks; times the search itself. A Ray it
     attaches to (or starts) stays attached in `session` for the replays (`shards`: actor slots they need).
     `progress` (a `report.WorkProgress`) is told the layouts priced as pieces come back."""
     t0 = time.perf_counter()
     pr = Pricer(base, calibration)
-    sources, mismatches = search.check_sources(pr, table)
+    sources = dict(pr.sources)     # every part batched: the functions `run` calls, over a row axis
     from ..actors import plan_tasks          # the only Ray the planner touches
 
     done = progress.advance if progress is not None else None
@@ -82,7 +81,7 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
         session.enter_context(plan_tasks.planning_ray(address, shards))
         pieces = search.chunks(table, 2 * plan_tasks.cluster_cpus())
         results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, pieces, done)
-        return search.Evaluated(table, sources, mismatches, time.perf_counter() - t0, nodes, results)
+        return search.Evaluated(table, sources, time.perf_counter() - t0, nodes, results)
     cpus = os.cpu_count() or 1
     expected_s = len(table) / IN_PROCESS_LAYOUTS_PER_S
     nodes = 0
@@ -97,7 +96,7 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
                                                  table.iloc[lo:lo + PRICING_PIECE_LAYOUTS], pr))
             if done:
                 done(min(len(table), lo + PRICING_PIECE_LAYOUTS))
-    return search.Evaluated(table, sources, mismatches, time.perf_counter() - t0, nodes, results)
+    return search.Evaluated(table, sources, time.perf_counter() - t0, nodes, results)
 
 
 def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), objective: str = "tokens_per_s",
@@ -337,10 +336,6 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
                   "first gradient buckets)")
     if base.storage is not None or base.checkpoint is not None:
         approx.append("storage: data-loading stalls and checkpoints are not in the fast path")
-    for part, msg in ev.mismatches.items():
-        if msg:
-            notes.append(f"fast path: the batched {part} differ from the replay's own function ({msg}); every "
-                         f"layout's {part} came from that function, one layout at a time")
     replayed = []
     for row, rep in zip(top_rows, replays):
         fast_s, rep_s = row["step_time_s"], rep.get("step_time_s")
@@ -390,7 +385,7 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
         "layouts_per_s": n / wall_s if wall_s > 0 else None,
         "ray_nodes": int(ev.ray_nodes),
         "evaluated_by": f"Ray tasks on {ev.ray_nodes} node(s)" if ev.ray_nodes else "in-process",
-        "fast_path": {"parts": ev.sources, "checked_layouts": len(search.sample_rows(full)),
+        "fast_path": {"parts": ev.sources,
                       "exact": not approx, "approximations": approx},
         "best_tokens_per_s": best_by("tokens_per_s"),
         "best_usd_per_million_tokens": best_cost,

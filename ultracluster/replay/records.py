@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cluster import stage_sum
 from .result import ChunkComm, Slice, StageComm, StepRecord
 from .profile import MergedProfile
 
@@ -41,9 +42,7 @@ class ComputeTally:
         """Add one step's merged profile."""
         pp, group = self.layout.pp, self.layout.tp * self.layout.cp
         fwd, bwd, opt = merged.forward_s, merged.backward_s, merged.optimizer_s
-        base = np.zeros(pp)
-        np.add.at(base, np.arange(fwd.size) % pp, self.microbatches * (fwd + bwd))
-        base += opt
+        base = stage_sum(self.microbatches * (fwd + bwd), pp) + opt
         slow, factor = merged.slow_ranks, merged.slow_factors
         warm = step < self.warmup_steps
         self._base[warm] = base if self._base[warm] is None else self._base[warm] + base

@@ -48,13 +48,12 @@ def _rank_state(scenario, cluster) -> tuple[dict[str, np.ndarray], np.ndarray, n
     over data-parallel ranks under ZeRO-1 and ZeRO-3 (`operators.sharding`); weights too under ZeRO-3.
     """
     from .. import operators as opslib
-    from ..cluster import rank_coords
+    from ..cluster import rank_coords, stage_sum
 
     t, layout = scenario.training, cluster.layout
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
     chunk = opslib.chunk_params(scenario.model, layout.tp, layers, layout.pp)
-    stage = np.zeros(layout.pp)
-    np.add.at(stage, np.arange(chunk.size) % layout.pp, chunk)
+    stage = stage_sum(chunk, layout.pp)
     c = rank_coords(layout, np.arange(cluster.ranks))
     params = stage[c["pp"]]
     w_bytes = opslib.weight_bytes(t)
