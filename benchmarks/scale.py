@@ -26,7 +26,7 @@ from ultracluster.actors.launch import launch_actors
 from ultracluster.cluster import build_cluster, resolve_instances_per_actor
 from ultracluster.memory import infeasible_reason, stage_memory
 from ultracluster.operators import library_for
-from ultracluster.replay.engine import microbatches, plan_comm, replay_steps
+from ultracluster.replay.engine import microbatches, step_comm, replay_steps
 from ultracluster.replay.profile import merge_profiles
 from ultracluster.replay.schedule import stage_programs
 
@@ -69,7 +69,7 @@ def bench(path: Path, steps: int, overrides: list[str] | None = None) -> dict:
     layout = cluster.layout
     programs = stage_programs(sc.parallelism.pp_schedule, layout.pp, microbatches(sc), layout.virtual_stages)
     assert infeasible_reason(stage_memory(sc, cluster, library_for(sc), programs)) is None
-    comm = plan_comm(sc, cluster)
+    comm = step_comm(sc, cluster)
     with launch_actors(sc, cluster) as shards:
         calls = [0]
         shards.actors = [Counted(a, calls) for a in shards.actors]

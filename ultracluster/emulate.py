@@ -28,7 +28,7 @@ from .cluster.profile import calibration_for
 from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records
-from .replay.engine import microbatches, plan_comm, replay_steps
+from .replay.engine import microbatches, step_comm, replay_steps
 from .replay.result import RunResult, StepRecord
 from .replay.profile import merge_degraded, merge_prices
 from .replay.records import ComputeTally, comm_records, measured_steps, stage_dp_exposure
@@ -91,7 +91,7 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
             result.hardware_flops_per_step = float(chunks.flops_per_microbatch.sum() * result.microbatches
                                                    * cluster.ranks / layout.pp)
             result.residual_fraction = chunks.residual_fraction()
-            comm = plan_comm(scenario, cluster, chunks.tp_hide_bwd_s)
+            comm = step_comm(scenario, cluster, chunks.tp_hide_bwd_s)
             result.collectives = comm.records
             result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,
                                                                 cluster.stage_layers(scenario.model.layers))

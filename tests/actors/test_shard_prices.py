@@ -16,7 +16,7 @@ from ultracluster.cluster.calibration import fitted
 from ultracluster.emulate import emulate
 from ultracluster.errors import ActorError
 from ultracluster.runner import predict
-from ultracluster.replay.engine import plan_comm
+from ultracluster.replay.engine import step_comm
 from ultracluster.replay.profile import merge_prices
 from ultracluster.report.summary import summarize
 
@@ -68,7 +68,7 @@ def test_each_stage_is_priced_by_one_shard_and_the_parts_are_the_full_table(per_
     assert (merged.attention_fwd_s, merged.attention_bwd_s) == (full.attention_fwd_s, full.attention_bwd_s)
     assert merged.residual_fraction() == full.residual_fraction() > 0
     # the hiding matmuls the shards report are the ones the collectives plan would price itself
-    assert plan_comm(sc, cl, merged.tp_hide_bwd_s).records == plan_comm(sc, cl).records
+    assert step_comm(sc, cl, merged.tp_hide_bwd_s).records == step_comm(sc, cl).records
 
 
 def test_only_the_pricing_shards_run_the_chip_model_and_the_driver_runs_it_never(monkeypatch):

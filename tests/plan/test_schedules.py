@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from ultracluster.layouts.fast import bucket_queue_end
 from ultracluster.layouts.schedules import pipeline_times
-from ultracluster.replay.engine import CommPlan, gradient_reduction
+from ultracluster.replay.engine import StepComm, gradient_reduction
 from ultracluster.replay.schedule import execute, stage_programs
 
 
@@ -87,7 +87,7 @@ def test_bucket_queue_closed_form_equals_gradient_reduction(v, seed):
     ex = execute(programs, fwd, 2 * fwd, np.zeros(chunks), np.zeros(chunks))
     buckets = rng.integers(1, 40, chunks)
     bucket_s = rng.uniform(0.0, 0.4, chunks)
-    comm = CommPlan(tp_fwd=np.zeros(chunks), tp_bwd=np.zeros(chunks), send_fwd=np.zeros(chunks),
+    comm = StepComm(tp_fwd=np.zeros(chunks), tp_bwd=np.zeros(chunks), send_fwd=np.zeros(chunks),
                     send_bwd=np.zeros(chunks), dp=np.zeros(p), records=[], dp_bucket_s=bucket_s, dp_buckets=buckets,
                     dp_overlap=True)
     want, _ = gradient_reduction(ex, comm, p, m)

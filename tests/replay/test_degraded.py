@@ -9,7 +9,7 @@ from ultracluster.errors import ScenarioError
 from ultracluster.network import collective_cost, group_of
 from ultracluster.runner import predict
 from ultracluster.replay.degraded import degraded_groups
-from ultracluster.replay.engine import plan_comm
+from ultracluster.replay.engine import step_comm
 
 
 def small(*overrides):
@@ -24,7 +24,7 @@ def test_half_the_nics_doubles_the_efa_part_of_the_dp_reduction():
     sc, deg = small(), small("faults.degraded=[{instances: [1], efa_nics: 4}]")
     c, cd = build_cluster(sc, 1), build_cluster(deg, 1)
     assert cd.degraded[0].instances == (1,) and cd.degraded[0].efa_scale == 0.5
-    healthy, slowed = plan_comm(sc, c), plan_comm(deg, cd)
+    healthy, slowed = step_comm(sc, c), step_comm(deg, cd)
     # closed form: the reduction is bound by the NICs, so half of them double its transfer time, and its
     # latency, step and launch costs stay
     op = "reduce_scatter" if sc.training.zero >= 1 else "all_reduce"
@@ -74,7 +74,7 @@ def test_no_degraded_key_changes_nothing(scenarios_dir):
     sc = load_scenario(scenarios_dir / "smoke.yaml")
     same = load_scenario(scenarios_dir / "smoke.yaml", ["faults.degraded=[]"])
     assert predict(sc) == predict(same)
-    comm = plan_comm(sc, build_cluster(sc, 1))
+    comm = step_comm(sc, build_cluster(sc, 1))
     assert comm.replica_tp_fwd is None and comm.replica_send_fwd is None
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
-from ultracluster.replay.engine import CommPlan, replay_steps
+from ultracluster.replay.engine import StepComm, replay_steps
 from ultracluster.replay.profile import ShardProfile, priced_stages, stage_chunks
 from ultracluster.replay.schedule import stage_programs
 
@@ -51,7 +51,7 @@ class UniformShards:
 
 
 def comm(pp, tp_f=0.0, tp_b=0.0, send=0.0, dp=0.0):
-    return CommPlan(tp_fwd=np.full(pp, tp_f), tp_bwd=np.full(pp, tp_b), send_fwd=np.full(pp, send),
+    return StepComm(tp_fwd=np.full(pp, tp_f), tp_bwd=np.full(pp, tp_b), send_fwd=np.full(pp, send),
                     send_bwd=np.full(pp, send), dp=np.full(pp, dp), records=[], dp_after_s=np.full(pp, dp))
 
 

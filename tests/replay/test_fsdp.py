@@ -11,7 +11,7 @@ from ultracluster.cluster import build_cluster
 from ultracluster.errors import ScenarioError
 from ultracluster.memory import infeasible_reason, stage_memory
 from ultracluster.runner import predict
-from ultracluster.replay.engine import CommPlan, microbatches, plan_comm, fsdp_exposed
+from ultracluster.replay.engine import StepComm, microbatches, step_comm, fsdp_exposed
 from ultracluster.replay.schedule import stage_programs
 from ultracluster.storage import checkpoint_bytes_per_rank
 
@@ -85,9 +85,9 @@ def test_checkpoint_shards_move_to_every_replica_and_keep_their_total():
 
 # --- exposed time --------------------------------------------------------------------------------------------
 
-def _plan(gather: float, scatter: float, chunks: int = 1) -> CommPlan:
+def _plan(gather: float, scatter: float, chunks: int = 1) -> StepComm:
     z = np.zeros(chunks)
-    return CommPlan(tp_fwd=z, tp_bwd=z, send_fwd=z, send_bwd=z, dp=z, records=[],
+    return StepComm(tp_fwd=z, tp_bwd=z, send_fwd=z, send_bwd=z, dp=z, records=[],
                     fsdp_gather_s=np.full(chunks, gather), fsdp_scatter_s=np.full(chunks, scatter))
 
 
@@ -110,7 +110,7 @@ def test_exposed_gather_is_the_closed_form(layers, cf, cb, fwd, bwd):
 
 def test_without_zero3_nothing_is_exposed():
     z = np.zeros(1)
-    plan = CommPlan(tp_fwd=z, tp_bwd=z, send_fwd=z, send_bwd=z, dp=z, records=[])
+    plan = StepComm(tp_fwd=z, tp_bwd=z, send_fwd=z, send_bwd=z, dp=z, records=[])
     f, b = fsdp_exposed(plan, np.ones((2, 1)), np.ones((2, 1)), np.array([3]))
     assert not f.any() and not b.any()
 
@@ -122,7 +122,7 @@ def test_a_replayed_step_exposes_the_closed_form_and_hides_the_rest():
     sc = load_scenario({**_with(LLAMA70_TRN2, zero=3, global_batch=2048),         # 2 microbatches per replica
                         "parallelism": {"tp": 4, "fsdp_schedule": "layerwise"}})
     cl = build_cluster(sc, 16)
-    comm, times = plan_comm(sc, cl), chip.chunk_times(sc, cl)
+    comm, times = step_comm(sc, cl), chip.chunk_times(sc, cl)
     layers = np.asarray(cl.stage_layers(sc.model.layers), dtype=float)
     f, b = fsdp_exposed(comm, times.forward_s[None, :], times.backward_s[None, :], layers)
     m = microbatches(sc)
@@ -147,7 +147,7 @@ def test_the_compiler_schedule_reduce_scatters_once_after_the_last_backward():
     sc = load_scenario(base)
     assert sc.parallelism.fsdp_schedule == "compiler"
     cl = build_cluster(sc, 16)
-    comm, times = plan_comm(sc, cl), chip.chunk_times(sc, cl)
+    comm, times = step_comm(sc, cl), chip.chunk_times(sc, cl)
     layers = np.asarray(cl.stage_layers(sc.model.layers), dtype=float)
     assert comm.dp_buckets.size and comm.dp_buckets[0] >= 1 and not comm.fsdp_scatter_s.any()
     reduce_s = float((comm.dp_bucket_s * comm.dp_buckets).sum())

@@ -7,13 +7,13 @@ import pytest
 from ultracluster import load_scenario
 from ultracluster.chip import _norm_ppf, group_jitter
 from ultracluster.runner import predict
-from ultracluster.replay.engine import CommPlan, ComputeProfile, cp_exposed, gradient_reduction
+from ultracluster.replay.engine import StepComm, ComputeProfile, cp_exposed, gradient_reduction
 from ultracluster.replay.schedule import execute, stage_programs
 
 
 def plan(buckets, bucket_s, pp=1, after=0.0):
     n = len(buckets)
-    return CommPlan(tp_fwd=np.zeros(n), tp_bwd=np.zeros(n), send_fwd=np.zeros(n), send_bwd=np.zeros(n),
+    return StepComm(tp_fwd=np.zeros(n), tp_bwd=np.zeros(n), send_fwd=np.zeros(n), send_bwd=np.zeros(n),
                     dp=np.zeros(pp), records=[], dp_bucket_s=np.array(bucket_s, float),
                     dp_buckets=np.array(buckets), dp_after_s=np.full(pp, after))
 
@@ -41,7 +41,7 @@ def test_context_parallel_ring_hides_behind_attention():
     prof = ComputeProfile(fwd=np.zeros((1, 1)), bwd=np.zeros((1, 1)), opt=np.zeros(1), attn_fwd=0.4, attn_bwd=1.0,
                           slowest_rank=-1)
     c = plan([1], [0.0])
-    slow = CommPlan(**{**c.__dict__, "cp_block_fwd_s": 0.15, "cp_block_bwd_s": 0.2})
+    slow = StepComm(**{**c.__dict__, "cp_block_fwd_s": 0.15, "cp_block_bwd_s": 0.2})
     f, b = cp_exposed(slow, prof, cp=4)          # block attention 0.1 fwd, 0.25 bwd
     assert f == pytest.approx(3 * 0.05) and b == 0.0
     assert cp_exposed(slow, prof, cp=1) == (0.0, 0.0)

@@ -4,7 +4,7 @@ import numpy as np
 
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
-from ultracluster.replay.engine import _send_group, plan_comm
+from ultracluster.replay.engine import _send_group, step_comm
 
 
 def cluster(instance, ultraserver, pp=8, instances=8, tp=64):
@@ -28,7 +28,7 @@ def test_send_groups_follow_the_topology():
 def test_ultraserver_sends_are_faster_than_efa_and_contention_slows_the_last_ones():
     sc_us, us = cluster("trn2u.48xlarge", True, instances=16)       # dp 2
     sc_efa, efa = cluster("trn2.48xlarge", False, instances=16)
-    p_us, p_efa = plan_comm(sc_us, us), plan_comm(sc_efa, efa)
+    p_us, p_efa = step_comm(sc_us, us), step_comm(sc_efa, efa)
     # inside an UltraServer (0->1, 1->2, 2->3) the Z links beat EFA; the 3->4 boundary is EFA for both
     assert np.all(p_us.send_fwd[[0, 1, 2]] < p_efa.send_fwd[[0, 1, 2]])
     assert p_us.send_fwd[3] == p_efa.send_fwd[3]

@@ -83,7 +83,7 @@ def bucket_queue_end(t0: np.ndarray, t1: np.ndarray, n: np.ndarray, d: np.ndarra
 @dataclass
 class _Stack:
     """ZeRO-3 gather and scatter seconds of several layouts, [rows, chunks], where `fsdp_exposed` reads a
-    CommPlan's [chunks] (its formula broadcasts over rows)."""
+    StepComm's [chunks] (its formula broadcasts over rows)."""
 
     fsdp_gather_s: np.ndarray
     fsdp_scatter_s: np.ndarray
@@ -97,7 +97,7 @@ class _Pending:
     m: int                       # microbatches per replica
     fwd: np.ndarray              # [steps, chunks]
     bwd: np.ndarray
-    comm: engine.CommPlan
+    comm: engine.StepComm
     opt: np.ndarray              # [steps, pp]
     overhead_s: float
 

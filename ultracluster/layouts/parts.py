@@ -2,7 +2,7 @@
 
 Each is the model's one implementation, called with many rows: `memory`'s row-axis functions (`stage_memory`
 calls them with one), `chip.layer_costs` / `chunk_rows` / `optimizer_seconds` (`chunk_times` calls them with
-one), `replay.comm`'s pieces (`plan_comm` composes them for one layout). What is here is only the batching: the
+one), `replay.comm`'s pieces (`step_comm` composes them for one layout). What is here is only the batching: the
 rows grouped by what they share (per-rank shapes, pipeline shapes), memos, and the activation peak read off a
 short program (`_counts`) where `run` walks the executed one.
 """
@@ -21,7 +21,7 @@ from .. import operators as opslib
 from ..cluster import Layout, stage_layers
 from ..units import GIB
 from ..replay import comm
-from ..replay.comm import CommPlan
+from ..replay.comm import StepComm
 from .pricer import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Pricer, calibration_index, layout_scenario
 from .schedules import _run_lengths, program_arrays
 
@@ -207,8 +207,8 @@ def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     return fwd, bwd, opt, sh.costs.attn_fwd[k], sh.costs.attn_bwd[k]
 
 
-def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> CommPlan:
-    """`replay.engine.plan_comm` of row r (shape k, row j of its group): the same pieces (`replay.comm`), each
+def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> StepComm:
+    """`replay.engine.step_comm` of row r (shape k, row j of its group): the same pieces (`replay.comm`), each
     memoized by what it depends on, with memoized collectives (`Pricer.prices`) and no records."""
     ck = (r.instance, int(r.instances), int(r.lnc), calibration_index(r))
     price = pr.prices(ck)

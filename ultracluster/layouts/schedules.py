@@ -367,7 +367,7 @@ def pipeline_times(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray
         schedule, p, v: the program shape (as `stage_programs`).
         m: [rows] microbatches of each row (rows with different m share their shorter runs).
         fwd, bwd: [rows, chunks] per-microbatch seconds (compute and in-layer communication).
-        send_fwd, send_bwd, send_bwd_last: [rows, chunks] send seconds as the engine's CommPlan has them
+        send_fwd, send_bwd, send_bwd_last: [rows, chunks] send seconds as the engine's StepComm has them
             (send_bwd_last replaces send_bwd for the last microbatch where send_bwd > 0).
 
     Returns:

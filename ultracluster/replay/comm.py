@@ -1,6 +1,6 @@
 """A step's collectives → their seconds: the communication plan, one implementation for `run` and `plan`.
 
-`plan_comm` prices one layout's plan (`run`): every collective of a step once (they are the same for every
+`step_comm` prices one layout's plan (`run`): every collective of a step once (they are the same for every
 replica and step), recorded for the report, and once more on each degraded copy of the links. It is composed of
 the pieces below, each a function of a few numbers and a `Prices` (how a collective is priced): in-layer
 collectives (`layer_comm`), pipeline sends (`pipeline_sends`, `last_sends`), the data-parallel reduction and
@@ -28,7 +28,7 @@ DP_BUCKET_BYTES = 25 * (1 << 20)
 
 
 @dataclass(frozen=True)
-class CommPlan:
+class StepComm:
     """Communication costs of one step that do not depend on rank speeds."""
 
     tp_fwd: np.ndarray            # [chunks] in-layer collective seconds per microbatch, forward
@@ -258,12 +258,12 @@ def norm_seconds(price: Prices, cluster: Cluster) -> float:
 
 def assemble(layers: np.ndarray, layer: tuple, send_fwd: np.ndarray, send_bwd_last: np.ndarray, dp_parts: tuple,
              norm_s: float, full_recompute: bool, dp_overlap: bool, records: list | None = None,
-             dp_total: np.ndarray | None = None) -> CommPlan:
-    """The CommPlan of one layout from its pieces (`layer_comm`, `pipeline_sends`, `last_sends`, `dp_comm`)."""
+             dp_total: np.ndarray | None = None) -> StepComm:
+    """The StepComm of one layout from its pieces (`layer_comm`, `pipeline_sends`, `last_sends`, `dp_comm`)."""
     per_layer, bwd_exposed, cp_fwd, cp_bwd, a2a = layer
     again = 1.0 if full_recompute else 0.0
     buckets, bucket_s, after, gather, scatter = dp_parts
-    return CommPlan(tp_fwd=layers * (per_layer + a2a), tp_bwd=layers * (bwd_exposed + a2a + (per_layer + a2a) * again),
+    return StepComm(tp_fwd=layers * (per_layer + a2a), tp_bwd=layers * (bwd_exposed + a2a + (per_layer + a2a) * again),
                     send_fwd=send_fwd, send_bwd=np.concatenate([[0.0], send_fwd[:-1]]),
                     dp=dp_total if dp_total is not None else np.zeros(after.size), records=records or [],
                     dp_overlap=dp_overlap, norm_s=norm_s, dp_bucket_s=bucket_s, dp_buckets=buckets,
@@ -271,7 +271,7 @@ def assemble(layers: np.ndarray, layer: tuple, send_fwd: np.ndarray, send_bwd_la
                     cp_block_bwd_s=cp_bwd, send_bwd_last=send_bwd_last)
 
 
-def plan_comm(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None = None) -> CommPlan:
+def step_comm(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None = None) -> StepComm:
     """Cost every collective of a step once (they are the same for every replica and step), and, with
     degraded instances (`cluster.degraded`), once more on each degraded copy of the links (`degraded_plan`).
 
@@ -295,8 +295,8 @@ def activation_send_bytes(v: dict, tp: int, sp: bool) -> float:
     return v["T"] * v["h"] * v["e"] / (tp if sp else 1)
 
 
-def _plan_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> CommPlan:
-    """`plan_comm` with every instance at the cluster's links: the pieces, priced and recorded."""
+def _plan_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> StepComm:
+    """`step_comm` with every instance at the cluster's links: the pieces, priced and recorded."""
     t, layout, par = scenario.training, cluster.layout, scenario.parallelism
     v = opslib.shape_variables(scenario, layout)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)

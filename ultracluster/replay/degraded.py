@@ -1,5 +1,5 @@
 """`faults.degraded` in the communication plan: the collectives and sends that touch a degraded instance
-at the prices of the degraded links (`replay.engine.plan_comm` prices the plan once more on each degraded
+at the prices of the degraded links (`replay.engine.step_comm` prices the plan once more on each degraded
 copy of the cluster, `Cluster.degraded_copy`, and merges it here).
 
 Pure (numpy only). The model, an approximation, is in docs/collectives.md ("Degraded instances").

@@ -27,7 +27,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from ..cluster import Cluster, rank_coords, stage_sum
-from .comm import DP_BUCKET_BYTES, CommPlan, _send_group, microbatches, plan_comm   # noqa: F401 (re-exported: replay.engine.plan_comm)
+from .comm import DP_BUCKET_BYTES, StepComm, _send_group, microbatches, step_comm   # noqa: F401 (re-exported: replay.engine.step_comm)
 from .result import Slice, StepRecord
 from .profile import MergedProfile, ShardProfile, merge_profiles
 from .records import ComputeTally
@@ -53,7 +53,7 @@ class StepCosts(Protocol):
         """(data_stall_s, checkpoint_s) of `step`, given the seconds the step computes and communicates."""
 
 
-def gradient_reduction(ex: Execution, comm: CommPlan, pp: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+def gradient_reduction(ex: Execution, comm: StepComm, pp: int, m: int) -> tuple[np.ndarray, np.ndarray]:
     """When each stage's bucketed gradient reduction ends, overlapped with its last backward.
 
     A chunk's gradients become final, bucket by bucket, during its last microbatch's backward (evenly over
@@ -154,7 +154,7 @@ def stage_finish(pipe_end: np.ndarray, reduce_end: np.ndarray, norm_s, opt: np.n
     return start, start + opt + after
 
 
-def cp_exposed(comm: CommPlan, prof: ComputeProfile, cp: int) -> tuple[float, float]:
+def cp_exposed(comm: StepComm, prof: ComputeProfile, cp: int) -> tuple[float, float]:
     """Seconds per layer and microbatch that the context-parallel ring adds: cp - 1 block passes, each
     hidden behind the attention on the block in hand (attention / cp) where it is shorter. With degraded
     instances (`comm.replica_cp_block_s`), [replicas, 1] arrays."""
@@ -167,7 +167,7 @@ def cp_exposed(comm: CommPlan, prof: ComputeProfile, cp: int) -> tuple[float, fl
             (cp - 1) * max(0.0, comm.cp_block_bwd_s - prof.attn_bwd / cp))
 
 
-def _replica_comm(comm: CommPlan, dp: int) -> tuple[np.ndarray, ...]:
+def _replica_comm(comm: StepComm, dp: int) -> tuple[np.ndarray, ...]:
     """(tp_fwd, tp_bwd [replicas, chunks], send_fwd, send_bwd, send_bwd_last [chunks], or [replicas, chunks]
     with degraded instances): what each replica's pipeline pays."""
     n = comm.tp_fwd.size
@@ -179,7 +179,7 @@ def _replica_comm(comm: CommPlan, dp: int) -> tuple[np.ndarray, ...]:
             comm.replica_send_bwd_last if last is not None else None)
 
 
-def fsdp_exposed(comm: CommPlan, fwd: np.ndarray, bwd: np.ndarray, layers: np.ndarray) -> tuple[np.ndarray,
+def fsdp_exposed(comm: StepComm, fwd: np.ndarray, bwd: np.ndarray, layers: np.ndarray) -> tuple[np.ndarray,
                                                                                                 np.ndarray]:
     """ZeRO-3 communication seconds a microbatch's forward and backward of each chunk expose, [replicas, chunks].
 
@@ -191,7 +191,7 @@ def fsdp_exposed(comm: CommPlan, fwd: np.ndarray, bwd: np.ndarray, layers: np.nd
     exposed: g + r + max(0, g - cb) + max(0, r - cb) + (L - 2) max(0, g + r - cb) for L >= 2, g + r for L = 1.
 
     Args:
-        comm: from `plan_comm` (`fsdp_gather_s`, `fsdp_scatter_s` per chunk; empty: not ZeRO-3).
+        comm: from `step_comm` (`fsdp_gather_s`, `fsdp_scatter_s` per chunk; empty: not ZeRO-3).
         fwd, bwd: [replicas, chunks] compute seconds of one microbatch of each chunk.
         layers: [chunks] layers of each chunk.
     """
@@ -206,7 +206,7 @@ def fsdp_exposed(comm: CommPlan, fwd: np.ndarray, bwd: np.ndarray, layers: np.nd
     return f_exp, b_exp
 
 
-def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, programs: list,
+def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: StepComm, programs: list,
                  on_step: Callable[[StepRecord], None] | None = None, step_costs: StepCosts | None = None,
                  tally: ComputeTally | None = None) -> tuple[list[StepRecord], list[Slice]]:
     """Replay warm-up and measured steps.
@@ -215,7 +215,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: CommPlan, p
         scenario: the resolved Scenario.
         cluster: its Cluster.
         shards: the shard set (actors).
-        comm: from `plan_comm`.
+        comm: from `step_comm`.
         programs: from `stage_programs` for this scenario.
         on_step: called with each finished StepRecord (the run directory appends it to steps.csv).
         step_costs: storage costs per step; the data stall comes before the step's compute, the
@@ -306,7 +306,7 @@ def _stage_shards(cluster: Cluster, replica: int) -> list[int]:
     return [int(np.searchsorted(bounds, r, side="right") - 1) for r in firsts]
 
 
-def _slices(ex: Execution, d: int, comm: CommPlan, rs_end: np.ndarray, reduce_start: np.ndarray, opt: np.ndarray,
+def _slices(ex: Execution, d: int, comm: StepComm, rs_end: np.ndarray, reduce_start: np.ndarray, opt: np.ndarray,
             clock: float, step: int, shard_of: Sequence[int], layout) -> list[Slice]:
     """Timeline of replica d: every forward/backward, each stage's gradient reduction (its busy span
     ending when the last bucket is through), optimizer and parameter all-gather."""

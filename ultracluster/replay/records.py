@@ -2,7 +2,7 @@
 
 * `ComputeTally`: each rank's own compute seconds per step, accumulated from the merged profiles the replay
   reads every step (`RunResult.stage_compute_s`, `slow_rank_compute_s`).
-* `comm_records`: the engine's `CommPlan` → per-chunk and per-stage communication (`ChunkComm`, `StageComm`).
+* `comm_records`: the engine's `StepComm` → per-chunk and per-stage communication (`ChunkComm`, `StageComm`).
 * `stage_dp_exposure`: each stage's exposed data-parallel seconds per step, off the replayed timeline
   (`RunResult.stage_dp_exposed_s`).
 
@@ -69,7 +69,7 @@ def comm_records(comm, pp: int, microbatches: int, chunk_layers: list[int]) -> t
     """Per-chunk and per-stage communication seconds from the replay's communication plan.
 
     Args:
-        comm: `ultracluster.replay.engine.CommPlan` (arrays tp_fwd, tp_bwd, send_fwd, send_bwd per chunk,
+        comm: `ultracluster.replay.engine.StepComm` (arrays tp_fwd, tp_bwd, send_fwd, send_bwd per chunk,
             dp per stage, seconds).
         pp: pipeline stages; chunk c lives on stage c % pp.
         microbatches: per replica per step.
