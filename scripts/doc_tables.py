@@ -52,10 +52,13 @@ def readme_trust() -> str:
              f"worst {cv['worst_abs_error_pct']:.0f} % (leave-one-layout-out); the interval holds "
              f"{cov['coverage_pct']:.0f} % of the published rows ([docs/calibration.md](docs/calibration.md))."]
     if t1:
+        widths = [_predict(p) for p in (AXLEARN, L70_TRN2)]
+        w = [f"{100 * (x['step_time_high_s'] / x['step_time_low_s'] - 1):.0f} %" for x in widths]
         lines.append(f"- Trainium2: one published training run (AXLearn, Llama-2-70B on 64 trn2.48xlarge, "
-                     f"{1024 / t1['median_seq_per_s']:.1f} s per step); the Trn1 factors predict it "
-                     f"{1024 / t1['predicted_seq_per_s']:.1f} s. Its factors and their ranges are in "
-                     "[docs/trn2.md](docs/trn2.md), and its intervals are wider.")
+                     f"{1024 / t1['median_seq_per_s']:.1f} s per step); with the Trn1 fit and one Trn2 factor fitted "
+                     f"to it the model gives {1024 / t1['predicted_seq_per_s']:.1f} s. Every Trn2 interval weighs its "
+                     f"factors by how well they reproduce that run: {w[0]} wide on its layout, {w[1]} on the Llama-2-70B "
+                     "TP32 PP4 job ([docs/trn2.md](docs/trn2.md)).")
     return "\n".join(lines) + "\n"
 
 
