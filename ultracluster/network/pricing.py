@@ -136,16 +136,35 @@ def _check(op: str, group: Group, fab: Fabric) -> None:
 def _breakpoints(fab: Fabric, op: str, nbytes: float, group: Group, above: bool) -> list[float]:
     """Buffer sizes just over (above) or just under (below) `nbytes`'s neighbouring size thresholds of
     Neuron's algorithm choice (any stage's)."""
+    if above:
+        return sorted({up for edge, up, _ in _edges(fab, op, group, nbytes) if edge > nbytes})
+    return sorted({down for edge, _, down in _edges(fab, op, group, nbytes) if edge <= nbytes})
+
+
+@functools.lru_cache(maxsize=4096)
+def _edges_of(fab: Fabric, op: str, group: Group, fractions: tuple[float, ...]) -> tuple[tuple[float, float, float], ...]:
+    return tuple((edge, float(np.nextafter(edge, np.inf)), float(np.nextafter(edge, 0.0)))
+                 for f in fractions for edge in (MESH_MAX_BYTES / f, RDH_MAX_BYTES / f))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fractions(fab: Fabric, op: str, group: Group) -> tuple[float, ...] | None:
+    """The stages' buffer fractions, which do not depend on the size (only the stages' algorithms do); None
+    for a group `stages` cannot split at every size (then asked per size)."""
     _, lv = members_and_levels(fab, group)
-    out = []
-    for st in stages(fab, op, nbytes, group, lv):
-        for limit in (MESH_MAX_BYTES, RDH_MAX_BYTES):
-            edge = limit / st.fraction
-            if above and edge > nbytes:
-                out.append(float(np.nextafter(edge, np.inf)))
-            elif not above and edge <= nbytes:
-                out.append(float(np.nextafter(edge, 0.0)))
-    return sorted(set(out))
+    try:
+        return tuple(st.fraction for st in stages(fab, op, 1.0, group, lv))
+    except ValueError:
+        return None
+
+
+def _edges(fab: Fabric, op: str, group: Group, nbytes: float) -> tuple[tuple[float, float, float], ...]:
+    """(threshold, just over it, just under it) of every stage's size switch (MESH_MAX_BYTES, RDH_MAX_BYTES)."""
+    fr = _fractions(fab, op, group)
+    if fr is None:
+        _, lv = members_and_levels(fab, group)
+        fr = tuple(st.fraction for st in stages(fab, op, nbytes, group, lv))
+    return _edges_of(fab, op, group, fr)
 
 
 # The fitted launch costs reproduce nccom-test, which times one standalone invocation at a time; its Trn2
