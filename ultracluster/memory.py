@@ -100,6 +100,22 @@ def activation_peak(held: np.ndarray, act: np.ndarray) -> np.ndarray:
     return np.cumsum(held[None, :, :] * act[:, None, :], axis=2)[:, :, -1].max(axis=1)
 
 
+def stage_peaks(held: np.ndarray, act: np.ndarray) -> np.ndarray:
+    """[n, p] `activation_peak` of every stage at once: held [p, k, v] each stage's vectors (`stacked_held`),
+    act [n, v, p] the local chunks' bytes of each stage; the same products and sums, so the same bits."""
+    return np.cumsum(held[None, :, :, :] * act.transpose(0, 2, 1)[:, :, None, :], axis=3)[..., -1].max(axis=2)
+
+
+def stacked_held(per_stage: list[np.ndarray]) -> np.ndarray:
+    """[p, k, v] the stages' held vectors [k_s, v], padded with empty vectors (each stage holds the empty one
+    already, and bytes are >= 0, so the padding never changes a peak)."""
+    k = max(h.shape[0] for h in per_stage)
+    out = np.zeros((len(per_stage), k, per_stage[0].shape[1]))
+    for s, h in enumerate(per_stage):
+        out[s, :h.shape[0]] = h
+    return out
+
+
 def capacity_gib(cluster) -> float:
     """HBM of one rank: its chip's HBM divided by the ranks of that chip."""
     return cluster.chip.hbm_bytes / cluster.ranks_per_chip / GIB

@@ -83,3 +83,21 @@ def test_uneven_split_of_llama_405b():
     assert stage_layers(80, 8).tolist() == [10] * 8
     with pytest.raises(ValueError):
         stage_layers(4, 8)
+
+
+def test_interleaved_stage_order_megatron():
+    """Stage 0 of p=2, m=4, v=2: (p - 1) x 2 + (v - 1) x p = 4 warm-up forwards, microbatches in groups of p,
+    chunk-major within (chunks 0 and 2 live on stage 0); backwards from the last chunk down."""
+    F, B = "F", "B"
+    assert stage_programs("interleaved", 2, 4, 2)[0] == [
+        (F, 0, 0), (F, 1, 0), (F, 0, 2), (F, 1, 2),
+        (F, 2, 0), (B, 0, 2), (F, 3, 0), (B, 1, 2), (F, 2, 2), (B, 0, 0), (F, 3, 2), (B, 1, 0),
+        (B, 2, 2), (B, 3, 2), (B, 2, 0), (B, 3, 0)]
+
+
+def test_gpipe_and_1f1b_last_stage_order():
+    assert stage_programs("gpipe", 3, 2)[1] == [("F", 0, 1), ("F", 1, 1), ("B", 0, 1), ("B", 1, 1)]
+    assert stage_programs("1f1b", 3, 3)[2] == [("F", 0, 2), ("B", 0, 2), ("F", 1, 2), ("B", 1, 2), ("F", 2, 2),
+                                               ("B", 2, 2)]
+    with pytest.raises(ValueError):
+        stage_programs("zero-bubble", 2, 2)

@@ -112,6 +112,8 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
     sc = pr.scenario
     t = sc.training
     table = table.reset_index(drop=True)
+    # string columns as Python objects: the per-row reads below (itertuples, cluster keys) iterate them in C
+    table = table.astype({c: object for c, d in table.dtypes.items() if isinstance(d, pd.StringDtype)})
     rows = list(table.itertuples(index=False))
     sh, srow = shapes(pr, rows)
     grps = groups(pr, table)

@@ -175,9 +175,9 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
         for key_i, key in enumerate(keys.tolist()):
             idx = np.flatnonzero(which == key_i)
             sc, m = SCHEDULES_BY_CODE[key >> 32], key & ((1 << 32) - 1)
-            counts = pr.memo(("counts", sc, g.pp, int(m), g.v), lambda: _counts(sc, g.pp, int(m), g.v))
-            for s, U in enumerate(counts):
-                A[idx, s] = memory.activation_peak(U, act[idx][:, s::g.pp])
+            held = pr.memo(("held", sc, g.pp, int(m), g.v),
+                           lambda: memory.stacked_held(_counts(sc, g.pp, int(m), g.v)))
+            A[idx] = memory.stage_peaks(held, act[idx].reshape(idx.size, g.v, g.pp))
         A = (A + sh.working[k, None]) / GIB
         cap, reserve = cap_all[g.rows], reserve_all[g.rows]
         total = W + G + O + A + reserve[:, None]

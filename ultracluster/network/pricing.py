@@ -5,6 +5,7 @@ Pure (numpy only); part of the collective model (`network.collectives`).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -54,31 +55,71 @@ def step_table(profiles: Sequence[Profile]) -> StepTable:
     )
 
 
+@dataclass(frozen=True)
+class TableCosts:
+    """What `table_times` computes of a StepTable and a calibration before the buffer sizes: per step, the
+    seconds per byte of its busiest tier (`per_byte`), its latency and fixed cost (`lat`); per row, the launch."""
+
+    row: np.ndarray
+    per_byte: np.ndarray
+    lat: np.ndarray
+    repeat: np.ndarray
+    pipelined: np.ndarray
+    launch: np.ndarray
+
+    def times(self, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(bandwidth seconds, other seconds) of every row with per-row buffers `nbytes` (see `table_times`)."""
+        rows, r = self.launch.size, self.row
+        b = np.asarray(nbytes, dtype=float)[r] * self.per_byte
+        lat, n = self.lat, self.repeat
+        total = np.where(self.pipelined, b + lat + (n - 1) * np.maximum(b, lat), n * (b + lat))
+        busy = np.zeros(rows)
+        np.add.at(busy, r, n * b)
+        whole = np.zeros(rows)
+        np.add.at(whole, r, total)
+        return busy, whole - busy + self.launch
+
+
+def table_costs(table: StepTable, cal: NetworkCalibration) -> TableCosts:
+    """The size-independent part of `table_times`."""
+    rows = table.spans_efa.size
+    r = table.row
+    link_eff = np.array([cal.neuronlink_efficiency(g) for g in table.generation], dtype=float).reshape(rows)
+    eff = np.stack([np.full(r.size, cal.chip_efficiency), link_eff[r], np.full(r.size, cal.efa_efficiency)],
+                   axis=1)
+    fixed = np.where(table.spans_efa[r], cal.efa_step_s, np.where(table.reduce, cal.reduce_step_s, 0.0))
+    has = np.bincount(r, minlength=rows) > 0
+    launch = np.array([cal.launch_s(g) for g in table.generation], dtype=float).reshape(rows) * has
+    return TableCosts(row=r, per_byte=(table.tier_max / eff).max(axis=1), lat=table.latency_s + fixed,
+                      repeat=table.repeat, pipelined=table.pipelined, launch=launch)
+
+
 def table_times(table: StepTable, nbytes: np.ndarray, cal: NetworkCalibration) -> tuple[np.ndarray, np.ndarray]:
     """(bandwidth seconds, other seconds) of every row of a StepTable with per-row buffers `nbytes`.
 
     The bandwidth part is the pure transfer time (what concurrent transfers share); the other part is
     launch, wire latencies and fixed step costs, including what pipelining does not hide.
     """
-    rows = table.spans_efa.size
-    r = table.row
-    link_eff = np.array([cal.neuronlink_efficiency(g) for g in table.generation], dtype=float).reshape(rows)
-    eff = np.stack([np.full(r.size, cal.chip_efficiency), link_eff[r], np.full(r.size, cal.efa_efficiency)],
-                   axis=1)
-    b = np.asarray(nbytes, dtype=float)[r] * (table.tier_max / eff).max(axis=1)
-    fixed = np.where(table.spans_efa[r], cal.efa_step_s, np.where(table.reduce, cal.reduce_step_s, 0.0))
-    lat = table.latency_s + fixed
-    n = table.repeat
-    total = np.where(table.pipelined, b + lat + (n - 1) * np.maximum(b, lat), n * (b + lat))
-    busy = np.zeros(rows)
-    np.add.at(busy, r, n * b)
-    whole = np.zeros(rows)
-    np.add.at(whole, r, total)
-    has = np.bincount(r, minlength=rows) > 0
-    launch = np.array([cal.launch_s(g) for g in table.generation], dtype=float).reshape(rows) * has
-    return busy, whole - busy + launch
+    return table_costs(table, cal).times(nbytes)
 
 
+# The TableCosts of the profiles one collective compares (`_priced`), by the profiles' identities (cached by
+# `flows.profile`; each entry holds its profiles, so an identity is not reused while it is here) and calibration.
+_COSTS: dict[tuple, tuple[tuple[Profile, ...], TableCosts]] = {}
+_COSTS_MAX = 8192
+
+
+def _profile_costs(profs: list[Profile], cal: NetworkCalibration) -> TableCosts:
+    key = (tuple(map(id, profs)), cal)
+    hit = _COSTS.get(key)
+    if hit is None:
+        if len(_COSTS) >= _COSTS_MAX:
+            _COSTS.clear()
+        hit = _COSTS[key] = (tuple(profs), table_costs(step_table(profs), cal))
+    return hit[1]
+
+
+@functools.lru_cache(maxsize=4096)
 def _check(op: str, group: Group, fab: Fabric) -> None:
     if op not in algs.OPS:
         raise ValueError(f"unknown op {op!r}; known: {', '.join(algs.OPS)}")
@@ -95,16 +136,35 @@ def _check(op: str, group: Group, fab: Fabric) -> None:
 def _breakpoints(fab: Fabric, op: str, nbytes: float, group: Group, above: bool) -> list[float]:
     """Buffer sizes just over (above) or just under (below) `nbytes`'s neighbouring size thresholds of
     Neuron's algorithm choice (any stage's)."""
+    if above:
+        return sorted({up for edge, up, _ in _edges(fab, op, group, nbytes) if edge > nbytes})
+    return sorted({down for edge, _, down in _edges(fab, op, group, nbytes) if edge <= nbytes})
+
+
+@functools.lru_cache(maxsize=4096)
+def _edges_of(fab: Fabric, op: str, group: Group, fractions: tuple[float, ...]) -> tuple[tuple[float, float, float], ...]:
+    return tuple((edge, float(np.nextafter(edge, np.inf)), float(np.nextafter(edge, 0.0)))
+                 for f in fractions for edge in (MESH_MAX_BYTES / f, RDH_MAX_BYTES / f))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fractions(fab: Fabric, op: str, group: Group) -> tuple[float, ...] | None:
+    """The stages' buffer fractions, which do not depend on the size (only the stages' algorithms do); None
+    for a group `stages` cannot split at every size (then asked per size)."""
     _, lv = members_and_levels(fab, group)
-    out = []
-    for st in stages(fab, op, nbytes, group, lv):
-        for limit in (MESH_MAX_BYTES, RDH_MAX_BYTES):
-            edge = limit / st.fraction
-            if above and edge > nbytes:
-                out.append(float(np.nextafter(edge, np.inf)))
-            elif not above and edge <= nbytes:
-                out.append(float(np.nextafter(edge, 0.0)))
-    return sorted(set(out))
+    try:
+        return tuple(st.fraction for st in stages(fab, op, 1.0, group, lv))
+    except ValueError:
+        return None
+
+
+def _edges(fab: Fabric, op: str, group: Group, nbytes: float) -> tuple[tuple[float, float, float], ...]:
+    """(threshold, just over it, just under it) of every stage's size switch (MESH_MAX_BYTES, RDH_MAX_BYTES)."""
+    fr = _fractions(fab, op, group)
+    if fr is None:
+        _, lv = members_and_levels(fab, group)
+        fr = tuple(st.fraction for st in stages(fab, op, nbytes, group, lv))
+    return _edges_of(fab, op, group, fr)
 
 
 # The fitted launch costs reproduce nccom-test, which times one standalone invocation at a time; its Trn2
@@ -114,6 +174,14 @@ def _breakpoints(fab: Fabric, op: str, nbytes: float, group: Group, above: bool)
 # which the replay engine passes): their launch cost is capped at 10 us; standalone ones (`in_graph=False`,
 # `ultracluster collectives`) keep the fitted cost. Trn1's fitted launch (about 9 us) is below the cap either way.
 IN_GRAPH_LAUNCH_MAX_S = 10e-6
+
+
+@functools.lru_cache(maxsize=64)
+def _in_graph(cal: NetworkCalibration) -> NetworkCalibration:
+    """`cal` with its launch costs capped at IN_GRAPH_LAUNCH_MAX_S."""
+    return cal.with_(launch_s_trn1=min(cal.launch_s_trn1, IN_GRAPH_LAUNCH_MAX_S),
+                     launch_s_trn2=min(cal.launch_s_trn2, IN_GRAPH_LAUNCH_MAX_S),
+                     launch_s_trn3=min(cal.launch_s_trn3, IN_GRAPH_LAUNCH_MAX_S))
 
 
 def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
@@ -139,9 +207,7 @@ def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
     cal = calibration or cluster.calibration.network
     sync = 0.0
     if group.together if in_graph is None else in_graph:
-        cal = cal.with_(launch_s_trn1=min(cal.launch_s_trn1, IN_GRAPH_LAUNCH_MAX_S),
-                        launch_s_trn2=min(cal.launch_s_trn2, IN_GRAPH_LAUNCH_MAX_S),
-                        launch_s_trn3=min(cal.launch_s_trn3, IN_GRAPH_LAUNCH_MAX_S))
+        cal = _in_graph(cal)
         sync = 1.0                       # the graph's hand-off to the collective cores and back
     fab = fabric(cluster)
     sync *= cal.sync_s(fab.generation)
@@ -157,12 +223,12 @@ def _priced(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) 
     if cal.algorithm_envelope:
         sizes = [nbytes] + _breakpoints(fab, op, float(nbytes), group, above=True)
         profs = [profile(fab, op, n, group) for n in sizes]
-        busy, other = table_times(step_table(profs), np.array(sizes), cal)
+        busy, other = _profile_costs(profs, cal).times(np.array(sizes))
         best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper
         return float(busy[best]), float(other[best]), profs[best]
     sizes = _breakpoints(fab, op, float(nbytes), group, above=False) + [float(nbytes)]
     profs = [profile(fab, op, n, group) for n in sizes]
-    busy, other = table_times(step_table(profs), np.array(sizes), cal)
+    busy, other = _profile_costs(profs, cal).times(np.array(sizes))
     total = busy + other
     floor = float(total[:-1].max()) if len(sizes) > 1 else 0.0
     return float(busy[-1]), float(other[-1]) + max(0.0, floor - float(total[-1])), profs[-1]

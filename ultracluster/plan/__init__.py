@@ -67,9 +67,11 @@ class PlanResult:
 
 
 def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | None, address: str | None,
-              log: Callable[[str], None], session: ExitStack, shards: int, progress=None) -> search.Evaluated:
+              log: Callable[[str], None], session: ExitStack, shards: Callable[[], int],
+              progress=None) -> search.Evaluated:
     """Price every chunk here or with Ray tasks; times the search itself. A Ray it
-    attaches to (or starts) stays attached in `session` for the replays (`shards`: actor slots they need).
+    attaches to (or starts) stays attached in `session` for the replays (`shards()`: actor slots they need,
+    asked only when a Ray is started: a search priced here does not import Ray).
     `progress` (a `report.WorkProgress`) is told the layouts priced as pieces come back."""
     t0 = time.perf_counter()
     pr = Pricer(base, calibration)
@@ -78,7 +80,7 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
 
     done = progress.advance if progress is not None else None
     if plan_tasks.wanted(address):
-        session.enter_context(plan_tasks.planning_ray(address, shards))
+        session.enter_context(plan_tasks.planning_ray(address, shards()))
         pieces = search.chunks(table, 2 * plan_tasks.cluster_cpus())
         results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, pieces, done)
         return search.Evaluated(table, sources, time.perf_counter() - t0, nodes, results)
@@ -87,7 +89,7 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
     nodes = 0
     if cpus > 1 and expected_s * (1 - 1 / cpus) > EMBEDDED_RAY_START_S:
         log(f"plan: {len(table):,} layouts: pricing them on an embedded Ray ({cpus} CPUs)")
-        session.enter_context(plan_tasks.planning_ray(None, shards))
+        session.enter_context(plan_tasks.planning_ray(None, shards()))
         results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, search.chunks(table, 2 * cpus), done)
     else:                          # here, in pieces of the table's order (the same numbers)
         results = []
@@ -165,7 +167,8 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     else:
         log(f"plan: {len(table):,} layouts to price")
     with ExitStack() as session:         # one Ray session (if any) for the search and the replays
-        ev = _evaluate(base, table, calibration, address, log, session, _replay_shards(base), progress)
+        ev = _evaluate(base, table, calibration, address, log, session, lambda: _replay_shards(base),
+                       progress)
         full = search.assemble(table, ev.results, tokens, base.tokens_per_step, price_of, hbm_headroom)
         folded = search.fold_equivalent(full)
         search.mark_pareto(full)

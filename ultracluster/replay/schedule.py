@@ -26,41 +26,45 @@ def stage_programs(schedule: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
     Returns:
         programs[s] = list of ("F"|"B", microbatch, chunk id) with chunk id = virtual stage * p + s.
     """
-    if schedule == "gpipe":
-        return [[("F", k, s) for k in range(m)] + [("B", k, s) for k in range(m)] for s in range(p)]
-    if schedule == "1f1b":
-        progs = []
-        for s in range(p):
+    return [[("B" if b else "F", k, c) for b, k, c in zip(back.tolist(), mb.tolist(), chunk.tolist())]
+            for back, mb, chunk in program_columns(schedule, p, m, v)]
+
+
+def program_columns(schedule: str, p: int, m: int, v: int = 1) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every stage's program (`stage_programs`) as arrays: (backward? [ops], microbatch [ops], chunk id [ops]).
+
+    Every schedule is warm-up forwards, then one forward and one backward in turn, then the cool-down backwards
+    (the forwards and the backwards each numbered 0, 1, ... in program order):
+      GPipe: all m forwards, then all m backwards;
+      1F1B: p - s - 1 warm-up forwards (at most m) on stage s;
+      interleaved 1F1B (Megatron-LM): m x v forwards and backwards, (p - s - 1) x 2 + (v - 1) x p warm-up
+        forwards; the k-th of each runs microbatch (k // pv) p + k % p on virtual stage (k % pv) // p, the
+        backwards from the last virtual stage down.
+    """
+    if schedule not in ("gpipe", "1f1b", "interleaved"):
+        raise ValueError(schedule)
+    total = m * v if schedule == "interleaved" else m
+    out = []
+    for s in range(p):
+        if schedule == "gpipe":
+            warm = total
+        elif schedule == "1f1b":
             warm = min(p - s - 1, m)
-            prog: list[Op] = [("F", k, s) for k in range(warm)]
-            for k in range(m - warm):
-                prog += [("F", warm + k, s), ("B", k, s)]
-            prog += [("B", k, s) for k in range(m - warm, m)]
-            progs.append(prog)
-        return progs
-    if schedule == "interleaved":
-        return [_interleaved(s, p, m, v) for s in range(p)]
-    raise ValueError(schedule)
-
-
-def _interleaved(s: int, p: int, m: int, v: int) -> list[Op]:
-    """Megatron-LM interleaved 1F1B for stage s (microbatches in groups of p, chunk-major within)."""
-    total = m * v
-
-    def fwd(k: int) -> Op:
-        group, r = divmod(k, p * v)
-        return ("F", group * p + r % p, (r // p) * p + s)
-
-    def bwd(k: int) -> Op:
-        group, r = divmod(k, p * v)
-        return ("B", group * p + r % p, (v - 1 - r // p) * p + s)
-
-    warm = min((p - s - 1) * 2 + (v - 1) * p, total)
-    prog = [fwd(k) for k in range(warm)]
-    for k in range(total - warm):
-        prog += [fwd(warm + k), bwd(k)]
-    prog += [bwd(k) for k in range(total - warm, total)]
-    return prog
+        else:
+            warm = min((p - s - 1) * 2 + (v - 1) * p, total)
+        back = np.concatenate([np.zeros(warm, dtype=bool), np.tile([False, True], total - warm),
+                               np.ones(warm, dtype=bool)])
+        k = np.empty(2 * total, dtype=np.int64)      # each op's number among the forwards or the backwards
+        k[~back] = np.arange(total)
+        k[back] = np.arange(total)
+        if schedule == "interleaved":
+            group, r = np.divmod(k, p * v)
+            mb, virtual = group * p + r % p, r // p
+            chunk = np.where(back, v - 1 - virtual, virtual) * p + s
+        else:
+            mb, chunk = k, np.full(2 * total, s, dtype=np.int64)
+        out.append((back, mb, chunk))
+    return out
 
 
 @dataclass
