@@ -173,3 +173,16 @@ def test_degraded_instances_are_replayed_per_setting():
     times = step_times(sc, cals)
     assert times == pytest.approx([_replayed(_one_step(sc), c) for c in cals], rel=1e-12)
     assert times[1] > times[0]
+
+
+def test_the_anchor_run_loads_without_a_working_directory(tmp_path, monkeypatch):
+    # a Ray job's working directory can vanish under it; the anchor is an inlined scenario and needs none
+    from ultracluster import uncertainty as unc
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    unc._anchor_scenario.cache_clear()
+    row, sc, published = unc.anchor()
+    assert row and published > 0 and sc.cluster.instance.startswith("trn2")

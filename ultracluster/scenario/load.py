@@ -87,7 +87,6 @@ def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
         return []
     if not isinstance(entries, list):
         return [Problem("operators", entries, "a list of operator library files (YAML)")]
-    base = Path(where).parent if where else Path.cwd()
     problems: list[Problem] = []
     docs: list[Any] = []
     for i, entry in enumerate(entries):
@@ -95,6 +94,9 @@ def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
         if isinstance(entry, dict):
             doc = entry
         elif isinstance(entry, str):
+            # a relative path is the scenario file's neighbour (the working directory's for a mapping); an inlined
+            # library (a dict, as every loaded Scenario carries) needs no directory, not even an existing cwd
+            base = Path(where).parent if where else Path.cwd()
             path = (base / entry) if not Path(entry).is_absolute() else Path(entry)
             try:
                 doc = read_yaml_file(path)
