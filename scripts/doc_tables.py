@@ -11,7 +11,6 @@ generator, so no figure in the docs drifts from what the product computes. Run a
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -26,7 +25,9 @@ AXLEARN = SCENARIOS / "axlearn-llama2-70b-trn2-64.yaml"
 
 
 def _fitted() -> dict:
-    return json.loads((REPO / "ultracluster" / "cluster" / "calibration.json").read_text())
+    from ultracluster.cluster.calibration import fitted_document
+
+    return fitted_document()
 
 
 def _predict(path: Path, sets: tuple[str, ...] = ()) -> dict:

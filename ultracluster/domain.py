@@ -11,12 +11,8 @@ import math
 
 import numpy as np
 
-from .cluster.calibration import FITTED, load_fitted
+from .cluster.calibration import fitted_document
 
-
-def _fitted() -> dict:
-    """The committed calibration (calibration.json), read once per process (`load_fitted`)."""
-    return load_fitted().documents[FITTED.name]
 
 
 # The axes of the calibrated domain (calibration.json "domain", per chip generation): numeric ranges and sets
@@ -63,7 +59,7 @@ def extrapolated(scenario, generation: str, dom: dict | None = None) -> list[str
 def extrapolated_rows(value: dict, generation: str, dom: dict | None = None) -> list[list[str]]:
     """`extrapolated` of many layouts of one chip generation at once: `value` maps each axis (tp, pp, cp, seq_len,
     params_b, zero, recompute) to a number or an array (one per layout); one list of axes per layout."""
-    dom = _fitted().get("domain", {}) if dom is None else dom
+    dom = fitted_document().get("domain", {}) if dom is None else dom
     n = max([np.size(v) for v in value.values()] + [1])
     if not dom:
         return [[] for _ in range(n)]
@@ -84,7 +80,7 @@ def extrapolated_rows(value: dict, generation: str, dom: dict | None = None) -> 
 def mfu_best(generation: str, dom: dict | None = None) -> float | None:
     """The best MFU any published run of the generation reached, or a profile's run where that is higher (None:
     no run of it)."""
-    best = [float(d[generation]["mfu_best"]) for d in (_fitted().get("domain", {}), dom or {}) if generation in d]
+    best = [float(d[generation]["mfu_best"]) for d in (fitted_document().get("domain", {}), dom or {}) if generation in d]
     return max(best) if best else None
 
 
@@ -92,7 +88,7 @@ def extrapolation_log(axes, worst_pct: float | None = None):
     """Log half-width each extrapolated axis adds, in quadrature: the worst leave-one-layout-out error of the
     fit, what the model missed by on a layout it had not seen (docs/uncertainty.md); `worst_pct` a profile's.
     `axes`: the list of axes, or (for many layouts) an array of their counts."""
-    worst = _fitted().get("cross_validation", {}).get("worst_abs_error_pct", 0.0) if worst_pct is None else worst_pct
+    worst = fitted_document().get("cross_validation", {}).get("worst_abs_error_pct", 0.0) if worst_pct is None else worst_pct
     if isinstance(axes, list):
         return math.sqrt(len(axes)) * math.log1p(worst / 100)
     return np.sqrt(np.asarray(axes, dtype=float)) * math.log1p(worst / 100)

@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .cluster.calibration import FITTED, TRN1, TRN2, Calibration, fitted, load_fitted
+from .cluster.calibration import TRN1, TRN2, Calibration, fitted, fitted_document
 from .cluster.factor_ranges import UncertainFactor, for_generation
 from .domain import (DOMAIN_RANGES, DOMAIN_SETS, domain_of, extrapolated, extrapolated_rows,  # noqa: F401  (here for
                      extrapolation_log, mfu_best, mfu_implausible, model_params_b)           # their callers)
@@ -59,15 +59,11 @@ class Evidence:
         return math.hypot(self.fit_log, Z80 * self.release_sigma)
 
 
-def _fitted() -> dict:
-    """The committed calibration (calibration.json), read once per process (`load_fitted`)."""
-    return load_fitted().documents[FITTED.name]
-
 
 @lru_cache(maxsize=1)
 def evidence() -> Evidence:
     """The fit's cross-validated residuals and the release spread, from the committed calibration."""
-    doc = _fitted()
+    doc = fitted_document()
     cv = [abs(math.log1p(v["cv_error_pct"] / 100)) for v in doc["layouts"].values() if "cv_error_pct" in v]
     return Evidence(fit_log=float(np.quantile(cv, 0.8)) if cv else 0.0,
                     release_sigma=float(doc.get("release_spread", 0.0)))
@@ -82,7 +78,7 @@ def profile_evidence(scenario) -> Evidence | None:
     if not doc:
         return None
     fit_log, sigma, ranges = evidence_of(doc)
-    shipped_worst = _fitted().get("cross_validation", {}).get("worst_abs_error_pct", 0.0)
+    shipped_worst = fitted_document().get("cross_validation", {}).get("worst_abs_error_pct", 0.0)
     own_worst = (doc.get("evidence") or {}).get("loo_worst_abs_pct") or 0.0
     return Evidence(fit_log=fit_log, release_sigma=sigma, ranges=tuple((k, lo, hi) for k, (lo, hi) in ranges.items()),
                     label="fit (the profile's leave-one-out residuals)", source=str(scenario.calibration.profile),
@@ -95,14 +91,14 @@ def chip_factors(generation: str, calibration: Calibration | None = None) -> lis
     if generation == TRN1:
         return []
     calibration = calibration or fitted()
-    ident = _fitted().get("identifiability", {})
+    ident = fitted_document().get("identifiability", {})
     out = []
     te = calibration.tensor_efficiency
     lo, hi = ident.get("tensor_efficiency", {}).get("low", te), ident.get("tensor_efficiency", {}).get("high", te)
     out.append(UncertainFactor("tensor_efficiency", min(lo, 0.8 * te), min(1.0, max(hi, 1.2 * te)), (generation,),
                                "fitted on Trn1 only: the range Trn1's layouts allow, at least 20 % either way"))
     scale = calibration.network.in_graph_sync_scale_trn2
-    argued = _fitted().get("trn2", {}).get("argued_range", [0.0, 1.0])
+    argued = fitted_document().get("trn2", {}).get("argued_range", [0.0, 1.0])
     out.append(UncertainFactor("in_graph_sync_scale_trn2", min(argued[0], scale), max(argued[1], scale), (generation,),
                                "the in-graph collective hand-off on Trn2 (Trn3 borrows it) as a multiple of Trn1's: "
                                "fitted to the one Trn2 training row, which cannot separate it from the other Trn2 "
@@ -137,7 +133,7 @@ def factors_for(cluster, pinned: bool = True, ranges: tuple = ()) -> list[Uncert
     `ranges` ((name, low, high), a calibration profile's fitted factors) narrow their factors the same way."""
     gen = cluster.chip.name
     out = chip_factors(gen, cluster.calibration) + for_generation(gen)
-    narrow = dict(_fitted().get("trn2", {}).get("pinned", {})) if pinned and gen == TRN2 else {}
+    narrow = dict(fitted_document().get("trn2", {}).get("pinned", {})) if pinned and gen == TRN2 else {}
     narrow.update({name: [lo, hi] for name, lo, hi in ranges})
     if not narrow:
         return out
@@ -270,8 +266,10 @@ DRAWS = 4096
 GRID = 5
 
 
+@lru_cache(maxsize=8)
 def halton(n: int, d: int) -> np.ndarray:
-    """The first n points of the d-dimensional Halton sequence in [0, 1)^d (bases: the first d primes)."""
+    """The first n points of the d-dimensional Halton sequence in [0, 1)^d (bases: the first d primes); computed
+    once per (n, d) and shared read-only by every interval."""
     primes = [p for p in range(2, 200) if all(p % q for q in range(2, int(p ** 0.5) + 1))][:d]
     out = np.zeros((n, d))
     for j, b in enumerate(primes):
@@ -280,6 +278,7 @@ def halton(n: int, d: int) -> np.ndarray:
             f /= b
             out[:, j] += f * (k % b)
             k //= b
+    out.flags.writeable = False
     return out
 
 
@@ -312,17 +311,22 @@ def _draws(factors: tuple, cal: Calibration, base: float, grid_times: np.ndarray
 def anchor() -> tuple[str, object, float] | None:
     """The published Trainium2 run every Trn2-side factor setting is weighted by: (row, scenario, step s), from
     calibration.json "trn2" (None without one)."""
-    t2 = _fitted().get("trn2") or {}
+    t2 = fitted_document().get("trn2") or {}
     if "scenario" not in t2:
         return None
-    return t2["row"], _anchor_scenario(t2["row"]), float(t2["published_step_s"])
+    return t2["row"], _anchor_scenario(), float(t2["published_step_s"])
+
+
+def _uniform() -> tuple[np.ndarray, str]:
+    """Every draw weighted alike, by no run."""
+    return np.full(DRAWS, 1.0 / DRAWS), ""
 
 
 @lru_cache(maxsize=1)
-def _anchor_scenario(row: str):
+def _anchor_scenario():
     from .scenario import load_scenario
 
-    return load_scenario(_fitted()["trn2"]["scenario"])
+    return load_scenario(fitted_document()["trn2"]["scenario"])
 
 
 @lru_cache(maxsize=16)
@@ -332,12 +336,12 @@ def _weights(factors: tuple, cal: Calibration) -> tuple[np.ndarray, str]:
     every run of a chip generation under one calibration."""
     a = anchor()
     if a is None:
-        return np.full(DRAWS, 1.0 / DRAWS), ""
+        return _uniform()
     row, sc, published = a
     t = step_times(_one_step(sc), _grid_settings(cal, factors))
     base, grid_times = float(t[0]), _grid_times(t[None, :], factors)[0]
     if not math.isfinite(base) or np.allclose(grid_times, base, rtol=1e-9, equal_nan=True):
-        return np.full(DRAWS, 1.0 / DRAWS), ""
+        return _uniform()
     err = math.log(base / published) + _draws(factors, cal, base, grid_times)
     w = np.exp(-0.5 * (err * Z80 / evidence().half_width_log) ** 2)
     return w / w.sum(), row
@@ -445,7 +449,7 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
 def weights_for(factors: tuple, cal: Calibration, profile) -> tuple[np.ndarray, str]:
     """The draws' weights: by the published Trainium2 run under the shipped fit (`_weights`), uniform under a
     calibration profile's evidence."""
-    return _weights(factors, cal) if profile is None else (np.full(DRAWS, 1.0 / DRAWS), "")
+    return _weights(factors, cal) if profile is None else _uniform()
 
 
 def nan_keys() -> dict:

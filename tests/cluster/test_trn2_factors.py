@@ -52,9 +52,10 @@ def test_the_sync_scale_moves_trn2_collectives_and_leaves_trn1_alone():
 
 def test_the_trn2_row_is_met_and_the_ranges_it_allows_are_inside_the_argued_ones():
     from ultracluster.cluster import build_cluster
-    from ultracluster.uncertainty import _fitted, factors_for
+    from ultracluster.cluster.calibration import fitted_document
+    from ultracluster.uncertainty import factors_for
 
-    t2 = _fitted()["trn2"]
+    t2 = fitted_document()["trn2"]
     sc = load_scenario(SCENARIO)
     assert abs(predict(load_scenario(_repo() / "scenarios" / "calib-axlearn-llama2-70b-trn2-64.yaml"))["step_time_s"]
                / t2["published_step_s"] - 1) <= 0.10
@@ -73,9 +74,9 @@ def _repo():
 
 def test_the_llama2_70b_trn2_bands_are_usable_and_hold_the_published_run():
     # issue target: the Trn2 band of the Llama-2-70B jobs at most 60 % wide (high / low - 1), still covering t1
-    from ultracluster.uncertainty import _fitted
+    from ultracluster.cluster.calibration import fitted_document
 
-    published = _fitted()["trn2"]["published_step_s"]
+    published = fitted_document()["trn2"]["published_step_s"]
     for name in ("calib-axlearn-llama2-70b-trn2-64", "llama2-70b-tp32pp4-trn2-64"):
         s = predict(load_scenario(_repo() / "scenarios" / f"{name}.yaml"), intervals=True)
         assert s["step_time_high_s"] / s["step_time_low_s"] - 1 <= 0.60, name

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cluster import profile as fmt
-from ..cluster.calibration import FITTED, Calibration, fitted, load_fitted
+from ..cluster.calibration import Calibration, fitted, fitted_document
 from ..cluster.catalog import INSTANCES
 from ..errors import Problem, ScenarioError
 from .fit import (CANDIDATES, MIN_INDEPENDENT, MIN_SENSITIVITY, PENALTY, SHIPPED_WEIGHT, Group, Pricing, Problem as Fit,
@@ -68,7 +68,7 @@ def _pct(log_ratio: float) -> float:
 
 def _shipped_evidence() -> tuple[list[float], float]:
     """The shipped fit's leave-one-layout-out |log errors| and its between-release spread (calibration.json)."""
-    doc = load_fitted().documents[FITTED.name]
+    doc = fitted_document()
     cv = [abs(math.log1p(v["cv_error_pct"] / 100)) for v in doc["layouts"].values() if "cv_error_pct" in v]
     return cv, float(doc.get("release_spread", 0.0))
 
@@ -187,7 +187,7 @@ def _document(measurements, rows, groups, terms, shipped, main: Fit, folds, kept
         "format": fmt.FORMAT, "version": fmt.VERSION,
         "written_by": f"ultracluster {_version()} calibrate",
         "measurements": str(measurements),
-        "shipped_calibration": {"inputs_sha256": load_fitted().documents[FITTED.name].get("inputs_sha256"),
+        "shipped_calibration": {"inputs_sha256": fitted_document().get("inputs_sha256"),
                                 "factors": shipped},
         "factors": {k: main.factors[k] for k in CANDIDATES},
         "fitted": list(main.free),

@@ -56,14 +56,14 @@ def learning_curve(data: Path = DATA, ks=(1, 2, 3)) -> list[dict]:
     """Per k: the layouts calibrated on, the factors fitted, and the median and worst |step time error| (%) of the
     layouts left out with the profile, with the shipped fit (which saw them) and the shipped fit's own
     leave-one-layout-out errors (calibration.json)."""
-    from ..cluster.calibration import FITTED, fitted, load_fitted
+    from ..cluster.calibration import fitted, fitted_document
     from ..cluster.profile import calibration_of
     from ..scenario import load_scenario
     from .command import calibrate
 
     rows = public_rows(data)
     order = small_first()
-    layouts = load_fitted().documents[FITTED.name]["layouts"]
+    layouts = fitted_document()["layouts"]
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for k in ks:

@@ -387,6 +387,12 @@ def load_fitted() -> Fitted:
                   documents=MappingProxyType({FITTED.name: chip_doc, NETWORK_FITTED.name: net_doc}))
 
 
+def fitted_document() -> dict:
+    """The committed chip fit, calibration.json, as read by `load_fitted` (its layouts, cross-validation, the
+    Trainium2 row, the calibrated domain)."""
+    return load_fitted().documents[FITTED.name]
+
+
 _LAZY = {"DEFAULT": "calibration", "NETWORK_DEFAULT": "network", "NETWORK_PROFILES": "profiles"}
 
 
