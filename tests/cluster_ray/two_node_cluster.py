@@ -95,6 +95,7 @@ def main() -> int:
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
     temp_dir = tempfile.mkdtemp(prefix="ucray-", dir="/tmp")   # short: Unix socket paths are limited
+    temp_dirs = [temp_dir]
     out = Path(args.out)
     result: dict = {}
     dashboard_port = free_port()
@@ -110,7 +111,12 @@ def main() -> int:
         # dir (without it Ray guesses among every Ray running on the machine)
         write_ray_address(cluster.address, temp_dir)
         for _ in range(args.nodes - 1):
-            cluster.add_node(**node)
+            # each node its own temp dir, as on separate machines: two raylets sharing one would share its
+            # runtime_resources, and Ray unpacks a job's working_dir afresh on each node (removing what is
+            # there), so a node setting up the job's actors would pull the files from under the job's driver
+            extra = tempfile.mkdtemp(prefix="ucray-", dir="/tmp")
+            temp_dirs.append(extra)
+            cluster.add_node(**node, temp_dir=extra)
         cluster.wait_for_nodes()
         result["address"] = cluster.address
         sets = [x for s in args.set for x in ("--set", s)]
@@ -134,7 +140,8 @@ def main() -> int:
     finally:
         if cluster is not None:
             cluster.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        for d in temp_dirs:
+            shutil.rmtree(d, ignore_errors=True)
     print(json.dumps(result))
     return 0
 
