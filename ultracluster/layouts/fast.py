@@ -102,8 +102,11 @@ class _Pending:
     overhead_s: float
 
 
-def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
+def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFrame:
     """Predict every layout of `table` (LAYOUT_COLUMNS and `microbatches`, one row per layout).
+
+    `reasons`: write `run`'s reason for every layout that does not fit (False: None everywhere, for a caller
+    that words its own from the memory columns, as the planner's `search.apply_headroom` does).
 
     Returns:
         DataFrame indexed like `table`: feasible, reason, MEMORY_COLUMNS, step_time_s, tokens_per_s, mfu,
@@ -122,7 +125,7 @@ def evaluate(pr: Pricer, table: pd.DataFrame) -> pd.DataFrame:
     out["worst_stage"] = out["worst_stage"].astype(int)
     worst_total = out[["weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserve_gib"]].sum(axis=1)
     out["feasible"] = (worst_total <= out["hbm_capacity_gib"]).to_numpy()
-    out["reason"] = [None if ok else infeasible_reason([StageMemory(
+    out["reason"] = None if not reasons else [None if ok else infeasible_reason([StageMemory(
         stage=int(r.worst_stage), weights_gib=r.weights_gib, gradients_gib=r.gradients_gib,
         optimizer_gib=r.optimizer_gib, activations_gib=r.activations_gib, reserve_gib=r.reserve_gib,
         total_gib=tot, capacity_gib=r.hbm_capacity_gib)]) for ok, r, tot in

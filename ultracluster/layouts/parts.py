@@ -168,7 +168,9 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
         zero = zero_all[g.rows]
         W, G, O = memory.stage_state_gib(g.dense, g.expert, g.layers, g.pp, dp_all[g.rows], ep_all[g.rows],
                                          zero >= 1, zero >= 3, per_param)
-        act = memory.chunk_activation_bytes(g.layers, sh.saved_layer[k], sh.saved_emb[k], sh.saved_head[k])
+        # activations depend on the row's shape alone: each distinct shape's peaks are priced once
+        ks, kinv = np.unique(k, return_inverse=True)
+        act = memory.chunk_activation_bytes(g.layers, sh.saved_layer[ks], sh.saved_emb[ks], sh.saved_head[ks])
         A = np.zeros((len(g.rows), g.pp))
         code = np.array([SCHEDULE_CODE[x] for x in sched[g.rows]]) * (1 << 32) + m_all[g.rows]
         keys, which = np.unique(code, return_inverse=True)
@@ -177,7 +179,8 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
             sc, m = SCHEDULES_BY_CODE[key >> 32], key & ((1 << 32) - 1)
             held = pr.memo(("held", sc, g.pp, int(m), g.v),
                            lambda: memory.stacked_held(_counts(sc, g.pp, int(m), g.v)))
-            A[idx] = memory.stage_peaks(held, act[idx].reshape(idx.size, g.v, g.pp))
+            used, back = np.unique(kinv[idx], return_inverse=True)
+            A[idx] = memory.stage_peaks(held, act[used].reshape(used.size, g.v, g.pp))[back]
         A = (A + sh.working[k, None]) / GIB
         cap, reserve = cap_all[g.rows], reserve_all[g.rows]
         total = W + G + O + A + reserve[:, None]

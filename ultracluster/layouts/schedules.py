@@ -73,8 +73,8 @@ class Compiled:
     order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # ops in level order
     at: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))      # op -> column in that order
     bounds: tuple = ()           # (first, end) column of each level in that order
-    level_pred: tuple = ()       # per level: the columns of its ops' predecessors
-    level_dep: tuple = ()        # per level: the columns of its ops' producers
+    level_pred: tuple = ()       # per level: the columns of its ops' predecessors (a slice where consecutive)
+    level_dep: tuple = ()        # per level: the columns of its ops' producers (a slice where consecutive)
     microbatches_per_block: int = 0
     reach: int = 0
     blocks: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
@@ -178,6 +178,13 @@ def _depths(pred: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
     return np.array(depth, dtype=np.int64)
 
 
+def _index(cols: np.ndarray) -> np.ndarray | slice:
+    """`cols` as a slice where they are consecutive (a view instead of a gathered copy: the same values)."""
+    if cols.size and int(cols[-1]) - int(cols[0]) == cols.size - 1 and (np.diff(cols) == 1).all():
+        return slice(int(cols[0]), int(cols[-1]) + 1)
+    return cols
+
+
 @lru_cache(maxsize=512)
 def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     """The engine's stage programs of (schedule, p, m, v) as a Compiled (cached)."""
@@ -192,12 +199,13 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     pred, dep = np.where(raw.pred < 0, ops, raw.pred), np.where(raw.dep < 0, ops, raw.dep)
     at = np.empty(ops + 1, dtype=np.int64)                  # op -> its column in level order (sentinel last)
     at[order], at[ops] = np.arange(ops), ops
-    bounds = np.concatenate([[0], cuts, [ops]])
+    bounds = np.concatenate([[0], cuts, [ops]]).tolist()
+    spans = tuple(zip(bounds[:-1], bounds[1:]))
+    cols_pred, cols_dep = at[pred[order]], at[dep[order]]
     comp = Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, kind=raw.kind, chunk=raw.chunk,
-                    pred=pred, dep=dep, delay=raw.delay, levels=tuple(np.split(order, cuts)), last_op=last_op,
-                    order=order, at=at, bounds=tuple(zip(bounds[:-1].tolist(), bounds[1:].tolist())),
-                    level_pred=tuple(np.split(at[pred[order]], cuts)), level_dep=tuple(np.split(at[dep[order]], cuts)),
-                    last_b=np.array([lookup[c] for c in range(p * v)]))
+                    pred=pred, dep=dep, delay=raw.delay, levels=tuple(order[a:b] for a, b in spans), last_op=last_op,
+                    order=order, at=at, bounds=spans, level_pred=tuple(_index(cols_pred[a:b]) for a, b in spans),
+                    level_dep=tuple(_index(cols_dep[a:b]) for a, b in spans), last_b=np.array([lookup[c] for c in range(p * v)]))
     blocks = _blocks(schedule, p, m, v)
     if blocks is None:
         return comp
@@ -375,6 +383,16 @@ def pipeline_times(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray
     """
     rows, chunks = fwd.shape
     m = np.broadcast_to(np.asarray(m, dtype=np.int64), (rows,))
+    # rows with the same inputs (layouts that differ only in what the pipeline does not see: ZeRO-0 and -1,
+    # the data-parallel degree at equal chunk times) are run once
+    same = np.concatenate([m[:, None].astype(float), fwd, bwd, send_fwd, send_bwd, send_bwd_last], axis=1)
+    _, first, back = np.unique(same, axis=0, return_index=True, return_inverse=True)
+    if first.size < rows:
+        back = back.reshape(-1)
+        pt = pipeline_times(schedule, p, v, m[first], fwd[first], bwd[first], send_fwd[first], send_bwd[first],
+                            send_bwd_last[first])
+        return PipeTimes(stage_end=pt.stage_end[back], last_b_start=pt.last_b_start[back],
+                         last_b_end=pt.last_b_end[back], evaluated_microbatches=pt.evaluated_microbatches[back])
     last = np.where(send_bwd > 0, send_bwd_last, send_bwd)
     delays = np.concatenate([np.zeros((rows, 1)), send_fwd, send_bwd, last], axis=1)
     out_end = np.zeros((rows, p))

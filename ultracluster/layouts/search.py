@@ -56,14 +56,15 @@ def chunks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
 
 def evaluate_chunk(scenario: Scenario, calibration: Calibration | None, sources: dict[str, str],
                    table: pd.DataFrame, pricer: Pricer | None = None) -> pd.DataFrame:
-    """Price one chunk; reuses this process's Pricer for the same scenario (caches stay warm)."""
+    """Price one chunk; reuses this process's Pricer for the same scenario (caches stay warm). The `reason` of a
+    layout that does not fit is left None: `apply_headroom` words every one."""
     if pricer is None:
         key = (scenario.model_dump_json(), repr(calibration), tuple(sorted(sources.items())))
         pricer = _WORKER_PRICERS.get(key)
         if pricer is None:
             _WORKER_PRICERS.clear()
             pricer = _WORKER_PRICERS[key] = Pricer(scenario, calibration, sources)
-    out = fast.evaluate(pricer, table)
+    out = fast.evaluate(pricer, table, reasons=False)
     out.index = table.index
     return out
 

@@ -180,7 +180,7 @@ def _load(fab: Fabric, fl: Flows) -> StepLoad:
                     int(routed.tier.max()) if routed.tier.size else 0, fl.repeat, fl.reduce, fl.pipelined)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)
 def members_and_levels(fab: Fabric, group: Group) -> tuple[np.ndarray, Levels | None]:
     """The family's members (`family`) and their split by tier (`levels`), cached per fabric and group."""
     members = family(fab, group)

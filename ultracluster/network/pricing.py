@@ -5,6 +5,7 @@ Pure (numpy only); part of the collective model (`network.collectives`).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Sequence
@@ -204,18 +205,58 @@ def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
     Raises:
         ValueError: an unknown op, or a group that does not fit the cluster.
     """
+    fab, cal, sync = _setting(cluster, op, group, calibration, in_graph)
+    if group.ranks <= 1 or nbytes <= 0:
+        return 0.0, 0.0, Profile((), "none", group.ranks, fab.generation)
+    busy, other, prof = _priced(fab, op, float(nbytes), group, cal)
+    return busy, other + sync, prof
+
+
+def _setting(cluster: Cluster, op: str, group: Group, calibration: NetworkCalibration | None,
+             in_graph: bool | None) -> tuple[Fabric, NetworkCalibration, float]:
+    """(fabric, calibration with the in-graph launch cap where it applies, in-graph sync seconds), the group
+    checked against the fabric."""
     cal = calibration or cluster.calibration.network
     sync = 0.0
     if group.together if in_graph is None else in_graph:
         cal = _in_graph(cal)
         sync = 1.0                       # the graph's hand-off to the collective cores and back
     fab = fabric(cluster)
-    sync *= cal.sync_s(fab.generation)
     _check(op, group, fab)
-    if group.ranks <= 1 or nbytes <= 0:
-        return 0.0, 0.0, Profile((), "none", group.ranks, fab.generation)
-    busy, other, prof = _priced(fab, op, float(nbytes), group, cal)
-    return busy, other + sync, prof
+    return fab, cal, sync * cal.sync_s(fab.generation)
+
+
+@functools.lru_cache(maxsize=64)
+def _unsized(fab: Fabric) -> Fabric:
+    """`fab` without its instance count: what a collective costs does not depend on it (only the check does)."""
+    return dataclasses.replace(fab, instances=0)
+
+
+def _canonical(fab: Fabric, group: Group) -> tuple[Fabric, Group]:
+    """The same collective moved to the cluster's first instances: the fabric repeats itself every instance
+    (every UltraServer on an UltraServer fabric), so a group shifted by whole periods costs the same (its
+    profile's resources move with it; only `collective_time`'s seconds and algorithm are read from it)."""
+    period = fab.ranks_per_instance * (fab.us_instances if fab.ultraserver else 1)
+    shift = group.first_rank // period * period
+    return _unsized(fab), (dataclasses.replace(group, first_rank=group.first_rank - shift) if shift else group)
+
+
+# (fabric, op, bytes, group, calibration) in canonical place (`_canonical`) -> (bandwidth s, other s, algorithm)
+_SECONDS: dict[tuple, tuple[float, float, str]] = {}
+_SECONDS_MAX = 1 << 16
+
+
+def _seconds(fab: Fabric, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -> tuple[float, float, str]:
+    """`_priced`'s seconds and algorithm of the collective in canonical place, memoized."""
+    fab, group = _canonical(fab, group)
+    key = (fab, op, nbytes, group, cal)
+    hit = _SECONDS.get(key)
+    if hit is None:
+        if len(_SECONDS) >= _SECONDS_MAX:
+            _SECONDS.clear()
+        busy, other, prof = _priced(fab, op, nbytes, group, cal)
+        hit = _SECONDS[key] = (busy, other, prof.algorithm)
+    return hit
 
 
 def _priced(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -> tuple[float, float, Profile]:
@@ -256,5 +297,8 @@ def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,
     Raises:
         ValueError: an unknown op, or a group that does not fit the cluster.
     """
-    busy, other, prof = collective_cost(cluster, op, nbytes, group, calibration, in_graph)
-    return busy + other, prof.algorithm
+    fab, cal, sync = _setting(cluster, op, group, calibration, in_graph)
+    if group.ranks <= 1 or nbytes <= 0:
+        return 0.0, "none"
+    busy, other, alg = _seconds(fab, op, float(nbytes), group, cal)
+    return busy + (other + sync), alg
