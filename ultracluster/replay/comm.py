@@ -236,7 +236,7 @@ def last_sends(price: Prices, cluster: Cluster, send_fwd: np.ndarray, send_bytes
     """[chunks] the last microbatch's gradient sends: a send leaving a stage's last backward runs while that
     stage's buckets are reduced; both share the links and NICs (max-min fair), so it takes longer than alone.
     Without `price.shares_links` they are priced alone (`training` is then not read)."""
-    send_bwd = np.concatenate([[0.0], send_fwd[:-1]])  # chunk c's input gradient returns over the c-1 -> c link
+    send_bwd = gradient_sends(send_fwd)
     last = send_bwd.copy()
     if dp > 1 and buckets.size and price.shares_links:
         dpg = group_of(cluster, dp, stride)
@@ -256,16 +256,27 @@ def norm_seconds(price: Prices, cluster: Cluster) -> float:
     return 0.0
 
 
+def gradient_sends(send_fwd: np.ndarray) -> np.ndarray:
+    """[..., chunks] gradient send seconds: chunk c's input gradient returns over the c-1 -> c link."""
+    send_fwd = np.asarray(send_fwd, dtype=float)
+    return np.concatenate([np.zeros(send_fwd.shape[:-1] + (1,)), send_fwd[..., :-1]], axis=-1)
+
+
 def assemble(layers: np.ndarray, layer: tuple, send_fwd: np.ndarray, send_bwd_last: np.ndarray, dp_parts: tuple,
-             norm_s: float, full_recompute: bool, dp_overlap: bool, records: list | None = None,
+             norm_s, full_recompute, dp_overlap, records: list | None = None,
              dp_total: np.ndarray | None = None) -> StepComm:
-    """The StepComm of one layout from its pieces (`layer_comm`, `pipeline_sends`, `last_sends`, `dp_comm`)."""
+    """The StepComm of one layout from its pieces (`layer_comm`, `pipeline_sends`, `last_sends`, `dp_comm`).
+
+    Over a row axis (the planner's batch) the same: `layer`'s five and `norm_s`, `full_recompute`, `dp_overlap`
+    as [rows] arrays, the per-chunk and per-stage pieces as [rows, chunks] and [rows, stages]; every field of
+    the StepComm then has that leading axis."""
     per_layer, bwd_exposed, cp_fwd, cp_bwd, a2a = layer
-    again = 1.0 if full_recompute else 0.0
+    again = np.where(full_recompute, 1.0, 0.0) if np.ndim(full_recompute) else (1.0 if full_recompute else 0.0)
+    col = lambda x: np.asarray(x, dtype=float)[..., None]       # noqa: E731  (a row's figure along its chunks)
     buckets, bucket_s, after, gather, scatter = dp_parts
-    return StepComm(tp_fwd=layers * (per_layer + a2a), tp_bwd=layers * (bwd_exposed + a2a + (per_layer + a2a) * again),
-                    send_fwd=send_fwd, send_bwd=np.concatenate([[0.0], send_fwd[:-1]]),
-                    dp=dp_total if dp_total is not None else np.zeros(after.size), records=records or [],
+    return StepComm(tp_fwd=layers * col(per_layer + a2a), tp_bwd=layers * col(bwd_exposed + a2a + (per_layer + a2a) * again),
+                    send_fwd=send_fwd, send_bwd=gradient_sends(send_fwd),
+                    dp=dp_total if dp_total is not None else np.zeros(np.shape(after)), records=records or [],
                     dp_overlap=dp_overlap, norm_s=norm_s, dp_bucket_s=bucket_s, dp_buckets=buckets,
                     dp_after_s=after, fsdp_gather_s=gather, fsdp_scatter_s=scatter, cp_block_fwd_s=cp_fwd,
                     cp_block_bwd_s=cp_bwd, send_bwd_last=send_bwd_last)
