@@ -61,9 +61,12 @@ def shapes(pr: Pricer, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.ndar
         (Shapes, [rows] index of each row's shape).
     """
     cols = list(SHAPE_COLUMNS) + (["cal"] if "cal" in table.columns else [])
-    srow, _ = pd.MultiIndex.from_frame(table[cols]).factorize()       # codes in order of first appearance
-    srow = np.asarray(srow, dtype=np.int64)
-    _, firsts = np.unique(srow, return_index=True)
+    code = np.zeros(len(table), dtype=np.int64)
+    for c in cols:                      # one integer per distinct combination of the columns' values
+        codes, values = pd.factorize(table[c].to_numpy())
+        code = code * len(values) + codes
+    _, firsts, srow = np.unique(code, return_index=True, return_inverse=True)
+    srow = srow.reshape(-1).astype(np.int64)
     first = {_shape_key(rows[i]): rows[i] for i in firsts.tolist()}
     keys = list(first)
     if len(keys) != firsts.size:
