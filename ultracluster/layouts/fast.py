@@ -23,8 +23,10 @@ and checkpoints are not in the fast path. The replayed layouts carry all three e
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,8 +37,8 @@ from ..cluster import Layout
 from ..memory import infeasible_reason
 from ..replay import engine
 from ..replay.result import StageMemory
-from .parts import (Group, Shapes, _counts, batched_chunks, batched_comm, batched_memory, cluster_columns, groups,
-                    shapes)
+from .parts import (Group, Shapes, _counts, batched_chunks, batched_comm, batched_memory, cluster_columns,
+                    distinct_rows, groups, shapes)
 from .pricer import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, calibration_index, has_zero_stages,
                      layout_scenario)
 from .schedules import pipeline_times
@@ -81,6 +83,22 @@ def bucket_queue_end(t0: np.ndarray, t1: np.ndarray, n: np.ndarray, d: np.ndarra
     return np.maximum(t0 + (t1 - t0) / n + work + later, t1 + d + later).max(axis=-1)
 
 
+class RowView:
+    """The rows of a table as named tuples (`DataFrame.itertuples`' values), each built when first read: a
+    search reads only some of its rows one by one (a shape's first, a feasible layout's collectives)."""
+
+    def __init__(self, table: pd.DataFrame):
+        self._type = namedtuple("Row", table.columns)
+        self._columns = [table[c].tolist() for c in table.columns]
+        self._built: dict[int, Any] = {}
+
+    def __getitem__(self, i: int):
+        row = self._built.get(i)
+        if row is None:
+            row = self._built[i] = self._type(*(col[i] for col in self._columns))
+        return row
+
+
 @dataclass
 class _Rows:
     """The context-parallel block seconds of several layouts, [rows], where `cp_exposed` reads a StepComm's
@@ -106,7 +124,7 @@ def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFr
     table = table.reset_index(drop=True)
     # string columns as Python objects: the per-row reads below (itertuples, cluster keys) iterate them in C
     table = table.astype({c: object for c, d in table.dtypes.items() if isinstance(d, pd.StringDtype)})
-    rows = list(table.itertuples(index=False))
+    rows = RowView(table)
     sh, srow = shapes(pr, table, rows)
     grps = groups(pr, table)
     mem = batched_memory(pr, table, sh, srow, grps)
@@ -123,11 +141,9 @@ def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFr
     measured = list(range(t.warmup_steps, t.warmup_steps + t.steps))
     feasible = out["feasible"].to_numpy()
     # each row's cluster and calibration (jitter, step overhead), one lookup per distinct cluster
-    ckeys = list(zip(table["instance"], table["instances"].tolist(), table["lnc"].tolist(),
-                     table["cal"].tolist() if "cal" in table.columns else [0] * len(table)))
-    cindex = {k: i for i, k in enumerate(dict.fromkeys(ckeys))}
-    which = np.fromiter((cindex[k] for k in ckeys), dtype=np.int64, count=len(ckeys))
-    cals = [pr.cluster(*k).cluster.calibration for k in cindex]
+    which, firsts = distinct_rows(table, ("instance", "instances", "lnc") + (("cal",) if "cal" in table.columns else ()))
+    cals = [pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r)).cluster.calibration
+            for r in (rows[i] for i in firsts.tolist())]
     sigma = np.array([chip.jitter_sigma(sc, c) for c in cals])[which]
     overhead = np.array([c.step_overhead_s for c in cals])[which]
     cols = {c: table[c].to_numpy() for c in ("tp", "cp", "dp", "microbatches", "pp_schedule")}
@@ -171,7 +187,7 @@ def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFr
                 send_bwd=c.send_bwd[sel], last=c.send_bwd_last[sel], has=has[sel], nb=c.dp_buckets[sel],
                 d=c.dp_bucket_s[sel], overlap=c.dp_overlap[sel], norm=c.norm_s[sel], after=c.dp_after_s[sel],
                 opt=opt[sel], overhead=overhead[idx[sel]]))
-    step_time = np.full(len(rows), np.nan)
+    step_time = np.full(len(table), np.nan)
     for (schedule, pp, v), parts in pending.items():
         x = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         n_rows = x["i"].size

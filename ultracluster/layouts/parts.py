@@ -50,6 +50,16 @@ def _shape_key(r) -> tuple:
             bool(r.sequence_parallel), int(r.ep), calibration_index(r))
 
 
+def distinct_rows(table: pd.DataFrame, columns: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """([rows] which distinct combination of `columns`' values each row holds, [K] the first row of each)."""
+    code = np.zeros(len(table), dtype=np.int64)
+    for c in columns:                   # one integer per distinct combination of the columns' values
+        codes, values = pd.factorize(table[c].to_numpy())
+        code = code * len(values) + codes
+    _, firsts, which = np.unique(code, return_index=True, return_inverse=True)
+    return which.reshape(-1).astype(np.int64), firsts
+
+
 SHAPE_COLUMNS = ("instance", "lnc", "tp", "cp", "micro_batch", "recompute", "sequence_parallel", "ep")
 
 
@@ -60,13 +70,7 @@ def shapes(pr: Pricer, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.ndar
     Returns:
         (Shapes, [rows] index of each row's shape).
     """
-    cols = list(SHAPE_COLUMNS) + (["cal"] if "cal" in table.columns else [])
-    code = np.zeros(len(table), dtype=np.int64)
-    for c in cols:                      # one integer per distinct combination of the columns' values
-        codes, values = pd.factorize(table[c].to_numpy())
-        code = code * len(values) + codes
-    _, firsts, srow = np.unique(code, return_index=True, return_inverse=True)
-    srow = srow.reshape(-1).astype(np.int64)
+    srow, firsts = distinct_rows(table, SHAPE_COLUMNS + (("cal",) if "cal" in table.columns else ()))
     first = {_shape_key(rows[i]): rows[i] for i in firsts.tolist()}
     keys = list(first)
     if len(keys) != firsts.size:
@@ -124,10 +128,9 @@ def groups(pr: Pricer, table: pd.DataFrame) -> list[Group]:
 def cluster_columns(pr: Pricer, table: pd.DataFrame, names: tuple[str, ...]) -> list[np.ndarray]:
     """Per row, figures of its cluster (one lookup per distinct instance type, count and lnc): capacity_gib,
     reserve_gib, price_per_hour_usd, peak_flop_per_s."""
-    keys = list(zip(table["instance"], table["instances"].tolist(), table["lnc"].tolist()))
-    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-    which = np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
-    infos = [pr.cluster(*k) for k in index]
+    which, firsts = distinct_rows(table, ("instance", "instances", "lnc"))
+    infos = [pr.cluster(*k) for k in zip(table["instance"].to_numpy()[firsts], table["instances"].to_numpy()[firsts].tolist(),
+                                         table["lnc"].to_numpy()[firsts].tolist())]
     get = {"capacity_gib": lambda c: c.capacity_gib,
            "reserve_gib": lambda c: c.cluster.calibration.runtime_reserve_gib,
            "price_per_hour_usd": lambda c: c.price_per_hour_usd, "peak_flop_per_s": lambda c: c.peak_flop_per_s}
