@@ -76,25 +76,30 @@ def shapes(pr: Pricer, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.ndar
     if len(keys) != firsts.size:
         raise AssertionError("shape columns and shape keys disagree")    # a bug here, not bad input
     index = {k: i for i, k in enumerate(keys)}
-    per_key = []
-    for key in keys:
-        r = first[key]
-        info = pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r))
-        sc = layout_scenario(pr.scenario, r)
-        cal = info.cluster.calibration
-        v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
-        per_key.append((v, opslib.applicable(pr.library, sc, cal), info, str(r.recompute), cal))
+    per_key = [pr.memo(("shape", key), lambda r=first[key]: _shape_inputs(pr, r)) for key in keys]
     K = len(keys)
     ops, cal = per_key[0][1], per_key[0][4]
     V = {name: np.array([pk[0][name] for pk in per_key], dtype=float) for name in per_key[0][0]}
     R = chip.stack_rates([pk[2].rates for pk in per_key])
     costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
                              np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention)
-    saved = np.array([[opslib.saved_bytes(pk[1], where, pk[0], pk[3]) for where in ("layer", "embedding", "head")]
-                      + [opslib.saved_bytes(pk[1], "layer", pk[0], "none") if pk[3] == "full" else 0.0]
-                      for pk in per_key]).reshape(K, 4)
+    saved = np.array([pk[5] for pk in per_key]).reshape(K, 4)
     return Shapes(index=index, keys=keys, costs=costs, saved_layer=saved[:, 0], saved_emb=saved[:, 1], saved_head=saved[:, 2],
                   working=saved[:, 3], variables=V, rates=R, ops=tuple(ops)), srow
+
+
+def _shape_inputs(pr: Pricer, r) -> tuple:
+    """What pricing row r's per-rank shape needs (kept per shape across a search's pieces): its shape
+    variables, operators, cluster, recomputation, calibration and saved activation bytes (per layer, embedding,
+    head, and full recomputation's one-layer working set)."""
+    info = pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r))
+    sc = layout_scenario(pr.scenario, r)
+    cal = info.cluster.calibration
+    v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
+    ops, rc = opslib.applicable(pr.library, sc, cal), str(r.recompute)
+    saved = [opslib.saved_bytes(ops, where, v, rc) for where in ("layer", "embedding", "head")] + [
+        opslib.saved_bytes(ops, "layer", v, "none") if rc == "full" else 0.0]
+    return v, ops, info, rc, cal, saved
 
 
 @dataclass
