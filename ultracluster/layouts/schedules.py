@@ -75,6 +75,9 @@ class Compiled:
     bounds: tuple = ()           # (first, end) column of each level in that order
     level_pred: tuple = ()       # per level: the columns of its ops' predecessors (a slice where consecutive)
     level_dep: tuple = ()        # per level: the columns of its ops' producers (a slice where consecutive)
+    dur_col: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # per column: its seconds'
+    wait_col: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # and its wait's column of
+                                 # the row's table [fwd, bwd, delays] (`_ends`)
     microbatches_per_block: int = 0
     reach: int = 0
     blocks: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
@@ -178,11 +181,14 @@ def _depths(pred: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
     return np.array(depth, dtype=np.int64)
 
 
-def _index(cols: np.ndarray) -> np.ndarray | slice:
-    """`cols` as a slice where they are consecutive (a view instead of a gathered copy: the same values)."""
-    if cols.size and int(cols[-1]) - int(cols[0]) == cols.size - 1 and (np.diff(cols) == 1).all():
-        return slice(int(cols[0]), int(cols[-1]) + 1)
-    return cols
+def _index(cols: np.ndarray, bounds: list[int]) -> tuple:
+    """`cols` cut at `bounds`, each piece as a slice where its columns are consecutive (a view instead of a
+    gathered copy: the same values), else as an index array."""
+    steps = np.concatenate([[0], np.cumsum(np.diff(cols) != 1)])   # steps[i]: breaks in cols[:i + 1]
+    first, end = bounds[:-1], bounds[1:]
+    run = (steps[np.asarray(end) - 1] == steps[first]).tolist()
+    lo = cols[first].tolist()
+    return tuple(slice(c, c + b - a) if r else cols[a:b] for a, b, c, r in zip(first, end, lo, run))
 
 
 @lru_cache(maxsize=512)
@@ -202,10 +208,14 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     bounds = np.concatenate([[0], cuts, [ops]]).tolist()
     spans = tuple(zip(bounds[:-1], bounds[1:]))
     cols_pred, cols_dep = at[pred[order]], at[dep[order]]
+    n_chunks = p * v
+    chunk_o = raw.chunk[order]
     comp = Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, kind=raw.kind, chunk=raw.chunk,
                     pred=pred, dep=dep, delay=raw.delay, levels=tuple(order[a:b] for a, b in spans), last_op=last_op,
-                    order=order, at=at, bounds=spans, level_pred=tuple(_index(cols_pred[a:b]) for a, b in spans),
-                    level_dep=tuple(_index(cols_dep[a:b]) for a, b in spans), last_b=np.array([lookup[c] for c in range(p * v)]))
+                    order=order, at=at, bounds=spans, level_pred=_index(cols_pred, bounds),
+                    level_dep=_index(cols_dep, bounds), last_b=np.array([lookup[c] for c in range(n_chunks)]),
+                    dur_col=np.where(raw.kind[order] == F, chunk_o, n_chunks + chunk_o),
+                    wait_col=2 * n_chunks + raw.delay[order])
     blocks = _blocks(schedule, p, m, v)
     if blocks is None:
         return comp
@@ -292,6 +302,27 @@ def _blocks(schedule: str, p: int, m: int, v: int):
     return P, R, aligned, shiftable
 
 
+def _ends(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarray) -> np.ndarray:
+    """End time of every op for every row, op-major in level order: [ops + 1, rows] (column `comp.at[i]` holds op
+    i; the last is the sentinel, 0). Arguments as `evaluate`."""
+    rows = fwd.shape[0]
+    # op-major [ops, rows]: a level is a contiguous block and a gather takes whole rows of memory (twice as
+    # fast as row-major; the same additions and maxima, so the same bits); `take` gathers rows as indexing
+    # does, at a third of its overhead
+    table = np.ascontiguousarray(np.concatenate([fwd, bwd, delays], axis=1).T)
+    both = table.take(np.concatenate([comp.dur_col, comp.wait_col]), axis=0)
+    dur, wait = both[:comp.ops], both[comp.ops:]
+    end = np.zeros((comp.ops + 1, rows))
+    take, maximum = np.take, np.maximum
+    for (a, b), pred, dep in zip(comp.bounds, comp.level_pred, comp.level_dep):
+        here = end[a:b]
+        ready = take(end, dep, 0) if dep.__class__ is not slice else end[dep] + 0.0
+        ready += wait[a:b]
+        maximum(end[pred] if pred.__class__ is slice else take(end, pred, 0), ready, out=here)
+        here += dur[a:b]
+    return end
+
+
 def evaluate(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarray) -> np.ndarray:
     """End time of every op for every row.
 
@@ -303,18 +334,7 @@ def evaluate(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarra
     Returns:
         [rows, ops + 1] end times (the last column is the sentinel, 0).
     """
-    rows = fwd.shape[0]
-    o = comp.order                                        # ops in level order: a level is a slice
-    # op-major [ops, rows]: a level is a contiguous block and a gather takes whole rows of memory (twice as
-    # fast as row-major; the same additions and maxima, so the same bits)
-    dur = np.where((comp.kind[o] == F)[:, None], fwd.T[comp.chunk[o]], bwd.T[comp.chunk[o]])
-    wait = delays.T[comp.delay[o]]
-    end = np.zeros((comp.ops + 1, rows))
-    for (a, b), pred, dep in zip(comp.bounds, comp.level_pred, comp.level_dep):
-        here = end[a:b]
-        np.maximum(end[pred], end[dep] + wait[a:b], out=here)
-        here += dur[a:b]
-    return end[comp.at].T
+    return _ends(comp, fwd, bwd, delays).take(comp.at, axis=0).T
 
 
 @dataclass(frozen=True)
@@ -416,10 +436,10 @@ def pipeline_times(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray
                     nxt_len[sel] = [_next_length(lengths[int(m[i])], int(mr)) for i in sel]
                     again.append(sel)
                     continue
-                end = evaluate(comp, fwd[sel], bwd[sel], delays[sel])
+                end = _ends(comp, fwd[sel], bwd[sel], delays[sel])              # [ops + 1, rows], level order
                 settled, extra, shift = fl.copy(), np.zeros(sel.size), np.zeros(sel.size, dtype=bool)
                 if comp.blocks.size and not fl.all():
-                    cyc, lam = _settled(end[:, comp.blocks], comp.reach)
+                    cyc, lam = _settled(end[comp.at[comp.blocks]].transpose(2, 0, 1), comp.reach)
                     n = (m[sel] - mr) // P                                # blocks the full run adds
                     c = np.maximum(cyc, 1)
                     whole = (cyc > 0) & (n % c == 0) & ~fl
@@ -430,9 +450,9 @@ def pipeline_times(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray
                 later = ~settled & ~shift
                 nxt_len[sel[later]] = [_next_length(lengths[int(m[i])], int(mr)) for i in sel[later]]
                 keep = sel[settled]
-                e, x = end[settled], extra[settled, None]
-                out_end[keep] = e[:, comp.last_op] + x
-                out_b1[keep] = e[:, comp.last_b] + x
+                x = extra[settled, None]
+                out_end[keep] = end[comp.at[comp.last_op]][:, settled].T + x
+                out_b1[keep] = end[comp.at[comp.last_b]][:, settled].T + x
                 ran[keep] = mr
                 again.append(sel[~settled])
         todo = np.concatenate(again) if again else np.zeros(0, dtype=np.int64)
