@@ -26,7 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..replay.schedule import program_columns
+from ..replay.schedule import program_table
 
 F, B = 0, 1
 # relative tolerance of "the same increment" (floating-point noise is ~1e-13 of the times; a looser
@@ -117,13 +117,10 @@ class _Raw:
 def program_arrays(schedule: str, p: int, m: int, v: int) -> tuple[np.ndarray, ...]:
     """The engine's stage programs as arrays, ops numbered stage by stage in program order:
     (stage, kind, microbatch, chunk, start), start[s] the first op of stage s."""
-    cols = program_columns(schedule, p, m, v)
-    lens = np.array([back.size for back, _, _ in cols], dtype=np.int64)
-    start = np.concatenate([[0], np.cumsum(lens)])
-    kind = np.concatenate([back for back, _, _ in cols]).astype(np.int64)       # F 0, B 1
-    mb = np.concatenate([k for _, k, _ in cols]).astype(np.int64)
-    chunk = np.concatenate([c for _, _, c in cols]).astype(np.int64)
-    return np.repeat(np.arange(p), lens), kind, mb, chunk, start
+    back, mb, chunk = program_table(schedule, p, m, v)
+    per = back.shape[1]
+    return (np.repeat(np.arange(p), per), back.ravel().astype(np.int64), mb.ravel(), chunk.ravel(),   # F 0, B 1
+            np.arange(p + 1) * per)
 
 
 @lru_cache(maxsize=512)
