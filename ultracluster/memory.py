@@ -83,15 +83,33 @@ def held_in_flight(forward: np.ndarray, local_chunk: np.ndarray, v: int, distinc
         local_chunk: [ops] the op's chunk on its stage (chunk id // pp).
         distinct: keep each vector once (the planner reuses them over many layouts); else one per op.
     """
-    ops = forward.size
-    delta = np.zeros((ops, v), dtype=np.int64)
-    delta[np.arange(ops), local_chunk] = np.where(forward, 1, -1)
-    held = np.vstack([np.zeros((1, v), dtype=np.int64), np.cumsum(delta, axis=0)])
-    if not distinct:
-        return held.astype(float)
-    key = (held * (ops + 2) ** np.arange(v)).sum(axis=1)
-    _, first = np.unique(key, return_index=True)
-    return held[np.sort(first)].astype(float)
+    if distinct:
+        return stages_held(forward[None, :], local_chunk[None, :], v)[0]
+    return _held_along(forward[None, :], local_chunk[None, :], v)[0].astype(float)
+
+
+def stages_held(forward: np.ndarray, local_chunk: np.ndarray, v: int) -> list[np.ndarray]:
+    """`held_in_flight` (distinct vectors, in the order they first appear) of many stages at once: forward and
+    local_chunk [stages, ops] (every stage the same number of ops); a list of [k_s, v]."""
+    held = _held_along(forward, local_chunk, v)
+    ops = forward.shape[1]
+    key = held[:, :, 0] if v == 1 else (held * (ops + 2) ** np.arange(v)).sum(axis=2)
+    order = np.argsort(key, axis=1, kind="stable")             # equal vectors: the first to appear first
+    ranked = np.take_along_axis(key, order, axis=1)
+    first = np.zeros(key.shape, dtype=bool)
+    np.put_along_axis(first, order, np.concatenate([np.ones((key.shape[0], 1), dtype=bool),
+                                                    ranked[:, 1:] != ranked[:, :-1]], axis=1), axis=1)
+    return [h[f].astype(float) for h, f in zip(held, first)]
+
+
+def _held_along(forward: np.ndarray, local_chunk: np.ndarray, v: int) -> np.ndarray:
+    """[stages, ops + 1, v] microbatches held per local chunk before the first op and after each (integers)."""
+    stages, ops = forward.shape
+    delta = np.zeros((stages, ops, v), dtype=np.int64)
+    np.put_along_axis(delta, local_chunk[:, :, None], np.where(forward, 1, -1)[:, :, None], axis=2)
+    held = np.zeros((stages, ops + 1, v), dtype=np.int64)
+    np.cumsum(delta, axis=1, out=held[:, 1:])
+    return held
 
 
 def activation_peak(held: np.ndarray, act: np.ndarray) -> np.ndarray:
