@@ -237,29 +237,33 @@ def _blocks(schedule: str, p: int, m: int, v: int):
     base = max(a.kmax, b.kmax) + P + 1
     ka, kb = a.key(a.kind, a.mb, a.chunk, base), b.key(b.kind, b.mb, b.chunk, base)
     kb_shift = a.key(a.kind, a.mb + P, a.chunk, base)   # identity of op i shifted P microbatches
-    n_ops = ka.size
-    block_of = np.full(n_ops, 1 << 30, dtype=np.int64)   # 1 << 30: before the checked blocks; -1: cool-down
-    ins_of, q_of = np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64)
-    n_min = 1 << 30
-    for s in range(p):
-        xa, xb = ka[a.start[s]:a.start[s + 1]], kb[b.start[s]:b.start[s + 1]]
-        sa = kb_shift[a.start[s]:a.start[s + 1]]     # a's ops of this stage, shifted (b's numbering of keys)
-        q = xb.size - xa.size
-        diff = np.flatnonzero(xa != xb[:xa.size])
-        ins = int(diff[0]) if diff.size else xa.size
-        if q <= 0 or ins < q or not np.array_equal(xb[ins + q:], sa[ins:]) or not np.array_equal(xb[ins:ins + q], sa[ins - q:ins]):
-            return None
-        k = ins // q                                    # whole blocks before the insertion
-        if k < 2:
-            return None
-        cur = xa[ins - k * q:ins].reshape(k, q)          # block j = cur[k - 1 - j]
-        prev = sa[ins - k * q:ins].reshape(k, q)
-        same = (cur[1:] == prev[:-1]).all(axis=1)[::-1]  # block j repeats block j + 1, j = 0, 1, ...
-        n = 1 + (int(np.argmin(same)) if not same.all() else same.size)
-        ins_of[s], q_of[s] = ins, q
-        n_min = min(n_min, n)
-        pos = np.arange(xa.size)
-        block_of[a.start[s]:a.start[s + 1]] = np.where(pos >= ins, -1, (ins - 1 - pos) // q)
+    La, Lb = a.start[1] - a.start[0], b.start[1] - b.start[0]    # ops per stage (every stage runs as many)
+    q = int(Lb - La)                                    # ops the block inserts on each stage
+    if q <= 0 or not (np.diff(a.start) == La).all() or not (np.diff(b.start) == Lb).all():
+        return None
+    xa, xb = ka.reshape(p, La), kb.reshape(p, Lb)
+    sa = kb_shift.reshape(p, La)                        # a's ops shifted (b's numbering of keys)
+    differs = xa != xb[:, :La]
+    ins = np.where(differs.any(axis=1), differs.argmax(axis=1), La)     # where each stage's block goes in
+    if (ins < q).any():
+        return None
+    pos = np.arange(La)[None, :]
+    inserted = ins[:, None] + np.arange(q)[None, :]
+    if not ((xb[:, q:] == sa) | (pos < ins[:, None])).all() or not np.array_equal(
+            np.take_along_axis(xb, inserted, axis=1), np.take_along_axis(sa, inserted - q, axis=1)):
+        return None
+    k = ins // q                                        # whole blocks before the insertion
+    if (k < 2).any():
+        return None
+    # blocks j = 0, 1, ... back from the insertion ([ins - (j + 1) q, ins - j q)) repeat block j + 1 shifted while
+    # every op of them equals the op q before it shifted; n: 1 + how many do (at most k - 1), from the last op
+    # before the insertion that does not (or that lies before block k - 2)
+    repeats = np.ones((p, La), dtype=bool)
+    repeats[:, q:] = xa[:, q:] == sa[:, :La - q]
+    broken = (~repeats | (pos < (ins - (k - 1) * q)[:, None])) & (pos < ins[:, None])
+    last_broken = np.where(broken, pos, -1).max(axis=1)
+    n_min = int((1 + (ins - 1 - last_broken) // q).min())
+    block_of = np.where(pos >= ins[:, None], -1, (ins[:, None] - 1 - pos) // q).ravel()   # -1: the cool-down
     block_of = np.where(block_of >= n_min, 1 << 30, block_of)
     # (i) the prefix runs the same in the longer program
     lookup_b = np.full(int(max(kb.max(), kb_shift.max())) + 1, -1, dtype=np.int64)
@@ -289,9 +293,9 @@ def _blocks(schedule: str, p: int, m: int, v: int):
     R = reach
     if n_min < R + 1:
         return None
-    aligned = np.array([np.concatenate([np.arange(a.start[s] + ins_of[s] - (j + 1) * q_of[s],
-                                                  a.start[s] + ins_of[s] - j * q_of[s]) for s in range(p)])
-                        for j in range(min(n_min, R + max(4, MAX_CYCLE_PER_STAGE * p)))], dtype=np.int64)
+    J = min(n_min, R + max(4, MAX_CYCLE_PER_STAGE * p))
+    aligned = ((a.start[:-1] + ins)[None, :, None] - q * (np.arange(J) + 1)[:, None, None]
+               + np.arange(q)[None, None, :]).reshape(J, p * q)          # block j: each stage's ops in turn
     shiftable = (block_of == -1) | ((block_of >= 0) & (block_of <= R))
     return P, R, aligned, shiftable
 
