@@ -47,7 +47,6 @@ class Compiled:
         pred: the previous op on the same stage (sentinel when first).
         dep: the producer (previous chunk's forward, next chunk's backward, own forward on the last chunk).
         delay: column of the row's delay table [0, send_fwd, send_bwd, send_bwd_last] that the op waits.
-        levels: op indices by dependency depth (ops of one level depend only on earlier levels).
         last_op: [p] the last op of each stage; last_b: [chunks] op B(m - 1, c).
         microbatches_per_block: P (1, or p for interleaved); 0 when the program has no repeating block.
         reach: R, how many blocks back the last block's and the cool-down's dependencies reach.
@@ -67,10 +66,10 @@ class Compiled:
     pred: np.ndarray
     dep: np.ndarray
     delay: np.ndarray
-    levels: tuple[np.ndarray, ...]
     last_op: np.ndarray
     last_b: np.ndarray
-    order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # ops in level order
+    order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # ops in level order (ops of
+                                 # one level depend only on earlier levels)
     at: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))      # op -> column in that order
     bounds: tuple = ()           # (first, end) column of each level in that order
     level_pred: tuple = ()       # per level: the columns of its ops' predecessors (a slice where consecutive)
@@ -205,7 +204,7 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     n_chunks = p * v
     chunk_o = raw.chunk[order]
     comp = Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, kind=raw.kind, chunk=raw.chunk,
-                    pred=pred, dep=dep, delay=raw.delay, levels=tuple(order[a:b] for a, b in spans), last_op=last_op,
+                    pred=pred, dep=dep, delay=raw.delay, last_op=last_op,
                     order=order, at=at, bounds=spans, level_pred=_index(cols_pred, bounds),
                     level_dep=_index(cols_dep, bounds), last_b=np.array([lookup[c] for c in range(n_chunks)]),
                     dur_col=np.where(raw.kind[order] == F, chunk_o, n_chunks + chunk_o),
