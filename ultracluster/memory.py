@@ -115,13 +115,17 @@ def _held_along(forward: np.ndarray, local_chunk: np.ndarray, v: int) -> np.ndar
 def activation_peak(held: np.ndarray, act: np.ndarray) -> np.ndarray:
     """[n] a stage's peak activation bytes: max over its held vectors [k, v] of sum_j held_j x act[:, j]
     (act [n, v], its local chunks' bytes), summed in a fixed order (no BLAS: the same bits in any batch)."""
-    return np.cumsum(held[None, :, :] * act[:, None, :], axis=2)[:, :, -1].max(axis=1)
+    return stage_peaks(held[None, :, :], act[:, :, None])[:, 0]
 
 
 def stage_peaks(held: np.ndarray, act: np.ndarray) -> np.ndarray:
     """[n, p] `activation_peak` of every stage at once: held [p, k, v] each stage's vectors (`stacked_held`),
-    act [n, v, p] the local chunks' bytes of each stage; the same products and sums, so the same bits."""
-    return np.cumsum(held[None, :, :, :] * act.transpose(0, 2, 1)[:, :, None, :], axis=3)[..., -1].max(axis=2)
+    act [n, v, p] the local chunks' bytes of each stage; the products summed chunk by chunk in order."""
+    per = act.transpose(0, 2, 1)[:, :, None, :]                     # [n, p, 1, v]
+    total = held[None, :, :, 0] * per[..., 0]
+    for j in range(1, held.shape[2]):
+        total += held[None, :, :, j] * per[..., j]
+    return total.max(axis=2)
 
 
 def stacked_held(per_stage: list[np.ndarray]) -> np.ndarray:
