@@ -158,16 +158,15 @@ def _depths(pred: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
     src = np.where(dep >= 0, dep, n)
     spans = list(zip(start[:-1].tolist(), start[1:].tolist()))
     j = np.arange(max((b - a for a, b in spans), default=0) + 1)
-    sweep, changed = 0, True
-    while changed:
-        changed = False
+    sweep, before = 0, None
+    while before is None or not np.array_equal(before, depth):
+        before = depth.copy()
         for a, b in spans if sweep % 2 == 0 else spans[::-1]:
             x = depth.take(src[a:b])
             x -= j[:b - a]
             np.maximum.accumulate(x, out=x)
             x += j[1:b - a + 1]
-            if not np.array_equal(x, depth[a:b]):
-                depth[a:b], changed = x, True
+            depth[a:b] = x
         sweep += 1
         if depth.max() > n:
             raise AssertionError("pipeline schedule deadlocked")   # a bug in stage_programs, not bad input
