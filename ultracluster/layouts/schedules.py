@@ -309,12 +309,15 @@ def _ends(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarray) 
     both = table.take(np.concatenate([comp.dur_col, comp.wait_col]), axis=0)
     dur, wait = both[:comp.ops], both[comp.ops:]
     end = np.zeros((comp.ops + 1, rows))
-    take, maximum = np.take, np.maximum
+    take, maximum = end.take, np.maximum              # the bound method: np.take's wrapper costs as much again
     for (a, b), pred, dep in zip(comp.bounds, comp.level_pred, comp.level_dep):
         here = end[a:b]
-        ready = take(end, dep, 0) if dep.__class__ is not slice else end[dep] + 0.0
-        ready += wait[a:b]
-        maximum(end[pred] if pred.__class__ is slice else take(end, pred, 0), ready, out=here)
+        if dep.__class__ is slice:
+            ready = end[dep] + wait[a:b]
+        else:
+            ready = take(dep, 0)
+            ready += wait[a:b]
+        maximum(end[pred] if pred.__class__ is slice else take(pred, 0), ready, out=here)
         here += dur[a:b]
     return end
 
