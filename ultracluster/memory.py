@@ -92,6 +92,8 @@ def stages_held(forward: np.ndarray, local_chunk: np.ndarray, v: int) -> list[np
     """`held_in_flight` (distinct vectors, in the order they first appear) of many stages at once: forward and
     local_chunk [stages, ops] (every stage the same number of ops); a list of [k_s, v]."""
     held = _held_along(forward, local_chunk, v)
+    if v == 1 and held.min() >= 0:          # one count, stepping by one from 0: first met in the order 0, 1, ...
+        return [np.arange(top + 1, dtype=float)[:, None] for top in held.max(axis=(1, 2)).tolist()]
     ops = forward.shape[1]
     key = held[:, :, 0] if v == 1 else (held * (ops + 2) ** np.arange(v)).sum(axis=2)
     order = np.argsort(key, axis=1, kind="stable")             # equal vectors: the first to appear first
