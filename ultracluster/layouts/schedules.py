@@ -366,17 +366,17 @@ def _settled(blk: np.ndarray, reach: int) -> tuple[np.ndarray, np.ndarray]:
     (block j = block j + c + Λ for j < reach), and Λ; c = 0 where none does.
 
     Args:
-        blk: [rows, J, size] end times of the last J blocks; reach: R of the program.
+        blk: [J, size, rows] end times of the last J blocks (op-major, as `_ends` has them); reach: R of the program.
     """
-    rows, J, _ = blk.shape
+    J, _, rows = blk.shape
     cyc, lam = np.zeros(rows, dtype=np.int64), np.zeros(rows)
-    scale = np.abs(blk).max(axis=(1, 2)) + 1e-300
+    tol = SETTLED_RTOL * (np.abs(blk).max(axis=(0, 1)) + 1e-300)
     for c in range(1, J - reach + 1):
         if (cyc > 0).all():
             break
-        inc = blk[:, :reach, :] - blk[:, c:c + reach, :]
-        big = inc[:, 0, 0]
-        ok = (np.abs(inc - big[:, None, None]) <= SETTLED_RTOL * scale[:, None, None]).all(axis=(1, 2)) & (cyc == 0)
+        inc = blk[:reach] - blk[c:c + reach]
+        big = inc[0, 0]
+        ok = (np.abs(inc - big) <= tol).all(axis=(0, 1)) & (cyc == 0)
         cyc[ok], lam[ok] = c, big[ok]
     return cyc, lam
 
@@ -458,7 +458,7 @@ def _pipelines(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray, bw
                 end = _ends(comp, fwd[sel], bwd[sel], delays[sel])              # [ops + 1, rows], level order
                 settled, extra, shift = fl.copy(), np.zeros(sel.size), np.zeros(sel.size, dtype=bool)
                 if comp.blocks.size and not fl.all():
-                    cyc, lam = _settled(end[comp.at[comp.blocks]].transpose(2, 0, 1), comp.reach)
+                    cyc, lam = _settled(end[comp.at[comp.blocks]], comp.reach)
                     n = (m[sel] - mr) // P                                # blocks the full run adds
                     c = np.maximum(cyc, 1)
                     whole = (cyc > 0) & (n % c == 0) & ~fl
