@@ -39,7 +39,8 @@ MAX_CYCLE_PER_STAGE = 2        # the longest repeat looked for, in blocks per st
 
 @dataclass(frozen=True)
 class Compiled:
-    """One (schedule, p, m, v) program as flat arrays, with its dependency levels and block structure.
+    """One (schedule, p, m, v) program as flat arrays, with its dependency levels (its repeating blocks:
+    `repeats`).
 
     Attributes:
         ops: number of ops; arrays below are [ops] unless noted. Index `ops` is a sentinel (time 0).
@@ -48,12 +49,6 @@ class Compiled:
         dep: the producer (previous chunk's forward, next chunk's backward, own forward on the last chunk).
         delay: column of the row's delay table [0, send_fwd, send_bwd, send_bwd_last] that the op waits.
         last_op: [p] the last op of each stage; last_b: [chunks] op B(m - 1, c).
-        microbatches_per_block: P (1, or p for interleaved); 0 when the program has no repeating block.
-        reach: R, how many blocks back the last block's and the cool-down's dependencies reach.
-        blocks: [J, size] op indices of the last J >= R + 1 repeating blocks (row 0 the last), aligned so that
-            blocks[j, i] is blocks[j + 1, i] one block later; empty when not compressible.
-        shiftable: [ops] True where the op lies after the first checked block (its time in a longer run is
-            this run's time plus λ per extra block).
     """
 
     schedule: str
@@ -77,10 +72,25 @@ class Compiled:
     dur_col: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # per column: its seconds'
     wait_col: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # and its wait's column of
                                  # the row's table [fwd, bwd, delays] (`_ends`)
-    microbatches_per_block: int = 0
-    reach: int = 0
-    blocks: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
-    shiftable: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """The block structure of a program whose longer runs repeat its last blocks (`repeats`).
+
+    Attributes:
+        microbatches_per_block: P (1, or p for interleaved).
+        reach: R, how many blocks back the last block's and the cool-down's dependencies reach.
+        blocks: [J, size] op indices of the last J >= R + 1 repeating blocks (row 0 the last), aligned so that
+            blocks[j, i] is blocks[j + 1, i] one block later.
+        shiftable: [ops] True where the op lies after the first checked block (its time in a longer run is
+            this run's time plus λ per extra block).
+    """
+
+    microbatches_per_block: int
+    reach: int
+    blocks: np.ndarray
+    shiftable: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -208,12 +218,15 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
                     level_dep=_index(cols_dep, bounds), last_b=np.array([lookup[c] for c in range(n_chunks)]),
                     dur_col=np.where(raw.kind[order] == F, chunk_o, n_chunks + chunk_o),
                     wait_col=2 * n_chunks + raw.delay[order])
-    blocks = _blocks(schedule, p, m, v)
-    if blocks is None:
-        return comp
-    P, R, aligned, shiftable = blocks
-    return Compiled(**{**comp.__dict__, "microbatches_per_block": P, "reach": R, "blocks": aligned,
-                       "shiftable": shiftable})
+    return comp
+
+
+@lru_cache(maxsize=512)
+def repeats(schedule: str, p: int, m: int, v: int = 1) -> Repeats | None:
+    """The repeating blocks of (schedule, p, m, v), None when its longer runs are not read off it (cached; only
+    a run shorter than some row's needs them)."""
+    found = _blocks(schedule, p, m, v)
+    return None if found is None else Repeats(*found)
 
 
 def _blocks(schedule: str, p: int, m: int, v: int):
@@ -447,18 +460,19 @@ def _pipelines(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray, bw
             idx = todo[m_run == mr]
             comp = compile_programs(schedule, p, int(mr), v)
             full = m[idx] == mr
-            P = max(comp.microbatches_per_block, 1)
+            rep = None if full.all() else repeats(schedule, p, int(mr), v)
+            P = rep.microbatches_per_block if rep is not None else 1
             step = max(1, MAX_CELLS // (comp.ops + 1))
             for lo in range(0, idx.size, step):
                 sel, fl = idx[lo:lo + step], full[lo:lo + step]
-                if not fl.any() and comp.blocks.size == 0:       # a short run that cannot be extrapolated
+                if not fl.any() and rep is None:                 # a short run that cannot be extrapolated
                     nxt_len[sel] = [_next_length(lengths[int(m[i])], int(mr)) for i in sel]
                     again.append(sel)
                     continue
                 end = _ends(comp, fwd[sel], bwd[sel], delays[sel])              # [ops + 1, rows], level order
                 settled, extra, shift = fl.copy(), np.zeros(sel.size), np.zeros(sel.size, dtype=bool)
-                if comp.blocks.size and not fl.all():
-                    cyc, lam = _settled(end[comp.at[comp.blocks]], comp.reach)
+                if rep is not None and not fl.all():
+                    cyc, lam = _settled(end[comp.at[rep.blocks]], rep.reach)
                     n = (m[sel] - mr) // P                                # blocks the full run adds
                     c = np.maximum(cyc, 1)
                     whole = (cyc > 0) & (n % c == 0) & ~fl
