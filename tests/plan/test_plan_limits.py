@@ -96,9 +96,11 @@ def test_ray_pieces_follow_the_clusters_and_cover_the_table_once(scenarios_dir):
         assert all(len(c[["instance", "instances", "lnc"]].drop_duplicates()) == 1 for c in cut if len(c) > 1)
         rows = np.concatenate([c.index.to_numpy() for c in cut])
         assert np.array_equal(np.sort(rows), table.index.to_numpy())
-    keys = table["instances"].to_numpy()
-    runs = 1 + int((keys[1:] != keys[:-1]).sum())                    # consecutive blocks of one cluster
-    assert len(search.chunks(table, 1)) == runs                      # a cluster is never cut for nothing
+    clusters_ = len(table[["instance", "instances", "lnc"]].drop_duplicates())
+    assert len(search.chunks(table, 1)) == clusters_                 # a cluster is never cut for nothing
+    for c in search.chunks(table, 20):                               # each in pipeline-shape order
+        shape = c["pp"].to_numpy() * 100 + c["virtual_stages"].to_numpy()
+        assert (np.diff(shape) >= 0).all()
 
 
 def test_a_top_layout_of_another_cluster_folds_for_its_own_size(scenarios_dir):

@@ -23,7 +23,10 @@ and checkpoints are not in the fast path. The replayed layouts carry all three e
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,8 +37,8 @@ from ..cluster import Layout
 from ..memory import infeasible_reason
 from ..replay import engine
 from ..replay.result import StageMemory
-from .parts import (Group, Shapes, _counts, batched_chunks, batched_comm, batched_memory, cluster_columns, groups,
-                    shapes)
+from .parts import (Group, Shapes, _counts, batched_chunks, batched_comm, batched_memory, cluster_columns,
+                    distinct_rows, groups, shapes)
 from .pricer import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, calibration_index, has_zero_stages,
                      layout_scenario)
 from .schedules import pipeline_times
@@ -80,26 +83,30 @@ def bucket_queue_end(t0: np.ndarray, t1: np.ndarray, n: np.ndarray, d: np.ndarra
     return np.maximum(t0 + (t1 - t0) / n + work + later, t1 + d + later).max(axis=-1)
 
 
+class RowView:
+    """The rows of a table as named tuples (`DataFrame.itertuples`' values), each built when first read: a
+    search reads only some of its rows one by one (a shape's first, a feasible layout's collectives)."""
+
+    def __init__(self, table: pd.DataFrame):
+        self._type = namedtuple("Row", table.columns)
+        self._columns = [table[c].tolist() for c in table.columns]
+        self._built: dict[int, Any] = {}
+
+    def __getitem__(self, i: int):
+        row = self._built.get(i)
+        if row is None:
+            row = self._built[i] = self._type(*(col[i] for col in self._columns))
+        return row
+
+
 @dataclass
-class _Stack:
-    """ZeRO-3 gather and scatter seconds of several layouts, [rows, chunks], where `fsdp_exposed` reads a
-    StepComm's [chunks] (its formula broadcasts over rows)."""
+class _Rows:
+    """The context-parallel block seconds of several layouts, [rows], where `cp_exposed` reads a StepComm's
+    floats (its formula broadcasts over rows)."""
 
-    fsdp_gather_s: np.ndarray
-    fsdp_scatter_s: np.ndarray
-
-
-@dataclass
-class _Pending:
-    """One layout waiting for its pipeline: its row, per-step chunk seconds and what the step adds after."""
-
-    i: int
-    m: int                       # microbatches per replica
-    fwd: np.ndarray              # [steps, chunks]
-    bwd: np.ndarray
-    comm: engine.StepComm
-    opt: np.ndarray              # [steps, pp]
-    overhead_s: float
+    cp_block_fwd_s: np.ndarray
+    cp_block_bwd_s: np.ndarray
+    replica_cp_block_s: None = None
 
 
 def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFrame:
@@ -117,8 +124,8 @@ def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFr
     table = table.reset_index(drop=True)
     # string columns as Python objects: the per-row reads below (itertuples, cluster keys) iterate them in C
     table = table.astype({c: object for c, d in table.dtypes.items() if isinstance(d, pd.StringDtype)})
-    rows = list(table.itertuples(index=False))
-    sh, srow = shapes(pr, rows)
+    rows = RowView(table)
+    sh, srow = shapes(pr, table, rows)
     grps = groups(pr, table)
     mem = batched_memory(pr, table, sh, srow, grps)
     out = pd.DataFrame(mem)
@@ -133,70 +140,69 @@ def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFr
 
     measured = list(range(t.warmup_steps, t.warmup_steps + t.steps))
     feasible = out["feasible"].to_numpy()
-    pending: dict[tuple, list[_Pending]] = {}
+    # each row's cluster and calibration (jitter, step overhead), one lookup per distinct cluster
+    which, firsts = distinct_rows(table, ("instance", "instances", "lnc") + (("cal",) if "cal" in table.columns else ()))
+    cals = [pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r)).cluster.calibration
+            for r in (rows[i] for i in firsts.tolist())]
+    sigma = np.array([chip.jitter_sigma(sc, c) for c in cals])[which]
+    overhead = np.array([c.step_overhead_s for c in cals])[which]
+    cols = {c: table[c].to_numpy() for c in ("tp", "cp", "dp", "microbatches", "pp_schedule")}
+    pending: dict[tuple, list[dict]] = {}
     for g in grps:
         js = np.flatnonzero(feasible[g.rows])
         if js.size == 0:
             continue
         idx = g.rows[js]
         F, B, OPT, attn_f, attn_b = batched_chunks(pr, table, sh, srow, g, js)
-        comms = [batched_comm(pr, rows[int(i)], sh, int(srow[int(i)]), g, int(j)) for i, j in zip(idx, js)]
-        cals = [pr.cluster(rows[int(i)].instance, rows[int(i)].instances, rows[int(i)].lnc,
-                           calibration_index(rows[int(i)])).cluster.calibration for i in idx]
-        # [n, pp]: each stage at its slowest replica's speed, averaged over the measured steps
-        G = np.concatenate([pr.memo(("speed", int(r.tp), int(r.cp), int(r.pp), int(r.dp), sig),
-                                    lambda r=r, sig=sig: speeds(pr, r, measured, sig).mean(axis=0, keepdims=True))
-                            for r, sig in ((rows[int(i)], chip.jitter_sigma(sc, cal)) for i, cal in zip(idx, cals))])
+        c, has = batched_comm(pr, rows, sh, srow, g, js)
+        tp, cp, dp = cols["tp"][idx], cols["cp"][idx], cols["dp"][idx]
+        # [n, pp]: each stage at its slowest replica's speed, averaged over the measured steps (once per distinct
+        # tp, cp, dp and jitter)
+        speed_keys = list(zip(tp.tolist(), cp.tolist(), dp.tolist(), sigma[idx].tolist()))
+        first = dict.fromkeys(speed_keys)
+        for key in first:
+            a, b, d, sig = key
+            first[key] = pr.memo(("speed", a, b, g.pp, d, sig), lambda: speeds(
+                pr, SimpleNamespace(tp=a, cp=b, pp=g.pp, dp=d), measured, sig).mean(axis=0, keepdims=True))
+        G = np.concatenate([first[key] for key in speed_keys])
         Gc = np.tile(G, (1, g.v))                                                    # chunk c: stage c % pp
         fc, bc = F * Gc, B * Gc
+        ring = cp > 1                 # context parallel: the ring's exposed seconds, every such row at once
         cp_f, cp_b = np.zeros(idx.size), np.zeros(idx.size)
-        for n, i in enumerate(idx):
-            cp = int(rows[int(i)].cp)
-            if cp > 1:
-                prof = engine.ComputeProfile(fwd=fc[n:n + 1], bwd=bc[n:n + 1], opt=OPT[n], attn_fwd=float(attn_f[n]),
-                                             attn_bwd=float(attn_b[n]), slowest_rank=-1)
-                cp_f[n], cp_b[n] = engine.cp_exposed(comms[n], prof, cp)
-        stacked = lambda name: np.array([getattr(c, name) for c in comms])           # noqa: E731
-        fs_f, fs_b = np.zeros_like(fc), np.zeros_like(bc)
-        z3 = np.array([c.fsdp_gather_s.size > 0 for c in comms])
-        if z3.any():                  # ZeRO-3 rows: the engine's exposure of per-layer gathers, [rows, chunks] at once
-            both = _Stack(fsdp_gather_s=np.array([c.fsdp_gather_s for c, z in zip(comms, z3) if z]),
-                          fsdp_scatter_s=np.array([c.fsdp_scatter_s for c, z in zip(comms, z3) if z]))
-            fs_f[z3], fs_b[z3] = engine.fsdp_exposed(both, fc[z3], bc[z3], g.layers)
-        _, _, fwd, bwd = engine.chunk_seconds(stacked("tp_fwd"), stacked("tp_bwd"), fc, bc, cp_f[:, None], cp_b[:, None],
+        if ring.any():
+            prof = engine.ComputeProfile(fwd=fc[ring], bwd=bc[ring], opt=OPT[ring], attn_fwd=attn_f[ring],
+                                         attn_bwd=attn_b[ring], slowest_rank=-1)
+            cp_f[ring], cp_b[ring] = engine.cp_exposed(_Rows(cp_block_fwd_s=c.cp_block_fwd_s[ring],
+                                                             cp_block_bwd_s=c.cp_block_bwd_s[ring]),
+                                                       prof, cp[ring].astype(float))
+        fs_f, fs_b = engine.fsdp_exposed(c, fc, bc, g.layers)      # ZeRO-3 rows' per-layer gathers, [rows, chunks]
+        _, _, fwd, bwd = engine.chunk_seconds(c.tp_fwd, c.tp_bwd, fc, bc, cp_f[:, None], cp_b[:, None],
                                               fs_f, fs_b, g.layers[None, :])
         opt = OPT * G
-        for n, i in enumerate(idx):
-            r = rows[int(i)]
-            pending.setdefault((str(r.pp_schedule), g.pp, g.v), []).append(_Pending(
-                i=int(i), m=int(r.microbatches), fwd=fwd[n:n + 1], bwd=bwd[n:n + 1], comm=comms[n], opt=opt[n:n + 1],
-                overhead_s=cals[n].step_overhead_s))
-    step_time = np.full(len(rows), np.nan)
-    for (schedule, pp, v), items in pending.items():
-        n_rows, chunks = len(items), pp * v
-        stack = lambda name: np.array([getattr(it.comm, name) for it in items])     # noqa: E731
-        sf, sb = stack("send_fwd"), stack("send_bwd")
-        last = np.array([it.comm.send_bwd_last if it.comm.send_bwd_last is not None else it.comm.send_bwd
-                         for it in items])
-        pt = pipeline_times(schedule, pp, v, np.array([it.m for it in items]), np.concatenate([it.fwd for it in items]),
-                            np.concatenate([it.bwd for it in items]), sf, sb, last)
+        sched = cols["pp_schedule"][idx]
+        for name in dict.fromkeys(sched.tolist()):
+            sel = np.flatnonzero(sched == name)
+            pending.setdefault((str(name), g.pp, g.v), []).append(dict(
+                i=idx[sel], m=cols["microbatches"][idx[sel]], fwd=fwd[sel], bwd=bwd[sel], send_fwd=c.send_fwd[sel],
+                send_bwd=c.send_bwd[sel], last=c.send_bwd_last[sel], has=has[sel], nb=c.dp_buckets[sel],
+                d=c.dp_bucket_s[sel], overlap=c.dp_overlap[sel], norm=c.norm_s[sel], after=c.dp_after_s[sel],
+                opt=opt[sel], overhead=overhead[idx[sel]]))
+    step_time = np.full(len(table), np.nan)
+    for (schedule, pp, v), parts in pending.items():
+        x = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        n_rows = x["i"].size
+        pt = pipeline_times(schedule, pp, v, x["m"], x["fwd"], x["bwd"], x["send_fwd"], x["send_bwd"], x["last"])
         end = pt.stage_end                                                           # [rows, pp]
         # gradient buckets, every stage of every row at once: [rows, pp, v] segments in program order
         # (a stage's last backwards run its chunks from the last down)
-        has = np.array([it.comm.dp_buckets.size > 0 for it in items])
-        nb = np.array([it.comm.dp_buckets if it.comm.dp_buckets.size else np.ones(chunks) for it in items], dtype=float)
-        d = np.array([it.comm.dp_bucket_s if it.comm.dp_buckets.size else np.zeros(chunks) for it in items])
+        nb, d = x["nb"].astype(float), x["d"]
         seg = lambda a: a.reshape(n_rows, v, pp)[:, ::-1, :].transpose(0, 2, 1)     # noqa: E731
-        overlap = np.array([it.comm.dp_overlap for it in items])
-        queued = np.where(overlap[:, None], bucket_queue_end(seg(pt.last_b_start), seg(pt.last_b_end), seg(nb), seg(d)),
+        queued = np.where(x["overlap"][:, None], bucket_queue_end(seg(pt.last_b_start), seg(pt.last_b_end), seg(nb),
+                                                                  seg(d)),
                           end + (seg(nb) * seg(d)).sum(axis=2))
-        rs_end = np.where(has[:, None], queued, 0.0)
-        norm = np.array([it.comm.norm_s for it in items])
-        opt = np.concatenate([it.opt for it in items])
-        after = stack("dp_after_s")
-        done = engine.stage_finish(end, rs_end, norm[:, None], opt, after)[1]
-        step = done.max(axis=1) + np.array([it.overhead_s for it in items])
-        step_time[[it.i for it in items]] = step
+        rs_end = np.where(x["has"][:, None], queued, 0.0)
+        done = engine.stage_finish(end, rs_end, x["norm"][:, None], x["opt"], x["after"])[1]
+        step_time[x["i"]] = done.max(axis=1) + x["overhead"]
     price, peak = cluster_columns(pr, table, ("price_per_hour_usd", "peak_flop_per_s"))
     price = price * table["instances"].to_numpy()
     tokens = t.global_batch * t.seq_len

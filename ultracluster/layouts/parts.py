@@ -34,6 +34,7 @@ class Shapes:
     """Per-rank costs of distinct (instance, lnc, tp, cp, micro_batch, recompute, sp, ep, calibration) shapes."""
 
     index: dict[tuple, int]
+    keys: list[tuple]            # [K] each shape's key (`_shape_key`), stable across chunks
     costs: chip.LayerCosts       # arrays [K]
     saved_layer: np.ndarray      # activation bytes per layer and microbatch
     saved_emb: np.ndarray
@@ -49,18 +50,32 @@ def _shape_key(r) -> tuple:
             bool(r.sequence_parallel), int(r.ep), calibration_index(r))
 
 
-def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
-    """Price every distinct per-rank shape of `rows` (`chip.layer_costs`: one `evaluate` call per where and phase).
+def distinct_rows(table: pd.DataFrame, columns: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """([rows] which distinct combination of `columns`' values each row holds, [K] the first row of each)."""
+    code = np.zeros(len(table), dtype=np.int64)
+    for c in columns:                   # one integer per distinct combination of the columns' values
+        codes, values = pd.factorize(table[c].to_numpy())
+        code = code * len(values) + codes
+    _, firsts, which = np.unique(code, return_index=True, return_inverse=True)
+    return which.reshape(-1).astype(np.int64), firsts
+
+
+SHAPE_COLUMNS = ("instance", "lnc", "tp", "cp", "micro_batch", "recompute", "sequence_parallel", "ep")
+
+
+def shapes(pr: Pricer, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.ndarray]:
+    """Price every distinct per-rank shape of `table` (`rows`: its itertuples) (`chip.layer_costs`: one
+    `evaluate` call per where and phase).
 
     Returns:
         (Shapes, [rows] index of each row's shape).
     """
-    first: dict[tuple, Any] = {}
-    for r in rows:
-        first.setdefault(_shape_key(r), r)
+    srow, firsts = distinct_rows(table, SHAPE_COLUMNS + (("cal",) if "cal" in table.columns else ()))
+    first = {_shape_key(rows[i]): rows[i] for i in firsts.tolist()}
     keys = list(first)
+    if len(keys) != firsts.size:
+        raise AssertionError("shape columns and shape keys disagree")    # a bug here, not bad input
     index = {k: i for i, k in enumerate(keys)}
-    srow = np.array([index[_shape_key(r)] for r in rows], dtype=np.int64)
     per_key = []
     for key in keys:
         r = first[key]
@@ -78,7 +93,7 @@ def shapes(pr: Pricer, rows: list) -> tuple[Shapes, np.ndarray]:
     saved = np.array([[opslib.saved_bytes(pk[1], where, pk[0], pk[3]) for where in ("layer", "embedding", "head")]
                       + [opslib.saved_bytes(pk[1], "layer", pk[0], "none") if pk[3] == "full" else 0.0]
                       for pk in per_key]).reshape(K, 4)
-    return Shapes(index=index, costs=costs, saved_layer=saved[:, 0], saved_emb=saved[:, 1], saved_head=saved[:, 2],
+    return Shapes(index=index, keys=keys, costs=costs, saved_layer=saved[:, 0], saved_emb=saved[:, 1], saved_head=saved[:, 2],
                   working=saved[:, 3], variables=V, rates=R, ops=tuple(ops)), srow
 
 
@@ -100,21 +115,22 @@ def groups(pr: Pricer, table: pd.DataFrame) -> list[Group]:
     for (pp, v), idx in table.groupby(["pp", "virtual_stages"], sort=True).indices.items():
         pp, v = int(pp), int(v)
         layers = pr.memo(("layers", pp * v), lambda: np.asarray(stage_layers(model.layers, pp * v), dtype=float))
-        sub = table.iloc[idx]
-        pairs = [pr.memo(("params", int(a), pp, v, int(b)), lambda a=a, b=b: opslib.chunk_params_split(
-            model, int(a), layers, pp, int(b))) for a, b in zip(sub["tp"].to_numpy(), sub["ep"].to_numpy())]
+        tp_ep = np.stack([table["tp"].to_numpy()[idx], table["ep"].to_numpy()[idx]], axis=1)
+        distinct, back = np.unique(tp_ep, axis=0, return_inverse=True)
+        pairs = [pr.memo(("params", a, pp, v, b), lambda a=a, b=b: opslib.chunk_params_split(
+            model, a, layers, pp, b)) for a, b in distinct.tolist()]
+        back = back.reshape(-1)
         out.append(Group(rows=np.asarray(idx), pp=pp, v=v, layers=layers,
-                         dense=np.array([p[0] for p in pairs]), expert=np.array([p[1] for p in pairs])))
+                         dense=np.array([p[0] for p in pairs])[back], expert=np.array([p[1] for p in pairs])[back]))
     return out
 
 
 def cluster_columns(pr: Pricer, table: pd.DataFrame, names: tuple[str, ...]) -> list[np.ndarray]:
     """Per row, figures of its cluster (one lookup per distinct instance type, count and lnc): capacity_gib,
     reserve_gib, price_per_hour_usd, peak_flop_per_s."""
-    keys = list(zip(table["instance"], table["instances"].tolist(), table["lnc"].tolist()))
-    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-    which = np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
-    infos = [pr.cluster(*k) for k in index]
+    which, firsts = distinct_rows(table, ("instance", "instances", "lnc"))
+    infos = [pr.cluster(*k) for k in zip(table["instance"].to_numpy()[firsts], table["instances"].to_numpy()[firsts].tolist(),
+                                         table["lnc"].to_numpy()[firsts].tolist())]
     get = {"capacity_gib": lambda c: c.capacity_gib,
            "reserve_gib": lambda c: c.cluster.calibration.runtime_reserve_gib,
            "price_per_hour_usd": lambda c: c.price_per_hour_usd, "peak_flop_per_s": lambda c: c.peak_flop_per_s}
@@ -209,40 +225,66 @@ def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     return fwd, bwd, opt, sh.costs.attn_fwd[k], sh.costs.attn_bwd[k]
 
 
-def batched_comm(pr: Pricer, r, sh: Shapes, k: int, g: Group, j: int) -> StepComm:
-    """`replay.engine.step_comm` of row r (shape k, row j of its group): the same pieces (`replay.comm`), each
-    memoized by what it depends on, with memoized collectives (`Pricer.prices`) and no records."""
-    ck = (r.instance, int(r.instances), int(r.lnc), calibration_index(r))
-    price = pr.prices(ck)
-    cl = price.cluster
-    cal = cl.calibration
-    tp, cp, pp, v, dp, ep = int(r.tp), int(r.cp), int(r.pp), int(r.virtual_stages), int(r.dp), int(r.ep)
-    sp, zero, full = bool(r.sequence_parallel), int(r.zero), r.recompute == "full"
+def batched_comm(pr: Pricer, rows: list, sh: Shapes, srow: np.ndarray, g: Group, js: np.ndarray) -> tuple[StepComm,
+                                                                                                        np.ndarray]:
+    """`replay.comm.step_comm` of rows js of group g: the same pieces (`replay.comm`), each memoized by what it
+    depends on, with memoized collectives (`Pricer.prices`) and no records, assembled over the rows
+    (`comm.assemble`). Returns the StepComm (every field with a leading row axis; a row that reduces no
+    gradients in buckets, ZeRO-3 with `fsdp_schedule: layerwise`, has one empty bucket per chunk) and [n]
+    whether each row has buckets."""
+    idx = g.rows[js]
+    n, chunks, pp = idx.size, g.layers.size, g.pp
     V = sh.variables
     par = pr.scenario.parallelism
+    layerwise = par.fsdp_schedule == "layerwise"
+    layer, send = np.empty((5, n)), np.empty((n, chunks))
+    buckets, bucket_s, has = np.ones((n, chunks)), np.zeros((n, chunks)), np.ones(n, dtype=bool)
+    after, gather, scatter = np.empty((n, pp)), np.empty((n, chunks)), np.empty((n, chunks))
+    norm, overlap, full, last = np.empty(n), np.empty(n, dtype=bool), np.empty(n, dtype=bool), None
+    sharing = pr.shared_last_sends
+    if sharing:
+        last = np.empty((n, chunks))
+    for a, (i, j) in enumerate(zip(idx.tolist(), js.tolist())):
+        r, k = rows[i], int(srow[i])
+        ck = (r.instance, int(r.instances), int(r.lnc), calibration_index(r))
+        price = pr.prices(ck)
+        cl = price.cluster
+        cal = cl.calibration
+        tp, cp, v, dp, ep = int(r.tp), int(r.cp), int(r.virtual_stages), int(r.dp), int(r.ep)
+        sp, zero = bool(r.sequence_parallel), int(r.zero)
+        full[a] = r.recompute == "full"
 
-    def in_layer():
-        vk = {name: V[name][k] for name in ("T", "h", "e", "hkv", "d")}
-        return comm.layer_comm(price, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, full,
-                               comm.hides_tp(cal, par, tp), sh.costs.hide[k])
+        def in_layer():
+            vk = {name: V[name][k] for name in ("T", "h", "e", "hkv", "d")}
+            return comm.layer_comm(price, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, bool(full[a]),
+                                   comm.hides_tp(cal, par, tp), sh.costs.hide[k])
 
-    layer = pr.memo(("layer-comm", ck, _shape_key(r), pp if ep > 1 else 0), in_layer)
-    send_bytes = comm.activation_send_bytes({name: V[name][k] for name in ("T", "h", "e")}, tp, sp)
+        layer[:, a] = pr.memo(("layer-comm", ck, sh.keys[k], pp if ep > 1 else 0), in_layer)
+        send_bytes = comm.activation_send_bytes({name: V[name][k] for name in ("T", "h", "e")}, tp, sp)
 
-    def sends():
-        placed = dataclasses.replace(cl, layout=Layout(tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v))
-        return comm.pipeline_sends(price, placed, send_bytes, g.layers.size)
+        def sends():
+            placed = dataclasses.replace(cl, layout=Layout(tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v))
+            return comm.pipeline_sends(price, placed, send_bytes, chunks)
 
-    send_groups, send_fwd = pr.memo(("sends", ck, tp * cp, pp, v, send_bytes), sends)
-    # what dp_comm and last_sends read of the training (precision, master weights, ZeRO stage) varies only with zero
-    training = lambda: pr.memo(("training", zero), lambda: layout_scenario(pr.scenario, r).training)   # noqa: E731
-    dense, stride = g.dense[j], tp * cp * pp
-    parts = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), lambda: comm.dp_comm(
-        price, cl, dense, g.expert[j], g.layers, training(), dp, ep, stride, pp, par.fsdp_schedule == "layerwise"))
-    last = comm.last_sends(price, cl, send_fwd, send_bytes, send_groups, dense,
-                           training() if price.shares_links else None, dp, stride, parts[0])
-    norm_s = pr.memo(("norm", ck), lambda: comm.norm_seconds(price, cl))
-    return comm.assemble(g.layers, layer, send_fwd, last, parts, norm_s, full, cal.dp_overlap)
+        send_groups, send[a] = pr.memo(("sends", ck, tp * cp, pp, v, send_bytes), sends)
+        # what dp_comm and last_sends read of the training (precision, master weights, ZeRO stage) varies only
+        # with zero
+        training = lambda: pr.memo(("training", zero), lambda: layout_scenario(pr.scenario, r).training)  # noqa: E731
+        dense, stride = g.dense[j], tp * cp * pp
+        nb, nb_s, after[a], gather[a], scatter[a] = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), lambda: comm.dp_comm(
+            price, cl, dense, g.expert[j], g.layers, training(), dp, ep, stride, pp, layerwise))
+        if nb.size:
+            buckets[a], bucket_s[a] = nb, nb_s
+        else:
+            has[a] = False
+        if sharing:
+            last[a] = comm.last_sends(price, cl, send[a], send_bytes, send_groups, dense, training(), dp, stride, nb)
+        norm[a] = pr.memo(("norm", ck), lambda: comm.norm_seconds(price, cl))
+        overlap[a] = cal.dp_overlap
+    if last is None:      # priced alone, the last microbatch's gradient sends are the others' (`last_sends`)
+        last = comm.gradient_sends(send)
+    return comm.assemble(g.layers, tuple(layer), send, last, (buckets, bucket_s, after, gather, scatter), norm, full,
+                         overlap), has
 
 
 # ----------------------------------------------------------------------------------------------------------

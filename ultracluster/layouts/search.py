@@ -35,13 +35,15 @@ CLUSTER_COLUMNS = ["instance", "instances", "lnc"]
 
 
 def chunks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
-    """The table cut into at least `pieces` chunks along its clusters (instance type, count, lnc), largest first.
+    """The table cut into at least `pieces` chunks along its clusters (instance type, count, lnc), largest first,
+    each in pipeline-shape order (`by_group`).
 
     A chunk holds the layouts of one cluster, or a consecutive part of a cluster larger than the table over
     `pieces`: a process that prices a chunk shares across it what a cluster's layouts share (its collectives),
     where chunks that mix clusters make every process price every cluster's (more CPU seconds on two Ray workers:
     docs/performance.md, `benchmarks/plan_limits.py`). Largest first, so the last chunks to finish are small.
     """
+    table = by_group(table)
     n = len(table)
     size = max(1, math.ceil(n / max(pieces, 1)))
     keys = table[CLUSTER_COLUMNS].astype(str).agg("|".join, axis=1).to_numpy()
@@ -52,6 +54,16 @@ def chunks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
         bounds = np.linspace(lo, hi, parts + 1).round().astype(int)
         out += [table.iloc[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     return sorted(out, key=len, reverse=True)
+
+
+GROUP_COLUMNS = CLUSTER_COLUMNS + ["pp", "virtual_stages"]
+
+
+def by_group(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's rows ordered by cluster and pipeline shape (pp, virtual stages), otherwise in table order
+    (its index kept): consecutive pieces of it share their per-shape work (one pipeline program, its sends and
+    its schedule runs per shape), where pieces of the table's own order each hold every shape."""
+    return table.sort_values(GROUP_COLUMNS, kind="stable")
 
 
 def evaluate_chunk(scenario: Scenario, calibration: Calibration | None, sources: dict[str, str],

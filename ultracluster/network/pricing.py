@@ -263,16 +263,23 @@ def _priced(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) 
     """(bandwidth seconds, other seconds, profile) of one collective at its size, before any in-graph sync."""
     if cal.algorithm_envelope:
         sizes = [nbytes] + _breakpoints(fab, op, float(nbytes), group, above=True)
-        profs = [profile(fab, op, n, group) for n in sizes]
+        profs = [profile(fab, op, nbytes, group)] + [_profile_at(fab, op, n, group) for n in sizes[1:]]
         busy, other = _profile_costs(profs, cal).times(np.array(sizes))
         best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper
         return float(busy[best]), float(other[best]), profs[best]
     sizes = _breakpoints(fab, op, float(nbytes), group, above=False) + [float(nbytes)]
-    profs = [profile(fab, op, n, group) for n in sizes]
+    profs = [_profile_at(fab, op, n, group) for n in sizes[:-1]] + [profile(fab, op, nbytes, group)]
     busy, other = _profile_costs(profs, cal).times(np.array(sizes))
     total = busy + other
     floor = float(total[:-1].max()) if len(sizes) > 1 else 0.0
     return float(busy[-1]), float(other[-1]) + max(0.0, floor - float(total[-1])), profs[-1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _profile_at(fab: Fabric, op: str, nbytes: float, group: Group) -> Profile:
+    """`profile` at a size just over or under one of Neuron's switches (`_breakpoints`): every size of the
+    collective compares these, so they are kept."""
+    return profile(fab, op, nbytes, group)
 
 
 def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,

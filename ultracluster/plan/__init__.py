@@ -43,8 +43,8 @@ EMBEDDED_RAY_START_S = 12.0    # starting an embedded local Ray and warming work
                                # 5-12 s on the 2-CPU development machine): the in-process search must save more
 IN_PROCESS_LAYOUTS_PER_S = 5000.0   # a conservative in-process rate (docs/performance.md measures about 10,000/s)
 REPLAY_DIFFERENCE_NOTE = 0.01  # a replayed layout further than this from its fast-path step time gets a note
-PRICING_PIECE_LAYOUTS = 4096   # layouts priced per piece in this process, for progress (the same numbers and the
-                               # same speed as one piece: docs/performance.md)
+PRICING_PIECE_LAYOUTS = 4096   # layouts priced per piece in this process, for progress (the same numbers; pieces
+                               # cut along pipeline shapes, `search.by_group`, cost little speed: docs/performance.md)
 
 
 @dataclass
@@ -91,11 +91,12 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
         log(f"plan: {len(table):,} layouts: pricing them on an embedded Ray ({cpus} CPUs)")
         session.enter_context(plan_tasks.planning_ray(None, shards()))
         results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, search.chunks(table, 2 * cpus), done)
-    else:                          # here, in pieces of the table's order (the same numbers)
+    else:                          # here, in pieces (the same numbers in any order: `search.assemble` restores it)
         results = []
+        ordered = search.by_group(table)
         for lo in range(0, len(table), PRICING_PIECE_LAYOUTS):
             results.append(search.evaluate_chunk(base, calibration, sources,
-                                                 table.iloc[lo:lo + PRICING_PIECE_LAYOUTS], pr))
+                                                 ordered.iloc[lo:lo + PRICING_PIECE_LAYOUTS], pr))
             if done:
                 done(min(len(table), lo + PRICING_PIECE_LAYOUTS))
     return search.Evaluated(table, sources, time.perf_counter() - t0, nodes, results)

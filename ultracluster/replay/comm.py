@@ -84,6 +84,11 @@ class Prices:
                                                  count_per_step=int(round(count))))
         return secs
 
+    def many(self, op: str, nbytes: np.ndarray, group: Group) -> np.ndarray:
+        """Seconds of `op` over `group` at each of the buffer sizes `nbytes` (an array; not recorded)."""
+        sizes = np.asarray(nbytes, dtype=float)
+        return np.array([self(op, b, group) for b in sizes.ravel().tolist()], dtype=float).reshape(sizes.shape)
+
     def shared(self, transfers: tuple) -> float:
         """Seconds of the first of `transfers` ((op, bytes, group), ...) run at once, sharing links."""
         return float(concurrent_time(self.cluster, list(transfers), in_graph=True)[0])
@@ -184,8 +189,8 @@ def dp_comm(price: Prices, cluster: Cluster, dense: np.ndarray, expert: np.ndarr
     table = price.records is not None and dp > 1     # what the report's table adds: chunk 0's collectives
     buckets = np.maximum(1, np.ceil((dense + expert) * g_bytes / DP_BUCKET_BYTES)).astype(int)
     # a bucket holds dense and expert gradients in the chunk's proportion; each part reduces over its group
-    bucket_s = np.array([price(reduce_op, gd / n, dpg) + price(reduce_op, ge / n, xpg)
-                         for gd, ge, n in zip(dense * g_bytes, expert * g_bytes, buckets)])
+    bucket_s = price.many(reduce_op, dense * g_bytes / buckets, dpg) + price.many(reduce_op, expert * g_bytes / buckets,
+                                                                                 xpg)
     after = np.zeros(pp)
     gather, scatter = np.zeros(layers.size), np.zeros(layers.size)
     if not shard.weights:
@@ -195,10 +200,11 @@ def dp_comm(price: Prices, cluster: Cluster, dense: np.ndarray, expert: np.ndarr
                 price(reduce_op, expert[0] * g_bytes / buckets[0], xpg, "dp-expert", buckets[0])
         if dp > 1 and shard.optimizer:          # ZeRO-1 all-gathers the updated weights
             stage_dense, stage_expert = stage_sum(dense, pp), stage_sum(expert, pp)
-            for s in range(pp):
-                n = 1 if s == 0 else 0
-                after[s] = price("all_gather", stage_dense[s] * w_bytes, dpg, "dp", n) + price(
-                    "all_gather", stage_expert[s] * w_bytes, xpg, "dp-expert", n)
+            if table:                           # stage 0's, once per step
+                price("all_gather", stage_dense[0] * w_bytes, dpg, "dp", 1)
+                price("all_gather", stage_expert[0] * w_bytes, xpg, "dp-expert", 1)
+            after = price.many("all_gather", stage_dense * w_bytes, dpg) + price.many("all_gather",
+                                                                                      stage_expert * w_bytes, xpg)
         return buckets, bucket_s, after, gather, scatter
     # ZeRO-3 (FSDP): no bucketed reduction after backward and no gather after the optimizer; instead, per
     # layer and microbatch, the layer's weights are all-gathered before forward and again before backward and
@@ -209,11 +215,10 @@ def dp_comm(price: Prices, cluster: Cluster, dense: np.ndarray, expert: np.ndarr
     # optimizer, and its combiners merge them (H21), so they are the ZeRO-1 buckets above, once per step after
     # the last backward; only the per-layer weight gathers remain.
     unit_d, unit_e = dense / layers, expert / layers
-    gather = np.array([price("all_gather", d * w_bytes, dpg) + price("all_gather", e * w_bytes, xpg)
-                       for d, e in zip(unit_d, unit_e)])
+    gather = price.many("all_gather", unit_d * w_bytes, dpg) + price.many("all_gather", unit_e * w_bytes, xpg)
     if layerwise:
-        scatter = np.array([price("reduce_scatter", d * g_bytes, dpg) + price("reduce_scatter", e * g_bytes, xpg)
-                            for d, e in zip(unit_d, unit_e)])
+        scatter = price.many("reduce_scatter", unit_d * g_bytes, dpg) + price.many("reduce_scatter", unit_e * g_bytes,
+                                                                                   xpg)
     if table:   # chunk 0's layers
         price("all_gather", unit_d[0] * w_bytes, dpg, "dp", 2 * layer_mbs)
         if layerwise:
@@ -236,7 +241,7 @@ def last_sends(price: Prices, cluster: Cluster, send_fwd: np.ndarray, send_bytes
     """[chunks] the last microbatch's gradient sends: a send leaving a stage's last backward runs while that
     stage's buckets are reduced; both share the links and NICs (max-min fair), so it takes longer than alone.
     Without `price.shares_links` they are priced alone (`training` is then not read)."""
-    send_bwd = np.concatenate([[0.0], send_fwd[:-1]])  # chunk c's input gradient returns over the c-1 -> c link
+    send_bwd = gradient_sends(send_fwd)
     last = send_bwd.copy()
     if dp > 1 and buckets.size and price.shares_links:
         dpg = group_of(cluster, dp, stride)
@@ -256,16 +261,27 @@ def norm_seconds(price: Prices, cluster: Cluster) -> float:
     return 0.0
 
 
+def gradient_sends(send_fwd: np.ndarray) -> np.ndarray:
+    """[..., chunks] gradient send seconds: chunk c's input gradient returns over the c-1 -> c link."""
+    send_fwd = np.asarray(send_fwd, dtype=float)
+    return np.concatenate([np.zeros(send_fwd.shape[:-1] + (1,)), send_fwd[..., :-1]], axis=-1)
+
+
 def assemble(layers: np.ndarray, layer: tuple, send_fwd: np.ndarray, send_bwd_last: np.ndarray, dp_parts: tuple,
-             norm_s: float, full_recompute: bool, dp_overlap: bool, records: list | None = None,
+             norm_s, full_recompute, dp_overlap, records: list | None = None,
              dp_total: np.ndarray | None = None) -> StepComm:
-    """The StepComm of one layout from its pieces (`layer_comm`, `pipeline_sends`, `last_sends`, `dp_comm`)."""
+    """The StepComm of one layout from its pieces (`layer_comm`, `pipeline_sends`, `last_sends`, `dp_comm`).
+
+    Over a row axis (the planner's batch) the same: `layer`'s five and `norm_s`, `full_recompute`, `dp_overlap`
+    as [rows] arrays, the per-chunk and per-stage pieces as [rows, chunks] and [rows, stages]; every field of
+    the StepComm then has that leading axis."""
     per_layer, bwd_exposed, cp_fwd, cp_bwd, a2a = layer
-    again = 1.0 if full_recompute else 0.0
+    again = np.where(full_recompute, 1.0, 0.0) if np.ndim(full_recompute) else (1.0 if full_recompute else 0.0)
+    col = lambda x: np.asarray(x, dtype=float)[..., None]       # noqa: E731  (a row's figure along its chunks)
     buckets, bucket_s, after, gather, scatter = dp_parts
-    return StepComm(tp_fwd=layers * (per_layer + a2a), tp_bwd=layers * (bwd_exposed + a2a + (per_layer + a2a) * again),
-                    send_fwd=send_fwd, send_bwd=np.concatenate([[0.0], send_fwd[:-1]]),
-                    dp=dp_total if dp_total is not None else np.zeros(after.size), records=records or [],
+    return StepComm(tp_fwd=layers * col(per_layer + a2a), tp_bwd=layers * col(bwd_exposed + a2a + (per_layer + a2a) * again),
+                    send_fwd=send_fwd, send_bwd=gradient_sends(send_fwd),
+                    dp=dp_total if dp_total is not None else np.zeros(np.shape(after)), records=records or [],
                     dp_overlap=dp_overlap, norm_s=norm_s, dp_bucket_s=bucket_s, dp_buckets=buckets,
                     dp_after_s=after, fsdp_gather_s=gather, fsdp_scatter_s=scatter, cp_block_fwd_s=cp_fwd,
                     cp_block_bwd_s=cp_bwd, send_bwd_last=send_bwd_last)

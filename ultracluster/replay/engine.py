@@ -157,7 +157,11 @@ def stage_finish(pipe_end: np.ndarray, reduce_end: np.ndarray, norm_s, opt: np.n
 def cp_exposed(comm: StepComm, prof: ComputeProfile, cp: int) -> tuple[float, float]:
     """Seconds per layer and microbatch that the context-parallel ring adds: cp - 1 block passes, each
     hidden behind the attention on the block in hand (attention / cp) where it is shorter. With degraded
-    instances (`comm.replica_cp_block_s`), [replicas, 1] arrays."""
+    instances (`comm.replica_cp_block_s`), [replicas, 1] arrays. Over layouts (the planner: `cp`, the blocks and
+    the attention times as [rows] arrays, every cp > 1), [rows] arrays."""
+    if np.ndim(cp):
+        return ((cp - 1) * np.maximum(0.0, comm.cp_block_fwd_s - prof.attn_fwd / cp),
+                (cp - 1) * np.maximum(0.0, comm.cp_block_bwd_s - prof.attn_bwd / cp))
     if cp <= 1:
         return 0.0, 0.0
     if comm.replica_cp_block_s is not None:
