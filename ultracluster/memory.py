@@ -107,8 +107,8 @@ def stages_held(forward: np.ndarray, local_chunk: np.ndarray, v: int) -> list[np
 def _held_along(forward: np.ndarray, local_chunk: np.ndarray, v: int) -> np.ndarray:
     """[stages, ops + 1, v] microbatches held per local chunk before the first op and after each (integers)."""
     stages, ops = forward.shape
-    delta = np.zeros((stages, ops, v), dtype=np.int64)
-    np.put_along_axis(delta, local_chunk[:, :, None], np.where(forward, 1, -1)[:, :, None], axis=2)
+    step = np.where(forward, 1, -1)[:, :, None]
+    delta = step if v == 1 else (local_chunk[:, :, None] == np.arange(v)) * step     # +-1 on the op's chunk
     held = np.zeros((stages, ops + 1, v), dtype=np.int64)
     np.cumsum(delta, axis=1, out=held[:, 1:])
     return held
