@@ -39,15 +39,17 @@ MAX_CYCLE_PER_STAGE = 2        # the longest repeat looked for, in blocks per st
 
 @dataclass(frozen=True)
 class Compiled:
-    """One (schedule, p, m, v) program as flat arrays, with its dependency levels (its repeating blocks:
-    `repeats`).
+    """One (schedule, p, m, v) program in dependency levels, as `evaluate` runs it (its blocks: `repeats`). Columns
+    number the ops in level order (a level depends only on earlier ones); column `ops` is a sentinel (time 0).
 
     Attributes:
-        ops: number of ops; arrays below are [ops] unless noted. Index `ops` is a sentinel (time 0).
-        kind, chunk: F/B and chunk id of each op.
-        pred: the previous op on the same stage (sentinel when first).
-        dep: the producer (previous chunk's forward, next chunk's backward, own forward on the last chunk).
-        delay: column of the row's delay table [0, send_fwd, send_bwd, send_bwd_last] that the op waits.
+        ops: number of ops; at: [ops + 1] each op's column (ops numbered stage by stage in program order).
+        bounds: (first, end) column of each level.
+        level_pred, level_dep: per level, the columns of its ops' predecessors (the previous op on the stage) and
+            producers (previous chunk's forward, next chunk's backward, own forward on the last chunk): a slice
+            where consecutive, else an index array.
+        dur_col, wait_col: [ops] per column, the column of the row's table [fwd, bwd, delays] (`evaluate`) with
+            the op's seconds and the send it waits for its producer.
         last_op: [p] the last op of each stage; last_b: [chunks] op B(m - 1, c).
     """
 
@@ -56,22 +58,14 @@ class Compiled:
     m: int
     v: int
     ops: int
-    kind: np.ndarray
-    chunk: np.ndarray
-    pred: np.ndarray
-    dep: np.ndarray
-    delay: np.ndarray
+    at: np.ndarray
+    bounds: tuple
+    level_pred: tuple
+    level_dep: tuple
+    dur_col: np.ndarray
+    wait_col: np.ndarray
     last_op: np.ndarray
     last_b: np.ndarray
-    order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # ops in level order (ops of
-                                 # one level depend only on earlier levels)
-    at: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))      # op -> column in that order
-    bounds: tuple = ()           # (first, end) column of each level in that order
-    level_pred: tuple = ()       # per level: the columns of its ops' predecessors (a slice where consecutive)
-    level_dep: tuple = ()        # per level: the columns of its ops' producers (a slice where consecutive)
-    dur_col: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # per column: its seconds'
-    wait_col: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # and its wait's column of
-                                 # the row's table [fwd, bwd, delays] (`_ends`)
 
 
 @dataclass(frozen=True)
@@ -83,14 +77,11 @@ class Repeats:
         reach: R, how many blocks back the last block's and the cool-down's dependencies reach.
         blocks: [J, size] op indices of the last J >= R + 1 repeating blocks (row 0 the last), aligned so that
             blocks[j, i] is blocks[j + 1, i] one block later.
-        shiftable: [ops] True where the op lies after the first checked block (its time in a longer run is
-            this run's time plus λ per extra block).
     """
 
     microbatches_per_block: int
     reach: int
     blocks: np.ndarray
-    shiftable: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -98,14 +89,12 @@ class _Raw:
     """A program as flat arrays, ops numbered stage by stage in program order.
 
     Attributes:
-        stage, pos, kind, mb, chunk: [ops] where each op runs and what it is (pos: its place in its stage).
+        kind, mb, chunk: [ops] what each op is.
         start: [p + 1] first op of each stage (stage s holds ops start[s]..start[s + 1] - 1).
         pred: the previous op on the stage (-1: first); dep: the producer (-1: none).
         delay: column of the delay table the op waits for its producer.
     """
 
-    stage: np.ndarray
-    pos: np.ndarray
     kind: np.ndarray
     mb: np.ndarray
     chunk: np.ndarray
@@ -138,7 +127,7 @@ def _raw(schedule: str, p: int, m: int, v: int) -> _Raw:
     stage, kind, mb, chunk, start = program_arrays(schedule, p, m, v)
     pos = np.arange(kind.size) - start[stage]
     kmax = int(mb.max()) if mb.size else 0
-    raw = _Raw(stage, pos, kind, mb, chunk, start, np.zeros(0), np.zeros(0), np.zeros(0), kmax)
+    raw = _Raw(kind, mb, chunk, start, np.zeros(0), np.zeros(0), np.zeros(0), kmax)
     lookup = np.full(2 * (kmax + 1) * n_chunks, -1, dtype=np.int64)
     lookup[raw.key(kind, mb, chunk)] = np.arange(kind.size)
     pred = np.where(pos > 0, np.arange(kind.size) - 1, -1)
@@ -157,12 +146,10 @@ def _raw(schedule: str, p: int, m: int, v: int) -> _Raw:
 
 
 def _depths(pred: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """1 + the longest chain before each op. An op's predecessor is the op before it on its stage (ops are
-    numbered stage by stage), so along a stage depth[i] = 1 + max(depth[i - 1], x[i]), x the producer's depth:
-    a running maximum, depth[i] = i + 1 + max over j <= i of (x[j] - j) (i, j counted on the stage). Sweeps over
-    the stages (up, then down: forwards' producers are on the stage before, backwards' on the stage after) apply
-    it with the depths known so far until a sweep changes nothing: from 0 the depths only grow, to the longest
-    chains (3 or 4 sweeps for the engine's programs); in a deadlocked program they grow without end."""
+    """1 + the longest chain before each op (ops numbered stage by stage). Along a stage depth[i] = 1 +
+    max(depth[i - 1], x[i]), x the producer's depth: a running maximum, i + 1 + max over j <= i of (x[j] - j).
+    Sweeps up and down the stages (forwards' producers are on the stage before, backwards' after) apply it until
+    nothing changes: from 0 the depths grow to the longest chains (3-4 sweeps), or without end if deadlocked."""
     n = dep.size
     depth = np.zeros(n + 1, dtype=np.int64)            # depth[n]: no producer
     src = np.where(dep >= 0, dep, n)
@@ -201,8 +188,7 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     depth = _depths(raw.pred, raw.dep, raw.start)
     order = np.argsort(depth, kind="stable")
     cuts = np.flatnonzero(np.diff(depth[order])) + 1
-    lookup = {int(c): i for i, c in zip(np.flatnonzero((raw.kind == B) & (raw.mb == m - 1)),
-                                        raw.chunk[(raw.kind == B) & (raw.mb == m - 1)])}
+    last_b = np.flatnonzero((raw.kind == B) & (raw.mb == m - 1))             # B(m - 1, c), one per chunk c
     last_op = raw.start[1:] - 1
     pred, dep = np.where(raw.pred < 0, ops, raw.pred), np.where(raw.dep < 0, ops, raw.dep)
     at = np.empty(ops + 1, dtype=np.int64)                  # op -> its column in level order (sentinel last)
@@ -212,25 +198,22 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     cols_pred, cols_dep = at[pred[order]], at[dep[order]]
     n_chunks = p * v
     chunk_o = raw.chunk[order]
-    comp = Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, kind=raw.kind, chunk=raw.chunk,
-                    pred=pred, dep=dep, delay=raw.delay, last_op=last_op,
-                    order=order, at=at, bounds=spans, level_pred=_index(cols_pred, bounds),
-                    level_dep=_index(cols_dep, bounds), last_b=np.array([lookup[c] for c in range(n_chunks)]),
+    return Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, at=at, bounds=spans,
+                    level_pred=_index(cols_pred, bounds), level_dep=_index(cols_dep, bounds),
                     dur_col=np.where(raw.kind[order] == F, chunk_o, n_chunks + chunk_o),
-                    wait_col=2 * n_chunks + raw.delay[order])
-    return comp
+                    wait_col=2 * n_chunks + raw.delay[order], last_op=last_op,
+                    last_b=last_b[np.argsort(raw.chunk[last_b])])
 
 
 @lru_cache(maxsize=512)
 def repeats(schedule: str, p: int, m: int, v: int = 1) -> Repeats | None:
-    """The repeating blocks of (schedule, p, m, v), None when its longer runs are not read off it (cached; only
-    a run shorter than some row's needs them)."""
+    """The repeating blocks of (schedule, p, m, v), or None (cached; only a run shorter than a row's needs them)."""
     found = _blocks(schedule, p, m, v)
     return None if found is None else Repeats(*found)
 
 
 def _blocks(schedule: str, p: int, m: int, v: int):
-    """(P, blocks 0..R aligned, shiftable ops) of a program whose longer runs repeat its last blocks, else None.
+    """(P, R, blocks 0..R and more aligned) of a program whose longer runs repeat its last blocks, else None.
 
     Read off the engine's programs for m and m + P microbatches: the longer one must be this one with one
     block of ops inserted on every stage (the block before it, P microbatches later), and
@@ -266,9 +249,8 @@ def _blocks(schedule: str, p: int, m: int, v: int):
     k = ins // q                                        # whole blocks before the insertion
     if (k < 2).any():
         return None
-    # blocks j = 0, 1, ... back from the insertion ([ins - (j + 1) q, ins - j q)) repeat block j + 1 shifted while
-    # every op of them equals the op q before it shifted; n: 1 + how many do (at most k - 1), from the last op
-    # before the insertion that does not (or that lies before block k - 2)
+    # block j back from the insertion ([ins - (j + 1) q, ins - j q)) repeats block j + 1 shifted if each op equals
+    # the op q before it shifted; n: 1 + how many in a row do (at most k - 1), from the last op that does not
     repeats = np.ones((p, La), dtype=bool)
     repeats[:, q:] = xa[:, q:] == sa[:, :La - q]
     broken = (~repeats | (pos < (ins - (k - 1) * q)[:, None])) & (pos < ins[:, None])
@@ -307,17 +289,23 @@ def _blocks(schedule: str, p: int, m: int, v: int):
     J = min(n_min, R + max(4, MAX_CYCLE_PER_STAGE * p))
     aligned = ((a.start[:-1] + ins)[None, :, None] - q * (np.arange(J) + 1)[:, None, None]
                + np.arange(q)[None, None, :]).reshape(J, p * q)          # block j: each stage's ops in turn
-    shiftable = (block_of == -1) | ((block_of >= 0) & (block_of <= R))
-    return P, R, aligned, shiftable
+    return P, R, aligned
 
 
-def _ends(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarray) -> np.ndarray:
-    """End time of every op for every row, op-major in level order: [ops + 1, rows] (column `comp.at[i]` holds op
-    i; the last is the sentinel, 0). Arguments as `evaluate`."""
+def evaluate(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarray) -> np.ndarray:
+    """End time of every op for every row, level by level.
+
+    Args:
+        comp: the compiled program.
+        fwd, bwd: [rows, chunks] seconds of one microbatch's forward / backward of each chunk.
+        delays: [rows, 1 + 3 x chunks] the row's delay table: 0, send_fwd, send_bwd, send_bwd_last.
+
+    Returns:
+        [ops + 1, rows] end times, op-major in level order (op i in column `comp.at[i]`; the last the sentinel, 0).
+    """
     rows = fwd.shape[0]
-    # op-major [ops, rows]: a level is a contiguous block and a gather takes whole rows of memory (twice as
-    # fast as row-major; the same additions and maxima, so the same bits); `take` gathers rows as indexing
-    # does, at a third of its overhead
+    # op-major: a level is a contiguous block and a gather takes whole rows of memory (twice as fast as
+    # row-major; the same additions and maxima, so the same bits)
     table = np.ascontiguousarray(np.concatenate([fwd, bwd, delays], axis=1).T)
     both = table.take(np.concatenate([comp.dur_col, comp.wait_col]), axis=0)
     dur, wait = both[:comp.ops], both[comp.ops:]
@@ -333,20 +321,6 @@ def _ends(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarray) 
         maximum(end[pred] if pred.__class__ is slice else take(pred, 0), ready, out=here)
         here += dur[a:b]
     return end
-
-
-def evaluate(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarray) -> np.ndarray:
-    """End time of every op for every row.
-
-    Args:
-        comp: the compiled program.
-        fwd, bwd: [rows, chunks] seconds of one microbatch's forward / backward of each chunk.
-        delays: [rows, 1 + 3 x chunks] the row's delay table: 0, send_fwd, send_bwd, send_bwd_last.
-
-    Returns:
-        [rows, ops + 1] end times (the last column is the sentinel, 0).
-    """
-    return _ends(comp, fwd, bwd, delays).take(comp.at, axis=0).T
 
 
 @dataclass(frozen=True)
@@ -379,7 +353,8 @@ def _settled(blk: np.ndarray, reach: int) -> tuple[np.ndarray, np.ndarray]:
     (block j = block j + c + Λ for j < reach), and Λ; c = 0 where none does.
 
     Args:
-        blk: [J, size, rows] end times of the last J blocks (op-major, as `_ends` has them); reach: R of the program.
+        blk: [J, size, rows] end times of the last J blocks (op-major, as `evaluate` gives them).
+        reach: R of the program.
     """
     J, _, rows = blk.shape
     cyc, lam = np.zeros(rows, dtype=np.int64), np.zeros(rows)
@@ -419,26 +394,19 @@ def pipeline_times(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray
     # the data-parallel degree at equal chunk times) are run once
     first, back = _distinct_rows(np.concatenate([m[:, None].astype(float), fwd, bwd, send_fwd, send_bwd,
                                                  send_bwd_last], axis=1))
-    if first.size < rows:
-        pt = _pipelines(schedule, p, v, m[first], fwd[first], bwd[first], send_fwd[first], send_bwd[first],
-                        send_bwd_last[first])
-        return PipeTimes(stage_end=pt.stage_end[back], last_b_start=pt.last_b_start[back],
-                         last_b_end=pt.last_b_end[back], evaluated_microbatches=pt.evaluated_microbatches[back])
-    return _pipelines(schedule, p, v, m, fwd, bwd, send_fwd, send_bwd, send_bwd_last)
+    pt = _pipelines(schedule, p, v, m[first], fwd[first], bwd[first], send_fwd[first], send_bwd[first],
+                    send_bwd_last[first])
+    return PipeTimes(stage_end=pt.stage_end[back], last_b_start=pt.last_b_start[back],
+                     last_b_end=pt.last_b_end[back], evaluated_microbatches=pt.evaluated_microbatches[back])
 
 
 def _distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(first, back): the first row of each distinct bit pattern of `table` [rows, columns], and each row's
     index into `first` (a dict of the rows' bytes: a sort of whole rows costs twenty times more)."""
-    index: dict[bytes, int] = {}
-    first: list[int] = []
-    back = np.empty(table.shape[0], dtype=np.int64)
-    for i, row in enumerate(np.ascontiguousarray(table)):
-        j = index.setdefault(row.tobytes(), len(first))
-        if j == len(first):
-            first.append(i)
-        back[i] = j
-    return np.array(first, dtype=np.int64), back
+    index: dict[bytes, int] = {}          # bit pattern -> its number, in the order first met
+    back = np.fromiter((index.setdefault(row.tobytes(), len(index)) for row in np.ascontiguousarray(table)),
+                       dtype=np.int64, count=table.shape[0])
+    return np.unique(back, return_index=True)[1], back
 
 
 def _pipelines(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray, bwd: np.ndarray,
@@ -469,7 +437,7 @@ def _pipelines(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray, bw
                     nxt_len[sel] = [_next_length(lengths[int(m[i])], int(mr)) for i in sel]
                     again.append(sel)
                     continue
-                end = _ends(comp, fwd[sel], bwd[sel], delays[sel])              # [ops + 1, rows], level order
+                end = evaluate(comp, fwd[sel], bwd[sel], delays[sel])           # [ops + 1, rows], level order
                 settled, extra, shift = fl.copy(), np.zeros(sel.size), np.zeros(sel.size, dtype=bool)
                 if rep is not None and not fl.all():
                     cyc, lam = _settled(end[comp.at[rep.blocks]], rep.reach)
