@@ -83,27 +83,51 @@ def held_in_flight(forward: np.ndarray, local_chunk: np.ndarray, v: int, distinc
         local_chunk: [ops] the op's chunk on its stage (chunk id // pp).
         distinct: keep each vector once (the planner reuses them over many layouts); else one per op.
     """
-    ops = forward.size
-    delta = np.zeros((ops, v), dtype=np.int64)
-    delta[np.arange(ops), local_chunk] = np.where(forward, 1, -1)
-    held = np.vstack([np.zeros((1, v), dtype=np.int64), np.cumsum(delta, axis=0)])
-    if not distinct:
-        return held.astype(float)
-    key = (held * (ops + 2) ** np.arange(v)).sum(axis=1)
-    _, first = np.unique(key, return_index=True)
-    return held[np.sort(first)].astype(float)
+    if distinct:
+        return stages_held(forward[None, :], local_chunk[None, :], v)[0]
+    return _held_along(forward[None, :], local_chunk[None, :], v)[0].astype(float)
+
+
+def stages_held(forward: np.ndarray, local_chunk: np.ndarray, v: int) -> list[np.ndarray]:
+    """`held_in_flight` (distinct vectors, in the order they first appear) of many stages at once: forward and
+    local_chunk [stages, ops] (every stage the same number of ops); a list of [k_s, v]."""
+    held = _held_along(forward, local_chunk, v)
+    if v == 1 and held.min() >= 0:          # one count, stepping by one from 0: first met in the order 0, 1, ...
+        return [np.arange(top + 1, dtype=float)[:, None] for top in held.max(axis=(1, 2)).tolist()]
+    ops = forward.shape[1]
+    key = held[:, :, 0] if v == 1 else (held * (ops + 2) ** np.arange(v)).sum(axis=2)
+    order = np.argsort(key, axis=1, kind="stable")             # equal vectors: the first to appear first
+    ranked = np.take_along_axis(key, order, axis=1)
+    first = np.zeros(key.shape, dtype=bool)
+    np.put_along_axis(first, order, np.concatenate([np.ones((key.shape[0], 1), dtype=bool),
+                                                    ranked[:, 1:] != ranked[:, :-1]], axis=1), axis=1)
+    return [h[f].astype(float) for h, f in zip(held, first)]
+
+
+def _held_along(forward: np.ndarray, local_chunk: np.ndarray, v: int) -> np.ndarray:
+    """[stages, ops + 1, v] microbatches held per local chunk before the first op and after each (integers)."""
+    stages, ops = forward.shape
+    step = np.where(forward, 1, -1)[:, :, None]
+    delta = step if v == 1 else (local_chunk[:, :, None] == np.arange(v)) * step     # +-1 on the op's chunk
+    held = np.zeros((stages, ops + 1, v), dtype=np.int64)
+    np.cumsum(delta, axis=1, out=held[:, 1:])
+    return held
 
 
 def activation_peak(held: np.ndarray, act: np.ndarray) -> np.ndarray:
     """[n] a stage's peak activation bytes: max over its held vectors [k, v] of sum_j held_j x act[:, j]
     (act [n, v], its local chunks' bytes), summed in a fixed order (no BLAS: the same bits in any batch)."""
-    return np.cumsum(held[None, :, :] * act[:, None, :], axis=2)[:, :, -1].max(axis=1)
+    return stage_peaks(held[None, :, :], act[:, :, None])[:, 0]
 
 
 def stage_peaks(held: np.ndarray, act: np.ndarray) -> np.ndarray:
     """[n, p] `activation_peak` of every stage at once: held [p, k, v] each stage's vectors (`stacked_held`),
-    act [n, v, p] the local chunks' bytes of each stage; the same products and sums, so the same bits."""
-    return np.cumsum(held[None, :, :, :] * act.transpose(0, 2, 1)[:, :, None, :], axis=3)[..., -1].max(axis=2)
+    act [n, v, p] the local chunks' bytes of each stage; the products summed chunk by chunk in order."""
+    per = act.transpose(0, 2, 1)[:, :, None, :]                     # [n, p, 1, v]
+    total = held[None, :, :, 0] * per[..., 0]
+    for j in range(1, held.shape[2]):
+        total += held[None, :, :, j] * per[..., j]
+    return total.max(axis=2)
 
 
 def stacked_held(per_stage: list[np.ndarray]) -> np.ndarray:

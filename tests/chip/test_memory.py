@@ -54,3 +54,34 @@ def test_full_recompute_saves_activation_memory():
     sel = memory(scenario())
     full = memory(scenario(training={"recompute": "full"}))
     assert full[0].activations_gib < 0.5 * sel[0].activations_gib
+
+
+@pytest.mark.parametrize("schedule,p,m,v", [("1f1b", 4, 9, 1), ("gpipe", 3, 5, 1), ("interleaved", 4, 8, 2),
+                                            ("interleaved", 3, 9, 3)])
+def test_every_stages_held_vectors_at_once_are_the_walk_of_its_program(schedule, p, m, v):
+    """`stages_held` (all stages at once, as the planner reads them) gives each stage the vectors of microbatches
+    held per local chunk that a walk of its program meets, each once, in the order met; a stage's peak
+    (`stage_peaks`) is the largest of their byte totals summed chunk by chunk."""
+    from ultracluster.memory import stage_peaks, stacked_held, stages_held
+
+    progs = stage_programs(schedule, p, m, v)
+    forward = np.array([[kind == "F" for kind, _, _ in prog] for prog in progs])
+    local = np.array([[c // p for _, _, c in prog] for prog in progs])
+    held = stages_held(forward, local, v)
+    act = np.random.default_rng(5).uniform(1.0, 3.0, (2, v, p))
+    peaks = stage_peaks(stacked_held(held), act)
+    for s, prog in enumerate(progs):
+        now, met = [0] * v, [(0,) * v]
+        for kind, _, c in prog:
+            now[c // p] += 1 if kind == "F" else -1
+            if tuple(now) not in met:
+                met.append(tuple(now))
+        assert held[s].tolist() == [list(map(float, x)) for x in met]
+        for n in range(2):
+            totals = []
+            for x in met:
+                t = x[0] * act[n, 0, s]
+                for j in range(1, v):
+                    t += x[j] * act[n, j, s]
+                totals.append(t)
+            assert peaks[n, s] == max(totals)

@@ -97,3 +97,44 @@ def test_bucket_queue_closed_form_equals_gradient_reduction(v, seed):
         t1 = np.array([[float(ex.end[("B", m - 1, c)][0]) for c in seg]])
         got = bucket_queue_end(t0, t1, buckets[seg][None, :].astype(float), bucket_s[seg][None, :])
         assert got[0] == pytest.approx(want[s], rel=1e-12)
+
+
+@pytest.mark.parametrize("schedule,p,m,v", [("1f1b", 1, 5, 1), ("1f1b", 4, 9, 1), ("1f1b", 16, 40, 1),
+                                            ("gpipe", 8, 12, 1), ("interleaved", 4, 8, 2), ("interleaved", 8, 24, 3)])
+def test_dependency_depths_are_the_engines_unit_time_schedule(schedule, p, m, v):
+    """An op's level is 1 + its longest chain of predecessors and producers: the end time the engine gives it when
+    every op takes one second and sends take none."""
+    from ultracluster.layouts.schedules import _depths, _raw
+
+    raw = _raw(schedule, p, m, v)
+    ones = np.ones((1, p * v))
+    ex = execute(stage_programs(schedule, p, m, v), ones, ones, np.zeros(p * v), np.zeros(p * v))
+    want = [float(ex.end[("B" if kind else "F", int(k), int(c))][0]) for kind, k, c in zip(raw.kind, raw.mb, raw.chunk)]
+    assert _depths(raw.pred, raw.dep, raw.start).tolist() == want
+
+
+def test_a_deadlocked_program_is_caught():
+    """Two stages each waiting for the other's second op: no order runs them."""
+    from ultracluster.layouts.schedules import _depths
+
+    with pytest.raises(AssertionError, match="deadlocked"):
+        _depths(np.array([-1, 0, -1, 2]), np.array([3, -1, 1, -1]), np.array([0, 2, 4]))
+
+
+def test_rows_with_the_same_inputs_get_the_same_bits_as_alone():
+    """Rows repeated (as layouts the pipeline cannot tell apart are) are run once; each row's times are those it
+    gets priced alone."""
+    rng = np.random.default_rng(11)
+    p, v, rows = 4, 2, 3
+    fwd = rng.uniform(0.5, 1.5, (rows, p * v))
+    bwd = 2 * fwd
+    sf, sb, sl = sends(rng, rows, p * v, 2)
+    pick = np.array([2, 0, 2, 1, 0, 2])
+    ms = np.array([8, 16, 8, 16, 16, 16])
+    pt = pipeline_times("interleaved", p, v, ms, fwd[pick], bwd[pick], sf[pick], sb[pick], sl[pick])
+    for r, (i, m) in enumerate(zip(pick, ms)):
+        alone = pipeline_times("interleaved", p, v, np.array([m]), fwd[i:i + 1], bwd[i:i + 1], sf[i:i + 1],
+                               sb[i:i + 1], sl[i:i + 1])
+        assert np.array_equal(pt.stage_end[r], alone.stage_end[0])
+        assert np.array_equal(pt.last_b_end[r], alone.last_b_end[0])
+    assert not np.array_equal(pt.stage_end[0], pt.stage_end[5])      # the same times, more microbatches

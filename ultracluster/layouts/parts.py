@@ -167,8 +167,7 @@ def _counts(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
 @lru_cache(maxsize=256)
 def _held(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
     stage, kind, mb, chunk, start = program_arrays(schedule, p, m, v)
-    return [memory.held_in_flight(kind[start[s]:start[s + 1]] == 0, chunk[start[s]:start[s + 1]] // p, v)
-            for s in range(p)]
+    return memory.stages_held((kind == 0).reshape(p, -1), (chunk // p).reshape(p, -1), v)   # every stage at once
 
 
 # ----------------------------------------------------------------------------------------------------------

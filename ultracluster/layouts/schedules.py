@@ -26,7 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..replay.schedule import program_columns
+from ..replay.schedule import program_table
 
 F, B = 0, 1
 # relative tolerance of "the same increment" (floating-point noise is ~1e-13 of the times; a looser
@@ -39,22 +39,18 @@ MAX_CYCLE_PER_STAGE = 2        # the longest repeat looked for, in blocks per st
 
 @dataclass(frozen=True)
 class Compiled:
-    """One (schedule, p, m, v) program as flat arrays, with its dependency levels and block structure.
+    """One (schedule, p, m, v) program in dependency levels, as `evaluate` runs it (its blocks: `repeats`). Columns
+    number the ops in level order (a level depends only on earlier ones); column `ops` is a sentinel (time 0).
 
     Attributes:
-        ops: number of ops; arrays below are [ops] unless noted. Index `ops` is a sentinel (time 0).
-        kind, chunk: F/B and chunk id of each op.
-        pred: the previous op on the same stage (sentinel when first).
-        dep: the producer (previous chunk's forward, next chunk's backward, own forward on the last chunk).
-        delay: column of the row's delay table [0, send_fwd, send_bwd, send_bwd_last] that the op waits.
-        levels: op indices by dependency depth (ops of one level depend only on earlier levels).
+        ops: number of ops; at: [ops + 1] each op's column (ops numbered stage by stage in program order).
+        bounds: (first, end) column of each level.
+        level_pred, level_dep: per level, the columns of its ops' predecessors (the previous op on the stage) and
+            producers (previous chunk's forward, next chunk's backward, own forward on the last chunk): a slice
+            where consecutive, else an index array.
+        dur_col, wait_col: [ops] per column, the column of the row's table [fwd, bwd, delays] (`evaluate`) with
+            the op's seconds and the send it waits for its producer.
         last_op: [p] the last op of each stage; last_b: [chunks] op B(m - 1, c).
-        microbatches_per_block: P (1, or p for interleaved); 0 when the program has no repeating block.
-        reach: R, how many blocks back the last block's and the cool-down's dependencies reach.
-        blocks: [J, size] op indices of the last J >= R + 1 repeating blocks (row 0 the last), aligned so that
-            blocks[j, i] is blocks[j + 1, i] one block later; empty when not compressible.
-        shiftable: [ops] True where the op lies after the first checked block (its time in a longer run is
-            this run's time plus λ per extra block).
     """
 
     schedule: str
@@ -62,23 +58,30 @@ class Compiled:
     m: int
     v: int
     ops: int
-    kind: np.ndarray
-    chunk: np.ndarray
-    pred: np.ndarray
-    dep: np.ndarray
-    delay: np.ndarray
-    levels: tuple[np.ndarray, ...]
+    at: np.ndarray
+    bounds: tuple
+    level_pred: tuple
+    level_dep: tuple
+    dur_col: np.ndarray
+    wait_col: np.ndarray
     last_op: np.ndarray
     last_b: np.ndarray
-    order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # ops in level order
-    at: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))      # op -> column in that order
-    bounds: tuple = ()           # (first, end) column of each level in that order
-    level_pred: tuple = ()       # per level: the columns of its ops' predecessors (a slice where consecutive)
-    level_dep: tuple = ()        # per level: the columns of its ops' producers (a slice where consecutive)
-    microbatches_per_block: int = 0
-    reach: int = 0
-    blocks: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
-    shiftable: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """The block structure of a program whose longer runs repeat its last blocks (`repeats`).
+
+    Attributes:
+        microbatches_per_block: P (1, or p for interleaved).
+        reach: R, how many blocks back the last block's and the cool-down's dependencies reach.
+        blocks: [J, size] op indices of the last J >= R + 1 repeating blocks (row 0 the last), aligned so that
+            blocks[j, i] is blocks[j + 1, i] one block later.
+    """
+
+    microbatches_per_block: int
+    reach: int
+    blocks: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -86,14 +89,12 @@ class _Raw:
     """A program as flat arrays, ops numbered stage by stage in program order.
 
     Attributes:
-        stage, pos, kind, mb, chunk: [ops] where each op runs and what it is (pos: its place in its stage).
+        kind, mb, chunk: [ops] what each op is.
         start: [p + 1] first op of each stage (stage s holds ops start[s]..start[s + 1] - 1).
         pred: the previous op on the stage (-1: first); dep: the producer (-1: none).
         delay: column of the delay table the op waits for its producer.
     """
 
-    stage: np.ndarray
-    pos: np.ndarray
     kind: np.ndarray
     mb: np.ndarray
     chunk: np.ndarray
@@ -114,13 +115,10 @@ class _Raw:
 def program_arrays(schedule: str, p: int, m: int, v: int) -> tuple[np.ndarray, ...]:
     """The engine's stage programs as arrays, ops numbered stage by stage in program order:
     (stage, kind, microbatch, chunk, start), start[s] the first op of stage s."""
-    cols = program_columns(schedule, p, m, v)
-    lens = np.array([back.size for back, _, _ in cols], dtype=np.int64)
-    start = np.concatenate([[0], np.cumsum(lens)])
-    kind = np.concatenate([back for back, _, _ in cols]).astype(np.int64)       # F 0, B 1
-    mb = np.concatenate([k for _, k, _ in cols]).astype(np.int64)
-    chunk = np.concatenate([c for _, _, c in cols]).astype(np.int64)
-    return np.repeat(np.arange(p), lens), kind, mb, chunk, start
+    back, mb, chunk = program_table(schedule, p, m, v)
+    per = back.shape[1]
+    return (np.repeat(np.arange(p), per), back.ravel().astype(np.int64), mb.ravel(), chunk.ravel(),   # F 0, B 1
+            np.arange(p + 1) * per)
 
 
 @lru_cache(maxsize=512)
@@ -129,7 +127,7 @@ def _raw(schedule: str, p: int, m: int, v: int) -> _Raw:
     stage, kind, mb, chunk, start = program_arrays(schedule, p, m, v)
     pos = np.arange(kind.size) - start[stage]
     kmax = int(mb.max()) if mb.size else 0
-    raw = _Raw(stage, pos, kind, mb, chunk, start, np.zeros(0), np.zeros(0), np.zeros(0), kmax)
+    raw = _Raw(kind, mb, chunk, start, np.zeros(0), np.zeros(0), np.zeros(0), kmax)
     lookup = np.full(2 * (kmax + 1) * n_chunks, -1, dtype=np.int64)
     lookup[raw.key(kind, mb, chunk)] = np.arange(kind.size)
     pred = np.where(pos > 0, np.arange(kind.size) - 1, -1)
@@ -148,41 +146,38 @@ def _raw(schedule: str, p: int, m: int, v: int) -> _Raw:
 
 
 def _depths(pred: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """1 + the longest chain before each op, by the engine's sweep: each stage runs on until its next op
-    waits for a producer not yet placed (plain integer lists: this is the one per-op loop). An op's
-    predecessor is the op before it on its stage (ops are numbered stage by stage)."""
-    n = pred.size
-    depth = [0] * n
-    dp = dep.tolist()
-    ptr, ends = start[:-1].tolist(), start[1:].tolist()
-    remaining = n
-    while remaining:
-        before = remaining
-        for s in range(len(ptr)):
-            i, end = ptr[s], ends[s]
-            a = depth[i - 1] if i > start[s] else 0
-            while i < end:
-                d = dp[i]
-                b = 0
-                if d >= 0:
-                    b = depth[d]
-                    if b == 0:
-                        break
-                a = 1 + (a if a > b else b)
-                depth[i] = a
-                i += 1
-            remaining -= i - ptr[s]
-            ptr[s] = i
-        if remaining == before:
+    """1 + the longest chain before each op (ops numbered stage by stage). Along a stage depth[i] = 1 +
+    max(depth[i - 1], x[i]), x the producer's depth: a running maximum, i + 1 + max over j <= i of (x[j] - j).
+    Sweeps up and down the stages (forwards' producers are on the stage before, backwards' after) apply it until
+    nothing changes: from 0 the depths grow to the longest chains (3-4 sweeps), or without end if deadlocked."""
+    n = dep.size
+    depth = np.zeros(n + 1, dtype=np.int64)            # depth[n]: no producer
+    src = np.where(dep >= 0, dep, n)
+    spans = list(zip(start[:-1].tolist(), start[1:].tolist()))
+    j = np.arange(max((b - a for a, b in spans), default=0) + 1)
+    sweep, before = 0, None
+    while before is None or not np.array_equal(before, depth):
+        before = depth.copy()
+        for a, b in spans if sweep % 2 == 0 else spans[::-1]:
+            x = depth.take(src[a:b])
+            x -= j[:b - a]
+            np.maximum.accumulate(x, out=x)
+            x += j[1:b - a + 1]
+            depth[a:b] = x
+        sweep += 1
+        if depth.max() > n:
             raise AssertionError("pipeline schedule deadlocked")   # a bug in stage_programs, not bad input
-    return np.array(depth, dtype=np.int64)
+    return depth[:n]
 
 
-def _index(cols: np.ndarray) -> np.ndarray | slice:
-    """`cols` as a slice where they are consecutive (a view instead of a gathered copy: the same values)."""
-    if cols.size and int(cols[-1]) - int(cols[0]) == cols.size - 1 and (np.diff(cols) == 1).all():
-        return slice(int(cols[0]), int(cols[-1]) + 1)
-    return cols
+def _index(cols: np.ndarray, bounds: list[int]) -> tuple:
+    """`cols` cut at `bounds`, each piece as a slice where its columns are consecutive (a view instead of a
+    gathered copy: the same values), else as an index array."""
+    steps = np.concatenate([[0], np.cumsum(np.diff(cols) != 1)])   # steps[i]: breaks in cols[:i + 1]
+    first, end = bounds[:-1], bounds[1:]
+    run = (steps[np.asarray(end) - 1] == steps[first]).tolist()
+    lo = cols[first].tolist()
+    return tuple(slice(c, c + b - a) if r else cols[a:b] for a, b, c, r in zip(first, end, lo, run))
 
 
 @lru_cache(maxsize=512)
@@ -193,8 +188,7 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     depth = _depths(raw.pred, raw.dep, raw.start)
     order = np.argsort(depth, kind="stable")
     cuts = np.flatnonzero(np.diff(depth[order])) + 1
-    lookup = {int(c): i for i, c in zip(np.flatnonzero((raw.kind == B) & (raw.mb == m - 1)),
-                                        raw.chunk[(raw.kind == B) & (raw.mb == m - 1)])}
+    last_b = np.flatnonzero((raw.kind == B) & (raw.mb == m - 1))             # B(m - 1, c), one per chunk c
     last_op = raw.start[1:] - 1
     pred, dep = np.where(raw.pred < 0, ops, raw.pred), np.where(raw.dep < 0, ops, raw.dep)
     at = np.empty(ops + 1, dtype=np.int64)                  # op -> its column in level order (sentinel last)
@@ -202,20 +196,24 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     bounds = np.concatenate([[0], cuts, [ops]]).tolist()
     spans = tuple(zip(bounds[:-1], bounds[1:]))
     cols_pred, cols_dep = at[pred[order]], at[dep[order]]
-    comp = Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, kind=raw.kind, chunk=raw.chunk,
-                    pred=pred, dep=dep, delay=raw.delay, levels=tuple(order[a:b] for a, b in spans), last_op=last_op,
-                    order=order, at=at, bounds=spans, level_pred=tuple(_index(cols_pred[a:b]) for a, b in spans),
-                    level_dep=tuple(_index(cols_dep[a:b]) for a, b in spans), last_b=np.array([lookup[c] for c in range(p * v)]))
-    blocks = _blocks(schedule, p, m, v)
-    if blocks is None:
-        return comp
-    P, R, aligned, shiftable = blocks
-    return Compiled(**{**comp.__dict__, "microbatches_per_block": P, "reach": R, "blocks": aligned,
-                       "shiftable": shiftable})
+    n_chunks = p * v
+    chunk_o = raw.chunk[order]
+    return Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, at=at, bounds=spans,
+                    level_pred=_index(cols_pred, bounds), level_dep=_index(cols_dep, bounds),
+                    dur_col=np.where(raw.kind[order] == F, chunk_o, n_chunks + chunk_o),
+                    wait_col=2 * n_chunks + raw.delay[order], last_op=last_op,
+                    last_b=last_b[np.argsort(raw.chunk[last_b])])
+
+
+@lru_cache(maxsize=512)
+def repeats(schedule: str, p: int, m: int, v: int = 1) -> Repeats | None:
+    """The repeating blocks of (schedule, p, m, v), or None (cached; only a run shorter than a row's needs them)."""
+    found = _blocks(schedule, p, m, v)
+    return None if found is None else Repeats(*found)
 
 
 def _blocks(schedule: str, p: int, m: int, v: int):
-    """(P, blocks 0..R aligned, shiftable ops) of a program whose longer runs repeat its last blocks, else None.
+    """(P, R, blocks 0..R and more aligned) of a program whose longer runs repeat its last blocks, else None.
 
     Read off the engine's programs for m and m + P microbatches: the longer one must be this one with one
     block of ops inserted on every stage (the block before it, P microbatches later), and
@@ -233,29 +231,32 @@ def _blocks(schedule: str, p: int, m: int, v: int):
     base = max(a.kmax, b.kmax) + P + 1
     ka, kb = a.key(a.kind, a.mb, a.chunk, base), b.key(b.kind, b.mb, b.chunk, base)
     kb_shift = a.key(a.kind, a.mb + P, a.chunk, base)   # identity of op i shifted P microbatches
-    n_ops = ka.size
-    block_of = np.full(n_ops, 1 << 30, dtype=np.int64)   # 1 << 30: before the checked blocks; -1: cool-down
-    ins_of, q_of = np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64)
-    n_min = 1 << 30
-    for s in range(p):
-        xa, xb = ka[a.start[s]:a.start[s + 1]], kb[b.start[s]:b.start[s + 1]]
-        sa = kb_shift[a.start[s]:a.start[s + 1]]     # a's ops of this stage, shifted (b's numbering of keys)
-        q = xb.size - xa.size
-        diff = np.flatnonzero(xa != xb[:xa.size])
-        ins = int(diff[0]) if diff.size else xa.size
-        if q <= 0 or ins < q or not np.array_equal(xb[ins + q:], sa[ins:]) or not np.array_equal(xb[ins:ins + q], sa[ins - q:ins]):
-            return None
-        k = ins // q                                    # whole blocks before the insertion
-        if k < 2:
-            return None
-        cur = xa[ins - k * q:ins].reshape(k, q)          # block j = cur[k - 1 - j]
-        prev = sa[ins - k * q:ins].reshape(k, q)
-        same = (cur[1:] == prev[:-1]).all(axis=1)[::-1]  # block j repeats block j + 1, j = 0, 1, ...
-        n = 1 + (int(np.argmin(same)) if not same.all() else same.size)
-        ins_of[s], q_of[s] = ins, q
-        n_min = min(n_min, n)
-        pos = np.arange(xa.size)
-        block_of[a.start[s]:a.start[s + 1]] = np.where(pos >= ins, -1, (ins - 1 - pos) // q)
+    La, Lb = a.start[1] - a.start[0], b.start[1] - b.start[0]    # ops per stage (every stage runs as many)
+    q = int(Lb - La)                                    # ops the block inserts on each stage
+    if q <= 0 or not (np.diff(a.start) == La).all() or not (np.diff(b.start) == Lb).all():
+        return None
+    xa, xb = ka.reshape(p, La), kb.reshape(p, Lb)
+    sa = kb_shift.reshape(p, La)                        # a's ops shifted (b's numbering of keys)
+    differs = xa != xb[:, :La]
+    ins = np.where(differs.any(axis=1), differs.argmax(axis=1), La)     # where each stage's block goes in
+    if (ins < q).any():
+        return None
+    pos = np.arange(La)[None, :]
+    inserted = ins[:, None] + np.arange(q)[None, :]
+    if not ((xb[:, q:] == sa) | (pos < ins[:, None])).all() or not np.array_equal(
+            np.take_along_axis(xb, inserted, axis=1), np.take_along_axis(sa, inserted - q, axis=1)):
+        return None
+    k = ins // q                                        # whole blocks before the insertion
+    if (k < 2).any():
+        return None
+    # block j back from the insertion ([ins - (j + 1) q, ins - j q)) repeats block j + 1 shifted if each op equals
+    # the op q before it shifted; n: 1 + how many in a row do (at most k - 1), from the last op that does not
+    repeats = np.ones((p, La), dtype=bool)
+    repeats[:, q:] = xa[:, q:] == sa[:, :La - q]
+    broken = (~repeats | (pos < (ins - (k - 1) * q)[:, None])) & (pos < ins[:, None])
+    last_broken = np.where(broken, pos, -1).max(axis=1)
+    n_min = int((1 + (ins - 1 - last_broken) // q).min())
+    block_of = np.where(pos >= ins[:, None], -1, (ins[:, None] - 1 - pos) // q).ravel()   # -1: the cool-down
     block_of = np.where(block_of >= n_min, 1 << 30, block_of)
     # (i) the prefix runs the same in the longer program
     lookup_b = np.full(int(max(kb.max(), kb_shift.max())) + 1, -1, dtype=np.int64)
@@ -285,15 +286,14 @@ def _blocks(schedule: str, p: int, m: int, v: int):
     R = reach
     if n_min < R + 1:
         return None
-    aligned = np.array([np.concatenate([np.arange(a.start[s] + ins_of[s] - (j + 1) * q_of[s],
-                                                  a.start[s] + ins_of[s] - j * q_of[s]) for s in range(p)])
-                        for j in range(min(n_min, R + max(4, MAX_CYCLE_PER_STAGE * p)))], dtype=np.int64)
-    shiftable = (block_of == -1) | ((block_of >= 0) & (block_of <= R))
-    return P, R, aligned, shiftable
+    J = min(n_min, R + max(4, MAX_CYCLE_PER_STAGE * p))
+    aligned = ((a.start[:-1] + ins)[None, :, None] - q * (np.arange(J) + 1)[:, None, None]
+               + np.arange(q)[None, None, :]).reshape(J, p * q)          # block j: each stage's ops in turn
+    return P, R, aligned
 
 
 def evaluate(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarray) -> np.ndarray:
-    """End time of every op for every row.
+    """End time of every op for every row, level by level.
 
     Args:
         comp: the compiled program.
@@ -301,20 +301,26 @@ def evaluate(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarra
         delays: [rows, 1 + 3 x chunks] the row's delay table: 0, send_fwd, send_bwd, send_bwd_last.
 
     Returns:
-        [rows, ops + 1] end times (the last column is the sentinel, 0).
+        [ops + 1, rows] end times, op-major in level order (op i in column `comp.at[i]`; the last the sentinel, 0).
     """
     rows = fwd.shape[0]
-    o = comp.order                                        # ops in level order: a level is a slice
-    # op-major [ops, rows]: a level is a contiguous block and a gather takes whole rows of memory (twice as
-    # fast as row-major; the same additions and maxima, so the same bits)
-    dur = np.where((comp.kind[o] == F)[:, None], fwd.T[comp.chunk[o]], bwd.T[comp.chunk[o]])
-    wait = delays.T[comp.delay[o]]
+    # op-major: a level is a contiguous block and a gather takes whole rows of memory (twice as fast as
+    # row-major; the same additions and maxima, so the same bits)
+    table = np.ascontiguousarray(np.concatenate([fwd, bwd, delays], axis=1).T)
+    both = table.take(np.concatenate([comp.dur_col, comp.wait_col]), axis=0)
+    dur, wait = both[:comp.ops], both[comp.ops:]
     end = np.zeros((comp.ops + 1, rows))
+    take, maximum = end.take, np.maximum              # the bound method: np.take's wrapper costs as much again
     for (a, b), pred, dep in zip(comp.bounds, comp.level_pred, comp.level_dep):
         here = end[a:b]
-        np.maximum(end[pred], end[dep] + wait[a:b], out=here)
+        if dep.__class__ is slice:
+            ready = end[dep] + wait[a:b]
+        else:
+            ready = take(dep, 0)
+            ready += wait[a:b]
+        maximum(end[pred] if pred.__class__ is slice else take(pred, 0), ready, out=here)
         here += dur[a:b]
-    return end[comp.at].T
+    return end
 
 
 @dataclass(frozen=True)
@@ -347,17 +353,18 @@ def _settled(blk: np.ndarray, reach: int) -> tuple[np.ndarray, np.ndarray]:
     (block j = block j + c + Λ for j < reach), and Λ; c = 0 where none does.
 
     Args:
-        blk: [rows, J, size] end times of the last J blocks; reach: R of the program.
+        blk: [J, size, rows] end times of the last J blocks (op-major, as `evaluate` gives them).
+        reach: R of the program.
     """
-    rows, J, _ = blk.shape
+    J, _, rows = blk.shape
     cyc, lam = np.zeros(rows, dtype=np.int64), np.zeros(rows)
-    scale = np.abs(blk).max(axis=(1, 2)) + 1e-300
+    tol = SETTLED_RTOL * (np.abs(blk).max(axis=(0, 1)) + 1e-300)
     for c in range(1, J - reach + 1):
         if (cyc > 0).all():
             break
-        inc = blk[:, :reach, :] - blk[:, c:c + reach, :]
-        big = inc[:, 0, 0]
-        ok = (np.abs(inc - big[:, None, None]) <= SETTLED_RTOL * scale[:, None, None]).all(axis=(1, 2)) & (cyc == 0)
+        inc = blk[:reach] - blk[c:c + reach]
+        big = inc[0, 0]
+        ok = (np.abs(inc - big) <= tol).all(axis=(0, 1)) & (cyc == 0)
         cyc[ok], lam[ok] = c, big[ok]
     return cyc, lam
 
@@ -385,14 +392,27 @@ def pipeline_times(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray
     m = np.broadcast_to(np.asarray(m, dtype=np.int64), (rows,))
     # rows with the same inputs (layouts that differ only in what the pipeline does not see: ZeRO-0 and -1,
     # the data-parallel degree at equal chunk times) are run once
-    same = np.concatenate([m[:, None].astype(float), fwd, bwd, send_fwd, send_bwd, send_bwd_last], axis=1)
-    _, first, back = np.unique(same, axis=0, return_index=True, return_inverse=True)
-    if first.size < rows:
-        back = back.reshape(-1)
-        pt = pipeline_times(schedule, p, v, m[first], fwd[first], bwd[first], send_fwd[first], send_bwd[first],
-                            send_bwd_last[first])
-        return PipeTimes(stage_end=pt.stage_end[back], last_b_start=pt.last_b_start[back],
-                         last_b_end=pt.last_b_end[back], evaluated_microbatches=pt.evaluated_microbatches[back])
+    first, back = _distinct_rows(np.concatenate([m[:, None].astype(float), fwd, bwd, send_fwd, send_bwd,
+                                                 send_bwd_last], axis=1))
+    pt = _pipelines(schedule, p, v, m[first], fwd[first], bwd[first], send_fwd[first], send_bwd[first],
+                    send_bwd_last[first])
+    return PipeTimes(stage_end=pt.stage_end[back], last_b_start=pt.last_b_start[back],
+                     last_b_end=pt.last_b_end[back], evaluated_microbatches=pt.evaluated_microbatches[back])
+
+
+def _distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first, back): the first row of each distinct bit pattern of `table` [rows, columns], and each row's
+    index into `first` (a dict of the rows' bytes: a sort of whole rows costs twenty times more)."""
+    index: dict[bytes, int] = {}          # bit pattern -> its number, in the order first met
+    back = np.fromiter((index.setdefault(row.tobytes(), len(index)) for row in np.ascontiguousarray(table)),
+                       dtype=np.int64, count=table.shape[0])
+    return np.unique(back, return_index=True)[1], back
+
+
+def _pipelines(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray, bwd: np.ndarray,
+               send_fwd: np.ndarray, send_bwd: np.ndarray, send_bwd_last: np.ndarray) -> PipeTimes:
+    """`pipeline_times` of distinct rows."""
+    rows, chunks = fwd.shape
     last = np.where(send_bwd > 0, send_bwd_last, send_bwd)
     delays = np.concatenate([np.zeros((rows, 1)), send_fwd, send_bwd, last], axis=1)
     out_end = np.zeros((rows, p))
@@ -408,18 +428,19 @@ def pipeline_times(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray
             idx = todo[m_run == mr]
             comp = compile_programs(schedule, p, int(mr), v)
             full = m[idx] == mr
-            P = max(comp.microbatches_per_block, 1)
+            rep = None if full.all() else repeats(schedule, p, int(mr), v)
+            P = rep.microbatches_per_block if rep is not None else 1
             step = max(1, MAX_CELLS // (comp.ops + 1))
             for lo in range(0, idx.size, step):
                 sel, fl = idx[lo:lo + step], full[lo:lo + step]
-                if not fl.any() and comp.blocks.size == 0:       # a short run that cannot be extrapolated
+                if not fl.any() and rep is None:                 # a short run that cannot be extrapolated
                     nxt_len[sel] = [_next_length(lengths[int(m[i])], int(mr)) for i in sel]
                     again.append(sel)
                     continue
-                end = evaluate(comp, fwd[sel], bwd[sel], delays[sel])
+                end = evaluate(comp, fwd[sel], bwd[sel], delays[sel])           # [ops + 1, rows], level order
                 settled, extra, shift = fl.copy(), np.zeros(sel.size), np.zeros(sel.size, dtype=bool)
-                if comp.blocks.size and not fl.all():
-                    cyc, lam = _settled(end[:, comp.blocks], comp.reach)
+                if rep is not None and not fl.all():
+                    cyc, lam = _settled(end[comp.at[rep.blocks]], rep.reach)
                     n = (m[sel] - mr) // P                                # blocks the full run adds
                     c = np.maximum(cyc, 1)
                     whole = (cyc > 0) & (n % c == 0) & ~fl
@@ -430,9 +451,9 @@ def pipeline_times(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray
                 later = ~settled & ~shift
                 nxt_len[sel[later]] = [_next_length(lengths[int(m[i])], int(mr)) for i in sel[later]]
                 keep = sel[settled]
-                e, x = end[settled], extra[settled, None]
-                out_end[keep] = e[:, comp.last_op] + x
-                out_b1[keep] = e[:, comp.last_b] + x
+                x = extra[settled, None]
+                out_end[keep] = end[comp.at[comp.last_op]][:, settled].T + x
+                out_b1[keep] = end[comp.at[comp.last_b]][:, settled].T + x
                 ran[keep] = mr
                 again.append(sel[~settled])
         todo = np.concatenate(again) if again else np.zeros(0, dtype=np.int64)

@@ -31,7 +31,15 @@ def stage_programs(schedule: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
 
 
 def program_columns(schedule: str, p: int, m: int, v: int = 1) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Every stage's program (`stage_programs`) as arrays: (backward? [ops], microbatch [ops], chunk id [ops]).
+    """Every stage's program (`stage_programs`) as arrays: (backward? [ops], microbatch [ops], chunk id [ops]),
+    the rows of `program_table`."""
+    back, mb, chunk = program_table(schedule, p, m, v)
+    return [(back[s], mb[s], chunk[s]) for s in range(p)]
+
+
+def program_table(schedule: str, p: int, m: int, v: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every stage's program as arrays [p, ops per stage]: (backward?, microbatch, chunk id); every stage runs
+    the same number of ops (each microbatch's forward and backward of its v chunks).
 
     Every schedule is warm-up forwards, then one forward and one backward in turn, then the cool-down backwards
     (the forwards and the backwards each numbered 0, 1, ... in program order):
@@ -44,27 +52,25 @@ def program_columns(schedule: str, p: int, m: int, v: int = 1) -> list[tuple[np.
     if schedule not in ("gpipe", "1f1b", "interleaved"):
         raise ValueError(schedule)
     total = m * v if schedule == "interleaved" else m
-    out = []
-    for s in range(p):
-        if schedule == "gpipe":
-            warm = total
-        elif schedule == "1f1b":
-            warm = min(p - s - 1, m)
-        else:
-            warm = min((p - s - 1) * 2 + (v - 1) * p, total)
-        back = np.concatenate([np.zeros(warm, dtype=bool), np.tile([False, True], total - warm),
-                               np.ones(warm, dtype=bool)])
-        k = np.empty(2 * total, dtype=np.int64)      # each op's number among the forwards or the backwards
-        k[~back] = np.arange(total)
-        k[back] = np.arange(total)
-        if schedule == "interleaved":
-            group, r = np.divmod(k, p * v)
-            mb, virtual = group * p + r % p, r // p
-            chunk = np.where(back, v - 1 - virtual, virtual) * p + s
-        else:
-            mb, chunk = k, np.full(2 * total, s, dtype=np.int64)
-        out.append((back, mb, chunk))
-    return out
+    s = np.arange(p)[:, None]
+    if schedule == "gpipe":
+        warm = np.full((p, 1), total)
+    elif schedule == "1f1b":
+        warm = np.minimum(p - s - 1, m)
+    else:
+        warm = np.minimum((p - s - 1) * 2 + (v - 1) * p, total)
+    j = np.arange(2 * total)[None, :]                # the op's place on its stage
+    cool = j >= 2 * total - warm                     # the last `warm` ops are backwards, the first forwards,
+    back = cool | (j >= warm) & ((j - warm) % 2 == 1)  # and one of each in turn between
+    # each op's number among the forwards or the backwards
+    k = np.where(cool, j - total, np.where(j < warm, j, np.where(back, 0, warm) + (j - warm) // 2))
+    if schedule == "interleaved":
+        group, r = np.divmod(k, p * v)
+        mb, virtual = group * p + r % p, r // p
+        chunk = np.where(back, v - 1 - virtual, virtual) * p + s
+    else:
+        mb, chunk = k, np.broadcast_to(s, k.shape).copy()
+    return back, mb, chunk
 
 
 @dataclass
