@@ -184,9 +184,9 @@ class MemoPrices(Prices):
 
     def many(self, op: str, nbytes: np.ndarray, group) -> np.ndarray:
         sizes = np.asarray(nbytes, dtype=float)
-        seen: dict[float, float] = {}
-        get = lambda b: seen[b] if b in seen else seen.setdefault(b, self.pr.collective(self.ck, op, b, group))  # noqa: E731
-        return np.array([get(b) for b in sizes.ravel().tolist()], dtype=float).reshape(sizes.shape)
+        distinct, back = np.unique(sizes, return_inverse=True)      # the chunks of a stage share their sizes
+        seconds = np.array([self.pr.collective(self.ck, op, b, group) for b in distinct.tolist()], dtype=float)
+        return seconds[back.reshape(sizes.shape)]
 
     def shared(self, transfers: tuple) -> float:
         return self.pr.concurrent_first(self.ck, transfers)
