@@ -43,7 +43,7 @@ class LayoutEvidence:
 
     def flags(self, t: pd.DataFrame) -> None:
         """`extrapolated` (the axes off the calibrated domain, comma-separated; "" inside it) and `mfu_implausible`
-        of every row, in place (`uncertainty.extrapolated_rows`, `uncertainty.mfu_implausible`)."""
+        of every row, in place (`uncertainty.extrapolated_columns`, `uncertainty.mfu_implausible`)."""
         axes = np.full(len(t), "", dtype=object)
         count = np.zeros(len(t), dtype=int)
         implausible = np.zeros(len(t), dtype=bool)
@@ -53,9 +53,7 @@ class LayoutEvidence:
             value = {"tp": sub["tp"].to_numpy(), "pp": sub["pp"].to_numpy(), "cp": sub["cp"].to_numpy(),
                      "seq_len": self.base.training.seq_len, "params_b": self.params_b,
                      "zero": sub["zero"].to_numpy(), "recompute": sub["recompute"].to_numpy()}
-            found = unc.extrapolated_rows(value, gen, self.ev.domain)
-            axes[idx] = [",".join(a) for a in found]
-            count[idx] = [len(a) for a in found]
+            axes[idx], count[idx] = unc.extrapolated_columns(value, gen, self.ev.domain)
             implausible[idx] = unc.mfu_implausible(sub["mfu"].to_numpy(float), unc.mfu_best(gen, self.ev.domain))
         t["extrapolated"] = axes
         t["mfu_implausible"] = implausible
