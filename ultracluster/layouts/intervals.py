@@ -107,12 +107,18 @@ def price_for_ranking(t: pd.DataFrame, lev: LayoutEvidence, objective: str, rank
         t[c] = np.nan
     col, smaller = search.OBJECTIVES[objective]
     elig = search.eligible(t, objective, max_usd_per_hour).to_numpy()
-    priced = np.zeros(len(t), dtype=bool)
+    feasible = t["feasible"].to_numpy(dtype=bool)
+    priced = np.zeros(len(t), dtype=bool)      # the rows priced for the ranking (and, last, the ones shown)
+    computed = np.zeros(len(t), dtype=bool)    # the rows whose interval is in `t`: the shown ones go with the first
+                                               # rows priced (one evaluation less; every row's numbers its own)
 
     def run(mask: np.ndarray) -> None:
-        todo = np.flatnonzero(mask & ~priced & t["feasible"].to_numpy(dtype=bool))
-        if todo.size:
-            lev.price(t, todo, tokens_per_step)
+        todo = mask & ~priced & feasible
+        if todo.any():
+            fresh = np.flatnonzero((todo | (shown & feasible)) & ~computed)
+            if fresh.size:
+                lev.price(t, fresh, tokens_per_step)
+                computed[fresh] = True
             priced[todo] = True
 
     if rank_by == "high":
