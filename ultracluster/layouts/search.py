@@ -113,16 +113,19 @@ def apply_headroom(out: pd.DataFrame, headroom: float) -> None:
     allowed = (1.0 - headroom) * cap
     over = fits & (need > allowed) & out["feasible"].to_numpy(dtype=bool)
     feasible = out["feasible"].to_numpy(dtype=bool) & ~over
-    stage = out["worst_stage"].to_numpy()
+    rows = np.flatnonzero(~feasible)
     reasons = np.full(len(out), None, dtype=object)
-    for i in np.flatnonzero(~feasible):
-        if over[i]:
-            reasons[i] = (f"over the HBM headroom: a rank of pipeline stage {stage[i]} needs {need[i]:.4f} GiB of its "
-                          f"{cap[i]:.4f} GiB, more than the {100 * (1 - headroom):.4g} % ({allowed[i]:.4f} GiB) that "
-                          f"--hbm-headroom {headroom:g} leaves")
-        else:
-            reasons[i] = (f"does not fit in HBM: a rank of pipeline stage {stage[i]} needs {need[i]:.4f} GiB of its "
-                          f"{cap[i]:.4f} GiB")
+    said: dict[tuple, str] = {}                # each distinct reason worded once (many layouts share one)
+    for i, key in zip(rows.tolist(), zip(out["worst_stage"].to_numpy()[rows].tolist(), need[rows].tolist(),
+                                         cap[rows].tolist(), allowed[rows].tolist(), over[rows].tolist())):
+        text = said.get(key)
+        if text is None:
+            stage, n, c, a, o = key
+            text = said[key] = (
+                f"over the HBM headroom: a rank of pipeline stage {stage} needs {n:.4f} GiB of its {c:.4f} GiB, more "
+                f"than the {100 * (1 - headroom):.4g} % ({a:.4f} GiB) that --hbm-headroom {headroom:g} leaves" if o
+                else f"does not fit in HBM: a rank of pipeline stage {stage} needs {n:.4f} GiB of its {c:.4f} GiB")
+        reasons[i] = text
     out["feasible"] = feasible
     out["reason"] = reasons
     out["hbm_fraction"] = need / cap
