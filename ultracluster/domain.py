@@ -59,10 +59,30 @@ def extrapolated(scenario, generation: str, dom: dict | None = None) -> list[str
 def extrapolated_rows(value: dict, generation: str, dom: dict | None = None) -> list[list[str]]:
     """`extrapolated` of many layouts of one chip generation at once: `value` maps each axis (tp, pp, cp, seq_len,
     params_b, zero, recompute) to a number or an array (one per layout); one list of axes per layout."""
+    head, off = _off_domain(value, generation, dom)
+    axes = DOMAIN_RANGES + DOMAIN_SETS
+    return [head + [k for k, o in zip(axes, row) if o] for row in off.tolist()]
+
+
+def extrapolated_columns(value: dict, generation: str, dom: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`extrapolated_rows` as a plan's columns: each layout's axes comma-separated ("" inside the domain), and how
+    many there are; each distinct set of axes is joined once."""
+    head, off = _off_domain(value, generation, dom)
+    axes = DOMAIN_RANGES + DOMAIN_SETS
+    code = off.astype(np.int64) @ (1 << np.arange(len(axes), dtype=np.int64))
+    found, which = np.unique(code, return_inverse=True)
+    text = np.array([",".join(head + [k for j, k in enumerate(axes) if int(c) >> j & 1]) for c in found], dtype=object)
+    return text[which.reshape(-1)], len(head) + off.sum(axis=1)
+
+
+def _off_domain(value: dict, generation: str, dom: dict | None) -> tuple[list[str], np.ndarray]:
+    """(["generation"] when no row of the generation exists, else []; [layouts, DOMAIN_RANGES + DOMAIN_SETS] whether
+    each layout lies outside what the rows span on each axis)."""
     dom = fitted_document().get("domain", {}) if dom is None else dom
     n = max([np.size(v) for v in value.values()] + [1])
+    axes = DOMAIN_RANGES + DOMAIN_SETS
     if not dom:
-        return [[] for _ in range(n)]
+        return [], np.zeros((n, len(axes)), dtype=bool)
     # the layout axes count as checked where a row of any generation spans them (the mechanisms they exercise
     # were checked there; what a newer chip changes is in its hardware factors); the generation by its own rows
     d = {k: [min(g[k][0] for g in dom.values()), max(g[k][1] for g in dom.values())] for k in DOMAIN_RANGES}
@@ -72,9 +92,7 @@ def extrapolated_rows(value: dict, generation: str, dom: dict | None = None) -> 
            for k in DOMAIN_RANGES}
     off.update({k: np.broadcast_to(~np.isin(np.asarray(value[k], dtype=object), np.asarray(d[k], dtype=object)), (n,))
                 for k in DOMAIN_SETS})
-    head = ["generation"] if generation not in dom else []
-    axes = DOMAIN_RANGES + DOMAIN_SETS
-    return [head + [k for k in axes if off[k][i]] for i in range(n)]
+    return ["generation"] if generation not in dom else [], np.stack([off[k] for k in axes], axis=1)
 
 
 def mfu_best(generation: str, dom: dict | None = None) -> float | None:

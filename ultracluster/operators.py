@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .errors import Problem, ScenarioError
-from .yaml_input import InputError, read_yaml_file   # bounded: a regular file under the cap
+from .yaml_input import InputError, read_packaged_yaml, read_yaml_file   # bounded: a regular file under the cap
 
 LIBRARY_DIR = Path(__file__).resolve().parent / "operators_library"   # wheel installs: pyproject ships it here
 if not LIBRARY_DIR.is_dir():   # a source checkout or an editable install: the top-level operators/
@@ -175,7 +175,7 @@ def load_library(path: str | None = None) -> tuple[Operator, ...]:
     """Load an operator library YAML (default: the shipped `operators/transformer.yaml`)."""
     p = Path(path) if path else LIBRARY_DIR / "transformer.yaml"
     try:
-        doc = read_yaml_file(p)
+        doc = read_yaml_file(p) if path else read_packaged_yaml(p)     # ours: libyaml's parser (same document)
     except InputError as err:
         allowed = err.allowed if err.in_document else f"an operator library: {err.allowed}"
         raise ScenarioError([Problem("(file)", err.given, allowed)], str(p)) from None

@@ -32,8 +32,8 @@ import numpy as np
 
 from .cluster.calibration import TRN1, TRN2, Calibration, fitted, fitted_document
 from .cluster.factor_ranges import UncertainFactor, for_generation
-from .domain import (DOMAIN_RANGES, DOMAIN_SETS, domain_of, extrapolated, extrapolated_rows,  # noqa: F401  (here for
-                     extrapolation_log, mfu_best, mfu_implausible, model_params_b)           # their callers)
+from .domain import (DOMAIN_RANGES, DOMAIN_SETS, domain_of, extrapolated, extrapolated_columns,  # noqa: F401  (here
+                     extrapolated_rows, extrapolation_log, mfu_best, mfu_implausible, model_params_b)  # for their callers)
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
 INTERVAL_KEYS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")

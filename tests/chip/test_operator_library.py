@@ -21,6 +21,26 @@ def test_builtin_library_has_the_transformer_operators():
             "adamw_bf16_sr"} <= names
 
 
+def test_the_packaged_library_reads_as_the_bounded_loader_reads_it(tmp_path):
+    """The shipped library goes through libyaml's parser (`read_packaged_yaml`, fast); it must give the very
+    document the bounded loader gives, with its rules: `1e-6` a float, a repeated key an error."""
+    from ultracluster.operators import LIBRARY_DIR
+    from ultracluster.yaml_input import InputError, read_packaged_yaml, read_yaml_file
+
+    shipped = LIBRARY_DIR / "transformer.yaml"
+    assert read_packaged_yaml(shipped) == read_yaml_file(shipped)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("a: 1e-6\nb: [2, 3.5, x, null, true]\nc: {d: '1e-6'}\n")
+    assert read_packaged_yaml(rules) == read_yaml_file(rules) == {"a": 1e-6, "b": [2, 3.5, "x", None, True],
+                                                                   "c": {"d": "1e-6"}}
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("a: 1\na: 2\n")
+    for read in (read_packaged_yaml, read_yaml_file):
+        with pytest.raises(InputError) as err:
+            read(twice)
+        assert "line 2, column 1: found duplicate key 'a'" in err.value.given
+
+
 def test_bad_library_reports_every_problem_with_its_path():
     doc = {"operators": [
         {"name": "a", "where": "layr", "forward": {"tensor": "2*T*h"}},

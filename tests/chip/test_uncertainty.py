@@ -45,6 +45,25 @@ def test_off_the_calibrated_domain_the_axes_are_named_and_the_interval_widens():
     assert iv_out.high_s / iv_out.low_s > iv_in.high_s / iv_in.low_s
 
 
+def test_a_plans_extrapolated_column_is_each_layouts_axes():
+    """`extrapolated_columns` (a plan's rows, each distinct set of axes joined once) says of every layout what
+    `extrapolated_rows` says of it, on and off the domain, for a chip with measured rows and one without."""
+    import numpy as np
+
+    from ultracluster.uncertainty import extrapolated_columns, extrapolated_rows
+
+    tp, pp, cp = (a.ravel() for a in np.meshgrid([1, 2, 8, 32, 64], [1, 4, 64], [1, 2, 16]))
+    n = tp.size
+    value = {"tp": tp, "pp": pp, "cp": cp, "seq_len": 4096, "params_b": 70.0,
+             "zero": np.resize([0, 1, 3], n), "recompute": np.resize(["none", "selective", "full"], n).astype(object)}
+    for gen in ("trainium", "trainium3"):
+        rows = extrapolated_rows(value, gen)
+        text, count = extrapolated_columns(value, gen)
+        assert list(text) == [",".join(a) for a in rows] and list(count) == [len(a) for a in rows]
+        assert 1 < len(set(text)) < n and (gen == "trainium3") == all(t.startswith("generation") for t in text)
+    assert list(extrapolated_columns(value, "trainium", {})[0]) == [""] * n      # no domain: nothing is off it
+
+
 def test_evidence_is_the_committed_cross_validation():
     doc = json.loads(FITTED.read_text())
     cv = sorted(abs(math.log1p(v["cv_error_pct"] / 100)) for v in doc["layouts"].values() if "cv_error_pct" in v)

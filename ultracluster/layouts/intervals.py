@@ -43,7 +43,7 @@ class LayoutEvidence:
 
     def flags(self, t: pd.DataFrame) -> None:
         """`extrapolated` (the axes off the calibrated domain, comma-separated; "" inside it) and `mfu_implausible`
-        of every row, in place (`uncertainty.extrapolated_rows`, `uncertainty.mfu_implausible`)."""
+        of every row, in place (`uncertainty.extrapolated_columns`, `uncertainty.mfu_implausible`)."""
         axes = np.full(len(t), "", dtype=object)
         count = np.zeros(len(t), dtype=int)
         implausible = np.zeros(len(t), dtype=bool)
@@ -53,9 +53,7 @@ class LayoutEvidence:
             value = {"tp": sub["tp"].to_numpy(), "pp": sub["pp"].to_numpy(), "cp": sub["cp"].to_numpy(),
                      "seq_len": self.base.training.seq_len, "params_b": self.params_b,
                      "zero": sub["zero"].to_numpy(), "recompute": sub["recompute"].to_numpy()}
-            found = unc.extrapolated_rows(value, gen, self.ev.domain)
-            axes[idx] = [",".join(a) for a in found]
-            count[idx] = [len(a) for a in found]
+            axes[idx], count[idx] = unc.extrapolated_columns(value, gen, self.ev.domain)
             implausible[idx] = unc.mfu_implausible(sub["mfu"].to_numpy(float), unc.mfu_best(gen, self.ev.domain))
         t["extrapolated"] = axes
         t["mfu_implausible"] = implausible
@@ -109,12 +107,18 @@ def price_for_ranking(t: pd.DataFrame, lev: LayoutEvidence, objective: str, rank
         t[c] = np.nan
     col, smaller = search.OBJECTIVES[objective]
     elig = search.eligible(t, objective, max_usd_per_hour).to_numpy()
-    priced = np.zeros(len(t), dtype=bool)
+    feasible = t["feasible"].to_numpy(dtype=bool)
+    priced = np.zeros(len(t), dtype=bool)      # the rows priced for the ranking (and, last, the ones shown)
+    computed = np.zeros(len(t), dtype=bool)    # the rows whose interval is in `t`: the shown ones go with the first
+                                               # rows priced (one evaluation less; every row's numbers its own)
 
     def run(mask: np.ndarray) -> None:
-        todo = np.flatnonzero(mask & ~priced & t["feasible"].to_numpy(dtype=bool))
-        if todo.size:
-            lev.price(t, todo, tokens_per_step)
+        todo = mask & ~priced & feasible
+        if todo.any():
+            fresh = np.flatnonzero((todo | (shown & feasible)) & ~computed)
+            if fresh.size:
+                lev.price(t, fresh, tokens_per_step)
+                computed[fresh] = True
             priced[todo] = True
 
     if rank_by == "high":

@@ -113,16 +113,19 @@ def apply_headroom(out: pd.DataFrame, headroom: float) -> None:
     allowed = (1.0 - headroom) * cap
     over = fits & (need > allowed) & out["feasible"].to_numpy(dtype=bool)
     feasible = out["feasible"].to_numpy(dtype=bool) & ~over
-    stage = out["worst_stage"].to_numpy()
+    rows = np.flatnonzero(~feasible)
     reasons = np.full(len(out), None, dtype=object)
-    for i in np.flatnonzero(~feasible):
-        if over[i]:
-            reasons[i] = (f"over the HBM headroom: a rank of pipeline stage {stage[i]} needs {need[i]:.4f} GiB of its "
-                          f"{cap[i]:.4f} GiB, more than the {100 * (1 - headroom):.4g} % ({allowed[i]:.4f} GiB) that "
-                          f"--hbm-headroom {headroom:g} leaves")
-        else:
-            reasons[i] = (f"does not fit in HBM: a rank of pipeline stage {stage[i]} needs {need[i]:.4f} GiB of its "
-                          f"{cap[i]:.4f} GiB")
+    said: dict[tuple, str] = {}                # each distinct reason worded once (many layouts share one)
+    for i, key in zip(rows.tolist(), zip(out["worst_stage"].to_numpy()[rows].tolist(), need[rows].tolist(),
+                                         cap[rows].tolist(), allowed[rows].tolist(), over[rows].tolist())):
+        text = said.get(key)
+        if text is None:
+            stage, n, c, a, o = key
+            text = said[key] = (
+                f"over the HBM headroom: a rank of pipeline stage {stage} needs {n:.4f} GiB of its {c:.4f} GiB, more "
+                f"than the {100 * (1 - headroom):.4g} % ({a:.4f} GiB) that --hbm-headroom {headroom:g} leaves" if o
+                else f"does not fit in HBM: a rank of pipeline stage {stage} needs {n:.4f} GiB of its {c:.4f} GiB")
+        reasons[i] = text
     out["feasible"] = feasible
     out["reason"] = reasons
     out["hbm_fraction"] = need / cap
@@ -211,35 +214,32 @@ def mark_pareto(out: pd.DataFrame) -> None:
     out["pareto"] = mark
 
 
+_LABEL_COLUMNS = ("instances", "instance", "lnc", "tp", "pp", "dp", "cp", "ep", "pp_schedule", "virtual_stages",
+                  "micro_batch", "recompute", "zero", "sequence_parallel")
+
+
 def labels(t: pd.DataFrame) -> list[str]:
-    """`label` of every row, column by column."""
-    s = lambda c: t[c].astype(str)                      # noqa: E731
-    text = t["instances"].astype(str) + " x " + s("instance")
-    text += np.where(t["instance"].str.startswith("trn2"), " lnc" + s("lnc"), "")
-    text += " tp" + s("tp") + " pp" + s("pp") + " dp" + s("dp")
-    text += np.where(t["cp"] > 1, " cp" + s("cp"), "") + np.where(t["ep"] > 1, " ep" + s("ep"), "")
-    sched = t["pp_schedule"].map(SCHEDULE_SHORT) + np.where(t["pp_schedule"] == "interleaved", s("virtual_stages"), "")
-    text += np.where(t["pp"] > 1, " " + sched, "")
-    text += " mb" + s("micro_batch") + " " + t["recompute"].map(RECOMPUTE_SHORT) + " zero" + s("zero")
-    text += np.where((t["tp"] > 1) & ~t["sequence_parallel"].astype(bool), " no-sp", "")
-    return text.tolist()
+    """`label` of every row (from the columns as Python lists: no per-row Series)."""
+    return [_label(*v) for v in zip(*(t[c].tolist() for c in _LABEL_COLUMNS))]
 
 
 def label(r) -> str:
     """Short text of a layout: "32 x trn1.32xlarge tp32 pp8 dp4 1f1b mb1 sel-rc zero1"."""
-    parts = [f"{r.instances} x {r.instance}" + (f" lnc{r.lnc}" if r.instance.startswith("trn2") else ""),
-             f"tp{r.tp}", f"pp{r.pp}", f"dp{r.dp}"]
-    if r.cp > 1:
-        parts.append(f"cp{r.cp}")
-    if r.ep > 1:
-        parts.append(f"ep{r.ep}")
-    if r.pp > 1:
-        parts.append(SCHEDULE_SHORT.get(r.pp_schedule, r.pp_schedule) + (f"{r.virtual_stages}" if
-                                                                        r.pp_schedule == "interleaved" else ""))
-    parts += [f"mb{r.micro_batch}", RECOMPUTE_SHORT.get(r.recompute, r.recompute), f"zero{r.zero}"]
-    if r.tp > 1 and not r.sequence_parallel:
-        parts.append("no-sp")
-    return " ".join(parts)
+    return _label(*(r[c] for c in _LABEL_COLUMNS))
+
+
+def _label(instances, instance, lnc, tp, pp, dp, cp, ep, pp_schedule, virtual_stages, micro_batch, recompute, zero,
+           sequence_parallel) -> str:
+    text = f"{instances} x {instance}" + (f" lnc{lnc}" if instance.startswith("trn2") else "") + f" tp{tp} pp{pp} dp{dp}"
+    if cp > 1:
+        text += f" cp{cp}"
+    if ep > 1:
+        text += f" ep{ep}"
+    if pp > 1:
+        text += " " + SCHEDULE_SHORT.get(pp_schedule, pp_schedule) + (f"{virtual_stages}" if
+                                                                     pp_schedule == "interleaved" else "")
+    text += f" mb{micro_batch} {RECOMPUTE_SHORT.get(recompute, recompute)} zero{zero}"
+    return text + (" no-sp" if tp > 1 and not sequence_parallel else "")
 
 
 RANK_BY = {             # --rank-by → the end of each layout's 80 % interval that ranks it, and how a reader says it

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from ..cluster.catalog import INSTANCES, ranks_per_instance, ultraserver_of
@@ -153,30 +154,54 @@ def enumerate_layouts(base: Scenario, space: SearchSpace = SearchSpace(),
         covers its cluster.
     """
     zero_values = _zero_values(space)
-    rows: list[tuple] = []
-    own = _own_row(base)
+    shapes: list[tuple] = []          # one per shape: its cluster, tp .. microbatches, and how many schedules
+    scheds: list[tuple[str, int]] = []
+    per_schedule = len(space.recompute) * len(zero_values)
+    total = 0
     for inst, n, lnc, ranks in clusters(base, space):
-        for tp, cp, pp, dp, ep, mb, mbs, scheds in _shapes(base, space, ranks):
-            for rc in space.recompute:
-                for z in zero_values:
-                    for sched, v in scheds:
-                        rows.append((inst, n, lnc, tp, pp, cp, ep, dp, mb, rc, sched, v, z, tp > 1, mbs))
+        for tp, cp, pp, dp, ep, mb, mbs, sc in _shapes(base, space, ranks):
+            shapes.append((inst, n, lnc, tp, pp, cp, ep, dp, mb, mbs, len(sc)))
+            scheds += sc
+            total += per_schedule * len(sc)
         if progress is not None:
-            progress(len(rows))
-    cols = list(LAYOUT_COLUMNS) + ["microbatches"]
-    table = pd.DataFrame(rows, columns=cols)
-    extra = [own] + [dict(r) for r in space.extra]
-    for r in reversed(extra):
-        if r is None:
+            progress(total)
+    cols = _layout_columns(shapes, scheds, space.recompute, zero_values)
+    for r in reversed([_own_row(base)] + [dict(r) for r in space.extra]):
+        if r is None or (r["instance"], r["instances"], r["lnc"]) not in \
+                {(c[0], c[1], c[2]) for c in clusters(base, space)}:
             continue
-        same = (table[list(LAYOUT_COLUMNS)] == pd.Series({k: r[k] for k in LAYOUT_COLUMNS})).all(axis=1)
-        if (r["instance"], r["instances"], r["lnc"]) not in {(c[0], c[1], c[2]) for c in clusters(base, space)}:
-            continue
-        table = pd.concat([pd.DataFrame([r], columns=cols), table[~same]], ignore_index=True)
-    for c in ("instances", "lnc", "tp", "pp", "cp", "ep", "dp", "micro_batch", "virtual_stages", "zero", "microbatches"):
-        table[c] = table[c].astype("int64")
-    table["sequence_parallel"] = table["sequence_parallel"].astype(bool)
-    return table
+        same = np.ones(len(cols["tp"]), dtype=bool)
+        for k in LAYOUT_COLUMNS:
+            same &= np.broadcast_to(cols[k] == r[k], same.shape)
+        for k, v in cols.items():         # first, and no other row the same
+            cols[k] = np.concatenate([np.array([r[k]], dtype=v.dtype), v[~same]])
+    text = "str" if total else object        # (object, as ever, in a search that generated no layout)
+    return pd.DataFrame({k: pd.Series(v, dtype=text) if v.dtype == object else v for k, v in cols.items()})
+
+
+def _layout_columns(shapes: list[tuple], scheds: list[tuple[str, int]], recompute: tuple[str, ...],
+                    zero_values: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """The table's columns (LAYOUT_COLUMNS and `microbatches`) from its shapes: each shape's rows are its recompute
+    modes, then its ZeRO stages, then its schedules (`scheds`, each shape's consecutively), as nested loops would
+    list them."""
+    numbers = np.array([s[1:] for s in shapes], dtype=np.int64).reshape(len(shapes), 10)
+    n_sched = numbers[:, -1]
+    counts = len(recompute) * len(zero_values) * n_sched
+    shape = np.repeat(np.arange(len(shapes)), counts)
+    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    s = n_sched[shape]
+    sched = np.repeat(np.cumsum(n_sched) - n_sched, counts) + within % s
+    stage_and_mode = within // s
+    tp = numbers[shape, 2]
+    sched_names = np.array([x[0] for x in scheds], dtype=object)
+    virtual = np.array([x[1] for x in scheds], dtype=np.int64)
+    return {"instance": np.array([x[0] for x in shapes], dtype=object)[shape],
+            **{k: numbers[shape, j] for j, k in enumerate(("instances", "lnc", "tp", "pp", "cp", "ep", "dp",
+                                                            "micro_batch"))},
+            "recompute": np.array(recompute, dtype=object)[stage_and_mode // len(zero_values)],
+            "pp_schedule": sched_names[sched], "virtual_stages": virtual[sched],
+            "zero": np.array(zero_values, dtype=np.int64)[stage_and_mode % len(zero_values)],
+            "sequence_parallel": tp > 1, "microbatches": numbers[shape, 8]}
 
 
 def _own_row(base: Scenario) -> dict:

@@ -230,7 +230,10 @@ def _record(r, rank: int | None = None) -> dict:
 def _own_mask(full: pd.DataFrame, base: Scenario) -> np.ndarray:
     """The scenario's own layout among the rows (always the first: `enumerate_layouts`)."""
     own = _own_row(base)
-    return (full[list(LAYOUT_COLUMNS)] == pd.Series({k: own[k] for k in LAYOUT_COLUMNS})).all(axis=1).to_numpy()
+    mask = np.ones(len(full), dtype=bool)
+    for k in LAYOUT_COLUMNS:
+        mask &= np.broadcast_to(full[k].to_numpy() == own[k], mask.shape)
+    return mask
 
 
 def _role_columns(full: pd.DataFrame, own: np.ndarray, top_rows, best_rows) -> None:
