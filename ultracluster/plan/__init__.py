@@ -170,10 +170,10 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     with ExitStack() as session:         # one Ray session (if any) for the search and the replays
         ev = _evaluate(base, table, calibration, address, log, session, lambda: _replay_shards(base),
                        progress)
+        t1 = time.perf_counter()           # the table, the folds, the front, then the intervals: of every layout
         full = search.assemble(table, ev.results, tokens, base.tokens_per_step, price_of, hbm_headroom)
         folded = search.fold_equivalent(full)
-        search.mark_pareto(full)
-        t1 = time.perf_counter()           # the intervals: of every layout that can rank, the front and the own
+        search.mark_pareto(full)           # that can rank, the front and the own
         lev = LayoutEvidence(base, calibration)
         lev.flags(full)
         own = _own_mask(full, base)
