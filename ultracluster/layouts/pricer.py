@@ -184,9 +184,11 @@ class MemoPrices(Prices):
 
     def many(self, op: str, nbytes: np.ndarray, group) -> np.ndarray:
         sizes = np.asarray(nbytes, dtype=float)
-        distinct, back = np.unique(sizes, return_inverse=True)      # the chunks of a stage share their sizes
-        seconds = np.array([self.pr.collective(self.ck, op, b, group) for b in distinct.tolist()], dtype=float)
-        return seconds[back.reshape(sizes.shape)]
+        seen: dict[float, float] = {}          # the chunks of a stage share their sizes: each priced once
+        for b in sizes.ravel().tolist():
+            if b not in seen:
+                seen[b] = self.pr.collective(self.ck, op, b, group)
+        return np.array([seen[b] for b in sizes.ravel().tolist()], dtype=float).reshape(sizes.shape)
 
     def shared(self, transfers: tuple) -> float:
         return self.pr.concurrent_first(self.ck, transfers)

@@ -116,7 +116,22 @@ def _profile_costs(profs: list[Profile], cal: NetworkCalibration) -> TableCosts:
     if hit is None:
         if len(_COSTS) >= _COSTS_MAX:
             _COSTS.clear()
-        hit = _COSTS[key] = (tuple(profs), table_costs(step_table(profs), cal))
+        hit = _COSTS[key] = (tuple(profs), table_costs(_step_table(profs), cal))
+    return hit[1]
+
+
+# StepTables of the profiles compared (by their identities, held here as in _COSTS): one per set of profiles,
+# whatever the calibrations that cost them
+_TABLES: dict[tuple, tuple[tuple[Profile, ...], StepTable]] = {}
+
+
+def _step_table(profs: list[Profile]) -> StepTable:
+    key = tuple(map(id, profs))
+    hit = _TABLES.get(key)
+    if hit is None:
+        if len(_TABLES) >= _COSTS_MAX:
+            _TABLES.clear()
+        hit = _TABLES[key] = (tuple(profs), step_table(profs))
     return hit[1]
 
 
@@ -221,9 +236,22 @@ def _setting(cluster: Cluster, op: str, group: Group, calibration: NetworkCalibr
     if group.together if in_graph is None else in_graph:
         cal = _in_graph(cal)
         sync = 1.0                       # the graph's hand-off to the collective cores and back
-    fab = fabric(cluster)
+    fab = _fabric_of(cluster)
     _check(op, group, fab)
     return fab, cal, sync * cal.sync_s(fab.generation)
+
+
+# the Fabric of a Cluster (frozen) by its identity; each entry holds its cluster, so an identity is not reused
+_FABRICS: dict[int, tuple[Cluster, Fabric]] = {}
+
+
+def _fabric_of(cluster: Cluster) -> Fabric:
+    hit = _FABRICS.get(id(cluster))
+    if hit is None or hit[0] is not cluster:
+        if len(_FABRICS) >= 1024:
+            _FABRICS.clear()
+        hit = _FABRICS[id(cluster)] = (cluster, fabric(cluster))
+    return hit[1]
 
 
 @functools.lru_cache(maxsize=64)
@@ -259,17 +287,36 @@ def _seconds(fab: Fabric, op: str, nbytes: float, group: Group, cal: NetworkCali
     return hit
 
 
+def _compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool) -> tuple[list[Profile], np.ndarray]:
+    """(profiles, sizes) a collective of `nbytes` compares: its own and those just over the later switches
+    (envelope), or those just under the earlier ones and its own (the floor). They do not depend on the
+    calibration's numbers, so a search pricing one collective at many calibrations finds them once."""
+    key = (fab, op, nbytes, group, envelope)
+    hit = _COMPARED.get(key)
+    if hit is None:
+        if len(_COMPARED) >= _SECONDS_MAX:
+            _COMPARED.clear()
+        if envelope:
+            sizes = [nbytes] + _breakpoints(fab, op, float(nbytes), group, above=True)
+            profs = [profile(fab, op, nbytes, group)] + [_profile_at(fab, op, n, group) for n in sizes[1:]]
+        else:
+            sizes = _breakpoints(fab, op, float(nbytes), group, above=False) + [float(nbytes)]
+            profs = [_profile_at(fab, op, n, group) for n in sizes[:-1]] + [profile(fab, op, nbytes, group)]
+        hit = _COMPARED[key] = (profs, np.array(sizes))
+    return hit
+
+
+_COMPARED: dict[tuple, tuple[list[Profile], np.ndarray]] = {}
+
+
 def _priced(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -> tuple[float, float, Profile]:
     """(bandwidth seconds, other seconds, profile) of one collective at its size, before any in-graph sync."""
+    profs, sizes = _compared(fab, op, nbytes, group, cal.algorithm_envelope)
     if cal.algorithm_envelope:
-        sizes = [nbytes] + _breakpoints(fab, op, float(nbytes), group, above=True)
-        profs = [profile(fab, op, nbytes, group)] + [_profile_at(fab, op, n, group) for n in sizes[1:]]
-        busy, other = _profile_costs(profs, cal).times(np.array(sizes))
+        busy, other = _profile_costs(profs, cal).times(sizes)
         best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper
         return float(busy[best]), float(other[best]), profs[best]
-    sizes = _breakpoints(fab, op, float(nbytes), group, above=False) + [float(nbytes)]
-    profs = [_profile_at(fab, op, n, group) for n in sizes[:-1]] + [profile(fab, op, nbytes, group)]
-    busy, other = _profile_costs(profs, cal).times(np.array(sizes))
+    busy, other = _profile_costs(profs, cal).times(sizes)
     total = busy + other
     floor = float(total[:-1].max()) if len(sizes) > 1 else 0.0
     return float(busy[-1]), float(other[-1]) + max(0.0, floor - float(total[-1])), profs[-1]
