@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -47,10 +46,9 @@ __all__ = ["LAYOUT_COLUMNS", "MEMORY_COLUMNS", "PARTS", "ClusterInfo", "Group", 
            "evaluate", "has_zero_stages", "layout_scenario", "speeds", "_counts"]
 
 
-def speeds(pr: Pricer, r, steps: list[int], sigma: float) -> np.ndarray:
-    """[steps, pp] each stage's speed factor (>= 1) in each measured step: its slowest replica's, with jitter
-    and stragglers drawn as `replay.engine.combine_profiles` draws them."""
-    tp, cp, pp, dp = int(r.tp), int(r.cp), int(r.pp), int(r.dp)
+def speeds(pr: Pricer, tp: int, cp: int, pp: int, dp: int, steps: list[int], sigma: float) -> np.ndarray:
+    """[steps, pp] each stage's speed factor (>= 1) in each measured step of a tp x cp x pp x dp layout: its
+    slowest replica's, with jitter and stragglers drawn as `replay.engine.combine_profiles` draws them."""
     seed, ranks = pr.scenario.seed, tp * cp * pp * dp
     slow, factor = pr.memo(("stragglers", ranks), lambda: chip.stragglers(pr.scenario, ranks))
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp)
@@ -122,8 +120,6 @@ def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFr
     sc = pr.scenario
     t = sc.training
     table = table.reset_index(drop=True)
-    # string columns as Python objects: the per-row reads below (itertuples, cluster keys) iterate them in C
-    table = table.astype({c: object for c, d in table.dtypes.items() if isinstance(d, pd.StringDtype)})
     rows = RowView(table)
     sh, srow = shapes(pr, table, rows)
     grps = groups(pr, table)
@@ -163,7 +159,7 @@ def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFr
         for key in first:
             a, b, d, sig = key
             first[key] = pr.memo(("speed", a, b, g.pp, d, sig), lambda: speeds(
-                pr, SimpleNamespace(tp=a, cp=b, pp=g.pp, dp=d), measured, sig).mean(axis=0, keepdims=True))
+                pr, a, b, g.pp, d, measured, sig).mean(axis=0, keepdims=True))
         G = np.concatenate([first[key] for key in speed_keys])
         Gc = np.tile(G, (1, g.v))                                                    # chunk c: stage c % pp
         fc, bc = F * Gc, B * Gc

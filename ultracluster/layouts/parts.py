@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,7 +32,6 @@ from .schedules import _run_lengths, program_arrays
 class Shapes:
     """Per-rank costs of distinct (instance, lnc, tp, cp, micro_batch, recompute, sp, ep, calibration) shapes."""
 
-    index: dict[tuple, int]
     keys: list[tuple]            # [K] each shape's key (`_shape_key`), stable across chunks
     costs: chip.LayerCosts       # arrays [K]
     saved_layer: np.ndarray      # activation bytes per layer and microbatch
@@ -64,7 +62,7 @@ SHAPE_COLUMNS = ("instance", "lnc", "tp", "cp", "micro_batch", "recompute", "seq
 
 
 def shapes(pr: Pricer, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.ndarray]:
-    """Price every distinct per-rank shape of `table` (`rows`: its itertuples) (`chip.layer_costs`: one
+    """Price every distinct per-rank shape of `table` (`rows`: its rows, `fast.RowView`) (`chip.layer_costs`: one
     `evaluate` call per where and phase).
 
     Returns:
@@ -75,7 +73,6 @@ def shapes(pr: Pricer, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.ndar
     keys = list(first)
     if len(keys) != firsts.size:
         raise AssertionError("shape columns and shape keys disagree")    # a bug here, not bad input
-    index = {k: i for i, k in enumerate(keys)}
     per_key = [pr.memo(("shape", key), lambda r=first[key]: _shape_inputs(pr, r)) for key in keys]
     K = len(keys)
     ops, cal = per_key[0][1], per_key[0][4]
@@ -84,7 +81,7 @@ def shapes(pr: Pricer, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.ndar
     costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
                              np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention)
     saved = np.array([pk[5] for pk in per_key]).reshape(K, 4)
-    return Shapes(index=index, keys=keys, costs=costs, saved_layer=saved[:, 0], saved_emb=saved[:, 1], saved_head=saved[:, 2],
+    return Shapes(keys=keys, costs=costs, saved_layer=saved[:, 0], saved_emb=saved[:, 1], saved_head=saved[:, 2],
                   working=saved[:, 3], variables=V, rates=R, ops=tuple(ops)), srow
 
 

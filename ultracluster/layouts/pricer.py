@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
-import numpy as np
-
 from .. import chip
 from .. import operators as opslib
 from ..cluster import Cluster, build_cluster
@@ -181,14 +179,6 @@ class MemoPrices(Prices):
 
     def __call__(self, op: str, nbytes: float, group, name: str | None = None, count: float = 0) -> float:
         return self.pr.collective(self.ck, op, nbytes, group)
-
-    def many(self, op: str, nbytes: np.ndarray, group) -> np.ndarray:
-        sizes = np.asarray(nbytes, dtype=float)
-        seen: dict[float, float] = {}          # the chunks of a stage share their sizes: each priced once
-        for b in sizes.ravel().tolist():
-            if b not in seen:
-                seen[b] = self.pr.collective(self.ck, op, b, group)
-        return np.array([seen[b] for b in sizes.ravel().tolist()], dtype=float).reshape(sizes.shape)
 
     def shared(self, transfers: tuple) -> float:
         return self.pr.concurrent_first(self.ck, transfers)

@@ -104,35 +104,28 @@ def table_times(table: StepTable, nbytes: np.ndarray, cal: NetworkCalibration) -
     return table_costs(table, cal).times(nbytes)
 
 
+def _kept(store: dict, key, make, limit: int = 1 << 16):
+    """`store[key]`, made by `make()` the first time; a store at `limit` entries starts again empty. An entry
+    keyed by objects' identities holds those objects, so an identity is not reused while it is there."""
+    hit = store.get(key)
+    if hit is None:
+        if len(store) >= limit:
+            store.clear()
+        hit = store[key] = make()
+    return hit
+
+
 # The TableCosts of the profiles one collective compares (`_priced`), by the profiles' identities (cached by
-# `flows.profile`; each entry holds its profiles, so an identity is not reused while it is here) and calibration.
+# `flows.profile`) and calibration; the StepTables of those profiles, whatever the calibrations that cost them.
 _COSTS: dict[tuple, tuple[tuple[Profile, ...], TableCosts]] = {}
+_TABLES: dict[tuple, tuple[tuple[Profile, ...], StepTable]] = {}
 _COSTS_MAX = 8192
 
 
 def _profile_costs(profs: list[Profile], cal: NetworkCalibration) -> TableCosts:
-    key = (tuple(map(id, profs)), cal)
-    hit = _COSTS.get(key)
-    if hit is None:
-        if len(_COSTS) >= _COSTS_MAX:
-            _COSTS.clear()
-        hit = _COSTS[key] = (tuple(profs), table_costs(_step_table(profs), cal))
-    return hit[1]
-
-
-# StepTables of the profiles compared (by their identities, held here as in _COSTS): one per set of profiles,
-# whatever the calibrations that cost them
-_TABLES: dict[tuple, tuple[tuple[Profile, ...], StepTable]] = {}
-
-
-def _step_table(profs: list[Profile]) -> StepTable:
-    key = tuple(map(id, profs))
-    hit = _TABLES.get(key)
-    if hit is None:
-        if len(_TABLES) >= _COSTS_MAX:
-            _TABLES.clear()
-        hit = _TABLES[key] = (tuple(profs), step_table(profs))
-    return hit[1]
+    ids = tuple(map(id, profs))
+    table = _kept(_TABLES, ids, lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
+    return _kept(_COSTS, (ids, cal), lambda: (tuple(profs), table_costs(table, cal)), _COSTS_MAX)[1]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -241,17 +234,12 @@ def _setting(cluster: Cluster, op: str, group: Group, calibration: NetworkCalibr
     return fab, cal, sync * cal.sync_s(fab.generation)
 
 
-# the Fabric of a Cluster (frozen) by its identity; each entry holds its cluster, so an identity is not reused
+# the Fabric of a Cluster (frozen) by its identity, the entry holding its cluster
 _FABRICS: dict[int, tuple[Cluster, Fabric]] = {}
 
 
 def _fabric_of(cluster: Cluster) -> Fabric:
-    hit = _FABRICS.get(id(cluster))
-    if hit is None or hit[0] is not cluster:
-        if len(_FABRICS) >= 1024:
-            _FABRICS.clear()
-        hit = _FABRICS[id(cluster)] = (cluster, fabric(cluster))
-    return hit[1]
+    return _kept(_FABRICS, id(cluster), lambda: (cluster, fabric(cluster)), 1024)[1]
 
 
 @functools.lru_cache(maxsize=64)
@@ -269,44 +257,37 @@ def _canonical(fab: Fabric, group: Group) -> tuple[Fabric, Group]:
     return _unsized(fab), (dataclasses.replace(group, first_rank=group.first_rank - shift) if shift else group)
 
 
-# (fabric, op, bytes, group, calibration) in canonical place (`_canonical`) -> (bandwidth s, other s, algorithm)
+# (fabric, op, bytes, group, calibration) in canonical place (`_canonical`) -> (bandwidth s, other s, algorithm);
+# (fabric, op, bytes, group, envelope) -> what `_priced` compares
 _SECONDS: dict[tuple, tuple[float, float, str]] = {}
-_SECONDS_MAX = 1 << 16
+_COMPARED: dict[tuple, tuple[list[Profile], np.ndarray]] = {}
 
 
 def _seconds(fab: Fabric, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -> tuple[float, float, str]:
     """`_priced`'s seconds and algorithm of the collective in canonical place, memoized."""
     fab, group = _canonical(fab, group)
-    key = (fab, op, nbytes, group, cal)
-    hit = _SECONDS.get(key)
-    if hit is None:
-        if len(_SECONDS) >= _SECONDS_MAX:
-            _SECONDS.clear()
+
+    def price() -> tuple[float, float, str]:
         busy, other, prof = _priced(fab, op, nbytes, group, cal)
-        hit = _SECONDS[key] = (busy, other, prof.algorithm)
-    return hit
+        return busy, other, prof.algorithm
+
+    return _kept(_SECONDS, (fab, op, nbytes, group, cal), price)
 
 
 def _compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool) -> tuple[list[Profile], np.ndarray]:
     """(profiles, sizes) a collective of `nbytes` compares: its own and those just over the later switches
     (envelope), or those just under the earlier ones and its own (the floor). They do not depend on the
     calibration's numbers, so a search pricing one collective at many calibrations finds them once."""
-    key = (fab, op, nbytes, group, envelope)
-    hit = _COMPARED.get(key)
-    if hit is None:
-        if len(_COMPARED) >= _SECONDS_MAX:
-            _COMPARED.clear()
+    def find() -> tuple[list[Profile], np.ndarray]:
         if envelope:
             sizes = [nbytes] + _breakpoints(fab, op, float(nbytes), group, above=True)
             profs = [profile(fab, op, nbytes, group)] + [_profile_at(fab, op, n, group) for n in sizes[1:]]
         else:
             sizes = _breakpoints(fab, op, float(nbytes), group, above=False) + [float(nbytes)]
             profs = [_profile_at(fab, op, n, group) for n in sizes[:-1]] + [profile(fab, op, nbytes, group)]
-        hit = _COMPARED[key] = (profs, np.array(sizes))
-    return hit
+        return profs, np.array(sizes)
 
-
-_COMPARED: dict[tuple, tuple[list[Profile], np.ndarray]] = {}
+    return _kept(_COMPARED, (fab, op, nbytes, group, envelope), find)
 
 
 def _priced(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -> tuple[float, float, Profile]:

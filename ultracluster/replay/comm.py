@@ -85,9 +85,14 @@ class Prices:
         return secs
 
     def many(self, op: str, nbytes: np.ndarray, group: Group) -> np.ndarray:
-        """Seconds of `op` over `group` at each of the buffer sizes `nbytes` (an array; not recorded)."""
+        """Seconds of `op` over `group` at each of the buffer sizes `nbytes` (an array; not recorded), each
+        distinct size priced once (the chunks of a stage share their sizes)."""
         sizes = np.asarray(nbytes, dtype=float)
-        return np.array([self(op, b, group) for b in sizes.ravel().tolist()], dtype=float).reshape(sizes.shape)
+        seen: dict[float, float] = {}
+        for b in sizes.ravel().tolist():
+            if b not in seen:
+                seen[b] = self(op, b, group)
+        return np.array([seen[b] for b in sizes.ravel().tolist()], dtype=float).reshape(sizes.shape)
 
     def shared(self, transfers: tuple) -> float:
         """Seconds of the first of `transfers` ((op, bytes, group), ...) run at once, sharing links."""
