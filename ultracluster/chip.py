@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from . import operators as opslib
+from . import stacks
 from .cluster import Cluster, stage_sum
 
 
@@ -244,9 +245,11 @@ def layer_costs(ops, v: dict[str, np.ndarray], rates: RankRates, recompute: np.n
 
 
 def chunk_rows(costs: LayerCosts, k: np.ndarray, layers: np.ndarray, stage_ends: bool,
-               launch: np.ndarray) -> tuple[np.ndarray, ...]:
+               launch: np.ndarray, graphs: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
     """(forward, backward, TensorE FLOPs, residual) seconds per microbatch of every chunk, [n, chunks], of n
-    layouts with shapes k [n] of `costs`, chunks of `layers` layers, host launches `launch` [n]."""
+    layouts with shapes k [n] of `costs`, chunks of `layers` layers, host launches `launch` [n], and the
+    training stack's pipeline engine (`graphs`: seconds its graph executions add to a microbatch's forward and
+    backward on every stage, [n] each; `stacks.graph_seconds`)."""
     fwd = layers[None, :] * costs.layer_fwd[k, None]
     bwd = layers[None, :] * costs.layer_bwd[k, None]
     if stage_ends:   # NxD and NeMo: the embedding on the first chunk, norm, LM head and loss on the last
@@ -259,6 +262,9 @@ def chunk_rows(costs: LayerCosts, k: np.ndarray, layers: np.ndarray, stage_ends:
         bwd += ((costs.emb_bwd[k] + costs.head_bwd[k]) / layers.size)[:, None]
     fwd += launch[:, None]          # each microbatch's forward and backward graph is launched by the host
     bwd += launch[:, None]
+    if graphs is not None:          # the stack's engine: each mark_step of a microbatch is one graph execution
+        fwd += np.asarray(graphs[0], dtype=float)[:, None]
+        bwd += np.asarray(graphs[1], dtype=float)[:, None]
     flops = layers[None, :] * costs.layer_flops[k, None]
     flops[:, 0] += costs.emb_flops[k]
     flops[:, -1] += costs.head_flops[k]
@@ -306,8 +312,10 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
     costs = layer_costs(ops, v, rates, np.array([t.recompute]), np.array([cal.layer_overhead_s]), cal.flash_attention)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
     k = np.zeros(1, dtype=np.int64)
+    graph_f, graph_b = stacks.graph_seconds(scenario.stack, layout.pp, cal)
     fwd, bwd, flops, residual = (a[0] for a in chunk_rows(costs, k, layers, cal.stage_ends,
-                                                          np.array([cal.microbatch_launch_s])))
+                                                          np.array([cal.microbatch_launch_s]),
+                                                          (np.array([graph_f]), np.array([graph_b]))))
     ep = scenario.parallelism.ep
     dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, ep)
     params = optimizer_params(dense[None, :], expert[None, :], np.array([layout.dp]), np.array([ep]),

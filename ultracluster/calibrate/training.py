@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .nelder_mead import minimize
 
 REPO = Path(__file__).resolve().parents[2]
 FITTED = REPO / "ultracluster" / "cluster" / "calibration.json"
@@ -31,6 +30,8 @@ DATA = REPO / "data" / "calibration"
 FIT = (
     ("tensor_efficiency", 0.2, 1.0, 0.7, 0.15, ""),
     ("in_graph_sync_s", 0.0, 5e-3, 0.5e-3, 0.5e-3, "ms"),
+    ("graph_s_nxd", 1e-5, 20e-3, 1e-3, 2e-3, "ms"),
+    ("graph_s_nemo", 1e-5, 20e-3, 1e-3, 2e-3, "ms"),
 )
 # The unnamed per-layer residual (`layer_overhead_s`): no longer fitted; the script refits it beside FIT once
 # to show how much of the data the named mechanisms leave to it (RESIDUAL_CHECK)
@@ -70,30 +71,9 @@ def rows(data: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-# What each training stack runs, from its public example scripts and configs (docs/calibration.md):
-# - neuronx-distributed: the NKI flash-attention kernel, no dropout, sequence parallelism and the TP backward
-#   collectives overlapped (the Llama examples), ZeRO-1 (`use_zero_1` in the example scripts);
-# - neuronx-nemo-megatron: Megatron's core attention with the fused softmax (NEURON_FUSE_SOFTMAX=1) through
-#   HBM, sequence_parallel=True; GPT recipes hidden_dropout 0.1 and the config's attention_dropout 0.1
-#   (megatron_gpt_config.yaml, test.sh, gpt_23b.sh), Llama recipes hidden_dropout 0 (test_llama.sh); no ZeRO-1
-#   (`wrap_with_zero` defaults to False and no example sets it: the `zero1` column); the async tensor-parallel
-#   all-reduce is turned off whenever sequence parallelism is on (the fork's Megatron core), so no TP overlap;
-# - megatron-lm-neuron: Megatron-LM's core attention without the masked-softmax fusion, dropout 0, no
-#   sequence parallelism, and --no-async-tensor-model-parallel-allreduce (pretrain_gpt3_6.7B_32layers_bf16*.sh):
-#   the backward all-reduce of the input gradient waits for its matmul instead of running beside the
-#   weight-gradient matmul, so tp_comm_overlap is off; no distributed optimizer;
-# - axlearn (the one Trn2 row): FSDP (ZeRO-3) x TP from the AXLearn Trn2 mesh rule at LNC=2, the NKI
-#   flash-attention kernel, no dropout, full recomputation (what fits 24 GiB per rank; not printed).
-STACKS = {
-    "neuronx-distributed": {"attention": "flash", "dropout": {"gelu": 0.0, "swiglu": 0.0},
-                            "sequence_parallel": True, "tp_comm_overlap": True},
-    "neuronx-nemo-megatron": {"attention": "materialized", "dropout": {"gelu": 0.1, "swiglu": 0.0},
-                              "sequence_parallel": True, "tp_comm_overlap": False},
-    "megatron-lm-neuron": {"attention": "materialized", "dropout": {"gelu": 0.0, "swiglu": 0.0},
-                           "sequence_parallel": False, "tp_comm_overlap": False},
-    "axlearn": {"attention": "flash", "dropout": {"gelu": 0.0, "swiglu": 0.0},
-                "sequence_parallel": True, "tp_comm_overlap": True, "zero": 3, "lnc": 2},
-}
+# What each training stack runs (its attention kernel, dropout, sequence parallelism, TP overlap, ZeRO stage, LNC,
+# pipeline engine) is the scenario's `stack` (ultracluster/stacks.py, with the sources): a row's scenario names
+# its stack and gives only what the row itself says (zero1, recompute, master weights).
 # Row qualities: fitted as a layout median (FITTED_QUALITIES), fitted only as the ratio inside a same-release
 # pair (`pair`), or shown beside the fit and never fitted (`uncertain`; `paper`: the Trainium2 row, which the
 # Trn1 factors are not fitted to)
@@ -101,22 +81,20 @@ FITTED_QUALITIES = ("table", "log")
 
 
 def scenario_of(row: dict) -> dict:
-    """The scenario a training.csv row describes (1 measured step; the replay is deterministic)."""
-    stack = STACKS[row["stack"]]
-    sharding = {"zero": stack["zero"]} if "zero" in stack else {"zero1": row["zero1"] == "true"}
+    """The scenario a training.csv row describes (1 measured step; the replay is deterministic): the row's stack
+    fills what the row does not say (ultracluster/stacks.py)."""
+    sharding = {"zero1": row["zero1"] == "true"} if row["zero1"] else {}
     weights = {"master_weights": row["master_weights"]} if row["master_weights"] else {}
     return {
         "name": f"calib-{row['id']}",
+        "stack": row["stack"],
         "model": {k: int(row[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")}
-        | {"mlp": row["mlp"], "preset": row["model"], "dropout": stack["dropout"][row["mlp"]]},
+        | {"mlp": row["mlp"], "preset": row["model"]},
         "training": {"seq_len": int(row["seq_len"]), "global_batch": int(row["global_batch"]),
                      "micro_batch": int(row["micro_batch"]), "precision": row["precision"], **weights,
-                     **sharding, "recompute": row["recompute"], "attention": stack["attention"], "steps": 1,
-                     "warmup_steps": 0},
-        "parallelism": {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
-                        "sequence_parallel": stack["sequence_parallel"], "tp_comm_overlap": stack["tp_comm_overlap"]},
-        "cluster": {"instance": row["instance"], "instances": int(row["instances"])}
-        | ({"lnc": stack["lnc"]} if "lnc" in stack else {}),
+                     **sharding, "recompute": row["recompute"], "steps": 1, "warmup_steps": 0},
+        "parallelism": {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"])},
+        "cluster": {"instance": row["instance"], "instances": int(row["instances"])},
         "emulation": {"instances_per_actor": int(row["instances"])},
     }
 
@@ -207,28 +185,31 @@ def _round(v: float) -> float:
 
 def fit(lay: Layouts, names, switches: dict | None = None, factors: tuple = FIT) -> tuple[dict, float]:
     """Fitted factors (3 significant digits) and the RMS log error over `names`, mechanisms as `switches`
-    (a fitted factor given in `switches` is held at that value); `factors`: the free factors' bounds."""
+    (a fitted factor given in `switches` is held at that value); `factors`: the free factors' bounds.
+
+    Bounded nonlinear least squares (`scipy.optimize.least_squares`, trust-region reflective, forward differences)
+    on the log errors, from fixed starts: deterministic. A factor the named layouts do not move (an engine term
+    whose stack has no row among them) stays at its start; hold it through `switches` to give it a value."""
+    from scipy.optimize import least_squares
+
     held = {b[0]: switches[b[0]] for b in factors if switches and b[0] in switches}
     free = tuple(b for b in factors if b[0] not in held)
+    others = {k: v for k, v in (switches or {}).items() if k not in held}
+    if not free:
+        err = lay.log_errors(base_calibration(**others, **held), names)
+        return dict(held), float(np.sqrt(np.mean(err ** 2)))
     lo = np.array([b[1] for b in free])
     hi = np.array([b[2] for b in free])
-    scale = np.array([b[4] for b in free])
-
-    others = {k: v for k, v in (switches or {}).items() if k not in held}
 
     def params(u: np.ndarray) -> dict:
         return {**{b[0]: float(v) for b, v in zip(free, lo + (hi - lo) * np.clip(u, 0.0, 1.0))}, **held}
 
-    def loss(u: np.ndarray) -> float:
-        outside = float(np.sum(np.maximum(u - 1, 0) ** 2 + np.maximum(-u, 0) ** 2))
-        err = lay.log_errors(base_calibration(**others, **params(u)), names)
-        return float(np.sum(err ** 2)) + 1e3 * outside
+    def residuals(u: np.ndarray) -> np.ndarray:
+        return lay.log_errors(base_calibration(**others, **params(u)), names)
 
     u0 = (np.array([b[3] for b in free]) - lo) / (hi - lo)
-    u, _ = minimize(loss, u0, scale / (hi - lo), 200, 1e-9)
-    u, _ = minimize(loss, u, 0.25 * scale / (hi - lo), 200, 1e-9)     # restart from the optimum: no collapsed simplex
-    best = {k: _round(v) for k, v in params(u).items()}
+    res = least_squares(residuals, u0, bounds=(0.0, 1.0), method="trf", diff_step=1e-3, xtol=1e-6, ftol=1e-9,
+                        max_nfev=200)
+    best = {k: _round(v) for k, v in params(res.x).items()}
     err = lay.log_errors(base_calibration(**others, **best), names)
     return best, float(np.sqrt(np.mean(err ** 2)))
-
-

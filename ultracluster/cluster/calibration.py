@@ -241,6 +241,13 @@ class Calibration:
             its lower bound (docs/calibration.md); every run reports its share of compute as `residual_s`.
         microbatch_launch_s: host cost of launching one microbatch's compiled graph (forward and backward
             are separate graph executions in the XLA-based Neuron stacks), on every stage's critical path.
+        graph_s_nxd: one graph execution of NeuronX Distributed's engine (fitted: no source gives it): what a
+            microbatch's every `xm.mark_step()` costs on its stage beyond the kernels it runs (the runtime
+            switching compiled graphs, binding their inputs and draining the engines). NxD's pipeline runs six
+            graphs per microbatch and stage (receive, forward, send; receive, backward, send), one without a
+            pipeline (`ultracluster/stacks.py`).
+        graph_s_nemo: the same for NeMo's (and the Megatron-LM fork's) engine: four graphs per microbatch and
+            stage with a pipeline (forward, the fused send-receive exchange; backward, the exchange), one without.
         step_overhead_s: fixed per-step host/runtime cost (launch, sync) on the critical path.
         fusion: elementwise operators run fused into the kernel their library entry names (`fuse:`).
         engine_clock_rates: VectorE/ScalarE work is priced at 128 elements per cycle (H4) rather than at
@@ -289,6 +296,8 @@ class Calibration:
     kernel_launch_s: float = 10e-6
     layer_overhead_s: float = 0.0
     microbatch_launch_s: float = 0.0
+    graph_s_nxd: float = 0.0
+    graph_s_nemo: float = 0.0
     step_overhead_s: float = 0.0
     fusion: bool = True
     engine_clock_rates: bool = True

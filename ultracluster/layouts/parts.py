@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from .. import chip, memory
+from .. import chip, memory, stacks
 from .. import operators as opslib
 from ..cluster import Layout, stage_layers
 from ..units import GIB
@@ -218,9 +218,10 @@ def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     idx = g.rows[js]
     k = srow[idx]
     sub = table.iloc[idx]
-    launch = np.array([c.microbatch_launch_s for c in pr.calibrations])[
-        sub["cal"].to_numpy() if "cal" in sub.columns else np.zeros(len(sub), dtype=np.int64)]
-    fwd, bwd, _, _ = chip.chunk_rows(sh.costs, k, g.layers, pr.calibration.stage_ends, launch)
+    cal_of = sub["cal"].to_numpy() if "cal" in sub.columns else np.zeros(len(sub), dtype=np.int64)
+    launch = np.array([c.microbatch_launch_s for c in pr.calibrations])[cal_of]
+    graph = np.array([stacks.graph_seconds(pr.scenario.stack, g.pp, c) for c in pr.calibrations]).reshape(-1, 2)[cal_of]
+    fwd, bwd, _, _ = chip.chunk_rows(sh.costs, k, g.layers, pr.calibration.stage_ends, launch, (graph[:, 0], graph[:, 1]))
     params = chip.optimizer_params(g.dense[js], g.expert[js], sub["dp"].to_numpy(), sub["ep"].to_numpy(),
                                    sub["zero"].to_numpy() >= 1, g.pp)
     opt = chip.optimizer_seconds(sh.ops, sh.variables, sh.rates, k, params)

@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 from ultracluster.cluster.catalog import INSTANCES
 from ultracluster.errors import Problem, ScenarioError
 
+from .. import stacks
 from .checks import check
 from .presets import PRESETS
 from .schema import ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
@@ -56,6 +57,7 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     problems += _inline_operators(raw, where)
     problems += _inline_calibration(raw, where)
     preset_unknown = _apply_preset(raw)
+    stacks.apply_defaults(raw)
     dp_given = _resolve(raw)
     try:
         scenario = Scenario.model_validate(raw)
@@ -70,6 +72,8 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
         sections = [scenario.model, scenario.training, scenario.parallelism, scenario.cluster]
         faults = scenario.faults
     problems += check(*sections, dp_given=dp_given, faults=faults)
+    if not problems:
+        problems += stacks.check(scenario)
     if problems:
         raise ScenarioError(problems, where)
     return scenario
