@@ -45,6 +45,7 @@ def test_minimal_scenario_resolves_every_default(tmp_path: Path) -> None:
     assert s.to_dict() == {
         "name": "tiny",
         "seed": 0,
+        "stack": "custom",
         "model": {"preset": None, "layers": 4, "hidden": 512, "heads": 8, "kv_heads": 8, "ffn": 2048,
                   "mlp": "gelu", "vocab": 1000, "tied_embeddings": False, "norm": "rmsnorm", "position": "rotary",
                   "moe": None, "dropout": 0.0},
