@@ -38,7 +38,7 @@ def test_nxd_pipeline_rows_move_nxds_engine_not_nemos(tmp_path, calibration_dir)
     p = done.profile
     assert p["fitted"][0] == "graph_s_nxd"
     assert p["factors"]["graph_s_nxd"] > fitted().graph_s_nxd * 10        # the engine took the slowdown
-    assert "graph_s_nemo" not in p["fitted"] and "NeMo" in p["kept"]["graph_s_nemo"]
+    assert "graph_s_nemo" not in p["fitted"] and "NeMo" in p["kept"]["graph_s_nemo"]["why"]
     assert p["factors"]["graph_s_nemo"] == pytest.approx(fitted().graph_s_nemo)
     # the NxD pipeline row is met, and a NeMo job of another stack barely moves
     cal = calibration_of(p)

@@ -157,7 +157,7 @@ def _document(measurements, rows, groups, terms, shipped, main: Fit, folds, kept
     ranges = {}
     for j, k in enumerate(main.free):
         col = main.jacobian[:, j] if main.jacobian is not None else np.zeros(1)
-        half = sigma / math.sqrt(float(col @ col) + float(penalties([k])[0]) + 1e-12)
+        half = sigma / math.sqrt(float(col @ col) + float(penalties([k], shipped)[0]) + 1e-12)
         lo, hi = CANDIDATES[k]
         ranges[k] = [float(f"{max(lo, main.factors[k] * math.exp(-half)):.3g}"),
                      float(f"{min(hi, main.factors[k] * math.exp(half)):.3g}")]

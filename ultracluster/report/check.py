@@ -56,7 +56,7 @@ OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" 
                    "calibration_profile": "str?"}
 
 #: The axes `extrapolated` may name (ultracluster.uncertainty.extrapolated)
-EXTRAPOLATION_AXES = ("generation", "tp", "pp", "cp", "seq_len", "params_b", "zero", "recompute")
+EXTRAPOLATION_AXES = ("generation", "tp", "pp", "cp", "seq_len", "params_b", "zero", "recompute", "cell")
 
 #: Columns of steps.csv the contract names (a run writes more); breakdown.csv has the same less the ids.
 STEP_COLUMNS = ("step", "warmup", "step_time_s", *BREAKDOWN)
