@@ -22,8 +22,8 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = ("tests/replay/test_volumes.py",)
@@ -33,8 +33,7 @@ COMM = "ultracluster/replay/comm.py"
 OPS = "ultracluster/operators.py"
 
 
-@dataclass(frozen=True)
-class Mutation:
+class Mutation(NamedTuple):
     name: str
     what: str                              # the bug, in words
     edits: tuple[tuple[str, str, str], ...]   # (file, exact text, replacement), each text found exactly once
