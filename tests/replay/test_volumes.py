@@ -297,6 +297,24 @@ def test_context_parallel_passes_kv_blocks_round_the_ring(cp, recompute):
     assert one(comm, "tp", "all_gather").bytes == activation(cp)
 
 
+def test_a_ring_across_instances_steps_at_the_pace_of_its_efa_hops():
+    """tp 4 x cp 16 on two trn1.32xlarge: the ring's members are ranks 0, 4, ..., 60, so the hops 28 -> 32 and
+    60 -> 0 cross between the instances (EFA) and the other 14 stay on NeuronLink. Every member passes its
+    block at once and waits for its predecessor's, so each of the cp - 1 steps takes the slowest hop's time."""
+    sc, cl = scenario(tp=4, cp=16, pp=1, instances=2)
+    comm = step_comm(sc, cl)
+    kv = 2 * tokens(16) * 1 * HEAD_DIM * ACT_BYTES
+    hops = (Group(per_instance=2, instances=1, stride=4),                        # 0 -> 4, 4 -> 8, ...
+            Group(per_instance=1, instances=2, instance_step=4, first_rank=28),   # 28 -> 32
+            Group(per_instance=1, instances=2, instance_step=60, first_rank=0))   # 60 -> 0
+    for nbytes, got in ((kv, comm.cp_block_fwd_s), (2 * kv, comm.cp_block_bwd_s)):
+        each = [collective_time(cl, "send_recv", nbytes, g, in_graph=True)[0] for g in hops]
+        assert max(each[1:]) > each[0]                      # EFA is the slow hop here
+        assert got == pytest.approx(max(each), rel=1e-12)
+    fwd, bwd = sorted(records(comm, "cp", "send_recv"), key=lambda r: r.bytes)
+    assert (fwd.bytes, fwd.instances, fwd.count_per_step) == (kv, 2, LAYERS * 3 * 15)
+
+
 def test_no_kv_passing_without_context_parallelism():
     sc, cl = scenario(tp=4, cp=1)
     comm = step_comm(sc, cl)
