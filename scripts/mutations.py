@@ -92,7 +92,7 @@ MUTATIONS = (
               (COMM, 'price("reduce_scatter", unit_d[0] * g_bytes', 'price("reduce_scatter", unit_d[0] * w_bytes')),
              ("test_fsdp_gathers_each_layer_twice_and_reduce_scatters_its_gradients[layerwise]",)),
     Mutation("cp-backward-without-gradients", "ring attention backward passes K/V without their gradients",
-             ((COMM, 'cp_bwd = price("send_recv", 2 * kv', 'cp_bwd = price("send_recv", kv'),),
+             ((COMM, "cp_bwd = _slowest_hop(price, hops, 2 * kv", "cp_bwd = _slowest_hop(price, hops, kv"),),
              ("test_context_parallel_passes_kv_blocks_round_the_ring",)),
     Mutation("cp-ring-one-pair", "a context-parallel ring spanning instances priced as one pair inside one",
              ((COMM, "hops = ring_hops(cluster, tp, cp)", "hops = (group_of(cluster, 2, tp),)"),),
