@@ -23,8 +23,8 @@ def render(res: dict, data: Path) -> str:
         "median seq/s over its `table` and `log` rows on Trn1. Rows marked `pair` (an old release's 1-instance and "
         "16-instance figures printed side by side) enter only as the ratio inside each pair: the data-parallel "
         "scaling efficiency, which no release drift touches; the fit targets the median of those ratios as one more "
-        "term. Layouts marked `uncertain` (model or batch inferred from an example log) and the Trainium2 row "
-        "(`paper`) are shown but never fitted. The fitted factors minimise the sum of squared log errors over the "
+        "term. Layouts marked `uncertain` (model or batch inferred from an example log) are shown but never fitted; "
+        "the Trainium2 row (`paper`) is left out of this fit and fits one Trn2 factor alone (below). The fitted factors minimise the sum of squared log errors over the "
         "fitted layouts and the pairs' scaling (deterministic Nelder-Mead inside each factor's physical bounds). "
         "Every other factor is set from a source or a physical argument below and named as an assumption.", "",
         f"Between-release spread (RMS over layouts of the standard deviation of log seq/s): "
@@ -60,9 +60,11 @@ def render(res: dict, data: Path) -> str:
     lines += ["", "## Layouts", "",
               "| layout | quality | fitted | published median seq/s | predicted | error | leave-one-out error |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
+    t2row = res.get("trn2") or {}
     for n, r in L.items():
         cve = f"{r['cv_error_pct']:+.1f} %" if "cv_error_pct" in r else "–"
-        lines.append(f"| {n} | {r['quality']} | {'yes' if r['fitted'] else 'no'} | {r['median_seq_per_s']:g} | "
+        fit = "yes" if r["fitted"] else (f"yes: `{t2row['factor']}` alone" if n == t2row.get("row") else "no")
+        lines.append(f"| {n} | {r['quality']} | {fit} | {r['median_seq_per_s']:g} | "
                      f"{r['predicted_seq_per_s']:.2f} | {r['error_pct']:+.1f} % | {cve} |")
     lines += ["", f"Leave-one-layout-out cross-validation over the {len(cv['folds'])} fitted layouts: median "
               f"|error| {cv['median_abs_error_pct']:.1f} %, worst {cv['worst_abs_error_pct']:.1f} %. This is the "
