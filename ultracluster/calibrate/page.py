@@ -120,6 +120,7 @@ def render(res: dict, data: Path) -> str:
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in lay_rows:
         err = "ratio only (above)" if r["quality"] == "pair" else f"{res['rows'][r['id']]:+.1f} %"
+        err += " (fitted)" if r["layout"] == t2row.get("row") else ""
         lines.append(f"| {r['id']} | {r['layout']} | {r['sdk']} | {r['quality']} | {r['seq_per_s']} | "
                      f"{L[r['layout']]['median_seq_per_s']:g} | {err} |")
     names = list(L)
