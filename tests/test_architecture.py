@@ -7,8 +7,12 @@ import ast
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:   # Python 3.10: pyproject's test extra installs tomli there
+    import tomli as tomllib
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ultracluster"
 DESIGN = PACKAGE.parent / "docs" / "design.md"

@@ -16,8 +16,8 @@ from ultracluster.operators import load_library
 
 try:
     import tomllib
-except ImportError:   # Python 3.10
-    tomllib = pytest.importorskip("tomli")
+except ImportError:   # Python 3.10: pyproject's test extra installs tomli there
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -68,6 +68,21 @@ def rayjob() -> dict:
     jobs = [d for d in docs if d.get("kind") == "RayJob"]
     assert len(jobs) == 1
     return jobs[0]
+
+
+def test_the_test_extra_brings_a_toml_reader_to_every_supported_python():
+    """tomllib is in the standard library from Python 3.11; pyproject's test extra adds tomli below that, so the
+    tests that read pyproject run (not skip) on every Python the classifiers name."""
+    from packaging.requirements import Requirement
+
+    reqs = [Requirement(r) for r in PYPROJECT["project"]["optional-dependencies"]["test"]]
+    (tomli,) = [r for r in reqs if r.name == "tomli"]
+    versions = [c.rsplit(" :: ", 1)[1] for c in PYPROJECT["project"]["classifiers"]
+                if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert "3.10" in versions
+    for v in versions:
+        needs = tuple(map(int, v.split("."))) < (3, 11)
+        assert tomli.marker.evaluate({"python_version": v}) is needs, v
 
 
 def test_dockerfile_uses_rays_image_with_pyprojects_ray_and_python():
