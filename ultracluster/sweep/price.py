@@ -18,6 +18,7 @@ from ..scenario import Scenario
 from .assumptions import assumptions
 
 NAN = float("nan")
+WARNING_JOIN = " | "      # between a row's warnings in sweep.csv (a warning's own text may hold "; ")
 #: The figures of each row, after the variant's index and its varied keys (sweep.csv, docs/sweeps.md)
 FIGURES = ("status", "feasible", "reason", "step_time_s", "step_time_low_s", "step_time_high_s", "tokens_per_s",
            "tokens_per_s_low", "tokens_per_s_high", "mfu", "hbm_peak_gib", "hbm_capacity_gib", "data_stall_s",
@@ -69,7 +70,7 @@ def price_variant(scenario: Scenario, hours: float | None = None, assumptions_on
     if not assumptions_on:
         said = [w.replace("; --assumptions off prices 0 (never burst)", "") for w in said]
         said.insert(0, "--assumptions off: every assumption with an argued range at its conservative end")
-    row["warnings"] = "; ".join([*row.get("warnings", []), *said])
+    row["warnings"] = WARNING_JOIN.join([*row.get("warnings", []), *said])
     row["assumptions"] = "on" if assumptions_on else "off"
     row["wall_s"] = time.perf_counter() - t0
     return {k: row.get(k, NAN if k not in ("reason", "goodput_source", "price_source", "extrapolated") else None)

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario, load_scenario
 from ..yaml_input import InputError, load_yaml, read_yaml_file
+from .assumptions import conservative_sets
 
 MAX_VARIANTS = 500       # default --max-variants: a larger grid is refused before anything runs (raise the flag)
 NOT_VARIED = ("name", "sweep")   # keys a variant cannot set: its name is the sweep's, and a variant is no sweep
@@ -140,8 +141,8 @@ def variant_key(values: dict[str, Any], options: dict) -> str:
 
 
 def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped: bool | None, hours: float | None,
-          max_variants: int = MAX_VARIANTS, options: dict | None = None,
-          extra: list[str] | None = None) -> SweepPlan:
+          max_variants: int = MAX_VARIANTS, options: dict | None = None, prices: dict[str, float] | None = None,
+          conservative: bool = False) -> SweepPlan:
     """Read the scenario, take its sweep (the flags over its `sweep:` section), validate every variant.
 
     Args:
@@ -152,7 +153,10 @@ def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped:
         hours: `--hours` (None: the scenario's `sweep.hours`).
         max_variants: the most variants allowed.
         options: what else changes a variant's row (its identity in a sweep directory).
-        extra: overrides applied after the variant's values (the sweep's own, e.g. `--assumptions off`).
+        prices: USD per instance-hour by instance type (`--price-per-hour TYPE=USD`), for the variants whose type
+            is listed and whose scenario sets no price.
+        conservative: every assumption with an argued range at its conservative end (`--assumptions off`,
+            `assumptions.conservative_sets`).
 
     Raises:
         ScenarioError: every problem of the flags, the scenario and every variant, each once.
@@ -190,14 +194,20 @@ def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped:
         notes.append(f"parallelism.dp (the file's {raw_dp(path)}) is derived per variant: the sweep varies "
                      f"{', '.join(k for k in vary if k in RANK_KEYS)}; vary parallelism.dp to set it")
     combos = combinations(vary, zipped)
-    options = dict(options or {}, hours=hours, overrides=list(overrides), extra=list(extra or []))
+    options = dict(options or {}, hours=hours, overrides=list(overrides), prices=prices or {},
+                   conservative=conservative)
     variants: list[Variant] = []
     seen: dict[tuple, list] = {}
     for i, values in enumerate(combos):
         sets = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in values.items()]
         name = f"{base.name}-v{i + 1:0{len(str(len(combos)))}d}"[:200]
         try:
-            sc = load_scenario(raw, [*overrides, *sets, *(extra or []), f"name={name}"])
+            sc = load_scenario(raw, [*overrides, *sets, f"name={name}"])
+            more = conservative_sets(sc) if conservative else []
+            if prices and sc.cluster.price_per_hour_usd is None and sc.cluster.instance in prices:
+                more.append(f"cluster.price_per_hour_usd={prices[sc.cluster.instance]!r}")
+            if more:
+                sc = load_scenario(raw, [*overrides, *sets, *more, f"name={name}"])
         except ScenarioError as err:
             for p in err.problems:
                 seen.setdefault((p.path, repr(p.given), p.allowed), [p, 0, values])[1] += 1
