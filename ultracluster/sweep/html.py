@@ -68,8 +68,9 @@ def _figures(frame: pd.DataFrame) -> list[str]:
     return out
 
 
-def line_chart(frame: pd.DataFrame, key: str, keys: list[str], col: str) -> str:
-    """One figure against one varied key: a line per combination of the other keys, whiskers for the interval."""
+def line_chart(frame: pd.DataFrame, key: str, keys: list[str], col: str, standalone: bool = False) -> str:
+    """One figure against one varied key: a line per combination of the other keys, whiskers for the interval.
+    `standalone`: an SVG document alone, its legend inside it (docs/sweeps.md's chart)."""
     title, band, scale, unit = FIGURES[col]
     xs = _order(frame[key].tolist())
     others = [k for k in keys if k != key]
@@ -97,8 +98,11 @@ def line_chart(frame: pd.DataFrame, key: str, keys: list[str], col: str) -> str:
 
     def py(v: float) -> float:
         return MARGIN + h - (v - lo) / (hi - lo) * h
-    parts = [f'<svg class="chart" data-key="{escape(key)}" data-figure="{col}" width="{CHART_W}" height="{CHART_H}" '
-             f'viewBox="0 0 {CHART_W} {CHART_H}" role="img"><title>{escape(title)} by {escape(key)}</title>',
+    height = CHART_H + (18 * len(names) + 14 if standalone else 0)
+    xmlns = ' xmlns="http://www.w3.org/2000/svg"' if standalone else ""
+    parts = [f'<svg{xmlns} class="chart" data-key="{escape(key)}" data-figure="{col}" width="{CHART_W}" '
+             f'height="{height}" viewBox="0 0 {CHART_W} {height}" role="img"><title>{escape(title)} by '
+             f'{escape(key)}</title>' + ('<rect width="100%" height="100%" fill="#fff"/>' if standalone else ""),
              f'<line x1="{MARGIN}" y1="{MARGIN + h}" x2="{MARGIN + w}" y2="{MARGIN + h}" stroke="#888"/>',
              f'<line x1="{MARGIN}" y1="{MARGIN}" x2="{MARGIN}" y2="{MARGIN + h}" stroke="#888"/>']
     for frac in (0.0, 0.5, 1.0):
@@ -130,6 +134,12 @@ def line_chart(frame: pd.DataFrame, key: str, keys: list[str], col: str) -> str:
                              f'stroke="{color}" stroke-width="7" stroke-opacity="0.35"/>')
             parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{color}"><title>{escape(tip)}</title>'
                          f'</circle>')
+    if standalone:
+        for s_, n in enumerate(names):
+            y = CHART_H + 16 + 18 * s_
+            parts.append(f'<rect x="{MARGIN}" y="{y - 9}" width="12" height="10" fill="{colors[n]}"/>'
+                         f'<text x="{MARGIN + 18}" y="{y}" font-size="12">{escape(n)}</text>')
+        return "".join(parts) + "</svg>\n"
     parts.append("</svg>")
     more = f"<p>{len(series) - len(names)} more lines not drawn (see the table)</p>" if len(series) > len(names) else ""
     return '<div class="chart">' + "".join(parts) + (_legend(colors) if len(names) > 1 or others else "") + more + \
