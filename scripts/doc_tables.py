@@ -284,7 +284,71 @@ def calibrate_curve() -> str:
     return curve_table(learning_curve())
 
 
-GENERATORS = {"calibrate-curve": calibrate_curve, "trn2-whatifs": trn2_whatifs, "trn2-factors": trn2_factors,
+FSX = SCENARIOS / "faults-llama3-70b-trn2-sync.yaml"
+FSX_VARY = ["storage.throughput_mbps_per_tib=125,250,1000", "storage.capacity_tib=4.8,48", "checkpoint.mode=sync,async"]
+FSX_CHART = REPO / "docs" / "sweeps-fsx.svg"
+
+
+def _fsx_sweep(conservative: bool):
+    """docs/sweeps.md's example: the 12 FSx variants with --hours 720, priced in this process as a sweep's tasks
+    price them (`sweep.price.price_variant`)."""
+    from ultracluster.sweep import build
+    from ultracluster.sweep.output import table
+    from ultracluster.sweep.price import price_variant
+
+    if conservative not in _FSX:
+        plan = build(FSX, ["training.budget_tokens=1.5e12"], FSX_VARY, None, 720.0, conservative=conservative)
+        rows = [{"variant": v.index + 1, "key": v.key, **v.values, **price_variant(v.scenario, 720.0, not conservative)}
+                for v in plan.variants]
+        _FSX[conservative] = (table(rows, plan.keys), plan.keys)
+    return _FSX[conservative]
+
+
+_FSX: dict = {}
+
+
+def sweeps_fsx() -> str:
+    """docs/sweeps.md: goodput over 30 days by FSx tier, capacity and checkpoint mode, with the burst allowance
+    assumed and at its conservative end (--assumptions off)."""
+    on, keys = _fsx_sweep(False)
+    off, _ = _fsx_sweep(True)
+    tiers = list(dict.fromkeys(on[keys[0]]))
+    out = ["| checkpoint, capacity | " + " | ".join(f"{t:g} MB/s/TiB" for t in tiers) + " |",
+           "| --- |" + " --- |" * len(tiers)]
+    for mode in ("sync", "async"):
+        for cap in (4.8, 48):
+            cells = []
+            for t in tiers:
+                sel = (on[keys[0]] == t) & (on[keys[1]] == cap) & (on[keys[2]] == mode)
+                a, b = float(on[sel]["goodput"].iloc[0]), float(off[sel.to_numpy()]["goodput"].iloc[0])
+                cells.append(f"{100 * a:.2f} % ({100 * b:.2f} %)")
+            out.append(f"| {mode}, {cap:g} TiB | " + " | ".join(cells) + " |")
+    g = {(t, m, o): float(f[(f[keys[0]] == t) & (f[keys[1]] == 48) & (f[keys[2]] == m)]["goodput"].iloc[0])
+         for t in (125, 250) for m in ("sync",) for o, f in (("on", on), ("off", off))}
+    days = on[(on[keys[0]] == 1000) & (on[keys[1]] == 48) & (on[keys[2]] == "async")]["time_to_train_days"].iloc[0]
+    out += ["", f"At 48 TiB with sync checkpoints, 125 and 250 MB/s/TiB differ by "
+            f"{100 * abs(g[(250, 'sync', 'on')] - g[(125, 'sync', 'on')]):.2f} points with the assumed burst "
+            f"allowance and by {100 * abs(g[(250, 'sync', 'off')] - g[(125, 'sync', 'off')]):.2f} points without it. "
+            f"1.5 T tokens take {days:.1f} days on the best of them (1000 MB/s/TiB, 48 TiB, async)."]
+    return "\n".join(out) + "\n"
+
+
+def sweeps_fsx_chart() -> str:
+    """docs/sweeps.md: the chart sweep.html draws of the example's goodput by tier (docs/sweeps-fsx.svg, written
+    here; the block holds its hash, so a stale picture makes the block stale)."""
+    import hashlib
+
+    from ultracluster.sweep.html import line_chart
+
+    on, keys = _fsx_sweep(False)
+    svg = line_chart(on, keys[0], keys, "goodput", standalone=True)
+    if not FSX_CHART.is_file() or FSX_CHART.read_text() != svg:
+        FSX_CHART.write_text(svg)
+    return (f"![goodput over 30 days by FSx throughput tier, a line per capacity and checkpoint mode](sweeps-fsx.svg)\n"
+            f"<!-- sweeps-fsx.svg sha256 {hashlib.sha256(svg.encode()).hexdigest()[:16]} -->\n")
+
+
+GENERATORS = {"sweeps-fsx": sweeps_fsx, "sweeps-fsx-chart": sweeps_fsx_chart, "calibrate-curve": calibrate_curve, "trn2-whatifs": trn2_whatifs, "trn2-factors": trn2_factors,
               "scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary,
               "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust,
               "uncertainty-examples": uncertainty_examples, "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn,

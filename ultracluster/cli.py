@@ -10,7 +10,9 @@ exits 0 or 2; `collectives` exits 0, or 2 for bad arguments (each printed with i
 when the directory meets the output contract, 1 with every problem printed, 2 when it is not a directory;
 `schema` prints the scenario files' JSON Schema. `plan` exits 0, 2 for a bad flag (named) or scenario (or an
 --out holding a plan, without --force), 3 when
-no layout of the search space fits (it prints the closest and why), 4 for a runtime failure.
+no layout of the search space fits (it prints the closest and why), 4 for a runtime failure. `sweep` exits 0, 2 for
+a bad flag or any bad variant (every one named, nothing runs) or a sweep directory holding another sweep (without
+--force), 4 when a variant failed (the others' rows written), 128 + the signal when interrupted (rows kept).
 """
 from __future__ import annotations
 
@@ -98,6 +100,36 @@ def _parser() -> argparse.ArgumentParser:
                              ("--schedules", "S,...", "pipeline schedules: gpipe, 1f1b, interleaved (default all)"),
                              ("--virtual-stages", "V,...", "virtual stages tried with interleaving (default 2,4)")):
         pl.add_argument(flag, metavar=meta, help=what)
+    sw = sub.add_parser("sweep", help="price many variants of a scenario over the Ray cluster: one table, one page "
+                                      "(sweep.csv, sweep.parquet, sweep.html)")
+    sw.add_argument("scenario", help="scenario YAML (its sweep: section, if any, is the default --vary)")
+    sw.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
+                    help="a scenario key and the values it takes (read as YAML, as --set reads them); repeat for "
+                         "more keys: their grid, or with --zip the lists paired")
+    sw.add_argument("--zip", action="store_true", default=None, help="pair the --vary lists (one length) instead "
+                                                                     "of taking their grid")
+    sw.add_argument("--hours", type=float, metavar="H", help="emulate H hours of each variant with failures and "
+                    "checkpoints (as run --hours): goodput and the days to train from that run")
+    sw.add_argument("--tokens", type=float, metavar="T", help="the training budget in tokens for every variant "
+                    "(as training.budget_tokens): days and dollars to train")
+    sw.add_argument("--out", help="sweep directory (default sweeps/<scenario name>[-assumptions-off])")
+    sw.add_argument("--address", help="Ray cluster to run the variants on (default: RAY_ADDRESS, else this "
+                                      "process, or an embedded Ray where that is faster)")
+    sw.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a field of "
+                                                                                         "every variant")
+    sw.add_argument("--calibration", dest="calibration_profile", metavar="PROFILE.json",
+                    help="a calibration profile from `ultracluster calibrate` instead of the shipped fit")
+    sw.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour over the "
+                    "catalog: USD for the scenario's type (as cluster.price_per_hour_usd), TYPE=USD for any")
+    sw.add_argument("--assumptions", default="on", metavar="on|off",
+                    help="off: price every assumption no source publishes that has an argued range at its "
+                         "conservative end (the FSx burst allowance at 0), to see whether it decides the answer")
+    sw.add_argument("--max-variants", type=int, metavar="N", help="refuse a sweep of more variants (default "
+                                                                  "500)")
+    sw.add_argument("--actors", action="store_true", help="replay each variant on Ray actors (a full run) "
+                                                          "instead of pricing it in a task")
+    sw.add_argument("--force", action="store_true", help="replace another sweep in the sweep directory")
+    sw.add_argument("--quiet", action="store_true", help="print nothing but errors")
     rr = sub.add_parser("report", help="re-render report.html and trace.json of a run directory from its files")
     rr.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `ultracluster run`")
     rr.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -200,7 +232,23 @@ def _goodput(scenario, report, hours: float, out: Path) -> dict:
 
     s = report.summary
     busy = s["step_time_s"] - s["data_stall_s"] - s["checkpoint_s"]
-    return write_goodput(long_run(scenario, busy, hours, storage=report.storage), out)
+    result = long_run(scenario, busy, hours, storage=report.storage)
+    result.extra.update(budget_days_and_dollars(scenario, s, result.goodput))
+    return write_goodput(result, out)
+
+
+def budget_days_and_dollars(scenario, summary: dict, goodput: float) -> dict:
+    """goodput.json's days and dollars: the training budget at the long run's goodput (`goodput.time_and_cost`)."""
+    from .goodput import time_and_cost
+
+    t = scenario.training
+    out = {"time_to_train_days": None, "total_cost_usd": None, "price_source": summary.get("price_source")}
+    if t.budget_tokens is None and t.budget_steps is None:
+        return out
+    s = summary
+    tc = time_and_cost(s["step_time_s"] - s["data_stall_s"] - s["checkpoint_s"], s["tokens_per_step"],
+                       s["instances"], s["price_per_hour_usd"], goodput, tokens=t.budget_tokens, steps=t.budget_steps)
+    return {**out, **{k: (v if math.isfinite(v) else None) for k, v in tc.items() if k != "train_steps"}}
 
 
 @contextmanager
@@ -316,6 +364,83 @@ def _plan(scenario, args) -> int:
     return EXIT_OK
 
 
+def _sweep(args) -> int:
+    """`sweep`: build and validate every variant, price them (Ray tasks over the attached cluster, or here), write
+    the sweep directory, print the table. Exit 0; 2 bad input (nothing runs); 4 a variant failed (the others'
+    rows are written); 128 + the signal when interrupted (the finished rows kept)."""
+    from .report import WorkProgress
+    from .sweep import MAX_VARIANTS, build, format_sweep, run_sweep
+
+    problems = []
+    if args.assumptions not in ("on", "off"):
+        problems.append(Problem("--assumptions", args.assumptions, "on (default) or off (each assumption no "
+                                                                   "source publishes at its conservative end)"))
+    if args.max_variants is not None and args.max_variants < 1:
+        problems.append(Problem("--max-variants", args.max_variants, "an integer >= 1"))
+    if args.tokens is not None and not (math.isfinite(args.tokens) and args.tokens > 0):
+        problems.append(Problem("--tokens", args.tokens, "a number of tokens > 0, e.g. 1.5e12"))
+    if problems:
+        for prob in problems:
+            print(f"error: {prob}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    sets = list(args.set) + ([f"training.budget_tokens={args.tokens!r}"] if args.tokens is not None else [])
+    by_type: dict[str, float] = {}
+    try:
+        if args.price_per_hour:
+            from .plan import parse_prices
+            plain, by_type = parse_prices(args.price_per_hour)
+            if plain is not None:
+                sets.append(f"cluster.price_per_hour_usd={plain!r}")
+        if args.calibration_profile:
+            sets.append("calibration=" + json.dumps({"profile": str(Path(args.calibration_profile).absolute())}))
+        off = args.assumptions == "off"
+        plan = build(args.scenario, sets, args.vary, args.zip, args.hours, args.max_variants or MAX_VARIANTS,
+                     options={"actors": args.actors}, prices=by_type, conservative=off)
+    except ScenarioError as err:
+        if err.problems and all(p.path.startswith("--") and p.path != "--set" for p in err.problems):
+            for prob in err.problems:
+                print(f"error: {prob}", file=sys.stderr)
+        else:
+            _print_problems(err)
+        return EXIT_BAD_INPUT
+    out = Path(args.out) if args.out else Path("sweeps") / (plan.base.name + ("-assumptions-off" if off else ""))
+    shown = None if args.quiet else WorkProgress(f"sweep {plan.base.name}")
+    say = shown.say if shown else (lambda line: None)
+    for note in plan.notes:
+        say(f"note: {note}")
+    try:
+        with _signals_end_the_run():
+            result = run_sweep(plan, out, address=args.address, actors=args.actors, assumptions_on=not off,
+                               force=args.force, progress=shown, log=say)
+    except KeyboardInterrupt as stop:
+        stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
+        if shown:
+            shown.finish()
+        print(f"sweep interrupted ({stop.signal_name}); {out} keeps the finished rows: run the same sweep again "
+              f"to price the rest", file=sys.stderr)
+        return stop.exit_code
+    except OutDirError as err:
+        if shown:
+            shown.finish()
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except UltraclusterError as err:
+        if shown:
+            shown.finish()
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_RUNTIME
+    finally:
+        if shown:
+            shown.finish()
+    if not args.quiet:
+        print(format_sweep(result.table, result.summary, plan.keys))
+        print(f"sweep directory: {out} (sweep.csv, sweep.parquet, sweep.html); priced by "
+              f"{result.summary['evaluated_by']} in {result.summary['wall_s']:.1f} s")
+    for line in result.failures:
+        print(f"error: {line}", file=sys.stderr)
+    return EXIT_RUNTIME if result.failures else EXIT_OK
+
+
 def _print_list(problems: list) -> None:
     for prob in problems[:PROBLEMS_SHOWN]:
         print(f"  - {prob}", file=sys.stderr)
@@ -414,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
         from .scenario.file_schema import render
         sys.stdout.write(render())
         return EXIT_OK
+    if args.command == "sweep":
+        return _sweep(args)
     if args.command == "collectives":
         from .network.bench import run_cli
         try:

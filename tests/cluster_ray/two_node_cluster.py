@@ -9,7 +9,8 @@ the job log and stops it with `ray job stop` (SIGTERM to the entrypoint, SIGKILL
 exactly the nodes it started (never `ray stop`). Prints one JSON object with the exit codes and outputs.
 
 usage: python two_node_cluster.py OUT_DIR SCENARIO [--job JOB_SCENARIO] [--stop-job JOB_SCENARIO] [--nodes N]
-                                  [--no-cli] [--command run|plan] [--arg=ARG ...] [--set key=value ...]
+                                  [--no-cli] [--command run|plan|sweep] [--arg=ARG ...] [--set key=value ...]
+(--job submits the --command with its --arg values; `run` alone as before)
 """
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def main() -> int:
     ap.add_argument("--stop-job", help="scenario (path relative to the repo) to submit, then stop mid-run")
     ap.add_argument("--nodes", type=int, default=2, help="nodes of the cluster (default 2)")
     ap.add_argument("--no-cli", action="store_true", help="skip the `ultracluster run --address` driver run")
-    ap.add_argument("--command", default="run", help="the driver's subcommand: run (default) or plan")
+    ap.add_argument("--command", default="run", help="the driver's (and the job's) subcommand: run (default), "
+                                                     "plan or sweep")
     ap.add_argument("--arg", action="append", default=[], help="a further argument of the driver's command")
     ap.add_argument("--set", action="append", default=[])
     args = ap.parse_args()
@@ -130,9 +132,11 @@ def main() -> int:
                                               sets)
         if args.job:
             ray_cli = Path(sys.executable).parent / "ray"
+            # the job runs the driver's command (`run` unless --command says otherwise) with its arguments
+            job_args = args.arg if args.command != "run" else []
             job = subprocess.run([str(ray_cli), "job", "submit", "--address", f"http://127.0.0.1:{dashboard_port}",
-                                  "--working-dir", str(REPO), "--", "ultracluster", "run", args.job, "--out",
-                                  str(out / "job")],
+                                  "--working-dir", str(REPO), "--", "ultracluster", args.command, args.job, "--out",
+                                  str(out / "job"), *job_args],
                                  capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO)
             result["job"] = {"rc": job.returncode, "stdout": job.stdout, "stderr": job.stderr[-4000:]}
     except Exception as err:   # reported to the test, which fails with it
