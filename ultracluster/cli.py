@@ -1,6 +1,7 @@
 """Command line → runner (or planner, calibrate) → exit code. Thin: parse, call, print, exit.
 
-Exit codes: 0 ok; 2 bad input (every problem printed with its path; a run directory another run holds);
+Exit codes: 0 ok; 2 bad input (every problem printed with its path; a run directory another run holds, or one
+holding an earlier run without --force);
 3 the layout is infeasible (summary.json still written, with the reason); 4 a runtime failure (Ray, a dead
 actor); 130, 143, 129 interrupted by SIGINT, SIGTERM, SIGHUP (128 + the signal; steps.csv keeps the finished
 steps, no summary.json).
@@ -58,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                         "time lost by cause, optimal checkpoint interval (goodput.json, failures.csv)")
     r.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour, over the "
                    "catalog (as cluster.price_per_hour_usd); TYPE=USD pairs: the one of the scenario's type")
+    r.add_argument("--force", action="store_true", help="replace an earlier run in the run directory")
     pl = sub.add_parser("plan", help="search every layout of a scenario's model and job; replay the best "
                                      "(plan.csv, plan.json, plan.html, top-N.yaml)")
     pl.add_argument("scenario", help="scenario YAML: the model and job; its cluster is the default reservation")
@@ -242,7 +244,7 @@ def _run(scenario, args) -> int:
     shown = None if args.quiet else Progress(scenario.name)
     goodput = None
     try:
-        with _signals_end_the_run(), RunDirectory(out) as run_dir:
+        with _signals_end_the_run(), RunDirectory(out, force=args.force) as run_dir:
             if run_dir.stale:
                 print(f"note: took over the lock of {out} from pid {run_dir.stale.get('pid', '?')} on host "
                       f"{run_dir.stale.get('host', '?')}, which is no longer running; removed what it left",
