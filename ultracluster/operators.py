@@ -229,8 +229,8 @@ class Sharding:
     """What a rank keeps only 1/dp of between uses (ZeRO, Rajbhandari et al. 2020): the one home of the rule.
 
     Attributes:
-        optimizer: optimizer state (ZeRO-1 and ZeRO-3; `training.zero1`).
-        gradients: gradients, reduce-scattered layer by layer during backward (ZeRO-3, FSDP).
+        optimizer: optimizer state (ZeRO-1 and up; `training.zero1`).
+        gradients: gradients (ZeRO-2 and ZeRO-3): reduce-scattered as ZeRO-1's are, each rank keeping its share.
         weights: parameters, all-gathered layer by layer before forward and again before backward (ZeRO-3).
     """
 
@@ -242,7 +242,7 @@ class Sharding:
 def sharding(training) -> Sharding:
     """The ZeRO stage of `training.zero` as what is sharded over the data-parallel ranks."""
     zero = training.zero
-    return Sharding(optimizer=zero >= 1, gradients=zero >= 3, weights=zero >= 3)
+    return Sharding(optimizer=zero >= 1, gradients=zero >= 2, weights=zero >= 3)
 
 
 def dp_share(dense, expert, dp: int, ep: int = 1):

@@ -184,7 +184,7 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
         k = srow[g.rows]
         zero = zero_all[g.rows]
         W, G, O = memory.stage_state_gib(g.dense, g.expert, g.layers, g.pp, dp_all[g.rows], ep_all[g.rows],
-                                         zero >= 1, zero >= 3, per_param)
+                                         zero >= 1, zero >= 3, per_param, zero >= 2)
         # activations depend on the row's shape alone: each distinct shape's peaks are priced once
         ks, kinv = np.unique(k, return_inverse=True)
         act = memory.chunk_activation_bytes(g.layers, sh.saved_layer[ks], sh.saved_emb[ks], sh.saved_head[ks])

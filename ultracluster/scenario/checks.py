@@ -247,7 +247,7 @@ def check_layout(
                     "training.zero1",
                     training.zero1,
                     f"{str(training.zero >= 1).lower()} with training.zero {training.zero} (zero1 says whether the "
-                    "optimizer state is sharded: true for zero 1 and 3), or left out",
+                    "optimizer state is sharded: true for zero 1 to 3), or left out",
                 )
             )
         if dp is not None and training.global_batch % (dp * training.micro_batch):
