@@ -7,7 +7,7 @@ actor); 130, 143, 129 interrupted by SIGINT, SIGTERM, SIGHUP (128 + the signal; 
 steps, no summary.json).
 `report RUN_DIR` exits 0, 2 when the directory cannot be read or a file in it is malformed, 3 when the run
 was infeasible; `compare`
-exits 0 or 2; `collectives` exits 0, or 2 for bad arguments (each printed with its flag). `check RUN_DIR` exits 0
+exits 0 or 2 (also for an --out holding an earlier comparison, without --force); `collectives` exits 0, or 2 for bad arguments (each printed with its flag). `check RUN_DIR` exits 0
 when the directory meets the output contract, 1 with every problem printed, 2 when it is not a directory;
 `schema` prints the scenario files' JSON Schema. `plan` exits 0, 2 for a bad flag (named) or scenario (or an
 --out holding a plan, without --force), 3 when
@@ -107,7 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="summaries of runs side by side, with differences; writes a comparison page")
     c.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="two or more run directories; the first is the "
                                                                      "baseline")
-    c.add_argument("--out", default="compare.html", help="comparison page to write (default compare.html)")
+    c.add_argument("--out", metavar="DIR", help="directory for compare.html and compare.csv (default: compare/ "
+                   "beside the first run directory); a path ending in .html names the page itself")
+    c.add_argument("--force", action="store_true", help="replace an earlier comparison in that directory")
     c.add_argument("--quiet", action="store_true", help="print nothing but errors")
     sv = sub.add_parser("sensitivity", help="how the step time moves as each uncertain factor moves over its range "
                                             "(tornado table; sensitivity.csv and sensitivity.html)")
@@ -167,11 +169,48 @@ def _render(args) -> int:
         return EXIT_OK if report.summary.get("feasible", True) else EXIT_INFEASIBLE
     names = [Path(d).resolve().name for d in dirs]
     labels = names if len(set(names)) == len(names) else [str(d) for d in dirs]
-    page = write_compare_html(list(zip(labels, reports)), args.out)
+    try:
+        page = _compare_page(args.out, dirs, args.force)
+    except OutDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    page = write_compare_html(list(zip(labels, reports)), page)
     if not args.quiet:
         print(format_compare([(label, rep.summary) for label, rep in zip(labels, reports)]))
         print(f"comparison page: {page}; every field in full: {page.parent / 'compare.csv'}")
     return EXIT_OK
+
+
+COMPARE_FILES = ("compare.html", "compare.csv")
+
+
+def _compare_page(out: str | None, dirs: list[str], force: bool) -> Path:
+    """Where `compare` writes its page (compare.csv beside it): `--out DIR/compare.html` (a path ending in .html is
+    the page), else `compare/` beside the first run directory; OutDirError for a place that holds an earlier
+    comparison (without --force), a run directory, or a file."""
+    if out is None:
+        first = Path(dirs[0])
+        folder = (first.parent if first.name not in ("", ".", "..") else first.resolve().parent) / "compare"
+        page = folder / "compare.html"
+    elif out.endswith(".html"):
+        page = Path(out)
+        folder = page.parent
+    else:
+        folder = Path(out)
+        page = folder / "compare.html"
+    shown = shorten_text(str(folder))
+    if folder.exists() and not folder.is_dir():
+        raise OutDirError(f"--out: {shown} is a file, not a directory; give --out NEWDIR")
+    if any(folder.resolve() == Path(d).resolve() for d in dirs) or (folder / "summary.json").exists():
+        raise OutDirError(f"--out: {shown} is a run directory; a comparison goes beside the runs, give --out NEWDIR")
+    earlier = [p for p in (page, folder / "compare.csv") if p.exists()]
+    if earlier and not force:
+        import time
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(max(p.stat().st_mtime for p in earlier)))
+        raise OutDirError(f"--out: {shown} already holds a comparison ({', '.join(p.name for p in earlier)}, "
+                          f"written {stamp}); a new comparison never replaces it silently: add --force to replace "
+                          f"it, or give --out NEWDIR")
+    return page
 
 
 def _check(run_dir: str) -> int:
