@@ -275,8 +275,11 @@ def _run(scenario, args) -> int:
     from .report import Progress, format_summary
     from .report.rundir import RunDirectory
 
-    if args.hours is not None and not (math.isfinite(args.hours) and args.hours > 0):
-        raise ScenarioError([Problem("--hours", args.hours, "a number of hours > 0")])
+    if args.hours is not None:       # before anything runs: --hours and the failures it would replay
+        from .goodput import check_hours
+        problems = check_hours(scenario, args.hours)
+        if problems:
+            raise ScenarioError(problems, args.scenario)
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     finished: list[int] = []
     # a bar on a terminal (runs over 2 s), plain lines elsewhere, nothing with --quiet

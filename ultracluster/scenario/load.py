@@ -23,7 +23,7 @@ from pydantic.fields import FieldInfo
 from ultracluster.cluster.catalog import INSTANCES
 from ultracluster.errors import Problem, ScenarioError
 
-from .checks import check
+from .checks import check, check_bounds
 from .presets import PRESETS
 from .schema import ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
 from ..yaml_input import InputError, load_yaml, read_yaml_file
@@ -57,6 +57,9 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     problems += _inline_calibration(raw, where)
     preset_unknown = _apply_preset(raw)
     dp_given = _resolve(raw)
+    bounds = check_bounds(raw)
+    if bounds:          # checked first: a count beyond its bound is the problem, not what is derived from it
+        raise ScenarioError(problems + bounds, where)
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
