@@ -73,6 +73,9 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
         sections = [scenario.model, scenario.training, scenario.parallelism, scenario.cluster]
         faults = scenario.faults
     problems += check(*sections, dp_given=dp_given, faults=faults)
+    if not problems:   # the scenario's own operators at its own shapes (scenario.library)
+        from .library import check_operators
+        problems += check_operators(scenario)
     if problems:
         raise ScenarioError(problems, where)
     return scenario
