@@ -293,6 +293,10 @@ def timeline_svg(timeline: pd.DataFrame, breakdown: pd.DataFrame) -> str:
 def _cards(s: dict) -> str:
     out = []
     for label, key in HEADLINE:
+        if key == "usd_per_million_tokens" and s.get(key) is None and s.get("feasible"):   # say why, not "-"
+            out.append(f'<div class="card"><span>{escape(label)}</span><b>no price</b><span>set '
+                       f'cluster.price_per_hour_usd or --price-per-hour</span></div>')
+            continue
         text = hbm_text(s, "") if key == "hbm_peak_gib" else fmt(s.get(key), key)
         out.append(f'<div class="card"><span>{escape(label)}</span><b>{escape(text)}</b></div>')
     return '<div class="cards">' + "".join(out) + "</div>"
