@@ -35,6 +35,19 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
+MAX_DEPTH = 100   # syntax-tree levels of one expression (the shipped library's deepest: 10)
+
+
+def _depth(tree: ast.AST) -> int:
+    """How deep an expression's operators nest (iteratively: never the recursion it guards against)."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, d = todo.pop()
+        deepest = max(deepest, d)
+        todo += [(child, d + 1) for child in ast.iter_child_nodes(node)]
+    return deepest
+
+
 def _compile(expr: object, path: str, problems: list[Problem]) -> Callable[[Mapping[str, Any]], Any]:
     """Compile an arithmetic expression over VARIABLES into a function of a variable mapping.
 
@@ -50,8 +63,14 @@ def _compile(expr: object, path: str, problems: list[Problem]) -> Callable[[Mapp
         return lambda v: 0.0
     try:
         tree = ast.parse(expr, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         problems.append(Problem(path, expr, allowed))
+        return lambda v: 0.0
+    except (RecursionError, MemoryError):      # CPython's parser gives up on deep nesting this way
+        problems.append(Problem(path, expr, f"{allowed}, nested at most {MAX_DEPTH} deep"))
+        return lambda v: 0.0
+    if _depth(tree) > MAX_DEPTH:               # evaluated by nested calls: Python's recursion limit is 1,000
+        problems.append(Problem(path, expr, f"{allowed}, nested at most {MAX_DEPTH} deep"))
         return lambda v: 0.0
 
     def build(node: ast.AST) -> Callable[[Mapping[str, Any]], Any]:
@@ -74,9 +93,6 @@ def _compile(expr: object, path: str, problems: list[Problem]) -> Callable[[Mapp
         fn = build(tree)
     except ValueError as bad:
         problems.append(Problem(path, expr, f"{allowed}; `{bad}` is not one"))
-        return lambda v: 0.0
-    except RecursionError:              # nested past Python's limit
-        problems.append(Problem(path, expr, f"{allowed}, nested less deeply"))
         return lambda v: 0.0
 
     def safe(v: Mapping[str, Any], fn=fn) -> Any:

@@ -79,3 +79,12 @@ def test_a_layout_where_an_expression_goes_bad_is_infeasible_in_the_plan(tmp_pat
     assert len(bad) and not bad["feasible"].any()
     assert bad["reason"].str.startswith("operator odd: forward.vector is inf at this layout's shapes").all()
     assert table[table["tp"] == 8]["feasible"].any()
+
+
+@pytest.mark.parametrize("expr", ["-" * 100_000 + "T", "T" + "**T" * 100_000, "+".join(["T"] * 100_000),
+                                  "+".join(["T"] * 101)])
+def test_an_expression_nested_too_deep_is_a_problem_not_a_crash(expr):
+    problems: list = []
+    _compile(expr, "operators[0].forward.tensor", problems)
+    (problem,) = problems
+    assert problem.path == "operators[0].forward.tensor" and "nested at most 100 deep" in problem.allowed
