@@ -166,3 +166,15 @@ def test_wheel_ships_operator_library_packages_and_data(tmp_path):
     assert Path(pkg_file).is_relative_to(site)
     assert Path(library_dir) == site / "ultracluster" / "operators_library"
     assert int(n_ops) == len(load_library()) > 0
+
+
+def test_earlier_results_stay_out_of_git_and_of_a_jobs_upload():
+    """`ray job submit --working-dir .` skips what .gitignore and .rayignore name: never the earlier runs, plans
+    and comparisons (docs/ray-clusters.md); the documented submit names them in its `excludes` too."""
+    for name in (".gitignore", ".rayignore"):
+        lines = {ln.strip() for ln in (REPO / name).read_text().splitlines()}
+        assert {"runs/", "plans/", "compare/"} <= lines, name
+    for doc in ("README.md", "docs/ray-clusters.md", "docs/plan.md"):
+        commands = (REPO / doc).read_text().replace("\\\n", " ").splitlines()      # continuation lines joined
+        submits = [ln for ln in commands if "ray job submit --address" in ln]
+        assert submits and all('"excludes": ["runs/", "plans/"]' in ln for ln in submits), doc
