@@ -1,12 +1,13 @@
 """Command line → runner (or planner, calibrate) → exit code. Thin: parse, call, print, exit.
 
-Exit codes: 0 ok; 2 bad input (every problem printed with its path; a run directory another run holds);
+Exit codes: 0 ok; 2 bad input (every problem printed with its path; a run directory another run holds, or one
+holding an earlier run without --force);
 3 the layout is infeasible (summary.json still written, with the reason); 4 a runtime failure (Ray, a dead
 actor); 130, 143, 129 interrupted by SIGINT, SIGTERM, SIGHUP (128 + the signal; steps.csv keeps the finished
 steps, no summary.json).
 `report RUN_DIR` exits 0, 2 when the directory cannot be read or a file in it is malformed, 3 when the run
 was infeasible; `compare`
-exits 0 or 2; `collectives` exits 0, or 2 for bad arguments (each printed with its flag). `check RUN_DIR` exits 0
+exits 0 or 2 (also for an --out holding an earlier comparison, without --force); `collectives` exits 0, or 2 for bad arguments (each printed with its flag). `check RUN_DIR` exits 0
 when the directory meets the output contract, 1 with every problem printed, 2 when it is not a directory;
 `schema` prints the scenario files' JSON Schema. `plan` exits 0, 2 for a bad flag (named) or scenario (or an
 --out holding a plan, without --force), 3 when
@@ -60,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
                         "time lost by cause, optimal checkpoint interval (goodput.json, failures.csv)")
     r.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour, over the "
                    "catalog (as cluster.price_per_hour_usd); TYPE=USD pairs: the one of the scenario's type")
+    r.add_argument("--force", action="store_true", help="replace an earlier run in the run directory")
     pl = sub.add_parser("plan", help="search every layout of a scenario's model and job; replay the best "
                                      "(plan.csv, plan.json, plan.html, top-N.yaml)")
     pl.add_argument("scenario", help="scenario YAML: the model and job; its cluster is the default reservation")
@@ -137,7 +139,9 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="summaries of runs side by side, with differences; writes a comparison page")
     c.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="two or more run directories; the first is the "
                                                                      "baseline")
-    c.add_argument("--out", default="compare.html", help="comparison page to write (default compare.html)")
+    c.add_argument("--out", metavar="DIR", help="directory for compare.html and compare.csv (default: compare/ "
+                   "beside the first run directory); a path ending in .html names the page itself")
+    c.add_argument("--force", action="store_true", help="replace an earlier comparison in that directory")
     c.add_argument("--quiet", action="store_true", help="print nothing but errors")
     sv = sub.add_parser("sensitivity", help="how the step time moves as each uncertain factor moves over its range "
                                             "(tornado table; sensitivity.csv and sensitivity.html)")
@@ -197,11 +201,48 @@ def _render(args) -> int:
         return EXIT_OK if report.summary.get("feasible", True) else EXIT_INFEASIBLE
     names = [Path(d).resolve().name for d in dirs]
     labels = names if len(set(names)) == len(names) else [str(d) for d in dirs]
-    page = write_compare_html(list(zip(labels, reports)), args.out)
+    try:
+        page = _compare_page(args.out, dirs, args.force)
+    except OutDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    page = write_compare_html(list(zip(labels, reports)), page)
     if not args.quiet:
         print(format_compare([(label, rep.summary) for label, rep in zip(labels, reports)]))
         print(f"comparison page: {page}; every field in full: {page.parent / 'compare.csv'}")
     return EXIT_OK
+
+
+COMPARE_FILES = ("compare.html", "compare.csv")
+
+
+def _compare_page(out: str | None, dirs: list[str], force: bool) -> Path:
+    """Where `compare` writes its page (compare.csv beside it): `--out DIR/compare.html` (a path ending in .html is
+    the page), else `compare/` beside the first run directory; OutDirError for a place that holds an earlier
+    comparison (without --force), a run directory, or a file."""
+    if out is None:
+        first = Path(dirs[0])
+        folder = (first.parent if first.name not in ("", ".", "..") else first.resolve().parent) / "compare"
+        page = folder / "compare.html"
+    elif out.endswith(".html"):
+        page = Path(out)
+        folder = page.parent
+    else:
+        folder = Path(out)
+        page = folder / "compare.html"
+    shown = shorten_text(str(folder))
+    if folder.exists() and not folder.is_dir():
+        raise OutDirError(f"--out: {shown} is a file, not a directory; give --out NEWDIR")
+    if any(folder.resolve() == Path(d).resolve() for d in dirs) or (folder / "summary.json").exists():
+        raise OutDirError(f"--out: {shown} is a run directory; a comparison goes beside the runs, give --out NEWDIR")
+    earlier = [p for p in (page, folder / "compare.csv") if p.exists()]
+    if earlier and not force:
+        import time
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(max(p.stat().st_mtime for p in earlier)))
+        raise OutDirError(f"--out: {shown} already holds a comparison ({', '.join(p.name for p in earlier)}, "
+                          f"written {stamp}); a new comparison never replaces it silently: add --force to replace "
+                          f"it, or give --out NEWDIR")
+    return page
 
 
 def _check(run_dir: str) -> int:
@@ -282,15 +323,18 @@ def _run(scenario, args) -> int:
     from .report import Progress, format_summary
     from .report.rundir import RunDirectory
 
-    if args.hours is not None and not (math.isfinite(args.hours) and args.hours > 0):
-        raise ScenarioError([Problem("--hours", args.hours, "a number of hours > 0")])
+    if args.hours is not None:       # before anything runs: --hours and the failures it would replay
+        from .goodput import check_hours
+        problems = check_hours(scenario, args.hours)
+        if problems:
+            raise ScenarioError(problems, args.scenario)
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     finished: list[int] = []
     # a bar on a terminal (runs over 2 s), plain lines elsewhere, nothing with --quiet
     shown = None if args.quiet else Progress(scenario.name)
     goodput = None
     try:
-        with _signals_end_the_run(), RunDirectory(out) as run_dir:
+        with _signals_end_the_run(), RunDirectory(out, force=args.force) as run_dir:
             if run_dir.stale:
                 print(f"note: took over the lock of {out} from pid {run_dir.stale.get('pid', '?')} on host "
                       f"{run_dir.stale.get('host', '?')}, which is no longer running; removed what it left",

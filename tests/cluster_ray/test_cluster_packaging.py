@@ -137,6 +137,19 @@ def test_rayjob_runs_a_shipped_scenario_from_the_image_with_matching_versions():
     assert "resources" not in cluster["headGroupSpec"]["rayStartParams"]
 
 
+def test_the_image_and_the_rayjob_run_ray_with_token_authentication():
+    """Secure by default (docs/ray-clusters.md, "Token authentication"): every Ray process of the image runs with
+    RAY_AUTH_MODE=token, and KubeRay makes the cluster's token (authOptions) for the RayJob; no container turns it
+    off."""
+    env = [ln.split(None, 1)[1] for ln in dockerfile()["text"].splitlines() if ln.split()[:1] == ["ENV"]]
+    assert "RAY_AUTH_MODE=token" in env
+    cluster = rayjob()["spec"]["rayClusterSpec"]
+    assert cluster["authOptions"] == {"mode": "token"}
+    groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    for c in (c for g in groups for c in g["template"]["spec"]["containers"]):
+        assert all(not (e["name"] == "RAY_AUTH_MODE" and e.get("value") != "token") for e in c.get("env", []))
+
+
 def test_wheel_ships_operator_library_packages_and_data(tmp_path):
     """`pip wheel` a copy of the tree; the wheel alone (no source tree) loads the operator library."""
     src = tmp_path / "src"
@@ -168,3 +181,15 @@ def test_wheel_ships_operator_library_packages_and_data(tmp_path):
     assert Path(pkg_file).is_relative_to(site)
     assert Path(library_dir) == site / "ultracluster" / "operators_library"
     assert int(n_ops) == len(load_library()) > 0
+
+
+def test_earlier_results_stay_out_of_git_and_of_a_jobs_upload():
+    """`ray job submit --working-dir .` skips what .gitignore and .rayignore name: never the earlier runs, plans
+    and comparisons (docs/ray-clusters.md); the documented submit names them in its `excludes` too."""
+    for name in (".gitignore", ".rayignore"):
+        lines = {ln.strip() for ln in (REPO / name).read_text().splitlines()}
+        assert {"runs/", "plans/", "compare/"} <= lines, name
+    for doc in ("README.md", "docs/ray-clusters.md", "docs/plan.md"):
+        commands = (REPO / doc).read_text().replace("\\\n", " ").splitlines()      # continuation lines joined
+        submits = [ln for ln in commands if "ray job submit --address" in ln]
+        assert submits and all('"excludes": ["runs/", "plans/"]' in ln for ln in submits), doc
