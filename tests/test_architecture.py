@@ -27,6 +27,8 @@ CORE = ["ultracluster.chip", "ultracluster.operators", "ultracluster.cluster", "
 MAX_LINES = 460        # about 450
 # module → why it is longer (each a candidate for the next split)
 LONG_MODULES = {
+    "goodput.py": "goodput over hours (failures, checkpoints, restarts) and what it makes of a training budget (days "
+                  "and dollars, the closed form): one question, asked by run, sweep and plan",
     "uncertainty.py": "interval arithmetic beside the pricing of its settings (step_times, layout_step_times, the "
                       "weights): the next split (issue 36)",
     "cluster/catalog.py": "hardware tables: one entry per chip and instance type, each citing its source",
