@@ -34,6 +34,7 @@ from .cluster.calibration import TRN1, TRN2, Calibration, fitted, fitted_documen
 from .cluster.factor_ranges import UncertainFactor, for_generation
 from .domain import (DOMAIN_RANGES, DOMAIN_SETS, cell, domain_of, extrapolated, extrapolated_columns,  # noqa: F401  (here
                      extrapolated_rows, extrapolation_log, mfu_best, mfu_implausible, model_params_b)  # for their callers)
+from .frozen import read_only
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
 INTERVAL_KEYS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
@@ -281,8 +282,7 @@ def halton(n: int, d: int) -> np.ndarray:
             f /= b
             out[:, j] += f * (k % b)
             k //= b
-    out.flags.writeable = False
-    return out
+    return read_only(out)
 
 
 def _grid(f: UncertainFactor, central: float) -> np.ndarray:
@@ -322,7 +322,7 @@ def anchor() -> tuple[str, object, float] | None:
 
 def _uniform() -> tuple[np.ndarray, str]:
     """Every draw weighted alike, by no run."""
-    return np.full(DRAWS, 1.0 / DRAWS), ""
+    return read_only(np.full(DRAWS, 1.0 / DRAWS)), ""
 
 
 @lru_cache(maxsize=1)
@@ -347,7 +347,7 @@ def _weights(factors: tuple, cal: Calibration) -> tuple[np.ndarray, str]:
         return _uniform()
     err = math.log(base / published) + _draws(factors, cal, base, grid_times)
     w = np.exp(-0.5 * (err * Z80 / evidence().half_width_log) ** 2)
-    return w / w.sum(), row
+    return read_only(w / w.sum()), row
 
 
 def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
