@@ -7,8 +7,8 @@ layout's target is the median `seq_per_s` over the Neuron releases that publishe
 `quality` is not `uncertain` are fitted. For each layout the scenario is built from its row's own columns and
 predicted in-process (`ultracluster.runner.predict`, no Ray).
 
-The fitted factors (FIT) minimise the sum over layouts of log(predicted / median)^2, by a deterministic
-Nelder-Mead search from fixed starts inside each factor's physical bounds; every other factor keeps the value
+The fitted factors (FIT) minimise the sum over layouts of log(predicted / median)^2, by bounded least
+squares (`scipy.optimize.least_squares`) from fixed starts inside each factor's physical bounds; every other factor keeps the value
 `ultracluster/cluster/calibration.py` documents (ASSUMED lists those set from a source or an argument). The
 script then reports:
 

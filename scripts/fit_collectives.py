@@ -4,7 +4,7 @@
 Fits only to `data/calibration/collectives.csv` (the project's rule). Every row is costed by the
 package itself: the row's instance type (trn1 → trn1.32xlarge, trn2 → trn2.48xlarge, default LNC), its
 ranks spread over its instances as nccom-test places them (the first cores of each instance), alone on
-the fabric. Fits are deterministic Nelder-Mead searches (fixed starts) minimising
+the fabric. Fits are deterministic Nelder-Mead searches (scipy's, fixed starts) minimising
 
     sum over rows of (log(predicted / measured) / log(1 + tolerance))^2,
 
@@ -42,8 +42,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from nelder_mead import minimize  # noqa: E402
+from scipy.optimize import minimize as _scipy_minimize  # noqa: E402
 from ultracluster.network import calibration as ncal  # noqa: E402
 from ultracluster.network.bench import bench_cluster, bench_group  # noqa: E402
 from ultracluster.network.collectives import bus_factor, collective_time, profile, step_table, table_times  # noqa: E402
@@ -146,6 +145,17 @@ def _problem(data: Path, which):
     meas = np.array([float(r["time_us"]) * 1e-6 for r in rows])
     scale = np.log1p(np.array([tolerance(int(r["bytes"])) for r in rows]))
     return rows, step_table(profs), nbytes, meas, scale
+
+
+def minimize(f, x0: np.ndarray, step: float, iters: int, tol: float = 1e-12) -> tuple[np.ndarray, float]:
+    """scipy's Nelder-Mead (reflection 1, expansion 2, contraction 0.5, shrink 0.5) from `x0`, its initial simplex
+    `step` along each axis; stops after `iters` iterations or when the simplex's values differ by less than `tol`.
+    Returns the best point and its value."""
+    x0 = np.asarray(x0, dtype=float)
+    simplex = np.vstack([x0, x0 + step * np.eye(x0.size)])
+    res = _scipy_minimize(f, x0, method="Nelder-Mead", options={"initial_simplex": simplex, "maxiter": iters,
+                                                                "maxfev": np.inf, "xatol": np.inf, "fatol": tol})
+    return res.x, float(res.fun)
 
 
 def _fit(problem, free: tuple[str, ...], base: ncal.NetworkCalibration) -> ncal.NetworkCalibration:

@@ -396,32 +396,12 @@ def group_jitter_of(seed: int, step: int, first: int, count: int, group_size: in
     (PCG64 `advance`, one 64-bit output per double), so a group's factor is the same whichever shard draws
     it and whichever other groups are drawn with it. Cost O(count), not O(groups) nor O(ranks).
     """
+    from scipy.special import ndtri      # here: importing the chip model loads no scipy
+
     if sigma <= 0:
         return np.ones(count)
     rng = np.random.default_rng([seed, step, 0x717])
     rng.bit_generator.advance(first)
-    z = _norm_ppf(rng.random(count) ** (1.0 / group_size))
+    # the normal quantile of the group's maximum; a draw of exactly 0 (2^-53) stays finite, as Acklam's did
+    z = ndtri(np.clip(rng.random(count) ** (1.0 / group_size), 1e-300, 1 - 1e-16))
     return np.exp(sigma * z)
-
-
-def _norm_ppf(p: np.ndarray) -> np.ndarray:
-    """Inverse standard normal CDF, vectorized (Acklam's rational approximation, |error| < 1.2e-9)."""
-    a = [-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
-         -3.066479806614716e01, 2.506628277459239e00]
-    b = [-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
-         -1.328068155288572e01]
-    c = [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
-         4.374664141464968e00, 2.938163982698783e00]
-    d = [7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00]
-    p = np.clip(np.asarray(p, dtype=float), 1e-300, 1 - 1e-16)
-    q = np.where(p < 0.5, p, 1 - p)
-    low = q < 0.02425
-    r = np.sqrt(-2 * np.log(np.where(low, q, 0.5)))
-    tail = (((((c[0] * r + c[1]) * r + c[2]) * r + c[3]) * r + c[4]) * r + c[5]) / \
-        ((((d[0] * r + d[1]) * r + d[2]) * r + d[3]) * r + 1)
-    qq = q - 0.5
-    t = qq * qq
-    mid = (((((a[0] * t + a[1]) * t + a[2]) * t + a[3]) * t + a[4]) * t + a[5]) * qq / \
-        (((((b[0] * t + b[1]) * t + b[2]) * t + b[3]) * t + b[4]) * t + 1)
-    z = np.where(low, tail, mid)             # z is Phi^-1(q) for q <= 0.5
-    return np.where(p < 0.5, z, -z)

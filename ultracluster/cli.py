@@ -213,9 +213,6 @@ def _render(args) -> int:
     return EXIT_OK
 
 
-COMPARE_FILES = ("compare.html", "compare.csv")
-
-
 def _compare_page(out: str | None, dirs: list[str], force: bool) -> Path:
     """Where `compare` writes its page (compare.csv beside it): `--out DIR/compare.html` (a path ending in .html is
     the page), else `compare/` beside the first run directory; OutDirError for a place that holds an earlier

@@ -23,7 +23,6 @@ EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
 EXIT_RUNTIME = 4
-EXIT_INTERRUPTED = 130          # SIGINT (Ctrl-C); SIGTERM exits 143, SIGHUP 129: 128 + the signal's number
 GIVEN_MAX_CHARS = 200           # the longest value an error message echoes before cutting it
 PROBLEMS_SHOWN = 50             # problems printed at most, then how many more there are
 

@@ -34,6 +34,7 @@ from .cluster.calibration import TRN1, TRN2, Calibration, fitted, fitted_documen
 from .cluster.factor_ranges import UncertainFactor, for_generation
 from .domain import (DOMAIN_RANGES, DOMAIN_SETS, cell, domain_of, extrapolated, extrapolated_columns,  # noqa: F401  (here
                      extrapolated_rows, extrapolation_log, mfu_best, mfu_implausible, model_params_b)  # for their callers)
+from .frozen import read_only
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
 INTERVAL_KEYS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
@@ -272,7 +273,9 @@ GRID = 5
 @lru_cache(maxsize=8)
 def halton(n: int, d: int) -> np.ndarray:
     """The first n points of the d-dimensional Halton sequence in [0, 1)^d (bases: the first d primes); computed
-    once per (n, d) and shared read-only by every interval."""
+    once per (n, d) and shared read-only by every interval. Bit for bit `scipy.stats.qmc.Halton(d,
+    scramble=False).random(n + 1)[1:]` (tests/chip/test_uncertainty.py), written here because importing
+    scipy.stats costs each run's driver 0.8 s more (measured on 2 shared cores, beside a 1 s `predict`)."""
     primes = [p for p in range(2, 200) if all(p % q for q in range(2, int(p ** 0.5) + 1))][:d]
     out = np.zeros((n, d))
     for j, b in enumerate(primes):
@@ -281,8 +284,7 @@ def halton(n: int, d: int) -> np.ndarray:
             f /= b
             out[:, j] += f * (k % b)
             k //= b
-    out.flags.writeable = False
-    return out
+    return read_only(out)
 
 
 def _grid(f: UncertainFactor, central: float) -> np.ndarray:
@@ -322,7 +324,7 @@ def anchor() -> tuple[str, object, float] | None:
 
 def _uniform() -> tuple[np.ndarray, str]:
     """Every draw weighted alike, by no run."""
-    return np.full(DRAWS, 1.0 / DRAWS), ""
+    return read_only(np.full(DRAWS, 1.0 / DRAWS)), ""
 
 
 @lru_cache(maxsize=1)
@@ -347,7 +349,7 @@ def _weights(factors: tuple, cal: Calibration) -> tuple[np.ndarray, str]:
         return _uniform()
     err = math.log(base / published) + _draws(factors, cal, base, grid_times)
     w = np.exp(-0.5 * (err * Z80 / evidence().half_width_log) ** 2)
-    return w / w.sum(), row
+    return read_only(w / w.sum()), row
 
 
 def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:

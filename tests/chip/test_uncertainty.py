@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -219,3 +220,13 @@ def test_the_anchor_run_loads_without_a_working_directory(tmp_path, monkeypatch)
     unc._anchor_scenario.cache_clear()
     row, sc, published = unc.anchor()
     assert row and published > 0 and sc.cluster.instance.startswith("trn2")
+
+
+@pytest.mark.parametrize("n, d", [(1, 1), (97, 3), (4096, 12)])
+def test_halton_is_scipys_unscrambled_sequence_bit_for_bit(n, d):
+    from scipy.stats import qmc
+
+    from ultracluster.uncertainty import halton
+
+    assert np.array_equal(halton(n, d), qmc.Halton(d=d, scramble=False).random(n + 1)[1:])
+    assert halton(3, 2).tolist() == [[0.5, 1 / 3], [0.25, 2 / 3], [0.75, 1 / 9]]

@@ -125,3 +125,17 @@ def test_the_files_are_read_once_and_what_they_give_is_frozen():
     assert len(keys) == len(set(keys))
     with pytest.raises(AttributeError):
         cal.NO_SUCH_NAME  # noqa: B018
+
+
+def test_the_fitted_document_is_the_callers_own():
+    """Changing what `fitted_document()` returned changes nothing the next caller reads."""
+    from ultracluster.cluster.calibration import fitted_document
+
+    doc = fitted_document()
+    worst = doc["cross_validation"]["worst_abs_error_pct"]
+    doc["cross_validation"]["worst_abs_error_pct"] = -1.0
+    doc["layouts"].clear()
+    doc["added"] = True
+    again = fitted_document()
+    assert again["cross_validation"]["worst_abs_error_pct"] == worst
+    assert again["layouts"] and "added" not in again

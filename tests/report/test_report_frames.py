@@ -325,3 +325,23 @@ def test_format_summary_table():
     bad = format_summary(summarize(make_infeasible()))
     assert "NO: stage 0 needs <41.2 GiB>" in bad and "MFU          n/a" in bad and "compute" not in bad
     assert "HBM peak     41.2 GiB per rank of 32 GiB (129 %)" in bad
+
+
+def test_reports_without_ranks_stages_or_shards_share_no_frame():
+    """Each Report built without ranks/stages/shards gets its own empty frames: editing one changes no other."""
+    empty = pd.DataFrame()
+    a, b = (Report(empty, empty, empty, empty, empty, {}, {}) for _ in range(2))
+    for name in ("ranks", "stages", "shards"):
+        assert getattr(a, name) is not getattr(b, name)
+        getattr(a, name)["added"] = 1
+        assert "added" not in getattr(b, name).columns, name
+    assert "added" not in Report(empty, empty, empty, empty, empty, {}, {}).ranks.columns
+
+
+def test_reports_read_back_without_tables_share_no_frame(tmp_path):
+    """Tables missing from a run directory come back empty, each report its own."""
+    (tmp_path / "summary.json").write_text(json.dumps({"scenario": "x", "feasible": True}))
+    a, b = Report.from_run_dir(tmp_path), Report.from_run_dir(tmp_path)
+    for name, frame in a.tables():
+        frame["added"] = 1
+        assert "added" not in getattr(b, name).columns, name

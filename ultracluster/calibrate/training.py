@@ -5,8 +5,8 @@ Rows are grouped by `layout`; each layout's target is the median `seq_per_s` ove
 published it, and only layouts whose `quality` is not `uncertain` are fitted. For each layout the scenario is built
 from its row's own columns and predicted in-process (`ultracluster.runner.predict`, no Ray).
 
-The fitted factors (FIT) minimise the sum over layouts of log(predicted / median)^2, by a deterministic
-Nelder-Mead search from fixed starts inside each factor's physical bounds; every other factor keeps the value
+The fitted factors (FIT) minimise the sum over layouts of log(predicted / median)^2, by bounded least
+squares (`scipy.optimize.least_squares`) from fixed starts inside each factor's physical bounds; every other factor keeps the value
 `ultracluster/cluster/calibration.py` documents. `ultracluster.calibrate.shipped` cross-validates and ablates,
 `ultracluster.calibrate.page` writes the tables; `scripts/calibrate.py` runs them (docs/calibration.md). Reads
 files of a repository checkout (data/calibration/), never at import.

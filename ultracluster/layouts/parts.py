@@ -18,6 +18,7 @@ import pandas as pd
 from .. import chip, memory, stacks
 from .. import operators as opslib
 from ..cluster import Layout, stage_layers
+from ..frozen import read_only
 from ..units import GIB
 from ..replay import comm
 from ..replay.comm import StepComm
@@ -167,9 +168,9 @@ def _counts(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
 
 
 @lru_cache(maxsize=256)
-def _held(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
+def _held(schedule: str, p: int, m: int, v: int) -> tuple[np.ndarray, ...]:
     stage, kind, mb, chunk, start = program_arrays(schedule, p, m, v)
-    return memory.stages_held((kind == 0).reshape(p, -1), (chunk // p).reshape(p, -1), v)   # every stage at once
+    return read_only(tuple(memory.stages_held((kind == 0).reshape(p, -1), (chunk // p).reshape(p, -1), v)))   # every stage at once
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -33,7 +33,9 @@ def calibration_index(row: Any) -> int:
 
 
 def has_zero_stages() -> bool:
-    """Whether the scenario schema has `training.zero` (ZeRO 0/1/3), else only `training.zero1`."""
+    """Whether the scenario schema has `training.zero`: always, since it has ZeRO 0-3. Dead compatibility code,
+    kept only for its importers in `layouts/space.py`, `layouts/fast.py` and `plan/output.py`, which the planner's
+    change (issue 34) is rewriting; remove it with them."""
     from ..scenario.schema import TrainingSpec
     return "zero" in TrainingSpec.model_fields
 
@@ -52,9 +54,7 @@ def layout_scenario(base: Scenario, row: Any, name: str | None = None) -> Scenar
         "pp_schedule": str(get("pp_schedule")), "virtual_stages": int(get("virtual_stages"))})
     zero = int(get("zero"))
     train_upd: dict[str, Any] = {"micro_batch": int(get("micro_batch")), "recompute": str(get("recompute")),
-                                 "zero1": zero >= 1}
-    if has_zero_stages():
-        train_upd["zero"] = zero
+                                 "zero1": zero >= 1, "zero": zero}
     train = base.training.model_copy(update=train_upd)
     cl = base.cluster
     instance = str(get("instance"))

@@ -26,6 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..frozen import read_only
 from ..replay.schedule import program_table
 
 F, B = 0, 1
@@ -115,10 +116,9 @@ class _Raw:
 def program_arrays(schedule: str, p: int, m: int, v: int) -> tuple[np.ndarray, ...]:
     """The engine's stage programs as arrays, ops numbered stage by stage in program order:
     (stage, kind, microbatch, chunk, start), start[s] the first op of stage s."""
-    back, mb, chunk = program_table(schedule, p, m, v)
-    per = back.shape[1]
-    return (np.repeat(np.arange(p), per), back.ravel().astype(np.int64), mb.ravel(), chunk.ravel(),   # F 0, B 1
-            np.arange(p + 1) * per)
+    back, mb, chunk = program_table(schedule, p, m, v)            # back: F 0, B 1
+    stage, start = np.arange(p).repeat(back.shape[1]), np.arange(p + 1) * back.shape[1]
+    return read_only((stage, back.astype(np.int64).ravel(), mb.ravel(), chunk.ravel(), start))   # shared: read-only
 
 
 @lru_cache(maxsize=512)
@@ -142,7 +142,7 @@ def _raw(schedule: str, p: int, m: int, v: int) -> _Raw:
     # last microbatch's send_bwd_last[c + 1]
     delay = np.where(fwd, np.where(chunk > 0, chunk, 0),
                      np.where(chunk < n_chunks - 1, np.where(mb == m - 1, 1 + 2 * n_chunks, 1 + n_chunks) + chunk + 1, 0))
-    return dataclasses.replace(raw, pred=pred, dep=dep, delay=delay)
+    return read_only(dataclasses.replace(raw, pred=pred, dep=dep, delay=delay))
 
 
 def _depths(pred: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -198,18 +198,18 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     cols_pred, cols_dep = at[pred[order]], at[dep[order]]
     n_chunks = p * v
     chunk_o = raw.chunk[order]
-    return Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, at=at, bounds=spans,
+    return read_only(Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, at=at, bounds=spans,
                     level_pred=_index(cols_pred, bounds), level_dep=_index(cols_dep, bounds),
                     dur_col=np.where(raw.kind[order] == F, chunk_o, n_chunks + chunk_o),
                     wait_col=2 * n_chunks + raw.delay[order], last_op=last_op,
-                    last_b=last_b[np.argsort(raw.chunk[last_b])])
+                    last_b=last_b[np.argsort(raw.chunk[last_b])]))
 
 
 @lru_cache(maxsize=512)
 def repeats(schedule: str, p: int, m: int, v: int = 1) -> Repeats | None:
     """The repeating blocks of (schedule, p, m, v), or None (cached; only a run shorter than a row's needs them)."""
     found = _blocks(schedule, p, m, v)
-    return None if found is None else Repeats(*found)
+    return None if found is None else read_only(Repeats(*found))
 
 
 def _blocks(schedule: str, p: int, m: int, v: int):

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import numpy as np
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
-REDUCING = ("all_reduce", "reduce_scatter")
 
 
 @dataclass(frozen=True)

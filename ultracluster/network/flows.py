@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..frozen import read_only
 from . import algorithms as algs
 from .groups import Group
 from .selection import Levels, Stage, algorithm_name, family, levels, stages
@@ -184,7 +185,7 @@ def _load(fab: Fabric, fl: Flows) -> StepLoad:
 def members_and_levels(fab: Fabric, group: Group) -> tuple[np.ndarray, Levels | None]:
     """The family's members (`family`) and their split by tier (`levels`), cached per fabric and group."""
     members = family(fab, group)
-    return members, levels(fab, members)
+    return read_only((members, levels(fab, members)))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -196,14 +197,15 @@ def _profile(fab: Fabric, op: str, group: Group, stage_list: tuple[Stage, ...]) 
         name = {0: "chip", 1: "neuronlink", 2: "efa"}[st.tier]
         if st.tier == 1 and loc["instance"][0] != loc["instance"][1]:
             name = "z"
-        return Profile((st,), name, 2, fab.generation)
+        return read_only(Profile((st,), name, 2, fab.generation))
     flows: list[Flows] = []
     for st in stage_list:
         if st.tier == "flat":
             flows += _unit_flows(members, st.algorithm, st.op, st.fraction)
         else:
             flows += _stage_flows(fab, lv, st)
-    return Profile(tuple(_load(fab, f) for f in flows), algorithm_name(stage_list), group.ranks, fab.generation)
+    return read_only(Profile(tuple(_load(fab, f) for f in flows), algorithm_name(stage_list), group.ranks,
+                             fab.generation))
 
 
 def profile(fab: Fabric, op: str, nbytes: float, group: Group) -> Profile:

@@ -119,9 +119,9 @@ class Report:
         self.emulation = dict(emulation or {})
         self.storage = storage
         blank = _blank() if ranks is None or stages is None or shards is None else None
-        self.ranks = ranks if ranks is not None else blank.ranks
-        self.stages = stages if stages is not None else blank.stages
-        self.shards = shards if shards is not None else blank.shards
+        self.ranks = ranks if ranks is not None else blank.ranks.copy()      # a copy: never share the blank's
+        self.stages = stages if stages is not None else blank.stages.copy()
+        self.shards = shards if shards is not None else blank.shards.copy()
 
     def __repr__(self) -> str:
         return f"Report({self.summary.get('scenario')!r}, steps={len(self.steps)})"
@@ -217,7 +217,7 @@ class Report:
             path = run / f"{name}.csv"
             empty = getattr(blank, name)
             if not path.exists() and not path.is_symlink():
-                tables[name] = empty
+                tables[name] = empty.copy()
                 continue
             try:
                 tables[name] = read_table(path, empty, empty_numbers=infeasible and name in ("stages", "shards"))
@@ -308,7 +308,8 @@ _BLANK: Report | None = None
 
 
 def _blank() -> Report:
-    """A Report of nothing: every table with its columns and dtypes, no rows."""
+    """A Report of nothing: every table with its columns and dtypes, no rows. Shared by the process: read its
+    frames' schemas, hand out copies."""
     global _BLANK
     if _BLANK is None:
         _BLANK = build_report(RunResult(

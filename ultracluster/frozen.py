@@ -1,0 +1,24 @@
+"""Read-only numpy arrays for what a cache hands out: a cached value is shared by every caller, so writing into
+one of its arrays would change what the next caller gets (`read_only`)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+def read_only(value: T) -> T:
+    """`value` with every numpy array in it made read-only (`flags.writeable = False`), in place: an array, or a
+    tuple, list or dataclass of them (nested; a slice or index inside a tuple is left as is). Returns `value`."""
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            read_only(item)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            read_only(getattr(value, f.name))
+    return value
