@@ -14,7 +14,9 @@ import numpy as np
 import pandas as pd
 
 from ..cluster.calibration import Calibration
+from ..cluster.catalog import INSTANCES
 from ..scenario import Scenario
+from ..stacks import SHORT
 from . import fast
 from .fast import LAYOUT_COLUMNS, Pricer
 
@@ -56,14 +58,15 @@ def chunks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
     return sorted(out, key=len, reverse=True)
 
 
-GROUP_COLUMNS = CLUSTER_COLUMNS + ["pp", "virtual_stages"]
+GROUP_COLUMNS = CLUSTER_COLUMNS + ["stack", "pp", "virtual_stages"]
 
 
 def by_group(table: pd.DataFrame) -> pd.DataFrame:
-    """The table's rows ordered by cluster and pipeline shape (pp, virtual stages), otherwise in table order
+    """The table's rows ordered by cluster, stack and pipeline shape (pp, virtual stages), otherwise in table order
     (its index kept): consecutive pieces of it share their per-shape work (one pipeline program, its sends and
-    its schedule runs per shape), where pieces of the table's own order each hold every shape."""
-    return table.sort_values(GROUP_COLUMNS, kind="stable")
+    its schedule runs per shape; a stack's operators), where pieces of the table's own order each hold every
+    shape."""
+    return table.sort_values([c for c in GROUP_COLUMNS if c in table.columns], kind="stable")
 
 
 def evaluate_chunk(scenario: Scenario, calibration: Calibration | None, sources: dict[str, str],
@@ -214,23 +217,27 @@ def mark_pareto(out: pd.DataFrame) -> None:
     out["pareto"] = mark
 
 
-_LABEL_COLUMNS = ("instances", "instance", "lnc", "tp", "pp", "dp", "cp", "ep", "pp_schedule", "virtual_stages",
-                  "micro_batch", "recompute", "zero", "sequence_parallel")
+_LABEL_COLUMNS = ("stack", "instances", "instance", "lnc", "tp", "pp", "dp", "cp", "ep", "pp_schedule",
+                  "virtual_stages", "micro_batch", "recompute", "zero", "sequence_parallel")
 
 
 def labels(t: pd.DataFrame) -> list[str]:
     """`label` of every row (from the columns as Python lists: no per-row Series)."""
-    return [_label(*v) for v in zip(*(t[c].tolist() for c in _LABEL_COLUMNS))]
+    cols = [t[c].tolist() if c in t.columns else ["custom"] * len(t) for c in _LABEL_COLUMNS]
+    return [_label(*v) for v in zip(*cols)]
 
 
 def label(r) -> str:
-    """Short text of a layout: "32 x trn1.32xlarge tp32 pp8 dp4 1f1b mb1 sel-rc zero1"."""
-    return _label(*(r[c] for c in _LABEL_COLUMNS))
+    """Short text of a layout: "nxd: 32 x trn1.32xlarge tp32 pp8 dp4 1f1b mb1 sel-rc zero1" (its stack's short name
+    first, `stacks.SHORT`; none for `custom`)."""
+    return _label(*(r.get(c, "custom") if c == "stack" else r[c] for c in _LABEL_COLUMNS))
 
 
-def _label(instances, instance, lnc, tp, pp, dp, cp, ep, pp_schedule, virtual_stages, micro_batch, recompute, zero,
-           sequence_parallel) -> str:
-    text = f"{instances} x {instance}" + (f" lnc{lnc}" if instance.startswith("trn2") else "") + f" tp{tp} pp{pp} dp{dp}"
+def _label(stack, instances, instance, lnc, tp, pp, dp, cp, ep, pp_schedule, virtual_stages, micro_batch, recompute,
+           zero, sequence_parallel) -> str:
+    lncs = INSTANCES[instance].allowed_lnc if instance in INSTANCES else (1,)
+    text = ("" if stack == "custom" else f"{SHORT.get(stack, stack)}: ") + f"{instances} x {instance}" + \
+        (f" lnc{lnc}" if len(lncs) > 1 else "") + f" tp{tp} pp{pp} dp{dp}"
     if cp > 1:
         text += f" cp{cp}"
     if ep > 1:
@@ -276,27 +283,26 @@ def eligible(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None
 
 def ranked(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None = None,
            rank_by: str = "point") -> pd.DataFrame:
-    """Eligible rows with a value at the `rank_by` end, best first (ties: the table's order). With `low` (the
-    pessimistic end) a layout flagged `mfu_implausible` ranks after every plausible one: its pessimistic end is
-    no more evidence-backed than its point (no published run of its chip reached that MFU)."""
+    """Eligible rows with a value at the `rank_by` end, best first by that value alone (ties: the table's order).
+    Nothing else moves a row: `mfu_implausible` is a flag beside it (the interval, widened where the evidence
+    ends, is what ranks); docs/plan.md "The ranking" says so and tests/plan/test_plan_ranking.py holds a real
+    plan to it."""
     _, ascending = OBJECTIVES[objective]
     value = at_end(table, objective, rank_by)
     ok = eligible(table, objective, max_usd_per_hour).to_numpy() & np.isfinite(value)
     sub = table[ok].assign(_rank_value=value[ok])
-    keys = ["_rank_value"]
-    if rank_by == "low" and "mfu_implausible" in sub.columns:
-        keys = ["mfu_implausible", "_rank_value"]
-    out = sub.sort_values(keys, ascending=[True] * (len(keys) - 1) + [ascending], kind="stable")
+    out = sub.sort_values("_rank_value", ascending=ascending, kind="stable")
     return out.drop(columns="_rank_value")
 
 
 def best_per_type(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None = None,
-                  rank_by: str = "point") -> pd.DataFrame:
-    """The best ranking row of each instance type (in the order the types were searched), by the objective."""
+                  rank_by: str = "point", by: str = "instance") -> pd.DataFrame:
+    """The best ranking row of each instance type (`by`: or of each value of another column, e.g. `stack`), in the
+    order the table first holds them, by the objective."""
     best = ranked(table, objective, max_usd_per_hour, rank_by)
-    firsts = best.drop_duplicates("instance", keep="first")
-    order = {t: i for i, t in enumerate(dict.fromkeys(table["instance"]))}
-    return firsts.iloc[np.argsort(firsts["instance"].map(order).to_numpy(), kind="stable")]
+    firsts = best.drop_duplicates(by, keep="first")
+    order = {t: i for i, t in enumerate(dict.fromkeys(table[by]))}
+    return firsts.iloc[np.argsort(firsts[by].map(order).to_numpy(), kind="stable")]
 
 
 def closest(table: pd.DataFrame) -> dict | None:

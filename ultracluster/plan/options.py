@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from .. import stacks
 from ..cluster.catalog import INSTANCES, NO_PRICE, ULTRACLUSTER_CHIPS, largest_cluster
 from ..errors import Problem, ScenarioError
 from ..layouts import search
@@ -84,6 +85,7 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
     ignored = sorted(set(given or {}) - set(prices))
     if ignored:
         notes.append(f"--price-per-hour: {', '.join(ignored)} not searched (--instance-types): its price is unused")
+    problems += _stack_problems(base, space)
     too_many = _beyond_largest_cluster(base, space)
     if too_many:
         problems.append(too_many)
@@ -93,6 +95,27 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
     if problems:
         raise ScenarioError(problems)
     return notes
+
+
+def _stack_problems(base: Scenario, space: SearchSpace) -> list[Problem]:
+    """`--stack` naming a stack that runs on no instance type searched, `--lnc` where no type searched has an LNC
+    setting: each named with what would do."""
+    types = space.instance_types or (base.cluster.instance,)
+    chips = {stacks.chip_of(t) for t in types}
+    out = []
+    if space.stacks is not None:
+        idle = [n for n in space.stacks if not chips & set(stacks.STACKS[n].support.chips[0])]
+        if idle:
+            runs = [n for n in stacks.NAMES if chips & set(stacks.STACKS[n].support.chips[0])]
+            out.append(Problem("--stack", ",".join(space.stacks), (
+                f"stacks that run on an instance type searched ({', '.join(types)}): {', '.join(runs)}; "
+                + "; ".join(f"{n} runs on {', '.join(c + '*' for c in stacks.STACKS[n].support.chips[0])} "
+                            f"({stacks.STACKS[n].support.chips[1]})" for n in idle))))
+    if space.lnc is not None and not any(len(INSTANCES[t].allowed_lnc) > 1 for t in types):
+        out.append(Problem("--lnc", ",".join(map(str, space.lnc)), (
+            f"an instance type with an LNC setting (trn2*, trn3*) among those searched ({', '.join(types)}: "
+            f"LNC 1 only); add one with --instance-types, or leave --lnc out")))
+    return out
 
 
 def _beyond_largest_cluster(base: Scenario, space: SearchSpace) -> Problem | None:
