@@ -52,6 +52,14 @@ def readme_trust() -> str:
              + f". A layout left out of the fit is missed by a median of {cv['median_abs_error_pct']:.0f} % and at "
              f"worst {cv['worst_abs_error_pct']:.0f} % (leave-one-layout-out); the interval holds "
              f"{cov['coverage_pct']:.0f} % of the published rows ([docs/calibration.md](docs/calibration.md))."]
+    go = fit.get("group_out")
+    if go:
+        c, f = go["cells"], go["families"]
+        lines.append(f"- A new kind of job: with every run of a (stack, pipelined or not) cell left out at once the "
+                     f"fit misses that cell by a median of {c['median_abs_error_pct']:.0f} % and at worst "
+                     f"{c['worst_abs_error_pct']:.0f} %; with a model family left out, {f['median_abs_error_pct']:.0f} % "
+                     f"and {f['worst_abs_error_pct']:.0f} % (leave-one-group-out). A scenario whose cell has no "
+                     "calibration row says so in `extrapolated`, and its interval widens by the cell figure.")
     if t1:
         widths = [_predict(p) for p in (AXLEARN, L70_TRN2)]
         w = [f"{100 * (x['step_time_high_s'] / x['step_time_low_s'] - 1):.0f} %" for x in widths]
@@ -60,6 +68,32 @@ def readme_trust() -> str:
                      f"to it the model gives {1024 / t1['predicted_seq_per_s']:.1f} s. Every Trn2 interval weighs its "
                      f"factors by how well they reproduce that run: {w[0]} wide on its layout, {w[1]} on the Llama-2-70B "
                      "TP32 PP4 job ([docs/trn2.md](docs/trn2.md)).")
+    return "\n".join(lines) + "\n"
+
+
+def scenarios_stacks() -> str:
+    """docs/scenarios.md: every training stack's defaults, pipeline engine and what it runs, from ultracluster/stacks.py."""
+    from ultracluster import stacks
+
+    def join(v) -> str:
+        return ", ".join(map(str, v)) if v else "none"
+
+    lines = ["| stack | fills (when not given) | pipeline engine per microbatch and stage | runs |",
+             "| --- | --- | --- | --- |"]
+    for name in stacks.NAMES:
+        st = stacks.STACKS[name]
+        fills = "; ".join(f"`{k}`: " + (f"{v['pp1']} (pp 1), {v['pipeline']} (pp > 1)" if isinstance(v, dict) and "pp1" in v
+                                          else ", ".join(f"{a} {b:g}" for a, b in v.items()) if isinstance(v, dict)
+                                          else str(v).lower()) for k, v in st.defaults.items()) or "nothing"
+        e, sup = st.engine, st.support
+        engine = ("none" if e.graph_factor is None and e.exchange == "none" else
+                  f"{e.graphs_fwd:g} + {e.graphs_bwd:g} graph executions at `{e.graph_factor}` each, exchanges "
+                  f"{e.exchange}; {e.graphs_pp1:g} per microbatch without a pipeline")
+        runs = (f"chips {join(sup.chips[0])}; pipeline {'yes' if sup.pp[0] else 'no'}; ZeRO {join(sup.zero[0])}"
+                + (f" (with a pipeline {join(sup.zero_with_pp[0])})" if sup.pp[0] else "")
+                + (f"; schedules {join(sup.schedules[0])}" if sup.pp[0] else "")
+                + f"; cp {'yes' if sup.cp[0] else 'no'}; ep {'yes' if sup.ep[0] else 'no'}; LNC {join(sup.lnc[0])}")
+        lines.append(f"| `{name}` | {fills} | {engine} | {runs} |")
     return "\n".join(lines) + "\n"
 
 
@@ -221,7 +255,7 @@ GENERATORS = {"calibrate-curve": calibrate_curve, "trn2-whatifs": trn2_whatifs, 
               "scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary,
               "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust,
               "uncertainty-examples": uncertainty_examples, "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn,
-              "trn2-bands": trn2_bands,
+              "trn2-bands": trn2_bands, "scenarios-stacks": scenarios_stacks,
               "plan-largest-clusters": plan_largest_clusters}
 
 

@@ -15,9 +15,18 @@ from .cluster.calibration import fitted_document
 
 
 
-# The axes of the calibrated domain (calibration.json "domain", per chip generation): numeric ranges and sets
+# The axes of the calibrated domain (calibration.json "domain", per chip generation): numeric ranges and sets;
+# `cell` is the (training stack, pipelined or not) pair: what a stack's engine and defaults change
 DOMAIN_RANGES = ("tp", "pp", "cp", "seq_len", "params_b")
-DOMAIN_SETS = ("zero", "recompute")
+DOMAIN_SETS = ("zero", "recompute", "cell")
+
+
+def cell(stack, pp):
+    """The (stack, pipelined or not) cell of a layout, e.g. "neuronx-distributed/pipeline"; arrays give an array."""
+    if np.ndim(stack) == 0 and np.ndim(pp) == 0:
+        return f"{stack}/{'pipeline' if int(pp) > 1 else 'no pipeline'}"
+    s, p = np.broadcast_arrays(np.asarray(stack, dtype=object), np.asarray(pp))
+    return np.where(p > 1, s + "/pipeline", s + "/no pipeline").astype(object)
 
 
 def model_params_b(scenario) -> float:
@@ -35,12 +44,13 @@ def domain_of(items) -> dict:
     out: dict[str, dict] = {}
     for gen, sc, mfu, name in items:
         d = out.setdefault(gen, {"tp": [], "pp": [], "cp": [], "seq_len": [], "params_b": [], "zero": [],
-                                 "recompute": [], "mfu_best": 0.0, "layouts": []})
+                                 "recompute": [], "cell": [], "mfu_best": 0.0, "layouts": []})
         for k, v in (("tp", sc.parallelism.tp), ("pp", sc.parallelism.pp), ("cp", sc.parallelism.cp),
                      ("seq_len", sc.training.seq_len), ("params_b", model_params_b(sc))):
             d[k] = [min(d[k] + [v]), max(d[k] + [v])] if d[k] else [v, v]
         d["zero"] = sorted(set(d["zero"]) | {sc.training.zero})
         d["recompute"] = sorted(set(d["recompute"]) | {sc.training.recompute})
+        d["cell"] = sorted(set(d["cell"]) | {cell(sc.stack, sc.parallelism.pp)})
         d["mfu_best"] = round(max(d["mfu_best"], mfu), 4)
         d["layouts"].append(name)
     return out
@@ -52,7 +62,8 @@ def extrapolated(scenario, generation: str, dom: dict | None = None) -> list[str
     (default: the shipped fit's)."""
     value = {"tp": scenario.parallelism.tp, "pp": scenario.parallelism.pp, "cp": scenario.parallelism.cp,
              "seq_len": scenario.training.seq_len, "params_b": model_params_b(scenario),
-             "zero": scenario.training.zero, "recompute": scenario.training.recompute}
+             "zero": scenario.training.zero, "recompute": scenario.training.recompute,
+             "cell": cell(scenario.stack, scenario.parallelism.pp)}
     return extrapolated_rows(value, generation, dom)[0]
 
 
@@ -72,7 +83,9 @@ def extrapolated_columns(value: dict, generation: str, dom: dict | None = None) 
     code = off.astype(np.int64) @ (1 << np.arange(len(axes), dtype=np.int64))
     found, which = np.unique(code, return_inverse=True)
     text = np.array([",".join(head + [k for j, k in enumerate(axes) if int(c) >> j & 1]) for c in found], dtype=object)
-    return text[which.reshape(-1)], len(head) + off.sum(axis=1)
+    is_cell = off[:, axes.index("cell")]
+    # in units of one axis's widening (`extrapolation_log`): an unseen cell weighs its group-out error
+    return text[which.reshape(-1)], len(head) + off.sum(axis=1) - is_cell + is_cell * _cell_weight()
 
 
 def _off_domain(value: dict, generation: str, dom: dict | None) -> tuple[list[str], np.ndarray]:
@@ -86,11 +99,13 @@ def _off_domain(value: dict, generation: str, dom: dict | None) -> tuple[list[st
     # the layout axes count as checked where a row of any generation spans them (the mechanisms they exercise
     # were checked there; what a newer chip changes is in its hardware factors); the generation by its own rows
     d = {k: [min(g[k][0] for g in dom.values()), max(g[k][1] for g in dom.values())] for k in DOMAIN_RANGES}
-    d.update({k: sorted({v for g in dom.values() for v in g[k]}, key=str) for k in DOMAIN_SETS})
+    d.update({k: sorted({v for g in dom.values() for v in g.get(k, ())}, key=str) for k in DOMAIN_SETS})
     off = {k: np.broadcast_to(~((d[k][0] * (1 - 1e-6) <= np.asarray(value[k], dtype=float))
                                 & (np.asarray(value[k], dtype=float) <= d[k][1] * (1 + 1e-6))), (n,))
            for k in DOMAIN_RANGES}
-    off.update({k: np.broadcast_to(~np.isin(np.asarray(value[k], dtype=object), np.asarray(d[k], dtype=object)), (n,))
+    # a domain written before cells were recorded (an older profile) checks no cell
+    off.update({k: np.broadcast_to(~np.isin(np.asarray(value[k], dtype=object), np.asarray(d[k], dtype=object))
+                                   if d[k] or k != "cell" else np.zeros(n, dtype=bool), (n,))
                 for k in DOMAIN_SETS})
     return ["generation"] if generation not in dom else [], np.stack([off[k] for k in axes], axis=1)
 
@@ -102,14 +117,34 @@ def mfu_best(generation: str, dom: dict | None = None) -> float | None:
     return max(best) if best else None
 
 
+def _worst_layout_out() -> float:
+    return fitted_document().get("cross_validation", {}).get("worst_abs_error_pct", 0.0)
+
+
+def cell_out_pct() -> float:
+    """The worst error of the shipped fit on a (stack, pipelined or not) cell it had not seen: every row of the
+    cell left out at once (calibration.json "group_out", docs/calibration.md)."""
+    return fitted_document().get("group_out", {}).get("cells", {}).get("worst_abs_error_pct", _worst_layout_out())
+
+
+def _cell_weight() -> float:
+    """An unseen cell's widening in units of one other axis's (squared: the count `extrapolation_log` takes)."""
+    a, c = math.log1p(_worst_layout_out() / 100), math.log1p(cell_out_pct() / 100)
+    return (c / a) ** 2 if a > 0 else 1.0
+
+
 def extrapolation_log(axes, worst_pct: float | None = None):
-    """Log half-width each extrapolated axis adds, in quadrature: the worst leave-one-layout-out error of the
-    fit, what the model missed by on a layout it had not seen (docs/uncertainty.md); `worst_pct` a profile's.
-    `axes`: the list of axes, or (for many layouts) an array of their counts."""
-    worst = fitted_document().get("cross_validation", {}).get("worst_abs_error_pct", 0.0) if worst_pct is None else worst_pct
+    """Log half-width the extrapolated axes add, in quadrature: each axis the worst leave-one-layout-out error of
+    the fit, what the model missed by on a layout it had not seen (`worst_pct` a profile's), and an unseen
+    (stack, pipelined or not) cell the worst error with every row of a cell left out (`cell_out_pct`)
+    (docs/uncertainty.md). `axes`: the list of axes, or (for many layouts) an array of their weighted counts
+    (`extrapolated_columns`: a cell counts as its group-out error in units of the layout-out one)."""
+    worst = _worst_layout_out() if worst_pct is None else worst_pct
+    a = math.log1p(worst / 100)
     if isinstance(axes, list):
-        return math.sqrt(len(axes)) * math.log1p(worst / 100)
-    return np.sqrt(np.asarray(axes, dtype=float)) * math.log1p(worst / 100)
+        c = math.log1p(cell_out_pct() / 100) if "cell" in axes else 0.0
+        return math.sqrt((len(axes) - ("cell" in axes)) * a * a + c * c)
+    return np.sqrt(np.asarray(axes, dtype=float)) * a
 
 
 def mfu_implausible(mfu, best: float | None):

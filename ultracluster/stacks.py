@@ -344,7 +344,7 @@ def unsupported(stack: str, chip: str | None, pp: int, zero: int, schedule: str,
         say("parallelism.cp", cp, "no context parallelism: cp 1", sup.cp[1])
     if ep > 1 and not sup.ep[0]:
         say("parallelism.ep", ep, "no expert parallelism: ep 1", sup.ep[1])
-    if chip in ("trn2", "trn3") and lnc not in sup.lnc[0]:
+    if chip in ("trn2", "trn3") and chip in sup.chips[0] and lnc not in sup.lnc[0]:
         say("cluster.lnc", lnc, "LNC " + ", ".join(map(str, sup.lnc[0])), sup.lnc[1])
     return out
 

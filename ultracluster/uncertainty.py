@@ -32,7 +32,7 @@ import numpy as np
 
 from .cluster.calibration import TRN1, TRN2, Calibration, fitted, fitted_document
 from .cluster.factor_ranges import UncertainFactor, for_generation
-from .domain import (DOMAIN_RANGES, DOMAIN_SETS, domain_of, extrapolated, extrapolated_columns,  # noqa: F401  (here
+from .domain import (DOMAIN_RANGES, DOMAIN_SETS, cell, domain_of, extrapolated, extrapolated_columns,  # noqa: F401  (here
                      extrapolated_rows, extrapolation_log, mfu_best, mfu_implausible, model_params_b)  # for their callers)
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
@@ -429,7 +429,7 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
     swings, slow_log, fast_log, anchored = [], 0.0, 0.0, ""
     if factors:
         hw = hardware(lambda cals, which: step_times(scenario, [cals[j] for j in which[0]])[None, :], cal, factors,
-                      1, lambda: weights_for(factors, cal, profile))
+                      1, lambda: weights_for(factors, cal, profile, cluster.chip.name))
         base = float(hw.base[0])
         if math.isfinite(base) and base > 0:
             scale = point_s / base                        # around the replayed point
@@ -446,10 +446,11 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
                     anchored=anchored)
 
 
-def weights_for(factors: tuple, cal: Calibration, profile) -> tuple[np.ndarray, str]:
-    """The draws' weights: by the published Trainium2 run under the shipped fit (`_weights`), uniform under a
-    calibration profile's evidence."""
-    return _weights(factors, cal) if profile is None else _uniform()
+def weights_for(factors: tuple, cal: Calibration, profile, generation: str | None = None) -> tuple[np.ndarray, str]:
+    """The draws' weights: by the published Trainium2 run under the shipped fit (`_weights`); uniform under a
+    profile's evidence and on a generation no run measured (Trn3 is never more certain than what it borrows from)."""
+    unmeasured = generation is not None and generation not in fitted_document().get("domain", {})
+    return _uniform() if profile is not None or unmeasured else _weights(factors, cal)
 
 
 def nan_keys() -> dict:

@@ -20,7 +20,7 @@ from ..cluster import profile as fmt
 from ..cluster.calibration import Calibration, fitted, fitted_document
 from ..cluster.catalog import INSTANCES
 from ..errors import Problem, ScenarioError
-from .fit import (CANDIDATES, MIN_INDEPENDENT, MIN_SENSITIVITY, PENALTY, SHIPPED_WEIGHT, Group, Pricing, Problem as Fit,
+from .fit import (CANDIDATES, MIN_INDEPENDENT, MIN_SENSITIVITY, PENALTY, SHIPPED_WEIGHT, penalties, Group, Pricing, Problem as Fit,
                   fold_factors, identify, jacobian_at, residuals, shipped_factors, solve_all, terms_of, weighted_quantile)
 from .measurements import Row, read_measurements
 
@@ -157,7 +157,7 @@ def _document(measurements, rows, groups, terms, shipped, main: Fit, folds, kept
     ranges = {}
     for j, k in enumerate(main.free):
         col = main.jacobian[:, j] if main.jacobian is not None else np.zeros(1)
-        half = sigma / math.sqrt(float(col @ col) + PENALTY)
+        half = sigma / math.sqrt(float(col @ col) + float(penalties([k])[0]) + 1e-12)
         lo, hi = CANDIDATES[k]
         ranges[k] = [float(f"{max(lo, main.factors[k] * math.exp(-half)):.3g}"),
                      float(f"{min(hi, main.factors[k] * math.exp(half)):.3g}")]

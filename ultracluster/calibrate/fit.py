@@ -37,7 +37,15 @@ CANDIDATES = {
     "tensor_efficiency": (0.2, 1.0),
     "in_graph_sync_s": (1e-6, 5e-3),
     "in_graph_sync_scale_trn2": (1e-3, 3.0),
+    "graph_s_nxd": (1e-5, 20e-3),
+    "graph_s_nemo": (1e-5, 20e-3),
 }
+# The training stacks' engine costs (ultracluster/stacks.py): a row moves only the engine of its own stack, and
+# first, where it has a pipeline (six or four graph executions per microbatch and stage); the shipped fit may leave
+# one at its lower bound, which is no prior: its sensitivity is probed at ENGINE_PROBE_S and it is fitted without
+# the pull toward the shipped value
+ENGINES = ("graph_s_nxd", "graph_s_nemo")
+ENGINE_PROBE_S = 1e-3
 # Which factors each chip generation's rows try first: on Trn1 the TensorE efficiency then the in-graph
 # collective cost (the shipped fit's order); on Trn2 the Trn2 scale of that cost (the factor the one published Trn2
 # run fits) then the efficiency; Trn3 borrows both
@@ -45,7 +53,9 @@ PRIORITY = {TRN1: ("tensor_efficiency", "in_graph_sync_s"),
             TRN2: ("in_graph_sync_scale_trn2", "tensor_efficiency"),
             TRN3: ("tensor_efficiency", "in_graph_sync_scale_trn2")}
 # why a factor is not even a candidate for the rows' generations
-NOT_IN_ORDER = {"in_graph_sync_scale_trn2": "no Trainium2 or Trainium3 row",
+NOT_IN_ORDER = {"graph_s_nxd": "no row of a NeuronX Distributed pipeline (the engine it prices)",
+                "graph_s_nemo": "no row of a NeMo or Megatron-LM pipeline (the engine it prices)",
+                "in_graph_sync_scale_trn2": "no Trainium2 or Trainium3 row",
                 "in_graph_sync_s": "no Trainium (trn1) row: on Trainium2 and 3 it acts only through its product with "
                                    "in_graph_sync_scale_trn2, which those rows fit instead"}
 PENALTY = (0.05 / math.log(2)) ** 2     # a factor x2 away from the shipped fit weighs like a 5 % miss on one term
@@ -83,7 +93,9 @@ class Group:
 
 def shipped_factors(base: Calibration | None = None) -> dict[str, float]:
     base = base or fitted()
-    return {k: float(getattr(base.network, k) if hasattr(base.network, k) else getattr(base, k)) for k in CANDIDATES}
+    # a factor below its candidate bound (an engine cost the calibration leaves at 0) starts at the bound: logs
+    return {k: max(float(getattr(base.network, k) if hasattr(base.network, k) else getattr(base, k)), CANDIDATES[k][0])
+            for k in CANDIDATES}
 
 
 def _round(v: float) -> float:
@@ -175,6 +187,25 @@ class Problem:
     iterations: int = 0
 
 
+def penalties(names) -> np.ndarray:
+    """The pull toward the shipped fit of each named factor (none for the stacks' engine costs)."""
+    return np.array([0.0 if k in ENGINES else PENALTY for k in names])
+
+
+def engine_order(groups: dict[str, Group], terms: list[Term]) -> list[str]:
+    """The engine costs the terms' pipelined scenarios see, in the order their stacks first appear."""
+    from ..stacks import STACKS
+
+    out = []
+    for t in terms:
+        for g in t.groups:
+            sc = groups[g].scenario
+            k = STACKS[sc.stack].engine.graph_factor
+            if sc.parallelism.pp > 1 and k in ENGINES and k not in out:
+                out.append(k)
+    return out
+
+
 def _point(prob: Problem, u: np.ndarray) -> dict[str, float]:
     return {**prob.start, **{k: float(math.exp(x)) for k, x in zip(prob.free, u)}}
 
@@ -187,6 +218,7 @@ def _solver(prob: Problem, groups: dict[str, Group], pricing: Pricing, shipped: 
     hi = np.array([math.log(CANDIDATES[k][1]) for k in prob.free])
     u0 = np.array([math.log(shipped[k]) for k in prob.free])
     u = np.clip(np.array([math.log(prob.start[k]) for k in prob.free]), lo, hi)
+    pen = penalties(prob.free)
 
     def settings(u: np.ndarray) -> list[dict[str, float]]:
         out = [_point(prob, u)]
@@ -204,7 +236,7 @@ def _solver(prob: Problem, groups: dict[str, Group], pricing: Pricing, shipped: 
         for j in range(len(prob.free)):
             h = (math.log(pts[1 + j][prob.free[j]]) - u[j])
             jac[:, j] = (residuals(prob.terms, groups, logs[1 + j]) - r) / h
-        loss = float(r @ r + PENALTY * np.sum((u - u0) ** 2))
+        loss = float(r @ r + np.sum(pen * (u - u0) ** 2))
         return r, jac, loss
 
     if prob.free and prob.terms:
@@ -212,8 +244,8 @@ def _solver(prob: Problem, groups: dict[str, Group], pricing: Pricing, shipped: 
         r, jac, loss = evaluate(u)
         for it in range(MAX_ITERATIONS):
             prob.iterations = it + 1
-            grad = jac.T @ r + PENALTY * (u - u0)
-            step = np.linalg.solve(jac.T @ jac + PENALTY * np.eye(len(u)), -grad)
+            grad = jac.T @ r + pen * (u - u0)
+            step = np.linalg.solve(jac.T @ jac + np.diag(np.maximum(pen, 1e-9)), -grad)
             if float(np.max(np.abs(np.clip(u + step, lo, hi) - u))) < TOLERANCE:
                 break                               # converged: a smaller step than the factors' rounding sees
             for _ in range(HALVINGS):               # halve the step until the loss does not grow
@@ -262,10 +294,14 @@ def jacobian_at(point: dict[str, float], groups: dict[str, Group], terms: list[T
                 names: list[str]) -> np.ndarray:
     """d(term log error) / d log(factor) of every candidate in `names` at `point` (forward differences)."""
     used = sorted({g for t in terms for g in t.groups})
-    pts = [point] + [{**point, k: math.exp(math.log(point[k]) + STEP)} for k in names]
+    # an engine cost near its lower bound is probed at ENGINE_PROBE_S (its effect at 10 us says nothing)
+    at = {k: ({**point, k: ENGINE_PROBE_S} if k in ENGINES and point[k] < ENGINE_PROBE_S else point) for k in names}
+    pts = [point] + [a for k in names for a in (at[k], {**at[k], k: math.exp(math.log(at[k][k]) + STEP)})]
     pricing.price({g: pts for g in used})
-    base = residuals(terms, groups, {g: pricing.log_step(g, pts[0]) for g in used})
-    cols = [(residuals(terms, groups, {g: pricing.log_step(g, p) for g in used}) - base) / STEP for p in pts[1:]]
+
+    def res(p):
+        return residuals(terms, groups, {g: pricing.log_step(g, p) for g in used})
+    cols = [(res(pts[2 + 2 * j]) - res(pts[1 + 2 * j])) / STEP for j in range(len(names))]
     return np.column_stack(cols) if cols else np.zeros((len(terms), 0))
 
 
@@ -277,7 +313,7 @@ def identify(terms: list[Term], groups: dict[str, Group], jac: np.ndarray, names
     for t in terms:
         for g in t.groups:
             gens[groups[g].generation] = gens.get(groups[g].generation, 0) + 1
-    order = []
+    order = [k for k in engine_order(groups, terms) if k in names]
     for gen in sorted(gens, key=lambda x: -gens[x]):
         order += [k for k in PRIORITY.get(gen, ()) if k not in order]
     chosen: list[str] = []
@@ -323,8 +359,9 @@ def fold_factors(main: Problem, jac_all: np.ndarray, keep: list[int], free: list
     r = main.residuals[keep] + jac_all[keep][:, fixed] @ d[fixed]
     if mov:
         a = jac_all[keep][:, mov]
-        rhs = -(a.T @ r + PENALTY * (u_star[mov] - u0[mov]))
-        d[mov] = np.linalg.solve(a.T @ a + PENALTY * np.eye(len(mov)), rhs)
+        pen = penalties([names[i] for i in mov])
+        rhs = -(a.T @ r + pen * (u_star[mov] - u0[mov]))
+        d[mov] = np.linalg.solve(a.T @ a + np.diag(np.maximum(pen, 1e-9)), rhs)
     out = {}
     for i, k in enumerate(names):
         lo, hi = CANDIDATES[k]

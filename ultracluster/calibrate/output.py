@@ -10,7 +10,7 @@ import numpy as np
 
 from ..cluster import profile as fmt
 from ..report.atomic import atomic_write_text
-from .fit import CANDIDATES, PENALTY, Pricing, jacobian_at, residuals, shipped_factors, terms_of
+from .fit import CANDIDATES, Pricing, jacobian_at, penalties, residuals, shipped_factors, terms_of
 
 UNITS = {"in_graph_sync_s": (1e3, " ms")}
 REPREDICT_RTOL = 1e-9        # the replay is deterministic: a profile's rows re-predict to float noise
@@ -162,7 +162,8 @@ def _still_the_fit(doc: dict, groups, base, steps: dict[str, float]) -> list[str
     shipped = doc["shipped_calibration"]["factors"]
     u = np.array([math.log(point[k]) for k in free])
     u0 = np.array([math.log(shipped[k]) for k in free])
-    step = np.linalg.solve(jac.T @ jac + PENALTY * np.eye(len(free)), -(jac.T @ r + PENALTY * (u - u0)))
+    pen = penalties(free)
+    step = np.linalg.solve(jac.T @ jac + np.diag(np.maximum(pen, 1e-9)), -(jac.T @ r + pen * (u - u0)))
     out = []
     for k, s in zip(free, step):
         lo, hi = CANDIDATES[k]

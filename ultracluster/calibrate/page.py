@@ -25,7 +25,10 @@ def render(res: dict, data: Path) -> str:
         "scaling efficiency, which no release drift touches; the fit targets the median of those ratios as one more "
         "term. Layouts marked `uncertain` (model or batch inferred from an example log) and the Trainium2 row "
         "(`paper`) are shown but never fitted. The fitted factors minimise the sum of squared log errors over the "
-        "fitted layouts and the pairs' scaling (deterministic Nelder-Mead inside each factor's physical bounds). "
+        "fitted layouts and the pairs' scaling (bounded least squares, `scipy.optimize.least_squares`, from fixed "
+        "starts inside each factor's physical bounds: deterministic). A stack engine's graph cost that no pipelined "
+        "fitted layout sees follows the one that is (an engine with no pipelined row is priced like one that has "
+        "them). "
         "Every other factor is set from a source or a physical argument below and named as an assumption.", "",
         f"Between-release spread (RMS over layouts of the standard deviation of log seq/s): "
         f"{100 * res['release_spread']:.1f} %. In-sample RMS log error: {100 * res['rms_log_error']:.1f} %.", "",
@@ -36,17 +39,38 @@ def render(res: dict, data: Path) -> str:
                                     "are modelled separately)",
                "in_graph_sync_s": "fixed cost of every collective a training step's compiled graph issues, beyond "
                                   "its data movement: the engines hand it to the collective cores and wait for its "
-                                  "completion (see Mechanisms below)"}
+                                  "completion (see Mechanisms below)",
+               "graph_s_nxd": "one graph execution of NeuronX Distributed's engine beyond the kernels it runs: its "
+                              "pipeline runs six per microbatch and stage (receive, forward, send; receive, backward, "
+                              "send), one per microbatch without a pipeline (ultracluster/stacks.py)",
+               "graph_s_nemo": "the same for NeMo's engine (and the Megatron-LM fork's): four per microbatch and "
+                               "stage with a pipeline (forward, the fused send-receive exchange; backward, the "
+                               "exchange), one without"}
     for name, lo, hi, _, _, unit in FIT:
         ident = res["identifiability"][name]
         show = {"us": lambda v: f"{v * 1e6:.3g} us", "ms": lambda v: f"{v * 1e3:.3g} ms"}.get(unit, lambda v: f"{v:.3g}")
         lines.append(f"| `{name}` | {show(res[name])} | {show(ident['low'])} – {show(ident['high'])} "
                      f"(bounds {show(lo)} – {show(hi)}) | {meaning.get(name, '')} |")
+    at_bound = {"tensor_efficiency": "the fitted layouts run at least as fast as the model allows at TensorE's "
+                                     "peak: what the model prices beside the matmuls (their shapes, the engines' "
+                                     "element passes, the collectives) already carries the inefficiency, and the "
+                                     "data cannot tell a higher ceiling from lower costs elsewhere",
+                "graph_s_nxd": "the one NxD pipeline layout (a15-a17), priced with the attention kernel its script "
+                               "runs, leaves nothing to a graph execution of NxD's engine; the identifiable range "
+                               "is what it could still hold",
+                "graph_s_nemo": "the NeMo pipeline layouts leave nothing to a graph execution of NeMo's engine"}
+    for name, lo, hi, *_ in FIT:
+        if res["identifiability"][name]["at_bound"]:
+            side = "lower" if res[name] == lo else "upper"
+            lines += ["", f"`{name}` sits at its {side} bound: "
+                      + at_bound.get(name, "the data push it there and cannot fix it") + "."]
     rc = res["residual_check"]
     lines += ["", f"The unnamed per-layer residual (`{RESIDUAL_CHECK[0]}`, a fixed time per transformer-layer pass) is "
               "not fitted: refitted once beside these factors, it comes out at "
               f"{rc['factors'][RESIDUAL_CHECK[0]] * 1e3:.3g} ms per pass (RMS {rc['rms_pct']:.1f} %"
-              + (", at its lower bound: the data leave nothing to it" if rc["at_lower_bound"] else "")
+              + (", at its lower bound: the data leave nothing to it" if rc["at_lower_bound"] else
+                 f", against {100 * res['rms_log_error']:.1f} % without it: within the between-release spread, so "
+                 "not kept")
               + "), so every run reports `residual_s` = 0."]
     lines += ["", "The identifiable range is where the RMS log error over the fitted layouts stays within "
               "sqrt(best² + spread²), the other factors at their fit. A factor at a bound would mean the data "
@@ -71,6 +95,27 @@ def render(res: dict, data: Path) -> str:
               "| --- |" + " --- |" * len(FIT)]
     for n, f in cv["folds"].items():
         lines.append(f"| {n} | " + " | ".join(f"{f[b[0]]:.3g}" for b in FIT) + " |")
+    go = res.get("group_out")
+    if go:
+        c, fam = go["cells"], go["families"]
+        lines += ["", "## Leave-one-group-out: what a new kind of job costs", "",
+                  "Leaving one layout out keeps its neighbours of the same stack and pipeline kind in the fit; a "
+                  "user's next job is often of a kind nobody measured. Here every fitted layout of a group is left out "
+                  "at once, the factors refitted on the rest (a group holding the same-release pairs' layout takes "
+                  "the pairs' scaling term with it), and the group predicted. The mechanisms and the stacks' "
+                  "settings were chosen with every row in view; no fold redoes that choice.", "",
+                  f"- **(stack, pipelined or not) cells** left out: median |error| {c['median_abs_error_pct']:.1f} %, "
+                  f"worst {c['worst_abs_error_pct']:.1f} %. This is the figure to expect on a stack and pipeline kind "
+                  "with no calibration row, and what an unseen cell adds to an interval (docs/uncertainty.md).",
+                  f"- **model families** left out: median |error| {fam['median_abs_error_pct']:.1f} %, worst "
+                  f"{fam['worst_abs_error_pct']:.1f} %.", "",
+                  "| left out | layouts | error | " + " | ".join(f"`{b[0]}`" for b in FIT) + " |",
+                  "| --- | --- | --- |" + " --- |" * len(FIT)]
+        for kind in ("cells", "families"):
+            for g, fold in go[kind]["groups"].items():
+                errs = ", ".join(f"{n} {e:+.1f} %" for n, e in fold["layouts"].items())
+                lines.append(f"| {'cell' if kind == 'cells' else 'family'} {g} | {len(fold['layouts'])} | {errs} | "
+                             + " | ".join(f"{fold['factors'][b[0]]:.3g}" for b in FIT) + " |")
     t2 = res.get("trn2")
     if t2:
         lines += ["", "## Trainium2 (`" + t2["row"] + "`)", "",
@@ -89,13 +134,13 @@ def render(res: dict, data: Path) -> str:
                   "Per chip generation, what the fitted (and the Trn2 paper) rows span; a prediction outside any of "
                   "these is flagged `extrapolated` with the axes, and its interval widens (docs/uncertainty.md). "
                   "`mfu_best` is the highest MFU a published run of that generation reached.", "",
-                  "| generation | tp | pp | cp | sequence | model (B params) | ZeRO | recompute | mfu_best |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| generation | tp | pp | cp | sequence | model (B params) | ZeRO | recompute | stack cells | mfu_best |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for gen, d in dom.items():
             rng = lambda a: f"{a[0]:g}" if a[0] == a[1] else f"{a[0]:g} – {a[1]:g}"   # noqa: E731
             lines.append(f"| {gen} | {rng(d['tp'])} | {rng(d['pp'])} | {rng(d['cp'])} | {rng(d['seq_len'])} | "
                          f"{rng(d['params_b'])} | {', '.join(map(str, d['zero']))} | {', '.join(d['recompute'])} | "
-                         f"{100 * d['mfu_best']:.1f} % |")
+                         f"{'; '.join(d.get('cell', []))} | {100 * d['mfu_best']:.1f} % |")
     sc = res.get("scaling")
     if sc:
         lines += ["", "## Data-parallel scaling (same-release pairs)", "",

@@ -28,6 +28,30 @@ def cross_validate(lay: Layouts) -> dict[str, dict]:
     return out
 
 
+def leave_group_out(lay: Layouts) -> dict:
+    """Leave-one-group-out: every fitted layout of a group left out at once, the factors refitted on the rest,
+    the group predicted. Groups are the (stack, pipelined or not) cells and, separately, the model families: what
+    a new kind of job costs in error. A group holding a same-release pair's layouts takes the pair's scaling term
+    out with it. Per group its layouts' errors and the refitted factors; per kind the median and worst |error|."""
+    out = {}
+    for kind, key in (("cells", lay.cell), ("families", lay.family)):
+        groups: dict[str, list[str]] = {}
+        for n in lay.certain:
+            groups.setdefault(key[n], []).append(n)
+        folds, errors = {}, []
+        for g, members in groups.items():
+            others = [m for m in lay.certain if m not in members]
+            keep_pair = not (set(members) & lay.pair_layouts)
+            params, _ = fit(lay, others, scaling=keep_pair)
+            err = lay.log_errors(base_calibration(**params), members, scaling=False)
+            folds[g] = {"layouts": {n: pct(float(e)) for n, e in zip(members, err)}, "factors": params,
+                        "pair_kept": keep_pair}
+            errors += [abs(pct(float(e))) for e in err]
+        out[kind] = {"groups": folds, "median_abs_error_pct": round(statistics.median(errors), 2),
+                     "worst_abs_error_pct": round(max(errors), 2)}
+    return out
+
+
 def coverage(lay: Layouts, cv: dict[str, dict]) -> dict:
     """Cross-validated coverage of the 80 % interval (ultracluster.uncertainty): for each fitted layout, the
     interval around its leave-one-out prediction, with the fit part taken from the other folds' residuals
@@ -202,6 +226,7 @@ def results(data: Path) -> dict:
         "cross_validation": {"median_abs_error_pct": round(statistics.median(cv_err), 2),
                              "worst_abs_error_pct": round(max(cv_err), 2),
                              "folds": {n: cv[n]["factors"] for n in lay.certain}},
+        "group_out": leave_group_out(lay),
         "interval_coverage": coverage(lay, cv),
         "identifiability": identifiability(lay, params, rms),
         "ablation": ablation(lay),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -52,12 +53,13 @@ MECHANISMS = (
 # Trn2 scenarios whose movement across each factor's plausible range the identifiability table shows
 TRN2_PROBES = (
     ("llama2-70b TP32 PP4 DP32, 64 x trn2.48xlarge",
-     {"name": "probe-l70-trn2", "model": {"preset": "llama2-70b"},
-      "training": {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1, "steps": 1, "warmup_steps": 0},
+     {"name": "probe-l70-trn2", "stack": "neuronx-distributed", "model": {"preset": "llama2-70b"},
+      "training": {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1, "steps": 1, "warmup_steps": 0,
+                   "attention": "flash"},
       "parallelism": {"tp": 32, "pp": 4, "dp": 32}, "cluster": {"instance": "trn2.48xlarge", "instances": 64},
       "emulation": {"instances_per_actor": 64}}),
     ("llama3.1-8b TP8 DP64, 8 x trn2.48xlarge",
-     {"name": "probe-l8-trn2", "model": {"preset": "llama3.1-8b"},
+     {"name": "probe-l8-trn2", "stack": "neuronx-distributed", "model": {"preset": "llama3.1-8b"},
       "training": {"seq_len": 8192, "global_batch": 1024, "micro_batch": 1, "steps": 1, "warmup_steps": 0},
       "parallelism": {"tp": 8, "pp": 1, "dp": 64}, "cluster": {"instance": "trn2.48xlarge", "instances": 8},
       "emulation": {"instances_per_actor": 8}}),
@@ -130,6 +132,9 @@ class Layouts:
         self.spread = float(np.sqrt(np.mean([np.var(x, ddof=1) for x in logs])))
         self.pairs = pairs_of(self.rows)
         self.scaling = statistics.median(p["scaling"] for p in self.pairs) if self.pairs else None
+        self.cell = {n: cell_of(self.scenarios[n]) for n in self.names}
+        self.family = {n: family_of(groups[n][0]["model"]) for n in self.names}
+        self.pair_layouts = {p[k] for p in self.pairs for k in ("small", "large")}
 
     def predict(self, calibration, names=None) -> np.ndarray:
         from ..runner import predict
@@ -143,12 +148,26 @@ class Layouts:
         small, large = self.predict(calibration, [p["small"], p["large"]])
         return float((large / p["large_instances"]) / (small / p["small_instances"]))
 
-    def log_errors(self, calibration, names) -> np.ndarray:
-        """Log errors of the named layouts' medians, and of the pairs' median scaling when there are pairs."""
+    def log_errors(self, calibration, names, scaling: bool = True) -> np.ndarray:
+        """Log errors of the named layouts' medians, and of the pairs' median scaling when there are pairs (and
+        `scaling`)."""
         err = np.log(self.predict(calibration, names) / np.array([self.median[n] for n in names]))
-        if self.scaling is None:
+        if self.scaling is None or not scaling:
             return err
         return np.append(err, math.log(self.predicted_scaling(calibration) / self.scaling))
+
+
+def cell_of(scenario) -> str:
+    """The (stack, pipelined or not) cell a scenario's layout lies in: what a stack's engine and defaults change
+    between a layout with a pipeline and one without (`domain.cell`)."""
+    from ..domain import cell
+
+    return cell(scenario.stack, scenario.parallelism.pp)
+
+
+def family_of(model: str) -> str:
+    """A model's family: its preset name without the size (llama2-13b -> llama2, gpt3-6.7b -> gpt3)."""
+    return re.sub(r"-[0-9.]+[bm].*$", "", model)
 
 
 def pairs_of(all_rows: list[dict]) -> list[dict]:
@@ -183,7 +202,21 @@ def _round(v: float) -> float:
     return float(f"{v:.3g}")
 
 
-def fit(lay: Layouts, names, switches: dict | None = None, factors: tuple = FIT) -> tuple[dict, float]:
+def engine_ties(lay: Layouts, names, free) -> dict:
+    """The stack engines' graph costs (`graph_s_*`) that no pipelined layout among `names` sees: each is tied to
+    an engine cost that one does (an engine with no pipelined row is priced like one that has them), or held at
+    its lower bound when none does. {factor: the factor it follows, or a value}."""
+    from ..stacks import STACKS
+
+    engines = {b[0]: b for b in free if b[0].startswith("graph_s_")}
+    seen = {STACKS[lay.scenarios[n].stack].engine.graph_factor for n in names
+            if lay.scenarios[n].parallelism.pp > 1}
+    fitted = [k for k in engines if k in seen]
+    return {k: (fitted[0] if fitted else engines[k][1]) for k in engines if k not in seen}
+
+
+def fit(lay: Layouts, names, switches: dict | None = None, factors: tuple = FIT,
+        scaling: bool = True) -> tuple[dict, float]:
     """Fitted factors (3 significant digits) and the RMS log error over `names`, mechanisms as `switches`
     (a fitted factor given in `switches` is held at that value); `factors`: the free factors' bounds.
 
@@ -193,23 +226,25 @@ def fit(lay: Layouts, names, switches: dict | None = None, factors: tuple = FIT)
     from scipy.optimize import least_squares
 
     held = {b[0]: switches[b[0]] for b in factors if switches and b[0] in switches}
-    free = tuple(b for b in factors if b[0] not in held)
+    ties = engine_ties(lay, names, [b for b in factors if b[0] not in held])
+    free = tuple(b for b in factors if b[0] not in held and b[0] not in ties)
     others = {k: v for k, v in (switches or {}).items() if k not in held}
     if not free:
-        err = lay.log_errors(base_calibration(**others, **held), names)
+        err = lay.log_errors(base_calibration(**others, **held), names, scaling)
         return dict(held), float(np.sqrt(np.mean(err ** 2)))
     lo = np.array([b[1] for b in free])
     hi = np.array([b[2] for b in free])
 
     def params(u: np.ndarray) -> dict:
-        return {**{b[0]: float(v) for b, v in zip(free, lo + (hi - lo) * np.clip(u, 0.0, 1.0))}, **held}
+        out = {**{b[0]: float(v) for b, v in zip(free, lo + (hi - lo) * np.clip(u, 0.0, 1.0))}, **held}
+        return {**out, **{k: out[src] if isinstance(src, str) else src for k, src in ties.items()}}
 
     def residuals(u: np.ndarray) -> np.ndarray:
-        return lay.log_errors(base_calibration(**others, **params(u)), names)
+        return lay.log_errors(base_calibration(**others, **params(u)), names, scaling)
 
     u0 = (np.array([b[3] for b in free]) - lo) / (hi - lo)
     res = least_squares(residuals, u0, bounds=(0.0, 1.0), method="trf", diff_step=1e-3, xtol=1e-6, ftol=1e-9,
                         max_nfev=200)
     best = {k: _round(v) for k, v in params(res.x).items()}
-    err = lay.log_errors(base_calibration(**others, **best), names)
+    err = lay.log_errors(base_calibration(**others, **best), names, scaling)
     return best, float(np.sqrt(np.mean(err ** 2)))

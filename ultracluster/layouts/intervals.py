@@ -46,7 +46,7 @@ class LayoutEvidence:
         """`extrapolated` (the axes off the calibrated domain, comma-separated; "" inside it) and `mfu_implausible`
         of every row, in place (`uncertainty.extrapolated_columns`, `uncertainty.mfu_implausible`)."""
         axes = np.full(len(t), "", dtype=object)
-        count = np.zeros(len(t), dtype=int)
+        count = np.zeros(len(t), dtype=float)
         implausible = np.zeros(len(t), dtype=bool)
         threshold = np.full(len(t), np.nan)
         for kind, idx in t.groupby("instance", sort=False).indices.items():
@@ -55,7 +55,9 @@ class LayoutEvidence:
             # TODO(issue 33): pass each row's (stack, pipelined) cell once `uncertainty.extrapolated_columns` takes it
             value = {"tp": sub["tp"].to_numpy(), "pp": sub["pp"].to_numpy(), "cp": sub["cp"].to_numpy(),
                      "seq_len": self.base.training.seq_len, "params_b": self.params_b,
-                     "zero": sub["zero"].to_numpy(), "recompute": sub["recompute"].to_numpy()}
+                     "zero": sub["zero"].to_numpy(), "recompute": sub["recompute"].to_numpy(),
+                     "cell": unc.cell(sub["stack"].to_numpy() if "stack" in sub.columns else self.base.stack,
+                                      sub["pp"].to_numpy())}
             axes[idx], count[idx] = unc.extrapolated_columns(value, gen, self.ev.domain)
             best = unc.mfu_best(gen, self.ev.domain)
             implausible[idx] = unc.mfu_implausible(sub["mfu"].to_numpy(float), best)
@@ -90,7 +92,7 @@ class LayoutEvidence:
             if factors:
                 hw = unc.hardware(lambda cals, which: unc.layout_step_times(
                     self.one, layout, cals, which, self._pricers, shared_last_sends=False), self.cal, factors, len(pos),
-                    lambda: unc.weights_for(factors, self.cal, self.profile))
+                    lambda: unc.weights_for(factors, self.cal, self.profile, INSTANCES[kind].chip.name))
                 slow, fast = hw.slow_log, hw.fast_log
             h = unc.half_width(self.ev, sub["_axes"].to_numpy())
             low, high = unc.widen(sub["step_time_s"].to_numpy(float), h, fast, slow)
