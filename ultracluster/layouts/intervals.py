@@ -52,7 +52,6 @@ class LayoutEvidence:
         for kind, idx in t.groupby("instance", sort=False).indices.items():
             sub = t.iloc[idx]
             gen = INSTANCES[kind].chip.name
-            # TODO(issue 33): pass each row's (stack, pipelined) cell once `uncertainty.extrapolated_columns` takes it
             value = {"tp": sub["tp"].to_numpy(), "pp": sub["pp"].to_numpy(), "cp": sub["cp"].to_numpy(),
                      "seq_len": self.base.training.seq_len, "params_b": self.params_b,
                      "zero": sub["zero"].to_numpy(), "recompute": sub["recompute"].to_numpy(),

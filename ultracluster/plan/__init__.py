@@ -179,8 +179,10 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         search.mark_pareto(full)           # that can rank, the front and the own
         lev = LayoutEvidence(base, calibration)
         lev.flags(full)
+        kept = own & (full["same_as"].to_numpy() != "")       # the row the own layout is folded into: shown too
+        kept = np.isin(full["layout"].to_numpy(), full["same_as"].to_numpy()[kept]) if kept.any() else kept
         priced = price_for_ranking(full, lev, objective, rank_by, top, max_usd_per_hour,
-                                   full["pareto"].to_numpy(dtype=bool) | own, base.tokens_per_step,
+                                   full["pareto"].to_numpy(dtype=bool) | own | kept, base.tokens_per_step,
                                    ("instance", "stack"))
         del full["_axes"]
         wall_s = enumerate_s + ev.wall_s + time.perf_counter() - t1

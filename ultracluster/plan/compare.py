@@ -63,8 +63,9 @@ def compare_with_scenario(full: pd.DataFrame, objective: str = "tokens_per_s") -
         return {"feasible": False, "reason": "not among the layouts searched"}
     o = own.iloc[0]
     if not bool(o["feasible"]):
+        why = "is not run by a stack searched" if str(o["reason"]).startswith("no stack") else "does not fit"
         return {"label": o["layout"], "stack": o["stack"], "feasible": False, "reason": o["reason"],
-                "comparison": f"the scenario's own layout cannot be compared: {o['reason']}"}
+                "comparison": f"the scenario's own layout {why}: {o['reason']}"}
     on = measures(full, o, objective)
     ok = full["feasible"].to_numpy(dtype=bool).copy()
     pct, apart, known = np.full(len(full), np.nan), np.zeros(len(full), dtype=bool), np.zeros(len(full), dtype=bool)
@@ -101,19 +102,30 @@ def compare_with_scenario(full: pd.DataFrame, objective: str = "tokens_per_s") -
 
 
 def standing(full: pd.DataFrame, best: pd.DataFrame, objective: str, rank_by: str) -> str:
-    """Where the scenario's own layout ranks, in words: "#3 of 1,204 (the top layout ranks above it: ...)", or why
-    it does not rank (does not fit, no stack searched runs it, folded into an equivalent row, over the budget)."""
+    """Where the scenario's own layout ranks, in words: "ranks #3 by tokens_per_s at its slow end (2 layouts are
+    better there, the top one by 9 %)", as the equivalent row it is folded into where it is; or why it does not
+    rank (does not fit, no stack searched runs it, over the budget)."""
     own = full[full["scenario_layout"]]
     if own.empty:
         return "not among the layouts searched"
     o = own.iloc[0]
     if not bool(o["feasible"]):
         return f"does not rank: {o['reason']}"
-    if o.name not in best.index:
-        if str(o.get("same_as", "")):
-            return f"ranks as {o['same_as']} (an equivalent row: the same step time and HBM)"
+    as_row, note = o.name, ""
+    if str(o.get("same_as", "")):                # folded: it ranks as the equivalent row it is folded into
+        kept = np.flatnonzero(full["layout"].to_numpy() == o["same_as"])
+        as_row, note = (full.index[kept[0]] if kept.size else o.name), f" (as {o['same_as']}: the same step and HBM)"
+    if as_row not in best.index:
         return "does not rank: not within --max-usd-per-hour, or no value at the ranking's end"
-    place = int(best.index.get_loc(o.name)) + 1
+    place = int(best.index.get_loc(as_row)) + 1
     end = search.END_NAMES[rank_by]
-    return f"ranks #{place:,} of {len(best):,} by {objective} at its {end}" + (
-        "" if place == 1 else "; every layout ranked above it is better there")
+    return f"ranks #{place:,} by {objective} at its {end}{note}" + (
+        "" if place == 1 else f" ({place - 1:,} layouts are better there, the top one by "
+                              f"{_gain(best, as_row, objective):.0f} %)")
+
+
+def _gain(best: pd.DataFrame, row, objective: str) -> float:
+    """How much better the top row's ranking value is than `row`'s, %."""
+    col = "rank_value" if "rank_value" in best.columns else search.OBJECTIVES[objective][0]
+    top, own = float(best[col].iloc[0]), float(best.loc[row, col])
+    return 100 * (top / own - 1) if not search.OBJECTIVES[objective][1] else 100 * (1 - top / own)
