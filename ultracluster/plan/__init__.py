@@ -31,7 +31,7 @@ from ..layouts.space import (SearchSpace, _own_row, enumerate_layouts, own_stack
                              parse_instances, parse_prices, search_space, searched)
 from .options import (CATALOG_PRICE, MAX_SEARCH_MINUTES, MAX_TOP, SLOWEST_LAYOUTS_PER_CPU_S, _check_options,  # noqa: F401
                       _check_size, resolve_prices)
-from .compare import compare_with_scenario, standing
+from .compare import compare_with_scenario, stacks_without_a_layout, standing
 from .output import check_plan_dir, format_plan, full_table_name, layout_yaml, write_plan_dir
 
 __all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "parse_prices",
@@ -212,6 +212,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
                        replays, notes, runs_out, rank_by)
     summary["best_per_type"] = _json_clean([_record(full.loc[i]) for i in per_type.index])
     summary["best_per_stack"] = _json_clean([_record(full.loc[i]) for i in per_stack.index])
+    summary["stacks_without_a_layout"] = stacks_without_a_layout(full, searched(base, space), per_stack["stack"])
     summary["mfu_best_published"] = _json_clean(lev.thresholds(full))
     summary["scenario_layout"] = _json_clean(own_summary)
     summary["intervals_priced"] = priced

@@ -14,13 +14,14 @@ import pandas as pd
 from ..layouts import search
 from ..layouts.intervals import INTERVAL_COLUMNS
 
-# measure -> (column, larger is better, the words for better and worse)
+# measure -> (column, larger is better, the words for better, worse and within 0.5 %)
 MEASURES = {
-    "tokens/s": ("tokens_per_s", True, ("faster", "slower")),
-    "$ per M tokens": ("usd_per_million_tokens", False, ("cheaper per token", "dearer per token")),
-    "days": ("time_to_train_days", False, ("sooner", "later")),
+    "tokens/s": ("tokens_per_s", True, ("faster", "slower", "as fast")),
+    "$ per M tokens": ("usd_per_million_tokens", False, ("cheaper per token", "dearer per token", "as cheap")),
+    "days": ("time_to_train_days", False, ("sooner", "later", "as soon")),
     "tokens/s per instance": ("tokens_per_s_per_instance", True, ("more tokens/s per instance",
-                                                                 "fewer tokens/s per instance")),
+                                                                 "fewer tokens/s per instance",
+                                                                 "as many tokens/s per instance")),
 }
 OBJECTIVE_MEASURE = {"tokens_per_s": "tokens/s", "usd_per_million_tokens": "$ per M tokens", "time_to_train": "days"}
 
@@ -88,8 +89,8 @@ def compare_with_scenario(full: pd.DataFrame, objective: str = "tokens_per_s") -
         if bool(full["scenario_layout"].iat[i]):
             text[i] = "the scenario's own layout"
             continue
-        better, worse = MEASURES[on[i]][2]
-        how = "as good" if round(abs(pct[i])) == 0 else f"{abs(pct[i]):.0f} % {better if pct[i] > 0 else worse}"
+        better, worse, same = MEASURES[on[i]][2]
+        how = same if round(abs(pct[i])) == 0 else f"{abs(pct[i]):.0f} % {better if pct[i] > 0 else worse}"
         where = "" if (inst[i], count[i]) == (o["instance"], o["instances"]) else \
             f", {count[i]} vs {o['instances']} x {o['instance']}" if inst[i] == o["instance"] else \
             f", {count[i]} x {inst[i]} vs {o['instances']} x {o['instance']}"
@@ -102,9 +103,9 @@ def compare_with_scenario(full: pd.DataFrame, objective: str = "tokens_per_s") -
 
 
 def standing(full: pd.DataFrame, best: pd.DataFrame, objective: str, rank_by: str) -> str:
-    """Where the scenario's own layout ranks, in words: "ranks #3 by tokens_per_s at its slow end (2 layouts are
-    better there, the top one by 9 %)", as the equivalent row it is folded into where it is; or why it does not
-    rank (does not fit, no stack searched runs it, over the budget)."""
+    """Where the scenario's own layout ranks, in words: "ranks #3 by tokens_per_s at its slow end; 2 layouts better
+    there, the top one by 9 %", as the equivalent row it is folded into where it is; or why it does not rank (does
+    not fit, no stack searched runs it, over the budget)."""
     own = full[full["scenario_layout"]]
     if own.empty:
         return "not among the layouts searched"
@@ -114,14 +115,14 @@ def standing(full: pd.DataFrame, best: pd.DataFrame, objective: str, rank_by: st
     as_row, note = o.name, ""
     if str(o.get("same_as", "")):                # folded: it ranks as the equivalent row it is folded into
         kept = np.flatnonzero(full["layout"].to_numpy() == o["same_as"])
-        as_row, note = (full.index[kept[0]] if kept.size else o.name), f" (as {o['same_as']}: the same step and HBM)"
+        as_row, note = (full.index[kept[0]] if kept.size else o.name), f", as {o['same_as']} (the same step and HBM)"
     if as_row not in best.index:
         return "does not rank: not within --max-usd-per-hour, or no value at the ranking's end"
     place = int(best.index.get_loc(as_row)) + 1
     end = search.END_NAMES[rank_by]
     return f"ranks #{place:,} by {objective} at its {end}{note}" + (
-        "" if place == 1 else f" ({place - 1:,} layouts are better there, the top one by "
-                              f"{_gain(best, as_row, objective):.0f} %)")
+        "" if place == 1 else f"; {place - 1:,} layout{'s' * (place > 2)} better there, the top one by "
+                              f"{_gain(best, as_row, objective):.0f} %")
 
 
 def _gain(best: pd.DataFrame, row, objective: str) -> float:
@@ -129,3 +130,21 @@ def _gain(best: pd.DataFrame, row, objective: str) -> float:
     col = "rank_value" if "rank_value" in best.columns else search.OBJECTIVES[objective][0]
     top, own = float(best[col].iloc[0]), float(best.loc[row, col])
     return 100 * (top / own - 1) if not search.OBJECTIVES[objective][1] else 100 * (1 - top / own)
+
+
+def stacks_without_a_layout(full: pd.DataFrame, stacks: tuple[str, ...], ranked_stacks) -> dict[str, str]:
+    """Each stack searched that has no ranked layout, and why: it runs none of the layouts searched on these
+    instance types, or none it runs fits (its closest, with what it needs)."""
+    out = {}
+    for name in stacks:
+        if name in set(ranked_stacks):
+            continue
+        rows = full[full["stack"] == name]
+        if rows.empty:
+            out[name] = "runs none of the layouts searched on these instance types"
+        elif not rows["feasible"].any():
+            c = search.closest(rows)
+            out[name] = f"none of the {len(rows):,} layouts it runs fits; closest: {c['label']}: {c['reason']}"
+        else:
+            out[name] = "none of the layouts it runs that fit is within --max-usd-per-hour or has a ranking value"
+    return out

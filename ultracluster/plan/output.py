@@ -255,7 +255,7 @@ def format_plan(result: PlanResult) -> str:
     if s["replayed"]:
         lines.append("  the replayed layouts' intervals are their run's (around the replayed step)")
     per_stack = s.get("best_per_stack") or []
-    if len(per_stack) > 1:
+    if len(per_stack) + len(s.get("stacks_without_a_layout") or {}) > 1:
         lines.append("best of each stack (fast path):")
         head = ["stack", "layout", *ranks, "step s (80 % interval)", "tokens/s", "MFU", *cost_head, "HBM GiB",
                 "vs scenario's layout"]
@@ -263,6 +263,8 @@ def format_plan(result: PlanResult) -> str:
                                   _band(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
                                   _fmt(row["tokens_per_s"], ",.0f"), _mfu(row), *_cost_cells(row, with_tokens),
                                   _hbm(row), row.get("vs_scenario") or "n/a"] for row in per_stack], left=(0, 1))
+    for name, why in (s.get("stacks_without_a_layout") or {}).items():
+        lines.append(f"  {name}: {why}")
     per_type = s.get("best_per_type") or []
     if per_type:
         lines.append("best of each instance type (fast path):")
