@@ -204,7 +204,23 @@ def _goodput(scenario, report, hours: float, out: Path) -> dict:
 
     s = report.summary
     busy = s["step_time_s"] - s["data_stall_s"] - s["checkpoint_s"]
-    return write_goodput(long_run(scenario, busy, hours, storage=report.storage), out)
+    result = long_run(scenario, busy, hours, storage=report.storage)
+    result.extra.update(budget_days_and_dollars(scenario, s, result.goodput))
+    return write_goodput(result, out)
+
+
+def budget_days_and_dollars(scenario, summary: dict, goodput: float) -> dict:
+    """goodput.json's days and dollars: the training budget at the long run's goodput (`goodput.time_and_cost`)."""
+    from .goodput import time_and_cost
+
+    t = scenario.training
+    out = {"time_to_train_days": None, "total_cost_usd": None, "price_source": summary.get("price_source")}
+    if t.budget_tokens is None and t.budget_steps is None:
+        return out
+    s = summary
+    tc = time_and_cost(s["step_time_s"] - s["data_stall_s"] - s["checkpoint_s"], s["tokens_per_step"],
+                       s["instances"], s["price_per_hour_usd"], goodput, tokens=t.budget_tokens, steps=t.budget_steps)
+    return {**out, **{k: (v if math.isfinite(v) else None) for k, v in tc.items() if k != "train_steps"}}
 
 
 @contextmanager

@@ -56,6 +56,86 @@ def daly_goodput(tau_s: float, delta_s: float, recovery_s: float, mtbf_s: float)
     return tau_s / (mtbf_s * math.exp(recovery_s / mtbf_s) * math.expm1((tau_s + delta_s) / mtbf_s))
 
 
+NO_PRICE_HINT = "no price: set cluster.price_per_hour_usd or --price-per-hour"
+"""What every place a cost would show says where no instance price is known."""
+SECONDS_PER_DAY = 86400.0
+
+
+def time_and_cost(step_time_s, tokens_per_step, instances, price_per_hour_usd, goodput, tokens=None,
+                  steps=None) -> dict:
+    """Days and dollars to train a budget of `tokens` (or `steps`), with goodput: vectorized over any inputs
+    that broadcast (a plan's rows, a sweep's variants), scalars in, floats out.
+
+    Wall time = steps x `step_time_s` / `goodput`: `step_time_s` is what one step computes and communicates (the
+    replayed step less its data and checkpoint stalls, or a plan row's step time), and `goodput` the useful share
+    of wall time once data stalls, checkpoints, failures and recovery are paid (`expected_goodput`, or a long
+    run's `GoodputResult.goodput`). Cost = wall hours x `instances` x `price_per_hour_usd` (USD per
+    instance-hour; None or NaN: unknown, and the cost is NaN: say `NO_PRICE_HINT`).
+
+    Args:
+        step_time_s: seconds per step (busy: without storage stalls).
+        tokens_per_step: tokens one step trains (global batch x sequence length).
+        instances: instances in the cluster.
+        price_per_hour_usd: USD per instance-hour, None or NaN where unknown.
+        goodput: useful fraction of wall time, in (0, 1]; 0 or NaN gives NaN days.
+        tokens: the training budget in tokens (steps = tokens / tokens_per_step, a fraction allowed).
+        steps: the training budget in optimizer steps (instead of `tokens`).
+
+    Returns:
+        {"train_steps", "time_to_train_days", "total_cost_usd"}: arrays shaped like the broadcast inputs, or
+        floats when every input is a scalar; NaN where the budget, goodput or price is missing.
+    """
+    if (tokens is None) == (steps is None):
+        raise ValueError("time_and_cost: give the budget as tokens or as steps (one of them)")
+
+    def arr(x):
+        return np.asarray(np.nan if x is None else x, dtype=float)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n = arr(tokens) / arr(tokens_per_step) if tokens is not None else arr(steps)
+        g = arr(goodput)
+        days = np.where(g > 0, n * arr(step_time_s) / np.where(g > 0, g, 1.0) / SECONDS_PER_DAY, np.nan)
+        price = arr(price_per_hour_usd)
+        cost = days * 24.0 * arr(instances) * price
+        n = n + np.zeros_like(days)
+    out = {"train_steps": n, "time_to_train_days": days, "total_cost_usd": cost}
+    if all(np.ndim(x) == 0 for x in (step_time_s, tokens_per_step, instances, goodput, tokens, steps)) \
+            and np.ndim(price) == 0:
+        return {k: float(v) for k, v in out.items()}
+    return out
+
+
+CATALOG_PRICE = "catalog (public On-Demand price)"
+
+
+def price_source(instance_type: str, override: float | None = None) -> str:
+    """Where an instance's price comes from: the scenario's `cluster.price_per_hour_usd` (which `--price-per-hour`
+    sets), the catalog's public price, or nowhere (`NO_PRICE_HINT`)."""
+    from .cluster.catalog import INSTANCES
+
+    if override is not None:
+        return "cluster.price_per_hour_usd"
+    spec = INSTANCES.get(instance_type)
+    return CATALOG_PRICE if spec is not None and spec.price_per_hour_usd is not None else NO_PRICE_HINT
+
+
+def expected_goodput(busy_s: float, data_stall_s: float, every_steps: int, block_s: float, recovery_s: float,
+                     mtbf_system_s: float) -> float:
+    """The expected useful share of wall time of a long run, in closed form (goodput.json's
+    `closed_form_goodput`): busy / (busy + data stall) x Daly's goodput of a checkpoint period of `every_steps`
+    steps (with their data stalls) that blocks `block_s` per checkpoint, under failures with system MTBF
+    `mtbf_system_s` (inf: none), each costing `recovery_s` (detection + restart + restore) and the work since the
+    last checkpoint. No checkpoints: the stall-free share without failures, 0 with them (every failure restarts
+    the job from its first step)."""
+    step = busy_s + data_stall_s
+    if not (step > 0 and math.isfinite(step)):
+        return float("nan")
+    share = busy_s / step
+    if not every_steps:
+        return share if not math.isfinite(mtbf_system_s) else 0.0
+    return share * daly_goodput(every_steps * step, block_s, recovery_s, mtbf_system_s)
+
+
 @dataclass
 class Failure:
     """One instance failure (a row of failures.csv); the recovery times are those spent after it (until the
@@ -358,6 +438,21 @@ def format_goodput(g: dict) -> str:
                              f"come faster than that)"))
     rows.append(("recovery", f"{g['recovery_s']:.0f} s per failure (detection + restart + restore "
                              f"{g['restore_s']:.1f} s)"))
+    if "time_to_train_days" in g:
+        rows.append(("to train", budget_text(g.get("time_to_train_days"), g.get("total_cost_usd"),
+                                             g.get("price_source"), "at this goodput")))
     rows += [("warning", w) for w in g.get("warnings") or []]   # figures that are 0 because their model is off
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}".rstrip() for label, value in rows)
+
+
+def budget_text(days, usd, source: str | None, how: str = "") -> str:
+    """The days and dollars of a training budget in words: "12.4 days, $1,234,567 (catalog ...)", the hint where the
+    price is unknown, or how to name a budget."""
+    if days is None or not isinstance(days, (int, float)):
+        return "set training.budget_tokens (or budget_steps) for the days and dollars to train"
+    if not math.isfinite(days):
+        return "never: every failure restarts the job from its first step (set checkpoint and storage)"
+    cost = f"${usd:,.0f} ({source})" if isinstance(usd, (int, float)) and math.isfinite(usd) else \
+        (source if source == NO_PRICE_HINT else NO_PRICE_HINT)
+    return f"{days:,.2f} days{' ' + how if how else ''}, {cost}"

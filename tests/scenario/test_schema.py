@@ -51,7 +51,8 @@ def test_minimal_scenario_resolves_every_default(tmp_path: Path) -> None:
                   "moe": None, "dropout": 0.0},
         "training": {"seq_len": 1024, "global_batch": 64, "micro_batch": 1, "precision": "bf16",
                      "master_weights": "fp32", "zero1": True, "zero": 1, "recompute": "selective",
-                     "attention": "flash", "steps": 3, "warmup_steps": 1},
+                     "attention": "flash", "steps": 3, "warmup_steps": 1, "budget_tokens": None,
+                     "budget_steps": None},
         "parallelism": {"tp": 4, "pp": 1, "dp": 16, "cp": 1, "ep": 1, "sequence_parallel": True,
                         "tp_comm_overlap": True, "pp_schedule": "1f1b", "fsdp_schedule": "compiler",
                         "virtual_stages": 1},
@@ -64,6 +65,7 @@ def test_minimal_scenario_resolves_every_default(tmp_path: Path) -> None:
         "faults": None,
         "emulation": {"instances_per_actor": "auto", "payload_scale": 1e-6},
         "calibration": None,
+        "sweep": None,
         "operators": [],
     }
     assert s.ranks == 64 and s.tokens_per_step == 64 * 1024

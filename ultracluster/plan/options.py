@@ -15,7 +15,7 @@ from ..layouts.space import SearchSpace, clusters, count_layouts
 from ..report.progress import duration
 from ..scenario import Scenario
 
-CATALOG_PRICE = "catalog (public On-Demand price)"
+from ..goodput import CATALOG_PRICE  # noqa: E402  (one wording for every price source)
 MAX_TOP = 20                   # layouts replayed at most: each is a `run` with its own actors (seconds to a minute
                                # each on the 2-CPU development machine); plan.csv ranks every layout anyway
 SLOWEST_LAYOUTS_PER_CPU_S = 1000.0   # per CPU, for the search's time estimate: under a third of the slowest rate

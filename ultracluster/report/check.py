@@ -53,7 +53,11 @@ SUMMARY_FIELDS = {
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" for k in COMM_KINDS
                                                     for p in ("exposed", "hidden")}, "warnings": "list",
-                   "calibration_profile": "str?"}
+                   "calibration_profile": "str?",
+                   # the training budget's days and dollars with goodput (docs/design.md, "summary.json")
+                   "train_tokens": "number?", "train_steps": "number?", "goodput": "number",
+                   "goodput_source": "str", "time_to_train_days": "number?", "total_cost_usd": "number?",
+                   "price_source": "str"}
 
 #: The axes `extrapolated` may name (ultracluster.uncertainty.extrapolated)
 EXTRAPOLATION_AXES = ("generation", "tp", "pp", "cp", "seq_len", "params_b", "zero", "recompute")
@@ -99,6 +103,24 @@ def _check_summary(s: dict, problems: list[Problem]) -> None:
             problems.append(Problem(path, v, allowed))
 
 
+def _check_budget(s: dict, problems: list[Problem]) -> None:
+    """The days and dollars (when present): goodput in [0, 1]; a cost exactly when the price is known, equal to
+    days x 24 x instances x price; the no-price hint where it is not."""
+    good = s.get("goodput")
+    if _is_number(good) and not 0 <= good <= 1:
+        problems.append(Problem("summary.json: goodput", good, "a fraction of wall time in [0, 1]"))
+    price, days, usd = s.get("price_per_hour_usd"), s.get("time_to_train_days"), s.get("total_cost_usd")
+    if "price_source" in s and (price is None) != (s["price_source"].startswith("no price")):
+        problems.append(Problem("summary.json: price_source", s["price_source"],
+                                "where price_per_hour_usd comes from, or 'no price: ...' exactly when it is null"))
+    if _is_number(days) and _is_number(price) and _is_number(usd) and \
+            not _close(usd, days * 24 * s.get("instances", 0) * price):
+        problems.append(Problem("summary.json: total_cost_usd", usd, "time_to_train_days x 24 x instances x "
+                                                                     "price_per_hour_usd"))
+    if usd is not None and price is None:
+        problems.append(Problem("summary.json: total_cost_usd", usd, "null without a price"))
+
+
 def _check_feasible_summary(s: dict, problems: list[Problem]) -> None:
     numbers = [k for k, kind in SUMMARY_FIELDS.items() if kind.startswith("number") and _is_number(s.get(k))]
     for k in numbers:
@@ -134,6 +156,7 @@ def _check_feasible_summary(s: dict, problems: list[Problem]) -> None:
             problems.append(Problem("summary.json: " + " + ".join(BREAKDOWN), math.fsum(parts),
                                     f"the sum step_time_s = {step!r}"))
     _check_comm(s, step, problems)
+    _check_budget(s, problems)
     peak, cap = s.get("hbm_peak_gib"), s.get("hbm_capacity_gib")
     if _is_number(peak) and _is_number(cap) and math.isfinite(cap) and peak > cap * (1 + REL):
         problems.append(Problem("summary.json: hbm_peak_gib", peak, f"at most hbm_capacity_gib = {cap!r} in a "

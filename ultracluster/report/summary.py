@@ -119,6 +119,49 @@ def goodput_warnings(goodput: dict) -> list[str]:
     return out
 
 
+def days_and_dollars(result: RunResult, summary: dict) -> dict:
+    """The training budget's days and dollars (`goodput.time_and_cost`) with the goodput the scenario's failures
+    and checkpoints leave (`goodput.expected_goodput`, closed form): summary.json's `train_tokens`, `train_steps`,
+    `goodput`, `goodput_source`, `time_to_train_days`, `total_cost_usd` and `price_source` (where the price comes
+    from, or `goodput.NO_PRICE_HINT`). The days and dollars are None without a budget (`training.budget_tokens`
+    or `budget_steps`), the dollars without a price."""
+    from ultracluster.goodput import expected_goodput, price_source, time_and_cost
+
+    sc = result.scenario
+    t, ck, f = sc.get("training") or {}, sc.get("checkpoint") or {}, sc.get("faults") or {}
+    step = summary["step_time_s"]
+    ok = summary["feasible"] and isinstance(step, float) and math.isfinite(step)
+    stall = summary.get("data_stall_s", 0.0) if ok else NAN
+    busy = step - stall - summary.get("checkpoint_s", 0.0) if ok else NAN
+    st = result.storage
+    mtbf = f.get("instance_mtbf_hours")
+    restore = float(st.restore_s or 0.0) if st is not None else 0.0
+    recovery = 60.0 * (f.get("detect_minutes", 0.0) + f.get("restart_minutes", 0.0)) + restore if f else restore
+    every = int(ck.get("every_steps") or 0)
+    block = float(st.checkpoint_block_s or 0.0) if st is not None and every else 0.0
+    system_mtbf = mtbf * 3600.0 / result.instances if mtbf else math.inf
+    good = expected_goodput(busy, stall, every, block, recovery, system_mtbf) if ok else NAN
+    tokens, steps = t.get("budget_tokens"), t.get("budget_steps")
+    source = ("closed form (Daly 2006): " + (f"checkpoints every {every} steps blocking {block:.3g} s"
+                                                       if every else "no checkpoints")
+              + (f", system MTBF {system_mtbf / 3600:.3g} h, {recovery:.0f} s per recovery" if mtbf else
+                 ", no failures") + (f", {100 * stall / (busy + stall):.3g} % data stall" if ok and stall > 0 else ""))
+    out = {"train_tokens": None, "train_steps": None, "goodput": float(good) if ok else NAN,
+           "goodput_source": source, "time_to_train_days": None, "total_cost_usd": None,
+           "price_source": price_source(result.instance_type, (sc.get("cluster") or {}).get("price_per_hour_usd"))}
+    if tokens is None and steps is None:
+        return out
+    tc = time_and_cost(busy if ok else NAN, result.tokens_per_step, result.instances, result.price_per_hour_usd,
+                       good if ok else NAN, tokens=tokens, steps=steps)
+    out["train_tokens"] = float(tokens if tokens is not None else steps * result.tokens_per_step)
+    out["train_steps"] = float(tc["train_steps"])
+    for k in ("time_to_train_days", "total_cost_usd"):
+        out[k] = None if not math.isfinite(tc[k]) else tc[k]
+    if not ok:
+        out["time_to_train_days"] = NAN
+    return out
+
+
 def summarize(result: RunResult) -> dict:
     """Summarize one run for summary.json.
 
@@ -138,7 +181,7 @@ def summarize(result: RunResult) -> dict:
     global_batch = (result.scenario.get("training") or {}).get("global_batch")
     cost_s = None if result.price_per_hour_usd is None else result.instances * result.price_per_hour_usd * step_s / 3600
     hbm = max((m.total_gib for m in result.memory), default=0.0 if result.feasible else NAN)
-    return {
+    out = {
         "scenario": result.scenario_name,
         "feasible": bool(result.feasible),
         "reason": None if result.feasible else (result.reason or "infeasible"),
@@ -181,3 +224,4 @@ def summarize(result: RunResult) -> dict:
         # the calibration profile the run used (`calibration.profile`, `--calibration`); None: the shipped fit
         "calibration_profile": (result.scenario.get("calibration") or {}).get("profile"),
     }
+    return {**out, **days_and_dollars(result, out)}

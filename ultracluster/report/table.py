@@ -311,6 +311,17 @@ def format_summary(summary: dict) -> str:
             rows.append(("cost", f"{fmt(s['cost_per_step_usd'], 'cost_per_step_usd')} per step, "
                                  f"{fmt(s.get('usd_per_million_tokens'), 'usd_per_million_tokens')} per million "
                                  f"tokens"))
+        elif "price_source" in s:
+            rows.append(("cost", str(s["price_source"])))
+        if _finite(s.get("goodput")):
+            rows.append(("goodput", f"{100 * s['goodput']:.2f} % expected ({s.get('goodput_source')})"))
+        if "time_to_train_days" in s:
+            from ultracluster.goodput import budget_text
+
+            tokens = s.get("train_tokens")
+            lead = f"{tokens:.4g} tokens: " if _finite(tokens) else ""
+            rows.append(("to train", lead + budget_text(s.get("time_to_train_days"), s.get("total_cost_usd"),
+                                                        s.get("price_source"), "with failures and checkpoints")))
     if s.get("extrapolated"):
         rows.append(("evidence", "extrapolated on " + ", ".join(s["extrapolated"])
                      + ": no calibration row spans this; the interval is widened (docs/uncertainty.md)"))

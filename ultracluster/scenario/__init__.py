@@ -14,6 +14,7 @@ from .schema import (
     Scenario,
     StorageSpec,
     StragglersSpec,
+    SweepSpec,
     TrainingSpec,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "Scenario",
     "StorageSpec",
     "StragglersSpec",
+    "SweepSpec",
     "TrainingSpec",
     "load_scenario",
     "preset_names",

@@ -44,6 +44,10 @@ def check(
         problems += check_cluster(cluster)
     if training is not None and cluster is not None:
         problems += check_precision(training, cluster)
+    if training is not None and training.budget_tokens is not None and training.budget_steps is not None:
+        problems.append(Problem("training.budget_steps", training.budget_steps,
+                                f"absent with training.budget_tokens {training.budget_tokens:g} (the budget in "
+                                f"tokens or in steps, not both)"))
     if parallelism is not None:
         problems += check_layout(model, training, parallelism, cluster, dp_given=dp_given)
     if faults is not None and cluster is not None:

@@ -107,6 +107,12 @@ class TrainingSpec(_Spec):
         "over the full S x S; the Megatron-LM and NeMo Neuron stacks) [flash].")
     steps: int = Field(3, ge=1, description="Optimizer steps replayed and reported (count) [3].")
     warmup_steps: int = Field(1, ge=0, description="Steps replayed before those reported (count) [1].")
+    budget_tokens: float | None = Field(
+        None, gt=0, description="The training budget in tokens (e.g. 1.5e12): `run` and `sweep` give the days and "
+        "US dollars to train it, with the goodput of the scenario's failures and checkpoints (time_to_train_days, "
+        "total_cost_usd) [none: no days or dollars]; or budget_steps, not both.")
+    budget_steps: int | None = Field(
+        None, ge=1, description="The training budget in optimizer steps, instead of budget_tokens [none].")
 
 
 class ParallelismSpec(_Spec):
@@ -280,6 +286,19 @@ class CalibrationSpec(_Spec):
                           "(so a run carries it into scenario.json and to every node); not written by hand.")
 
 
+class SweepSpec(_Spec):
+    """Variants of this scenario for `ultracluster sweep` (docs/sweeps.md); `run`, `plan` and the others ignore it."""
+
+    vary: dict[str, list[Any]] = Field(
+        description="Scenario keys (dotted paths, as `--set` takes them) and the values each takes, e.g. "
+        "{storage.capacity_tib: [4.8, 48], checkpoint.mode: [sync, async]}: the grid of every combination, or "
+        "the lists paired with zip. `sweep --vary` replaces it.")
+    zip: bool = Field(False, description="Pair the lists (all of one length) instead of taking their grid [false].")
+    hours: float | None = Field(
+        None, gt=0, description="Then emulate this many hours of each variant with failures and checkpoints (as "
+        "`run --hours`); `sweep --hours` replaces it [none: the expected goodput, in closed form].")
+
+
 class Scenario(_Spec):
     """A resolved, validated scenario: every default filled, every derived value computed."""
 
@@ -301,6 +320,8 @@ class Scenario(_Spec):
     emulation: EmulationSpec = Field(default_factory=EmulationSpec, description="How the emulator runs.")
     calibration: CalibrationSpec | None = Field(
         None, description="A calibration profile fitted to your own measured runs; absent = the shipped fit.")
+    sweep: SweepSpec | None = Field(
+        None, description="Variants of this scenario for `ultracluster sweep`; ignored by the other commands.")
     operators: list[dict[str, Any]] = Field(
         default_factory=list,
         description="Extra operator libraries (files, paths relative to the scenario file) whose operators add "
