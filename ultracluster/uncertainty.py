@@ -216,36 +216,17 @@ def step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
     run at once), each row with its own calibration (`Pricer(calibrations=...)`, column `cal`). Without jitter
     and stragglers it gives the replay's step exactly (tests/test_uncertainty.py); with them, the stages' mean
     speeds, which the interval only uses as ratios. A scenario with degraded instances (which the layout rows
-    cannot carry) is replayed once per setting instead, in this process. The step times of the process's last
-    STEP_TIMES_KEPT one-step scenarios are kept, by content less what a step does not read (a sweep's variants
-    that differ only in storage, checkpoints or failure rates price their interval once).
+    cannot carry) is replayed once per setting instead, in this process.
     """
     one = _one_step(scenario)
-    same = {"name": "-"}    # what a step does not read: the name, when and how often instances fail
-    if one.faults is not None:
-        same["faults"] = one.faults.model_copy(update={"instance_mtbf_hours": None, "detect_minutes": 0.0,
-                                                       "restart_minutes": 0.0})
-    key = (one.model_copy(update=same).model_dump_json(), tuple(calibrations))
-    kept = _STEP_TIMES.get(key)
-    if kept is not None:          # the same one-step scenario (a sweep's variants that differ in storage or faults)
-        return kept.copy()
     if scenario.faults is not None and scenario.faults.degraded:
-        out = np.array([_replayed(one, cal) for cal in calibrations])
-    else:
-        import pandas as pd
+        return np.array([_replayed(one, cal) for cal in calibrations])
+    import pandas as pd
 
-        from .layouts.space import _own_row
+    from .layouts.space import _own_row
 
-        out = layout_step_times(one, pd.DataFrame([_own_row(one)]), calibrations,
-                                np.arange(len(calibrations))[None, :])[0]
-    if len(_STEP_TIMES) >= STEP_TIMES_KEPT:
-        _STEP_TIMES.pop(next(iter(_STEP_TIMES)))
-    _STEP_TIMES[key] = out.copy()
-    return out
-
-
-STEP_TIMES_KEPT = 32        # one-step scenarios whose step times `step_times` keeps (a process's last ones)
-_STEP_TIMES: dict[tuple, np.ndarray] = {}
+    return layout_step_times(one, pd.DataFrame([_own_row(one)]), calibrations,
+                             np.arange(len(calibrations))[None, :])[0]
 
 
 def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndarray, pricers: dict | None = None,

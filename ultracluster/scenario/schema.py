@@ -330,6 +330,14 @@ class Scenario(_Spec):
     # so the planner can apply another stack's defaults to the others; not part of the file or its dict
     _explicit: frozenset[str] | None = PrivateAttr(default=None)
 
+    def __eq__(self, other: object) -> bool:
+        """Equal when every field is (the same scenario however it was written: `_explicit` is not compared)."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = _Spec.__hash__
+
     @property
     def ranks(self) -> int:
         """Ranks (logical NeuronCores): instances x physical NeuronCores per instance / lnc."""
