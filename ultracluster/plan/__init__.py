@@ -31,6 +31,7 @@ from ..layouts.space import (SearchSpace, _own_row, enumerate_layouts, own_stack
                              parse_instances, parse_prices, search_space, searched)
 from .options import (CATALOG_PRICE, MAX_SEARCH_MINUTES, MAX_TOP, SLOWEST_LAYOUTS_PER_CPU_S, _check_options,  # noqa: F401
                       _check_size, resolve_prices)
+from .budget import days_and_dollars
 from .compare import compare_with_scenario, stacks_without_a_layout, standing
 from .output import check_plan_dir, format_plan, full_table_name, layout_yaml, write_plan_dir
 
@@ -172,10 +173,11 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         ev = _evaluate(base, table, calibration, address, log, session, lambda: _replay_shards(base),
                        progress)
         t1 = time.perf_counter()           # the table, the folds, the front, then the intervals: of every layout
-        full = search.assemble(table, ev.results, tokens, base.tokens_per_step, price_of, hbm_headroom)
+        full = search.assemble(table, ev.results, None, base.tokens_per_step, price_of, hbm_headroom)
         own = _own_mask(full, base, space)
         _not_run(full, own, base, space)
         folded = search.fold_equivalent(full)
+        budget = days_and_dollars(full, base, tokens, calibration)     # with goodput, where a row can rank
         search.mark_pareto(full)           # that can rank, the front and the own
         lev = LayoutEvidence(base, calibration)
         lev.flags(full)
@@ -214,6 +216,9 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     summary["best_per_stack"] = _json_clean([_record(full.loc[i]) for i in per_stack.index])
     summary["stacks_without_a_layout"] = stacks_without_a_layout(full, searched(base, space), per_stack["stack"])
     summary["mfu_best_published"] = _json_clean(lev.thresholds(full))
+    summary.update(_json_clean(budget))
+    if budget["budget"] is not None:
+        summary["tokens"] = budget["budget"]["tokens"]
     summary["scenario_layout"] = _json_clean(own_summary)
     summary["intervals_priced"] = priced
     for rec, (low, high) in zip(summary["replayed"], planned):        # the plan's own, beside the run's
@@ -341,6 +346,7 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
         replayed.append({"rank": row["rank"], "label": row["label"], "layout": row["layout"],
                          "fast_step_time_s": fast_s, "replay_step_time_s": rep_s, "difference": diff,
                          "replay_tokens_per_s": rep.get("tokens_per_s"), "replay_mfu": rep.get("mfu"),
+                         **{f"replay_{k}": rep.get(k) for k in ("goodput", "time_to_train_days", "total_cost_usd")},
                          **{k: rep.get(k) for k in INTERVAL_COLUMNS},
                          "breakdown": {k: rep.get(k) for k in BREAKDOWN_KEYS},
                          "run_dir": None if out is None else str(Path(out) / "runs" / f"top-{row['rank']}")})

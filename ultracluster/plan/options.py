@@ -60,8 +60,10 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
                                                                 "(0.05: a layout may use 95 %)"))
     if objective not in search.OBJECTIVES:
         problems.append(Problem("--objective", objective, "one of: " + ", ".join(search.OBJECTIVES)))
-    if objective == "time_to_train" and tokens is None:
-        problems.append(Problem("--tokens", "<missing>", "a number of tokens > 0 with --objective time_to_train"))
+    if objective == "time_to_train" and tokens is None and getattr(base.training, "budget_tokens", None) is None \
+            and getattr(base.training, "budget_steps", None) is None:
+        problems.append(Problem("--tokens", "<missing>", "a number of tokens > 0 with --objective time_to_train "
+                                                         "(or the scenario's training.budget_tokens or budget_steps)"))
     if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
         problems.append(Problem("--tokens", tokens, "a number of tokens > 0, e.g. 15e12"))
     if max_usd_per_hour is not None and not (math.isfinite(max_usd_per_hour) and max_usd_per_hour > 0):

@@ -236,7 +236,9 @@ def format_plan(result: PlanResult) -> str:
     cost_head = ["$/M tok"] + (["days", "total $"] if with_tokens else [])
     lines += ranking_lines(s)
     if with_tokens:
-        lines.append(f"{tokens:.4g} tokens to train")
+        b = s.get("budget") or {}
+        lines.append(f"{tokens:.4g} tokens to train" + (f" ({b['source']})" if b.get("source") else "")
+                     + (f", goodput {s['goodput_source']}" if s.get("goodput_source") else ""))
     rank_by = s.get("rank_by", "point")
     name, spec = OBJECTIVE_SHORT[s["objective"]]
     ranks = [] if rank_by == "point" else [f"{name} {END_NAMES[rank_by]}"]
