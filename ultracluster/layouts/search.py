@@ -16,7 +16,7 @@ import pandas as pd
 from ..cluster.calibration import Calibration
 from ..cluster.catalog import INSTANCES
 from ..scenario import Scenario
-from ..stacks import SHORT
+from ..stacks import SHORT, explicit as stacks_explicit
 from . import fast
 from .fast import LAYOUT_COLUMNS, Pricer
 
@@ -74,7 +74,7 @@ def evaluate_chunk(scenario: Scenario, calibration: Calibration | None, sources:
     """Price one chunk; reuses this process's Pricer for the same scenario (caches stay warm). The `reason` of a
     layout that does not fit is left None: `apply_headroom` words every one."""
     if pricer is None:
-        key = (scenario.model_dump_json(), repr(calibration), tuple(sorted(sources.items())))
+        key = (scenario.model_dump_json(), stacks_explicit(scenario), repr(calibration), tuple(sorted(sources.items())))
         pricer = _WORKER_PRICERS.get(key)
         if pricer is None:
             _WORKER_PRICERS.clear()
@@ -233,11 +233,14 @@ def label(r) -> str:
     return _label(*(r.get(c, "custom") if c == "stack" else r[c] for c in _LABEL_COLUMNS))
 
 
+_PREFIX = {name: "" if name == "custom" else f"{short}: " for name, short in SHORT.items()}
+_HAS_LNC = {name: len(spec.allowed_lnc) > 1 for name, spec in INSTANCES.items()}
+
+
 def _label(stack, instances, instance, lnc, tp, pp, dp, cp, ep, pp_schedule, virtual_stages, micro_batch, recompute,
            zero, sequence_parallel) -> str:
-    lncs = INSTANCES[instance].allowed_lnc if instance in INSTANCES else (1,)
-    text = ("" if stack == "custom" else f"{SHORT.get(stack, stack)}: ") + f"{instances} x {instance}" + \
-        (f" lnc{lnc}" if len(lncs) > 1 else "") + f" tp{tp} pp{pp} dp{dp}"
+    text = f"{_PREFIX.get(stack, stack + ': ')}{instances} x {instance}" + \
+        (f" lnc{lnc}" if _HAS_LNC.get(instance) else "") + f" tp{tp} pp{pp} dp{dp}"
     if cp > 1:
         text += f" cp{cp}"
     if ep > 1:

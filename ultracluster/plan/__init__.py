@@ -206,9 +206,10 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     _interval_columns(full, picks.index, replays)
     own_summary = compare_with_scenario(full, objective)
     own_summary["standing"] = standing(full, best, objective, rank_by)
-    if own_stack(base, space)[0] != base.stack:
-        own_summary["priced_as"] = (f"the scenario names no stack: its own layout is priced as {own_stack(base, space)[0]} "
-                                    f"runs it (that stack's defaults for the keys it does not give)")
+    as_stack = own_stack(base, space)[0]
+    if as_stack != base.stack:
+        own_summary["priced_as"] = (f"the scenario names no stack: its own layout is priced as {as_stack} runs it "
+                                    f"(that stack's defaults for the keys it does not give)")
     top_rows = [_record(full.loc[i], rank=k) for k, i in enumerate(picks.index, 1)]
     summary = _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows,
                        replays, notes, runs_out, rank_by)

@@ -299,10 +299,12 @@ def render_plan_html(result: PlanResult) -> str:
     stack_rows = [[row["stack"], row["label"], *([row.get("rank_value")] if ranks else []), _step(row),
                    row["tokens_per_s"], _mfu(row), _cost(row), *_days_cost(row, tokens), _hbm(row),
                    row.get("vs_scenario") or "n/a"] for row in per_stack]
-    by_stack = "" if len(stack_rows) < 2 else (
+    without = s.get("stacks_without_a_layout") or {}
+    by_stack = "" if len(stack_rows) + len(without) < 2 else (
         '<h2>Best of each stack</h2><p class="note">fast path; each stack searched within what it runs</p>'
         + _table(stack_rows, ["stack", "layout", *ranks, "step s (80 %)", "tokens/s", "MFU", "$ per M tokens",
-                              *extra_head, "HBM GiB", "vs scenario's layout"]))
+                              *extra_head, "HBM GiB", "vs scenario's layout"])
+        + "".join(f'<p class="note">{escape(k)}: {escape(v)}</p>' for k, v in without.items()))
     ranking = "<br>".join(escape(line.strip()) for line in ranking_lines(s))
     misses = near_misses(result.table)
     if misses.empty:
