@@ -22,6 +22,7 @@ BLOCK = re.compile(r"(<!-- table: ([a-z0-9-]+) -->\n)(.*?)(<!-- /table -->)", re
 SCENARIOS = REPO / "scenarios"
 L70_TRN2 = SCENARIOS / "llama2-70b-tp32pp4-trn2-64.yaml"
 AXLEARN = SCENARIOS / "axlearn-llama2-70b-trn2-64.yaml"
+TRN3_GEN1 = SCENARIOS / "llama3.1-70b-trn3-gen1.yaml"
 
 
 def _fitted() -> dict:
@@ -42,7 +43,8 @@ def _s(v: float) -> str:
 
 
 def readme_trust() -> str:
-    """README: what the Trn1 fit rests on and how far it misses a layout left out."""
+    """README: what the Trn1 fit rests on and how far it misses a layout left out; what the Trn2 and Trn3 bands
+    rest on."""
     fit = _fitted()
     fitted = [n for n, v in fit["layouts"].items() if v["fitted"]]
     cv, cov, sc = fit["cross_validation"], fit["interval_coverage"], fit.get("scaling", {})
@@ -61,13 +63,21 @@ def readme_trust() -> str:
                      f"and {f['worst_abs_error_pct']:.0f} % (leave-one-group-out). A scenario whose cell has no "
                      "calibration row says so in `extrapolated`, and its interval widens by the cell figure.")
     if t1:
-        widths = [_predict(p) for p in (AXLEARN, L70_TRN2)]
+        t2 = fit["trn2"]
+        widths = [_predict(p) for p in (AXLEARN, L70_TRN2, TRN3_GEN1)]
         w = [f"{100 * (x['step_time_high_s'] / x['step_time_low_s'] - 1):.0f} %" for x in widths]
-        lines.append(f"- Trainium2: one published training run (AXLearn, Llama-2-70B on 64 trn2.48xlarge, "
-                     f"{1024 / t1['median_seq_per_s']:.1f} s per step); with the Trn1 fit and one Trn2 factor fitted "
-                     f"to it the model gives {1024 / t1['predicted_seq_per_s']:.1f} s. Every Trn2 interval weighs its "
-                     f"factors by how well they reproduce that run: {w[0]} wide on its layout, {w[1]} on the Llama-2-70B "
-                     "TP32 PP4 job ([docs/trn2.md](docs/trn2.md)).")
+        lines.append(f"- Trainium2: one published training run (`t1`: AXLearn, Llama-2-70B on 64 trn2.48xlarge, "
+                     f"{1024 / t1['median_seq_per_s']:.1f} s per step), used three times, so agreeing with it is no "
+                     f"evidence: it fits the one Trn2 factor it can pin (`{t2['factor']}`; the model then gives "
+                     f"{1024 / t1['predicted_seq_per_s']:.1f} s by construction), it chose the FSDP schedule default "
+                     "(`parallelism.fsdp_schedule: compiler`), and it weights every Trn2 and Trn3 interval. The Trn2 "
+                     f"bands ({w[0]} wide on its layout, {w[1]} on the Llama-2-70B TP32 PP4 job) rest on the Trn2 "
+                     "factors' argued ranges weighted by how well each setting reproduces that run; no second Trn2 run "
+                     "measures how often they hold the truth ([docs/trn2.md](docs/trn2.md)).")
+        lines.append("- Trainium3: no published training or collective run. A Trn3 band "
+                     f"({w[2]} wide on the Llama-3.1-70B Trn3 Gen1 job) rests on AWS's specifications and the argued "
+                     "ranges of the factors no measurement pins, those Trn3 borrows from Trn2 weighted by `t1`, a Trn2 "
+                     "run; nothing measures its coverage ([docs/trainium3.md](docs/trainium3.md)).")
     return "\n".join(lines) + "\n"
 
 
@@ -101,7 +111,8 @@ def uncertainty_examples() -> str:
     """docs/uncertainty.md: three jobs' points and 80 % intervals, and the Trn2/Trn1 per-instance ratio."""
     jobs = [("Llama-2-70B TP32 PP4 DP32, 64 x trn1.32xlarge", L70_TRN2, ("cluster.instance=trn1.32xlarge",)),
             ("the same on 64 x trn2.48xlarge (LNC=2)", L70_TRN2, ()),
-            ("AXLearn layout, FSDP x TP4, 64 x trn2.48xlarge (`scenarios/axlearn-llama2-70b-trn2-64.yaml`)", AXLEARN, ())]
+            ("AXLearn layout, FSDP x TP4, 64 x trn2.48xlarge (`scenarios/axlearn-llama2-70b-trn2-64.yaml`; `t1`'s "
+             "layout, fitted to it)", AXLEARN, ())]
     out = ["| job | point | 80 % interval |", "| --- | --- | --- |"]
     res = []
     for label, path, sets in jobs:
@@ -142,18 +153,40 @@ def trn2_axlearn() -> str:
            f"{100 * s['mfu']:.0f} % | {s['compute_s']:.1f} s | {s['tp_comm_s']:.1f} s | {s['dp_comm_s']:.1f} s |"]
     if t1:
         step = 1024 / t1["median_seq_per_s"]
-        out.append(f"| published (`t1`) | {step:.1f} s | | {100 * s['mfu'] * s['step_time_s'] / step:.0f} % | | | |")
+        out.append(f"| published (`t1`; the model's step is fitted to it) | {step:.1f} s | | "
+                   f"{100 * s['mfu'] * s['step_time_s'] / step:.0f} % | | | |")
     return "\n".join(out) + "\n"
+
+
+def trn2_fsdp_default() -> str:
+    """docs/trn2.md: what `t1` comes out at under each FSDP schedule over its fitted factor's argued range (the
+    default was chosen with that run in view)."""
+    from ultracluster import load_scenario
+    from ultracluster.cluster.calibration import fitted
+    from ultracluster.runner import predict
+
+    t2 = _fitted()["trn2"]
+    lo, hi = t2["argued_range"]
+    path = SCENARIOS / "calib-axlearn-llama2-70b-trn2-64.yaml"
+    got = {sched: [predict(load_scenario(path, [f"parallelism.fsdp_schedule={sched}"]),
+                           fitted().with_(**{t2["factor"]: x}))["step_time_s"] for x in (lo, hi)]
+           for sched in ("compiler", "layerwise")}
+    return (f"The default was chosen with `t1` in view: over `{t2['factor']}`'s whole argued range ({lo:g} – {hi:g}) "
+            f"the model gives `t1` {got['compiler'][0]:.1f} – {got['compiler'][1]:.1f} s with `compiler` and "
+            f"{got['layerwise'][0]:.1f} – {got['layerwise'][1]:.1f} s with `layerwise`, against the measured "
+            f"{t2['published_step_s']:g} s. The Neuron documentation (H21) supports `compiler` on its own, but the "
+            "run that fits the factor also picked the schedule, so the run checks neither the schedule nor the factor "
+            "(`tests/cluster/test_trn2_factors.py`).\n")
 
 
 def trn2_bands() -> str:
     """docs/trn2.md: the 80 % band of the Trainium2 and Trainium3 jobs the issue names, weighted by `t1`, and
     the Trn2 / Trn1 speed-up of the Llama-2-70B job at its point and band ends."""
     out = ["| job | step | 80 % interval | width (high / low - 1) | extrapolated |", "| --- | ---: | ---: | ---: | --- |"]
-    for label, path in (("AXLearn Llama-2-70B, 64 trn2.48xlarge (`t1`'s layout)", AXLEARN),
+    for label, path in (("AXLearn Llama-2-70B, 64 trn2.48xlarge (`t1`'s layout, fitted to it)", AXLEARN),
                         ("Llama-2-70B TP32 PP4, 64 trn2.48xlarge", L70_TRN2),
                         ("Llama-3.1-70B, Trn2 UltraServers", REPO / "scenarios" / "llama3.1-70b-trn2-ultraserver.yaml"),
-                        ("Llama-3.1-70B, Trn3 Gen1", REPO / "scenarios" / "llama3.1-70b-trn3-gen1.yaml"),
+                        ("Llama-3.1-70B, Trn3 Gen1", TRN3_GEN1),
                         ("Llama-3.1-405B, 16,384 Trn2 chips", REPO / "scenarios" / "llama3.1-405b-trn2-16k.yaml")):
         s = _predict(path)
         out.append(f"| {label} | {s['step_time_s']:.1f} s | {s['step_time_low_s']:.1f} – {s['step_time_high_s']:.1f} s | "
@@ -274,11 +307,75 @@ def calibrate_curve() -> str:
     return curve_table(learning_curve())
 
 
-GENERATORS = {"calibrate-curve": calibrate_curve, "trn2-whatifs": trn2_whatifs, "trn2-factors": trn2_factors,
+FSX = SCENARIOS / "faults-llama3-70b-trn2-sync.yaml"
+FSX_VARY = ["storage.throughput_mbps_per_tib=125,250,1000", "storage.capacity_tib=4.8,48", "checkpoint.mode=sync,async"]
+FSX_CHART = REPO / "docs" / "sweeps-fsx.svg"
+
+
+def _fsx_sweep(conservative: bool):
+    """docs/sweeps.md's example: the 12 FSx variants with --hours 720, priced in this process as a sweep's tasks
+    price them (`sweep.price.price_variant`)."""
+    from ultracluster.sweep import build
+    from ultracluster.sweep.output import table
+    from ultracluster.sweep.price import price_variant
+
+    if conservative not in _FSX:
+        plan = build(FSX, ["training.budget_tokens=1.5e12"], FSX_VARY, None, 720.0, conservative=conservative)
+        rows = [{"variant": v.index + 1, "key": v.key, **v.values, **price_variant(v.scenario, 720.0, not conservative)}
+                for v in plan.variants]
+        _FSX[conservative] = (table(rows, plan.keys), plan.keys)
+    return _FSX[conservative]
+
+
+_FSX: dict = {}
+
+
+def sweeps_fsx() -> str:
+    """docs/sweeps.md: goodput over 30 days by FSx tier, capacity and checkpoint mode, with the burst allowance
+    assumed and at its conservative end (--assumptions off)."""
+    on, keys = _fsx_sweep(False)
+    off, _ = _fsx_sweep(True)
+    tiers = list(dict.fromkeys(on[keys[0]]))
+    out = ["| checkpoint, capacity | " + " | ".join(f"{t:g} MB/s/TiB" for t in tiers) + " |",
+           "| --- |" + " --- |" * len(tiers)]
+    for mode in ("sync", "async"):
+        for cap in (4.8, 48):
+            cells = []
+            for t in tiers:
+                sel = (on[keys[0]] == t) & (on[keys[1]] == cap) & (on[keys[2]] == mode)
+                a, b = float(on[sel]["goodput"].iloc[0]), float(off[sel.to_numpy()]["goodput"].iloc[0])
+                cells.append(f"{100 * a:.2f} % ({100 * b:.2f} %)")
+            out.append(f"| {mode}, {cap:g} TiB | " + " | ".join(cells) + " |")
+    g = {(t, m, o): float(f[(f[keys[0]] == t) & (f[keys[1]] == 48) & (f[keys[2]] == m)]["goodput"].iloc[0])
+         for t in (125, 250) for m in ("sync",) for o, f in (("on", on), ("off", off))}
+    days = on[(on[keys[0]] == 1000) & (on[keys[1]] == 48) & (on[keys[2]] == "async")]["time_to_train_days"].iloc[0]
+    out += ["", f"At 48 TiB with sync checkpoints, 125 and 250 MB/s/TiB differ by "
+            f"{100 * abs(g[(250, 'sync', 'on')] - g[(125, 'sync', 'on')]):.2f} points with the assumed burst "
+            f"allowance and by {100 * abs(g[(250, 'sync', 'off')] - g[(125, 'sync', 'off')]):.2f} points without it. "
+            f"1.5 T tokens take {days:.1f} days on the best of them (1000 MB/s/TiB, 48 TiB, async)."]
+    return "\n".join(out) + "\n"
+
+
+def sweeps_fsx_chart() -> str:
+    """docs/sweeps.md: the chart sweep.html draws of the example's goodput by tier (docs/sweeps-fsx.svg, written
+    here; the block holds its hash, so a stale picture makes the block stale)."""
+    import hashlib
+
+    from ultracluster.sweep.html import line_chart
+
+    on, keys = _fsx_sweep(False)
+    svg = line_chart(on, keys[0], keys, "goodput", standalone=True)
+    if not FSX_CHART.is_file() or FSX_CHART.read_text() != svg:
+        FSX_CHART.write_text(svg)
+    return (f"![goodput over 30 days by FSx throughput tier, a line per capacity and checkpoint mode](sweeps-fsx.svg)\n"
+            f"<!-- sweeps-fsx.svg sha256 {hashlib.sha256(svg.encode()).hexdigest()[:16]} -->\n")
+
+
+GENERATORS = {"sweeps-fsx": sweeps_fsx, "sweeps-fsx-chart": sweeps_fsx_chart, "calibrate-curve": calibrate_curve, "trn2-whatifs": trn2_whatifs, "trn2-factors": trn2_factors,
               "scenarios-degraded": scenarios_degraded, "reports-summary": reports_summary,
               "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust,
               "uncertainty-examples": uncertainty_examples, "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn,
-              "trn2-bands": trn2_bands, "scenarios-stacks": scenarios_stacks,
+              "trn2-bands": trn2_bands, "scenarios-stacks": scenarios_stacks, "trn2-fsdp-default": trn2_fsdp_default,
               "plan-largest-clusters": plan_largest_clusters, "plan-stacks": plan_stacks}
 
 

@@ -1,16 +1,19 @@
 """Command line → runner (or planner, calibrate) → exit code. Thin: parse, call, print, exit.
 
-Exit codes: 0 ok; 2 bad input (every problem printed with its path; a run directory another run holds);
+Exit codes: 0 ok; 2 bad input (every problem printed with its path; a run directory another run holds, or one
+holding an earlier run without --force);
 3 the layout is infeasible (summary.json still written, with the reason); 4 a runtime failure (Ray, a dead
 actor); 130, 143, 129 interrupted by SIGINT, SIGTERM, SIGHUP (128 + the signal; steps.csv keeps the finished
 steps, no summary.json).
 `report RUN_DIR` exits 0, 2 when the directory cannot be read or a file in it is malformed, 3 when the run
 was infeasible; `compare`
-exits 0 or 2; `collectives` exits 0, or 2 for bad arguments (each printed with its flag). `check RUN_DIR` exits 0
+exits 0 or 2 (also for an --out holding an earlier comparison, without --force); `collectives` exits 0, or 2 for bad arguments (each printed with its flag). `check RUN_DIR` exits 0
 when the directory meets the output contract, 1 with every problem printed, 2 when it is not a directory;
 `schema` prints the scenario files' JSON Schema. `plan` exits 0, 2 for a bad flag (named) or scenario (or an
 --out holding a plan, without --force), 3 when
-no layout of the search space fits (it prints the closest and why), 4 for a runtime failure.
+no layout of the search space fits (it prints the closest and why), 4 for a runtime failure. `sweep` exits 0, 2 for
+a bad flag or any bad variant (every one named, nothing runs) or a sweep directory holding another sweep (without
+--force), 4 when a variant failed (the others' rows written), 128 + the signal when interrupted (rows kept).
 """
 from __future__ import annotations
 
@@ -58,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
                         "time lost by cause, optimal checkpoint interval (goodput.json, failures.csv)")
     r.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour, over the "
                    "catalog (as cluster.price_per_hour_usd); TYPE=USD pairs: the one of the scenario's type")
+    r.add_argument("--force", action="store_true", help="replace an earlier run in the run directory")
     pl = sub.add_parser("plan", help="search every layout of a scenario's model and job; replay the best "
                                      "(plan.csv, plan.json, plan.html, top-N.yaml)")
     pl.add_argument("scenario", help="scenario YAML: the model and job; its cluster is the default reservation")
@@ -102,6 +106,36 @@ def _parser() -> argparse.ArgumentParser:
                                                   "it names none); two or more: the best layout of each"),
                              ("--lnc", "N,...", "LNC settings tried on Trn2 and Trn3 (default 1,2)")):
         pl.add_argument(flag, metavar=meta, help=what)
+    sw = sub.add_parser("sweep", help="price many variants of a scenario over the Ray cluster: one table, one page "
+                                      "(sweep.csv, sweep.parquet, sweep.html)")
+    sw.add_argument("scenario", help="scenario YAML (its sweep: section, if any, is the default --vary)")
+    sw.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
+                    help="a scenario key and the values it takes (read as YAML, as --set reads them); repeat for "
+                         "more keys: their grid, or with --zip the lists paired")
+    sw.add_argument("--zip", action="store_true", default=None, help="pair the --vary lists (one length) instead "
+                                                                     "of taking their grid")
+    sw.add_argument("--hours", type=float, metavar="H", help="emulate H hours of each variant with failures and "
+                    "checkpoints (as run --hours): goodput and the days to train from that run")
+    sw.add_argument("--tokens", type=float, metavar="T", help="the training budget in tokens for every variant "
+                    "(as training.budget_tokens): days and dollars to train")
+    sw.add_argument("--out", help="sweep directory (default sweeps/<scenario name>[-assumptions-off])")
+    sw.add_argument("--address", help="Ray cluster to run the variants on (default: RAY_ADDRESS, else this "
+                                      "process, or an embedded Ray where that is faster)")
+    sw.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a field of "
+                                                                                         "every variant")
+    sw.add_argument("--calibration", dest="calibration_profile", metavar="PROFILE.json",
+                    help="a calibration profile from `ultracluster calibrate` instead of the shipped fit")
+    sw.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour over the "
+                    "catalog: USD for the scenario's type (as cluster.price_per_hour_usd), TYPE=USD for any")
+    sw.add_argument("--assumptions", default="on", metavar="on|off",
+                    help="off: price every assumption no source publishes that has an argued range at its "
+                         "conservative end (the FSx burst allowance at 0), to see whether it decides the answer")
+    sw.add_argument("--max-variants", type=int, metavar="N", help="refuse a sweep of more variants (default "
+                                                                  "500)")
+    sw.add_argument("--actors", action="store_true", help="replay each variant on Ray actors (a full run) "
+                                                          "instead of pricing it in a task")
+    sw.add_argument("--force", action="store_true", help="replace another sweep in the sweep directory")
+    sw.add_argument("--quiet", action="store_true", help="print nothing but errors")
     rr = sub.add_parser("report", help="re-render report.html and trace.json of a run directory from its files")
     rr.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `ultracluster run`")
     rr.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -109,7 +143,9 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="summaries of runs side by side, with differences; writes a comparison page")
     c.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="two or more run directories; the first is the "
                                                                      "baseline")
-    c.add_argument("--out", default="compare.html", help="comparison page to write (default compare.html)")
+    c.add_argument("--out", metavar="DIR", help="directory for compare.html and compare.csv (default: compare/ "
+                   "beside the first run directory); a path ending in .html names the page itself")
+    c.add_argument("--force", action="store_true", help="replace an earlier comparison in that directory")
     c.add_argument("--quiet", action="store_true", help="print nothing but errors")
     sv = sub.add_parser("sensitivity", help="how the step time moves as each uncertain factor moves over its range "
                                             "(tornado table; sensitivity.csv and sensitivity.html)")
@@ -169,11 +205,48 @@ def _render(args) -> int:
         return EXIT_OK if report.summary.get("feasible", True) else EXIT_INFEASIBLE
     names = [Path(d).resolve().name for d in dirs]
     labels = names if len(set(names)) == len(names) else [str(d) for d in dirs]
-    page = write_compare_html(list(zip(labels, reports)), args.out)
+    try:
+        page = _compare_page(args.out, dirs, args.force)
+    except OutDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    page = write_compare_html(list(zip(labels, reports)), page)
     if not args.quiet:
         print(format_compare([(label, rep.summary) for label, rep in zip(labels, reports)]))
         print(f"comparison page: {page}; every field in full: {page.parent / 'compare.csv'}")
     return EXIT_OK
+
+
+COMPARE_FILES = ("compare.html", "compare.csv")
+
+
+def _compare_page(out: str | None, dirs: list[str], force: bool) -> Path:
+    """Where `compare` writes its page (compare.csv beside it): `--out DIR/compare.html` (a path ending in .html is
+    the page), else `compare/` beside the first run directory; OutDirError for a place that holds an earlier
+    comparison (without --force), a run directory, or a file."""
+    if out is None:
+        first = Path(dirs[0])
+        folder = (first.parent if first.name not in ("", ".", "..") else first.resolve().parent) / "compare"
+        page = folder / "compare.html"
+    elif out.endswith(".html"):
+        page = Path(out)
+        folder = page.parent
+    else:
+        folder = Path(out)
+        page = folder / "compare.html"
+    shown = shorten_text(str(folder))
+    if folder.exists() and not folder.is_dir():
+        raise OutDirError(f"--out: {shown} is a file, not a directory; give --out NEWDIR")
+    if any(folder.resolve() == Path(d).resolve() for d in dirs) or (folder / "summary.json").exists():
+        raise OutDirError(f"--out: {shown} is a run directory; a comparison goes beside the runs, give --out NEWDIR")
+    earlier = [p for p in (page, folder / "compare.csv") if p.exists()]
+    if earlier and not force:
+        import time
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(max(p.stat().st_mtime for p in earlier)))
+        raise OutDirError(f"--out: {shown} already holds a comparison ({', '.join(p.name for p in earlier)}, "
+                          f"written {stamp}); a new comparison never replaces it silently: add --force to replace "
+                          f"it, or give --out NEWDIR")
+    return page
 
 
 def _check(run_dir: str) -> int:
@@ -254,15 +327,18 @@ def _run(scenario, args) -> int:
     from .report import Progress, format_summary
     from .report.rundir import RunDirectory
 
-    if args.hours is not None and not (math.isfinite(args.hours) and args.hours > 0):
-        raise ScenarioError([Problem("--hours", args.hours, "a number of hours > 0")])
+    if args.hours is not None:       # before anything runs: --hours and the failures it would replay
+        from .goodput import check_hours
+        problems = check_hours(scenario, args.hours)
+        if problems:
+            raise ScenarioError(problems, args.scenario)
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     finished: list[int] = []
     # a bar on a terminal (runs over 2 s), plain lines elsewhere, nothing with --quiet
     shown = None if args.quiet else Progress(scenario.name)
     goodput = None
     try:
-        with _signals_end_the_run(), RunDirectory(out) as run_dir:
+        with _signals_end_the_run(), RunDirectory(out, force=args.force) as run_dir:
             if run_dir.stale:
                 print(f"note: took over the lock of {out} from pid {run_dir.stale.get('pid', '?')} on host "
                       f"{run_dir.stale.get('host', '?')}, which is no longer running; removed what it left",
@@ -334,6 +410,83 @@ def _plan(scenario, args) -> int:
               file=sys.stderr)
         return EXIT_INFEASIBLE
     return EXIT_OK
+
+
+def _sweep(args) -> int:
+    """`sweep`: build and validate every variant, price them (Ray tasks over the attached cluster, or here), write
+    the sweep directory, print the table. Exit 0; 2 bad input (nothing runs); 4 a variant failed (the others'
+    rows are written); 128 + the signal when interrupted (the finished rows kept)."""
+    from .report import WorkProgress
+    from .sweep import MAX_VARIANTS, build, format_sweep, run_sweep
+
+    problems = []
+    if args.assumptions not in ("on", "off"):
+        problems.append(Problem("--assumptions", args.assumptions, "on (default) or off (each assumption no "
+                                                                   "source publishes at its conservative end)"))
+    if args.max_variants is not None and args.max_variants < 1:
+        problems.append(Problem("--max-variants", args.max_variants, "an integer >= 1"))
+    if args.tokens is not None and not (math.isfinite(args.tokens) and args.tokens > 0):
+        problems.append(Problem("--tokens", args.tokens, "a number of tokens > 0, e.g. 1.5e12"))
+    if problems:
+        for prob in problems:
+            print(f"error: {prob}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    sets = list(args.set) + ([f"training.budget_tokens={args.tokens!r}"] if args.tokens is not None else [])
+    by_type: dict[str, float] = {}
+    try:
+        if args.price_per_hour:
+            from .plan import parse_prices
+            plain, by_type = parse_prices(args.price_per_hour)
+            if plain is not None:
+                sets.append(f"cluster.price_per_hour_usd={plain!r}")
+        if args.calibration_profile:
+            sets.append("calibration=" + json.dumps({"profile": str(Path(args.calibration_profile).absolute())}))
+        off = args.assumptions == "off"
+        plan = build(args.scenario, sets, args.vary, args.zip, args.hours, args.max_variants or MAX_VARIANTS,
+                     options={"actors": args.actors}, prices=by_type, conservative=off)
+    except ScenarioError as err:
+        if err.problems and all(p.path.startswith("--") and p.path != "--set" for p in err.problems):
+            for prob in err.problems:
+                print(f"error: {prob}", file=sys.stderr)
+        else:
+            _print_problems(err)
+        return EXIT_BAD_INPUT
+    out = Path(args.out) if args.out else Path("sweeps") / (plan.base.name + ("-assumptions-off" if off else ""))
+    shown = None if args.quiet else WorkProgress(f"sweep {plan.base.name}")
+    say = shown.say if shown else (lambda line: None)
+    for note in plan.notes:
+        say(f"note: {note}")
+    try:
+        with _signals_end_the_run():
+            result = run_sweep(plan, out, address=args.address, actors=args.actors, assumptions_on=not off,
+                               force=args.force, progress=shown, log=say)
+    except KeyboardInterrupt as stop:
+        stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
+        if shown:
+            shown.finish()
+        print(f"sweep interrupted ({stop.signal_name}); {out} keeps the finished rows: run the same sweep again "
+              f"to price the rest", file=sys.stderr)
+        return stop.exit_code
+    except OutDirError as err:
+        if shown:
+            shown.finish()
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except UltraclusterError as err:
+        if shown:
+            shown.finish()
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_RUNTIME
+    finally:
+        if shown:
+            shown.finish()
+    if not args.quiet:
+        print(format_sweep(result.table, result.summary, plan.keys))
+        print(f"sweep directory: {out} (sweep.csv, sweep.parquet, sweep.html); priced by "
+              f"{result.summary['evaluated_by']} in {result.summary['wall_s']:.1f} s")
+    for line in result.failures:
+        print(f"error: {line}", file=sys.stderr)
+    return EXIT_RUNTIME if result.failures else EXIT_OK
 
 
 def _print_list(problems: list) -> None:
@@ -434,6 +587,8 @@ def main(argv: list[str] | None = None) -> int:
         from .scenario.file_schema import render
         sys.stdout.write(render())
         return EXIT_OK
+    if args.command == "sweep":
+        return _sweep(args)
     if args.command == "collectives":
         from .network.bench import run_cli
         try:

@@ -105,7 +105,7 @@ def _off_domain(value: dict, generation: str, dom: dict | None) -> tuple[list[st
            for k in DOMAIN_RANGES}
     # a domain written before cells were recorded (an older profile) checks no cell
     off.update({k: np.broadcast_to(~np.isin(np.asarray(value[k], dtype=object), np.asarray(d[k], dtype=object))
-                                   if d[k] or k != "cell" else np.zeros(n, dtype=bool), (n,))
+                                   if d[k] and k in value else np.zeros(n, dtype=bool), (n,))
                 for k in DOMAIN_SETS})
     return ["generation"] if generation not in dom else [], np.stack([off[k] for k in axes], axis=1)
 

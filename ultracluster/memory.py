@@ -35,7 +35,8 @@ def bytes_per_param(training) -> tuple[float, float, float]:
 
 def stage_state_gib(dense: np.ndarray, expert: np.ndarray, layers: np.ndarray, pp: int, dp: np.ndarray,
                     ep: np.ndarray, opt_sharded: np.ndarray, weights_sharded: np.ndarray,
-                    per_param: tuple[float, float, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    per_param: tuple[float, float, float],
+                    grads_sharded: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Weights, gradients and optimizer state (GiB) of one rank of every stage, for n layouts at once.
 
     Args:
@@ -44,6 +45,7 @@ def stage_state_gib(dense: np.ndarray, expert: np.ndarray, layers: np.ndarray, p
         dp, ep: [n] data- and expert-parallel degrees.
         opt_sharded, weights_sharded: [n] ZeRO-1 (and up) and ZeRO-3 (`operators.sharding`).
         per_param: `bytes_per_param`.
+        grads_sharded: [n] ZeRO-2 (and up): gradients held as ZeRO-3 holds weights (None: as weights_sharded).
 
     Returns:
         (weights, gradients, optimizer) [n, pp].
@@ -51,16 +53,20 @@ def stage_state_gib(dense: np.ndarray, expert: np.ndarray, layers: np.ndarray, p
     w_bytes, g_bytes, o_bytes = per_param
     n = dense.shape[0]
     params = dense + expert
-    # ZeRO-1 and ZeRO-3 shard optimizer state over the data-parallel ranks that hold the same parameters:
-    # dp for dense parameters, dp / ep for experts; ZeRO-3 shards weights and gradients the same way
+    # ZeRO-1 and up shard optimizer state over the data-parallel ranks that hold the same parameters:
+    # dp for dense parameters, dp / ep for experts; ZeRO-2 shards gradients, ZeRO-3 weights too, the same way
     held = opslib.dp_share(dense, expert, np.asarray(dp)[:, None], np.asarray(ep)[:, None])
     # ZeRO-3 holds its 1/dp share plus the gathered working set: two layers (a chunk's embedding or head
-    # spread over its layers), the one in use and the one prefetched
+    # spread over its layers), the one in use and the one prefetched; ZeRO-2's gradients likewise: its share
+    # plus two layers' full gradients, the ones being produced and the ones being reduce-scattered
     unit = params / np.maximum(layers, 1)[None, :]
     sharded = stage_sum(held, pp) + 2 * unit.reshape(n, layers.size // pp, pp).max(axis=1)
-    P = np.where(np.asarray(weights_sharded)[:, None], sharded, stage_sum(params, pp))
+    full = stage_sum(params, pp)
+    P = np.where(np.asarray(weights_sharded)[:, None], sharded, full)
+    grads = weights_sharded if grads_sharded is None else grads_sharded
+    Gp = np.where(np.asarray(grads)[:, None], sharded, full)
     O = chip.optimizer_params(dense, expert, dp, ep, opt_sharded, pp) * o_bytes / GIB
-    return P * w_bytes / GIB, P * g_bytes / GIB, O
+    return P * w_bytes / GIB, Gp * g_bytes / GIB, O
 
 
 def chunk_activation_bytes(layers: np.ndarray, per_layer: np.ndarray, embedding: np.ndarray,
@@ -169,7 +175,8 @@ def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
     shard = opslib.sharding(t)
     W, G, O = (a[0] for a in stage_state_gib(dense[None, :], expert[None, :], layers, layout.pp,
                                              np.array([layout.dp]), np.array([ep]), np.array([shard.optimizer]),
-                                             np.array([shard.weights]), bytes_per_param(t)))
+                                             np.array([shard.weights]), bytes_per_param(t),
+                                             np.array([shard.gradients])))
     act = chunk_activation_bytes(layers, *(np.array([opslib.saved_bytes(ops, where, v, t.recompute)])
                                            for where in ("layer", "embedding", "head")))[0]
     # full recomputation rebuilds one layer's activations at a time during backward

@@ -35,18 +35,42 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
+MAX_DEPTH = 100   # syntax-tree levels of one expression (the shipped library's deepest: 10)
+
+
+def _depth(tree: ast.AST) -> int:
+    """How deep an expression's operators nest (iteratively: never the recursion it guards against)."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, d = todo.pop()
+        deepest = max(deepest, d)
+        todo += [(child, d + 1) for child in ast.iter_child_nodes(node)]
+    return deepest
+
+
 def _compile(expr: object, path: str, problems: list[Problem]) -> Callable[[Mapping[str, Any]], Any]:
-    """Compile an arithmetic expression over VARIABLES into a function of a variable mapping."""
+    """Compile an arithmetic expression over VARIABLES into a function of a variable mapping.
+
+    It computes in float64 (numpy scalars or arrays, never Python floats) with numpy's floating-point errors
+    silenced, so that it never raises: a division by zero gives inf or NaN, an overflow inf, a negative base to a
+    fractional power NaN (never a complex number). `check_library` refuses such values at the scenario's own
+    shapes; the planner makes a layout where they appear infeasible (`bad_work`)."""
     allowed = f"an arithmetic expression (+ - * / **, numbers, parentheses) over {', '.join(sorted(VARIABLES))}"
     if isinstance(expr, (int, float)) and not isinstance(expr, bool):
-        return lambda v, c=float(expr): c
+        return lambda v, c=np.float64(expr): c
     if not isinstance(expr, str):
         problems.append(Problem(path, expr, allowed))
         return lambda v: 0.0
     try:
         tree = ast.parse(expr, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         problems.append(Problem(path, expr, allowed))
+        return lambda v: 0.0
+    except (RecursionError, MemoryError):      # CPython's parser gives up on deep nesting this way
+        problems.append(Problem(path, expr, f"{allowed}, nested at most {MAX_DEPTH} deep"))
+        return lambda v: 0.0
+    if _depth(tree) > MAX_DEPTH:               # evaluated by nested calls: Python's recursion limit is 1,000
+        problems.append(Problem(path, expr, f"{allowed}, nested at most {MAX_DEPTH} deep"))
         return lambda v: 0.0
 
     def build(node: ast.AST) -> Callable[[Mapping[str, Any]], Any]:
@@ -57,16 +81,24 @@ def _compile(expr: object, path: str, problems: list[Problem]) -> Callable[[Mapp
             a = build(node.operand)
             return lambda v: -a(v)
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-            return lambda v, c=float(node.value): c
+            try:
+                return lambda v, c=np.float64(node.value): c
+            except OverflowError:       # an integer literal beyond float64
+                return lambda v: np.float64(np.inf)
         if isinstance(node, ast.Name) and node.id in VARIABLES:
-            return lambda v, n=node.id: v[n]
+            return lambda v, n=node.id: np.asarray(v[n], dtype=np.float64)
         raise ValueError(ast.unparse(node))
 
     try:
-        return build(tree)
+        fn = build(tree)
     except ValueError as bad:
         problems.append(Problem(path, expr, f"{allowed}; `{bad}` is not one"))
         return lambda v: 0.0
+
+    def safe(v: Mapping[str, Any], fn=fn) -> Any:
+        with np.errstate(all="ignore"):
+            return fn(v)
+    return safe
 
 
 @dataclass(frozen=True)
@@ -229,8 +261,8 @@ class Sharding:
     """What a rank keeps only 1/dp of between uses (ZeRO, Rajbhandari et al. 2020): the one home of the rule.
 
     Attributes:
-        optimizer: optimizer state (ZeRO-1 and ZeRO-3; `training.zero1`).
-        gradients: gradients, reduce-scattered layer by layer during backward (ZeRO-3, FSDP).
+        optimizer: optimizer state (ZeRO-1 and up; `training.zero1`).
+        gradients: gradients (ZeRO-2 and ZeRO-3): reduce-scattered as ZeRO-1's are, each rank keeping its share.
         weights: parameters, all-gathered layer by layer before forward and again before backward (ZeRO-3).
     """
 
@@ -242,7 +274,7 @@ class Sharding:
 def sharding(training) -> Sharding:
     """The ZeRO stage of `training.zero` as what is sharded over the data-parallel ranks."""
     zero = training.zero
-    return Sharding(optimizer=zero >= 1, gradients=zero >= 3, weights=zero >= 3)
+    return Sharding(optimizer=zero >= 1, gradients=zero >= 2, weights=zero >= 3)
 
 
 def dp_share(dense, expert, dp: int, ep: int = 1):
@@ -367,6 +399,42 @@ def evaluate(ops: list[Operator], where: str, phase: str, variables: Mapping[str
     out["host"] = np.array([next((names.index(f) for f in o.fuse if f in names), i) for i, o in enumerate(sel)],
                            dtype=np.int64)   # the kernel each operator runs inside (itself when not fused)
     return out
+
+
+# The most work or bytes an expression may give per rank and microbatch: 10^30 FLOPs are 10^15 s at a peta-FLOP/s,
+# fifteen orders above any operator of a published model, and far enough below float64's 1.8e308 that no sum,
+# product or time made of them overflows.
+MAX_WORK = 1e30
+
+
+def work_values(op: Operator, variables: Mapping[str, Any]):
+    """(key, value) of every work figure of an operator at some shapes: forward.ENGINE, backward.ENGINE, matmul.DIM,
+    saved, saved_selective (the keys of its library entry)."""
+    for phase in ("forward", "backward"):
+        for e in ENGINES:
+            yield f"{phase}.{e}", getattr(op, phase)[e](variables)
+    for d in (MATMUL_DIMS if op.matmul else ()):
+        yield f"matmul.{d}", op.matmul[d](variables)
+    yield "saved", op.saved(variables)
+    if op.saved_selective is not None:
+        yield "saved_selective", op.saved_selective(variables)
+
+
+def bad_work(ops, variables: Mapping[str, Any]) -> tuple[np.ndarray, list]:
+    """Where any operator's work figure is not finite, negative or above MAX_WORK, over the shapes of `variables`
+    (arrays [K], or numbers: K = 1): ([K] bool, [K] the first such figure in words or None)."""
+    shape = np.shape(variables["T"])
+    bad = np.zeros(shape, dtype=bool)
+    why: list = [None] * int(np.prod(shape, dtype=np.int64))
+    for op in ops:
+        for key, value in work_values(op, variables):
+            x = np.broadcast_to(np.asarray(value, dtype=float), shape)
+            wrong = ~(np.isfinite(x) & (x >= 0) & (x <= MAX_WORK))
+            for k in np.flatnonzero(wrong & ~bad).tolist():
+                why[k] = (f"operator {op.name}: {key} is {np.ravel(x)[k]:g} at this layout's shapes (allowed: a finite "
+                          f"number >= 0, at most {MAX_WORK:g})")
+            bad |= wrong
+    return bad.reshape(-1) if shape else bad.reshape(1), why
 
 
 def saved_bytes(ops: list[Operator], where: str, variables: Mapping[str, Any], recompute: str) -> float:

@@ -171,7 +171,7 @@ STACKS: dict[str, Stack] = {
     "custom": Stack(
         name="custom", label="custom (explicit keys)", defaults={}, defaults_source="the scenario's own keys",
         engine=Engine(0.0, 0.0, 0.0, None, "none", "no stack engine: today's explicit knobs"),
-        support=Support(chips=_ANY_CHIP, pp=(True, ""), zero=((0, 1, 3), ""), zero_with_pp=((0, 1, 3), ""),
+        support=Support(chips=_ANY_CHIP, pp=(True, ""), zero=((0, 1, 2, 3), ""), zero_with_pp=((0, 1, 2, 3), ""),
                         schedules=(("gpipe", "1f1b", "interleaved"), ""), cp=(True, ""), ep=(True, ""),
                         lnc=((1, 2), ""))),
 }

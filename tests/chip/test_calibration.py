@@ -83,13 +83,19 @@ def test_cross_validation_is_reported_and_consistent(committed):
     cv = committed["cross_validation"]
     errors = [abs(v["cv_error_pct"]) for v in committed["layouts"].values() if "cv_error_pct" in v]
     fitted = [n for n, v in committed["layouts"].items() if v["fitted"]]
-    assert len(errors) == len(fitted) == 6
+    assert len(errors) == len(fitted) == 7
     assert cv["median_abs_error_pct"] == pytest.approx(float(np.median(errors)), abs=0.01)
     assert cv["worst_abs_error_pct"] == pytest.approx(max(errors), abs=0.01)
-    # what the fit measured (docs/calibration.md): a layout left out is missed by this much at most
-    assert cv["median_abs_error_pct"] < 15 and cv["worst_abs_error_pct"] < 30
-    # the in-sample fit of every certain layout
-    assert all(abs(committed["layouts"][n]["error_pct"]) < 20 for n in fitted)
+    # the fidelity targets (issue 33): leave-one-layout-out median <= 5 %, worst <= 12 %; every certain layout
+    # within 8 % in sample (tests/chip/test_cross_validation.py re-derives the folds)
+    assert cv["median_abs_error_pct"] <= 5 and cv["worst_abs_error_pct"] <= 12
+    assert all(abs(committed["layouts"][n]["error_pct"]) <= 8 for n in fitted)
+    for kind in ("cells", "families"):
+        go = committed["group_out"][kind]
+        errs = [abs(e) for g in go["groups"].values() for e in g["layouts"].values()]
+        assert sorted(n for g in go["groups"].values() for n in g["layouts"]) == sorted(fitted)
+        assert go["median_abs_error_pct"] == pytest.approx(float(np.median(errs)), abs=0.01)
+        assert go["worst_abs_error_pct"] == pytest.approx(max(errs), abs=0.01)
 
 
 def test_every_mechanism_is_ablated(script, committed):

@@ -57,8 +57,9 @@ def test_the_trn2_row_is_met_and_the_ranges_it_allows_are_inside_the_argued_ones
 
     t2 = fitted_document()["trn2"]
     sc = load_scenario(SCENARIO)
-    assert abs(predict(load_scenario(_repo() / "scenarios" / "calib-axlearn-llama2-70b-trn2-64.yaml"))["step_time_s"]
-               / t2["published_step_s"] - 1) <= 0.10
+    # met because it is fitted: in_graph_sync_scale_trn2 is chosen to give this step (not a check of the model)
+    assert predict(load_scenario(_repo() / "scenarios" / "calib-axlearn-llama2-70b-trn2-64.yaml"))["step_time_s"] \
+        == pytest.approx(t2["published_step_s"], rel=1e-3)
     cl = build_cluster(sc, 2)
     wide, narrow = {f.name: f for f in factors_for(cl, pinned=False)}, {f.name: f for f in factors_for(cl)}
     assert set(wide) == set(narrow) and "in_graph_sync_scale_trn2" in narrow
@@ -72,13 +73,29 @@ def _repo():
     return Path(__file__).resolve().parents[2]
 
 
-def test_the_llama2_70b_trn2_bands_are_usable_and_hold_the_published_run():
-    # issue target: the Trn2 band of the Llama-2-70B jobs at most 60 % wide (high / low - 1), still covering t1
-    from ultracluster.cluster.calibration import fitted_document
-
-    published = fitted_document()["trn2"]["published_step_s"]
+def test_the_llama2_70b_trn2_bands_are_usable():
+    # issue target: the Trn2 band of the Llama-2-70B jobs at most 60 % wide (high / low - 1). That the band at
+    # t1's layout holds t1 is by construction (t1 is fitted and weights the band: test_uncertainty.py), not checked.
     for name in ("calib-axlearn-llama2-70b-trn2-64", "llama2-70b-tp32pp4-trn2-64"):
         s = predict(load_scenario(_repo() / "scenarios" / f"{name}.yaml"), intervals=True)
         assert s["step_time_high_s"] / s["step_time_low_s"] - 1 <= 0.60, name
-        if name.startswith("calib-"):
-            assert s["step_time_low_s"] <= published <= s["step_time_high_s"]
+
+
+def test_the_fsdp_schedule_default_was_chosen_with_t1_in_view():
+    """`parallelism.fsdp_schedule: compiler` (the default) is the Neuron compiler's documented FSDP schedule
+    (H21), and it is also the schedule under which the model can meet t1: with `layerwise` t1 comes out at
+    about half its measured 11.2 s wherever its fitted factor lies in the argued range (0 to the Trn1 value), so
+    the row that fits that factor also chose this default (docs/trn2.md)."""
+    from ultracluster.cluster.calibration import fitted, fitted_document
+
+    t2 = fitted_document()["trn2"]
+    t1 = load_scenario(_repo() / "scenarios" / "calib-axlearn-llama2-70b-trn2-64.yaml")
+    assert t1.parallelism.fsdp_schedule == "compiler" == load_scenario(
+        {**SCENARIO, "training": {**SCENARIO["training"], "zero": 3}}).parallelism.fsdp_schedule
+    layerwise = load_scenario(_repo() / "scenarios" / "calib-axlearn-llama2-70b-trn2-64.yaml",
+                              ["parallelism.fsdp_schedule=layerwise"])
+    lo, hi = t2["argued_range"]
+    steps = [predict(layerwise, fitted().with_(in_graph_sync_scale_trn2=x))["step_time_s"] for x in (lo, hi)]
+    assert max(steps) < 0.6 * t2["published_step_s"]
+    compiler = [predict(t1, fitted().with_(in_graph_sync_scale_trn2=x))["step_time_s"] for x in (lo, hi)]
+    assert compiler[0] < t2["published_step_s"] < compiler[1]      # the fitted value lies inside the range

@@ -95,3 +95,20 @@ def test_placement_timeout_comes_from_the_environment(monkeypatch):
     assert err.value.problems[0].path == launch.PLACEMENT_TIMEOUT_ENV
     monkeypatch.delenv(launch.PLACEMENT_TIMEOUT_ENV)
     assert launch.placement_timeout_s() == launch.PLACEMENT_TIMEOUT_S
+
+
+def test_auth_hint_says_what_to_set_in_one_line(monkeypatch, tmp_path):
+    """The hint `ultracluster` prints when a cluster refuses it for want of its token (the refusal itself is run
+    against a real token-authenticated cluster in test_cluster_multinode.py), for each way the token is missing."""
+    from ultracluster.actors.launch import auth_hint
+
+    monkeypatch.setenv("HOME", str(tmp_path))                     # no ~/.ray/auth_token here
+    for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(k, raising=False)
+    said = auth_hint("10.0.0.5:6379")
+    assert "\n" not in said and said.startswith("the Ray cluster at 10.0.0.5:6379 requires its authentication token")
+    assert "set RAY_AUTH_MODE=token (it is unset) and the cluster's token in RAY_AUTH_TOKEN_PATH=FILE" in said
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert "RAY_AUTH_MODE is token but no token was found" in auth_hint("h:1")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/etc/ray/token")
+    assert "the token from RAY_AUTH_TOKEN_PATH=/etc/ray/token is not the cluster's" in auth_hint("h:1")

@@ -16,8 +16,8 @@ from ultracluster.operators import load_library
 
 try:
     import tomllib
-except ImportError:   # Python 3.10
-    tomllib = pytest.importorskip("tomli")
+except ImportError:   # Python 3.10: pyproject's test extra installs tomli there
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -68,6 +68,21 @@ def rayjob() -> dict:
     jobs = [d for d in docs if d.get("kind") == "RayJob"]
     assert len(jobs) == 1
     return jobs[0]
+
+
+def test_the_test_extra_brings_a_toml_reader_to_every_supported_python():
+    """tomllib is in the standard library from Python 3.11; pyproject's test extra adds tomli below that, so the
+    tests that read pyproject run (not skip) on every Python the classifiers name."""
+    from packaging.requirements import Requirement
+
+    reqs = [Requirement(r) for r in PYPROJECT["project"]["optional-dependencies"]["test"]]
+    (tomli,) = [r for r in reqs if r.name == "tomli"]
+    versions = [c.rsplit(" :: ", 1)[1] for c in PYPROJECT["project"]["classifiers"]
+                if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert "3.10" in versions
+    for v in versions:
+        needs = tuple(map(int, v.split("."))) < (3, 11)
+        assert tomli.marker.evaluate({"python_version": v}) is needs, v
 
 
 def test_dockerfile_uses_rays_image_with_pyprojects_ray_and_python():
@@ -122,6 +137,19 @@ def test_rayjob_runs_a_shipped_scenario_from_the_image_with_matching_versions():
     assert "resources" not in cluster["headGroupSpec"]["rayStartParams"]
 
 
+def test_the_image_and_the_rayjob_run_ray_with_token_authentication():
+    """Secure by default (docs/ray-clusters.md, "Token authentication"): every Ray process of the image runs with
+    RAY_AUTH_MODE=token, and KubeRay makes the cluster's token (authOptions) for the RayJob; no container turns it
+    off."""
+    env = [ln.split(None, 1)[1] for ln in dockerfile()["text"].splitlines() if ln.split()[:1] == ["ENV"]]
+    assert "RAY_AUTH_MODE=token" in env
+    cluster = rayjob()["spec"]["rayClusterSpec"]
+    assert cluster["authOptions"] == {"mode": "token"}
+    groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    for c in (c for g in groups for c in g["template"]["spec"]["containers"]):
+        assert all(not (e["name"] == "RAY_AUTH_MODE" and e.get("value") != "token") for e in c.get("env", []))
+
+
 def test_wheel_ships_operator_library_packages_and_data(tmp_path):
     """`pip wheel` a copy of the tree; the wheel alone (no source tree) loads the operator library."""
     src = tmp_path / "src"
@@ -153,3 +181,15 @@ def test_wheel_ships_operator_library_packages_and_data(tmp_path):
     assert Path(pkg_file).is_relative_to(site)
     assert Path(library_dir) == site / "ultracluster" / "operators_library"
     assert int(n_ops) == len(load_library()) > 0
+
+
+def test_earlier_results_stay_out_of_git_and_of_a_jobs_upload():
+    """`ray job submit --working-dir .` skips what .gitignore and .rayignore name: never the earlier runs, plans
+    and comparisons (docs/ray-clusters.md); the documented submit names them in its `excludes` too."""
+    for name in (".gitignore", ".rayignore"):
+        lines = {ln.strip() for ln in (REPO / name).read_text().splitlines()}
+        assert {"runs/", "plans/", "compare/"} <= lines, name
+    for doc in ("README.md", "docs/ray-clusters.md", "docs/plan.md"):
+        commands = (REPO / doc).read_text().replace("\\\n", " ").splitlines()      # continuation lines joined
+        submits = [ln for ln in commands if "ray job submit --address" in ln]
+        assert submits and all('"excludes": ["runs/", "plans/"]' in ln for ln in submits), doc

@@ -2,14 +2,20 @@
 
 Run by test_cluster_multinode.py in a subprocess, never in the pytest process (whose shared Ray must not
 be disturbed). It starts a head and a second node with `ray.cluster_utils.Cluster`, each advertising
-`ultracluster_shard`, in a private temp dir with private ports; runs `python -m ultracluster run --address
+`ultracluster_shard`, in a private temp dir with private ports, with token authentication on as
+docs/ray-clusters.md says (RAY_AUTH_MODE=token, a token from `ray get-auth-token --generate` in a private HOME,
+RAY_AUTH_TOKEN_PATH naming it: every node, driver and `ray job` command below has it; --no-auth: off); with
+--unauthenticated also tries the cluster without the token (`ultracluster run --address` and `ray job list`,
+RAY_AUTH_* removed from their environment); runs `python -m ultracluster run --address
 <cluster>` as a driver process; with --job also submits `ultracluster run` through `ray job submit`
 (dashboard on the head); with --stop-job submits one with --no-wait, waits for its second finished step in
 the job log and stops it with `ray job stop` (SIGTERM to the entrypoint, SIGKILL 3 s later); then shuts down
 exactly the nodes it started (never `ray stop`). Prints one JSON object with the exit codes and outputs.
 
 usage: python two_node_cluster.py OUT_DIR SCENARIO [--job JOB_SCENARIO] [--stop-job JOB_SCENARIO] [--nodes N]
-                                  [--no-cli] [--command run|plan] [--arg=ARG ...] [--set key=value ...]
+                                  [--no-cli] [--command run|plan|sweep] [--arg=ARG ...] [--set key=value ...]
+                                  [--no-auth] [--unauthenticated]
+(--job submits the --command with its --arg values; `run` alone as before)
 """
 from __future__ import annotations
 
@@ -28,6 +34,61 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SHARD_SLOTS_PER_NODE = 8
 STEP_TIMEOUT_S = 150
+# what a job leaves out of its upload (docs/ray-clusters.md: Ray's `excludes`, beside .gitignore and .rayignore)
+EXCLUDES = json.dumps({"excludes": ["runs/", "plans/", "compare/"]})
+
+
+def enable_token_auth(temp_dir: str) -> dict:
+    """Token authentication on for this process and every process it starts, the documented way: a token made by
+    `ray get-auth-token --generate` (in a private HOME, so that no ~/.ray/auth_token of this machine is touched or
+    used), named by RAY_AUTH_TOKEN_PATH, and RAY_AUTH_MODE=token. Returns what was set."""
+    home = Path(temp_dir) / "home"
+    home.mkdir()
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    made = subprocess.run([ray_cli, "get-auth-token", "--generate"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "HOME": str(home)})
+    token = home / ".ray" / "auth_token"
+    if made.returncode != 0 or not token.is_file() or made.stdout.strip() != token.read_text().strip():
+        raise RuntimeError(f"ray get-auth-token --generate failed: {made.stderr[-500:]}")
+    for k in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE"):
+        os.environ.pop(k, None)
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+    _refresh_auth()
+    return {"mode": "token", "token_chars": len(made.stdout.strip())}
+
+
+def _refresh_auth() -> None:
+    """This process's Ray sees the RAY_AUTH_* just set (Ray read them when it was imported), as Ray's own
+    `_enable_token_auth` refreshes them."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def without_auth() -> dict:
+    """This process's environment without RAY_AUTH_* and with a HOME holding no token: a client of another
+    machine that was never given the cluster's token."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["HOME"] = tempfile.mkdtemp(prefix="ucnoauth-", dir="/tmp")
+    return env
+
+
+def unauthenticated(address: str, dashboard: str | None, scenario: str, out: Path) -> dict:
+    """The cluster tried without its token: `ultracluster run --address` (must exit 4 with one line saying what to
+    set) and, with a dashboard, `ray job list` (Ray refuses it: Unauthorized)."""
+    env = without_auth()
+    started = time.monotonic()
+    cli = subprocess.run([sys.executable, "-m", "ultracluster", "run", scenario, "--out", str(out / "noauth"),
+                          "--address", address], capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO,
+                         env=env)
+    done = {"cli_rc": cli.returncode, "cli_stderr": cli.stderr[-2000:], "cli_s": round(time.monotonic() - started, 2)}
+    if dashboard:
+        job = subprocess.run([str(Path(sys.executable).parent / "ray"), "job", "list", "--address", dashboard],
+                             capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO, env=env)
+        done.update(job_rc=job.returncode, job=(job.stdout + job.stderr)[-1500:])
+    shutil.rmtree(env["HOME"], ignore_errors=True)
+    return done
 
 
 def free_port() -> int:
@@ -50,7 +111,8 @@ def submit_then_stop(dashboard: str, scenario: str, out: Path, sets: list[str]) 
     while ray_job("list", "--address", dashboard).returncode != 0 and time.monotonic() < deadline:
         time.sleep(1)                                   # the dashboard's job API comes up after the node
     submit = subprocess.run([ray_cli, "job", "submit", "--address", dashboard, "--submission-id", job_id,
-                             "--no-wait", "--working-dir", str(REPO), "--", "ultracluster", "run", scenario,
+                             "--no-wait", "--working-dir", str(REPO), "--runtime-env-json", EXCLUDES, "--",
+                             "ultracluster", "run", scenario,
                              "--out", str(out), *sets], capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
                             cwd=REPO)
     done = {"submit_rc": submit.returncode, "submit": (submit.stdout + submit.stderr)[-2000:]}
@@ -77,9 +139,13 @@ def main() -> int:
     ap.add_argument("--stop-job", help="scenario (path relative to the repo) to submit, then stop mid-run")
     ap.add_argument("--nodes", type=int, default=2, help="nodes of the cluster (default 2)")
     ap.add_argument("--no-cli", action="store_true", help="skip the `ultracluster run --address` driver run")
-    ap.add_argument("--command", default="run", help="the driver's subcommand: run (default) or plan")
+    ap.add_argument("--command", default="run", help="the driver's (and the job's) subcommand: run (default), "
+                                                     "plan or sweep")
     ap.add_argument("--arg", action="append", default=[], help="a further argument of the driver's command")
     ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--no-auth", action="store_true", help="start the cluster without token authentication")
+    ap.add_argument("--unauthenticated", action="store_true",
+                    help="also try the cluster without its token (ultracluster run --address, ray job list)")
     args = ap.parse_args()
 
     import ray._common.utils
@@ -103,8 +169,13 @@ def main() -> int:
     node = dict(num_cpus=1, resources={"ultracluster_shard": SHARD_SLOTS_PER_NODE}, object_store_memory=200 * 1024**2)
     cluster = None
     try:
+        result["auth"] = {"mode": "disabled"} if args.no_auth else enable_token_auth(temp_dir)
+        if args.no_auth:
+            os.environ["RAY_AUTH_MODE"] = "disabled"
+            _refresh_auth()
         cluster = Cluster(initialize_head=True, head_node_args=dict(
-            node, temp_dir=temp_dir, include_dashboard=bool(args.job or args.stop_job), dashboard_host="127.0.0.1",
+            node, temp_dir=temp_dir, include_dashboard=bool(args.job or args.stop_job or args.unauthenticated),
+            dashboard_host="127.0.0.1",
             dashboard_port=dashboard_port, dashboard_agent_listen_port=free_port(),
             ray_client_server_port=free_port()))
         # as `ray start --temp-dir` does: a job's driver finds its cluster by this file in the head's temp
@@ -125,14 +196,19 @@ def main() -> int:
                                   str(out / "cluster"), "--address", cluster.address, *sets, *args.arg],
                                  capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO)
             result["cli"] = {"rc": cli.returncode, "stdout": cli.stdout, "stderr": cli.stderr[-4000:]}
+        if args.unauthenticated:
+            result["unauthenticated"] = unauthenticated(cluster.address, f"http://127.0.0.1:{dashboard_port}",
+                                                        args.scenario, out)
         if args.stop_job:
             result["stop"] = submit_then_stop(f"http://127.0.0.1:{dashboard_port}", args.stop_job, out / "stopped",
                                               sets)
         if args.job:
             ray_cli = Path(sys.executable).parent / "ray"
+            # the job runs the driver's command (`run` unless --command says otherwise) with its arguments
+            job_args = args.arg if args.command != "run" else []
             job = subprocess.run([str(ray_cli), "job", "submit", "--address", f"http://127.0.0.1:{dashboard_port}",
-                                  "--working-dir", str(REPO), "--", "ultracluster", "run", args.job, "--out",
-                                  str(out / "job")],
+                                  "--working-dir", str(REPO), "--runtime-env-json", EXCLUDES, "--", "ultracluster",
+                                  args.command, args.job, "--out", str(out / "job"), *job_args],
                                  capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO)
             result["job"] = {"rc": job.returncode, "stdout": job.stdout, "stderr": job.stderr[-4000:]}
     except Exception as err:   # reported to the test, which fails with it

@@ -54,7 +54,7 @@ def test_time_is_monotone_in_size(case, factor):
 
 @SETTINGS
 @given(cases(), st.floats(min_value=1.0, max_value=16.0), st.floats(min_value=1.0, max_value=16.0))
-def test_time_does_not_increase_with_bandwidth(case, efa_x, link_x):
+def test_time_does_not_increase_with_bandwidth(envelope_choices, case, efa_x, link_x):
     cl, g, op, nbytes = case
     base, _ = collective_time(cl, op, nbytes, g)
     faster = bench_cluster(cl.instance.name, cl.instances, cl.lnc,
@@ -62,11 +62,11 @@ def test_time_does_not_increase_with_bandwidth(case, efa_x, link_x):
                            neuronlink_gbps=cl.links.neuronlink_bytes_per_s_per_chip * 8 / 1e9 * link_x)
     quick, alg = collective_time(faster, op, nbytes, g)
     assert quick <= base * (1 + 1e-12)
-    # the algorithm is Neuron's choice for this size or, where cheaper, the one above a larger switch: faster
-    # links may tip that comparison, never the time the wrong way
-    without_envelope = cl.calibration.network.with_(algorithm_envelope=0.0)
-    assert alg in {collective_time(cl, op, nbytes, g)[1], collective_time(cl, op, nbytes, g, without_envelope)[1],
-                   collective_time(faster, op, nbytes, g, without_envelope)[1]} or alg.startswith(("kangaring", "rdh", "ring", "hier"))
+    # the algorithm is Neuron's choice for this size or, where cheaper, the one just over a later switch: faster
+    # links may tip that comparison, never the time the wrong way (no slower than Neuron's own choice)
+    assert alg in envelope_choices(faster, op, nbytes, g)
+    plain = faster.calibration.network.with_(algorithm_envelope=0.0)
+    assert quick <= collective_time(faster, op, nbytes, g, plain)[0] * (1 + 1e-12)
 
 
 @SETTINGS

@@ -2,7 +2,7 @@
 invariants (busbw under the physical limit, time monotone in size and in bandwidth) on the switched fabric."""
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from ultracluster.cluster.catalog import GiB
 from ultracluster.network import Group, bus_factor, busbw_limit_bytes_per_s, collective_time, group_of
@@ -175,11 +175,42 @@ def test_time_is_monotone_in_size(case, factor):
 
 @SETTINGS
 @given(switched_cases(), st.floats(min_value=1.0, max_value=16.0), st.floats(min_value=1.0, max_value=16.0))
-def test_time_does_not_increase_with_bandwidth(case, efa_x, link_x):
+@example((bench_cluster("trn3.48xlarge", 4, 2), Group(64, 4, 1, False), "all_gather", 41_765_120), 1.0, 2.0)
+def test_time_does_not_increase_with_bandwidth(envelope_choices, case, efa_x, link_x):
+    """Faster links never slow a collective. They may change the algorithm it runs (the example above, below):
+    the model runs the cheapest of Neuron's choices at this size and just over its later switches, and what is
+    cheapest depends on the links; so the name is one of those choices, and the time no more than Neuron's own
+    choice's on the faster links."""
     cl, g, op, nbytes = case
-    base, alg = collective_time(cl, op, nbytes, g)
+    base, _ = collective_time(cl, op, nbytes, g)
     faster = bench_cluster(cl.instance.name, cl.instances, cl.lnc,
                            efa_gbps=cl.links.efa_bytes_per_s * 8 / 1e9 * efa_x,
                            neuronlink_gbps=cl.links.neuronlink_bytes_per_s_per_chip * 8 / 1e9 * link_x)
     quick, quick_alg = collective_time(faster, op, nbytes, g)
-    assert quick <= base * (1 + 1e-12) and quick_alg == alg
+    assert quick <= base * (1 + 1e-12)
+    assert quick_alg in envelope_choices(faster, op, nbytes, g)
+    plain = faster.calibration.network.with_(algorithm_envelope=0.0)
+    assert quick <= collective_time(faster, op, nbytes, g, plain)[0] * (1 + 1e-12)
+
+
+def test_more_link_bandwidth_can_tip_the_envelope_to_the_smaller_sizes_algorithm():
+    """Why the algorithm's name may change while the time drops (the failure the test above used to report):
+    a 40 MiB all-gather over four Trn3 servers (256 ranks). Neuron's switch gives RDH inside each server at this
+    size and the chip ring above 56 MiB; at the catalog's links the chip ring (its bytes mostly over the chips'
+    DMA) just over 56 MiB is cheaper than RDH at 40 MiB, so the model runs it; with NeuronLink doubled, RDH (its
+    bytes over NeuronLink) gains more and is cheaper. Each time is the cheaper of the two; both drop."""
+    g, nbytes = Group(64, 4, 1, False), 41_765_120
+    base = bench_cluster("trn3.48xlarge", 4, 2)
+    fast = bench_cluster("trn3.48xlarge", 4, 2, efa_gbps=base.links.efa_bytes_per_s * 8 / 1e9,
+                         neuronlink_gbps=base.links.neuronlink_bytes_per_s_per_chip * 8 / 1e9 * 2)
+    for cl in (base, fast):          # Neuron's switch: RDH at this size, the chip ring just over 56 MiB
+        plain = cl.calibration.network.with_(algorithm_envelope=0.0)
+        assert collective_time(cl, "all_gather", nbytes, g, plain)[1] == "hierarchical(rdh+z-mesh)"
+        assert collective_time(cl, "all_gather", 56 * (1 << 20) + 1, g, plain)[1] == "hierarchical(chip-ring+z-mesh)"
+    rdh = {cl: collective_time(cl, "all_gather", nbytes, g, cl.calibration.network.with_(algorithm_envelope=0.0))[0]
+           for cl in (base, fast)}
+    t_base, alg_base = collective_time(base, "all_gather", nbytes, g)
+    t_fast, alg_fast = collective_time(fast, "all_gather", nbytes, g)
+    assert alg_base == "hierarchical(chip-ring+z-mesh)" and t_base < rdh[base]       # the chip ring is cheaper
+    assert alg_fast == "hierarchical(rdh+z-mesh)" and t_fast == pytest.approx(rdh[fast], rel=1e-12)
+    assert collective_time(fast, "all_gather", nbytes, g)[0] < collective_time(base, "all_gather", nbytes, g)[0]

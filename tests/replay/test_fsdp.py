@@ -48,7 +48,8 @@ def test_zero_and_the_older_zero1_resolve_to_one_stage():
 
 @pytest.mark.parametrize(("training", "path"), [({"zero": 3, "zero1": False}, "training.zero1"),
                                                 ({"zero": 0, "zero1": True}, "training.zero1"),
-                                                ({"zero": 2}, "training.zero")])
+                                                ({"zero": 4}, "training.zero"),
+                                                ({"zero": True}, "training.zero")])
 def test_contradicting_or_unknown_stages_are_bad_input(training, path):
     with pytest.raises(ScenarioError) as err:
         load_scenario(_with(LLAMA70_TRN2, **training))

@@ -23,6 +23,15 @@ def test_mixtral_active_parameters():
     assert matmul_params(sc.model) == pytest.approx(12.9e9, rel=0.05)
 
 
+def test_mixtral_8x22b_active_and_total_parameters():
+    from ultracluster.operators import chunk_params
+
+    sc = load_scenario({**BASE, "model": {"preset": "mixtral-8x22b"}})
+    # Mixtral 8x22B: 39 B parameters active per token (2 of 8 experts) of 141 B (Mistral AI, 2024)
+    assert matmul_params(sc.model) == pytest.approx(39e9, rel=0.02)
+    assert chunk_params(sc.model, 1, [sc.model.layers], 1).sum() == pytest.approx(141e9, rel=0.01)
+
+
 def test_all_to_all_dispatch_and_combine_are_costed():
     res = run()
     a2a = [c for c in res.collectives if c.op == "all_to_all"]

@@ -1,6 +1,7 @@
 """plan.html in a real headless Chromium, like report.html (test_report_browser.py): no script error, no network
 request, a drawn page: the Pareto chart's dots and front, the near-misses' HBM bars; and the page of a plan
-whose instance type has no price says there is no cost axis."""
+whose instance type has no price says there is no cost axis. sweep.html too: its heatmap, its line charts and
+their intervals drawn."""
 from __future__ import annotations
 
 from test_report_browser import colours, load
@@ -47,3 +48,22 @@ def test_plan_without_prices_says_so(chromium, tmp_path):
     assert result.summary["best_usd_per_million_tokens"] is None
     png, errors, requests = load(chromium, tmp_path / "plan" / "plan.html")
     assert errors == [] and requests == []
+
+
+def test_sweep_html_renders_in_chromium(chromium, tmp_path, monkeypatch):
+    from ultracluster.sweep import build, run_sweep
+    from ultracluster.sweep.html import HEAT_HIGH, LINE_COLORS
+
+    monkeypatch.setattr("ultracluster.actors.plan_tasks.wanted", lambda address: False)   # priced here
+    sweep = build("scenarios/smoke.yaml", ["training.budget_tokens=1e10"],
+                  ["cluster.network.efa_gbps=100,200,400", "training.micro_batch=1,2"], None, None)
+    res = run_sweep(sweep, tmp_path / "sweep")
+    assert res.table["status"].eq("ok").all()
+    png, errors, requests = load(chromium, tmp_path / "sweep" / "sweep.html", height=2000)
+    assert errors == [] and requests == []
+    seen = colours(png)
+    assert len(seen) > 20 and seen.get("ffffff", 0) < 0.98 * 2000 * 1200
+    assert seen.get(LINE_COLORS[0][1:], 0) > 100 and seen.get(LINE_COLORS[1][1:], 0) > 100   # two lines a chart
+    assert seen.get("%02x%02x%02x" % HEAT_HIGH, 0) > 200                                      # the heatmap's best
+    page = (tmp_path / "sweep" / "sweep.html").read_text()
+    assert page.count('class="interval"') >= 6 and 'class="heatmap"' in page

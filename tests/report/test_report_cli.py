@@ -233,3 +233,27 @@ def test_cli_run_progress_quiet_and_exported_metrics(ray_session, scenarios_dir,
     assert set(parts) == {"compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "data_stall", "checkpoint", "other"}
     assert sum(parts.values()) == pytest.approx(last_step_s, rel=1e-6)
     assert summary["scenario"] == name
+
+
+def test_compare_writes_beside_the_runs_and_never_over_an_earlier_comparison(run_dirs, capsys, tmp_path,
+                                                                              monkeypatch):
+    a, b, bad = run_dirs
+    monkeypatch.chdir(tmp_path.parent)        # nothing may land in the working directory
+    before = set(tmp_path.parent.iterdir())
+    assert main(["compare", str(a), str(b), "--quiet"]) == EXIT_OK
+    assert set(tmp_path.parent.iterdir()) == before
+    folder = a.parent / "compare"
+    assert sorted(p.name for p in folder.iterdir()) == ["compare.csv", "compare.html"]
+    first = (folder / "compare.csv").read_text()
+    # a second comparison into the same place is refused, naming the directory and --force; nothing replaced
+    assert main(["compare", str(a), str(bad), "--quiet"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "already holds a comparison" in err and "--force" in err and str(folder) in err
+    assert (folder / "compare.csv").read_text() == first
+    assert main(["compare", str(a), str(bad), "--quiet", "--force"]) == EXIT_OK
+    assert "nofit" in (folder / "compare.csv").read_text()
+    # --out DIR: the files go inside; a run directory is never written over
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "mine"), "--quiet"]) == EXIT_OK
+    assert (tmp_path / "mine" / "compare.html").is_file() and (tmp_path / "mine" / "compare.csv").is_file()
+    assert main(["compare", str(a), str(b), "--out", str(b), "--quiet"]) == EXIT_BAD_INPUT
+    assert "is a run directory" in capsys.readouterr().err

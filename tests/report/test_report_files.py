@@ -170,3 +170,47 @@ def test_check_refuses_a_fifo_without_waiting_and_checks_the_interval(tmp_path):
     assert "step_time_low_s, step_time_high_s" in found(run)       # the point is outside its interval
     edit_json(run / "summary.json", step_time_low_s=step_s * 0.9, step_time_high_s=step_s * 1.2)
     assert "step_time_low_s" not in found(run)
+
+
+def test_cp_and_ep_comm_beside_tp_comm_and_the_check_holds_them_to_their_kinds(tmp_path):
+    run = write_run_dir(build_report(make_result()), tmp_path)
+    s = json.loads((run / "summary.json").read_text())
+    keys = list(s)
+    assert keys[keys.index("tp_comm_s") + 1:keys.index("tp_comm_s") + 3] == ["cp_comm_s", "ep_comm_s"]
+    assert s["cp_comm_s"] == s["comm_cp_exposed_s"] and s["ep_comm_s"] == s["comm_ep_exposed_s"]
+    assert s["comm_tp_exposed_s"] + s["cp_comm_s"] + s["ep_comm_s"] == pytest.approx(s["tp_comm_s"], rel=1e-12)
+    assert check_run_dir(run) == []
+    edit_json(run / "summary.json", cp_comm_s=s["cp_comm_s"] + 0.1)
+    assert "summary.json: cp_comm_s: given" in found(run) and "comm_cp_exposed_s" in found(run)
+    edit_json(run / "summary.json", cp_comm_s=s["cp_comm_s"], checkpoint_every_steps="200")
+    assert "summary.json: checkpoint_every_steps: given '200'; allowed: an integer" in found(run)
+
+
+def test_a_missing_price_is_said_in_the_summary_the_terminal_and_the_page(tmp_path):
+    from ultracluster.report import format_summary
+
+    result = make_result()
+    result.price_per_hour_usd = None              # an instance type the catalog has no price for
+    run = write_run_dir(build_report(result), tmp_path)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["price_per_hour_usd"] is None and s["usd_per_million_tokens"] is None
+    said = [w for w in s["warnings"] if w.startswith("no price for ")]
+    assert len(said) == 1 and "cluster.price_per_hour_usd" in said[0] and "--price-per-hour" in said[0]
+    assert any(ln.startswith("warning") and ln.endswith(said[0]) for ln in format_summary(s).splitlines())
+    html = (run / "report.html").read_text()
+    assert "<b>no price</b>" in html and "cluster.price_per_hour_usd" in html
+
+
+def test_a_configured_checkpoint_shows_its_block_write_and_restore_even_when_no_replayed_step_holds_one():
+    from ultracluster.report import format_summary
+    from ultracluster.runner import predict
+
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "faults-llama3-70b-trn2-sync.yaml"   # every 200
+    s = predict(scenario)
+    assert s["checkpoint_s"] == 0 and s["checkpoint_every_steps"] == 200 and s["checkpoint_block_s"] > 0
+    (said,) = [w for w in s["warnings"] if w.startswith("checkpoint_s is 0")]
+    assert f"each checkpoint blocks training {s['checkpoint_block_s']:.4g} s" in said
+    assert f"{s['checkpoint_block_s'] / 200:.4g} s per step over its interval" in said
+    lines = format_summary(s).splitlines()
+    (row,) = [ln for ln in lines if ln.startswith("checkpoint ")]
+    assert row.split(None, 1)[1].startswith("every 200 steps: blocks ") and "writes" in row and "restores in" in row

@@ -199,3 +199,29 @@ def test_report_waits_for_no_run_but_refuses_a_held_directory(tmp_path, holder, 
     proc.wait()
     with RunDirLock(out):                             # the lock alone: taken over from the dead holder
         pass
+
+
+def test_run_refuses_to_replace_an_earlier_run_without_force(tmp_path, capsys):
+    out = tmp_path / "runs" / "smoke"
+    report = run(load_scenario(SMOKE, ["training.steps=1", "training.warmup_steps=0"]), out=out,
+                 shards_factory=local_shards)
+    kept = (out / "summary.json").read_bytes()
+    assert report.summary["feasible"]
+    # the CLI refuses before it starts anything (no Ray), naming the earlier run and --force
+    assert main(["run", str(SMOKE), "--out", str(out), "--quiet", "--set", "parallelism.tp=4"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "already holds a run (scenario smoke, feasible, written" in err and "--force" in err
+    assert "Traceback" not in err and (out / "summary.json").read_bytes() == kept
+    assert sorted(p.name for p in out.parent.iterdir()) == ["smoke"]   # no lock, no staging left behind
+    with pytest.raises(OutDirError, match="already holds a run"):
+        RunDirectory(out, force=False).__enter__()
+    (out / "summary.json").unlink()                 # an unfinished run (steps.csv, run.json) is a run too
+    with pytest.raises(OutDirError, match="already holds a run \\(an unfinished run"):
+        RunDirectory(out, force=False).__enter__()
+    for p in out.iterdir():
+        p.unlink()
+    with RunDirectory(out, force=False) as d:       # an empty directory is no earlier run
+        (d.path / "summary.json").write_text("{}")
+    with RunDirectory(out, force=True) as d:        # --force replaces it
+        (d.path / "summary.json").write_text('{"scenario": "x"}')
+    assert json.loads((out / "summary.json").read_text()) == {"scenario": "x"}

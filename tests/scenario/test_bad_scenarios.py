@@ -11,13 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-import ultracluster
 from ultracluster.errors import Problem, ScenarioError
 from ultracluster.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
-CLI = Path(ultracluster.__file__).parent / "cli.py"
-HAS_CLI = CLI.exists() and "validate" in CLI.read_text(encoding="utf-8")
 
 BASE = {
     "name": "llama31-8b-tp32",
@@ -192,7 +189,6 @@ def test_scenario_error_pickles_and_prints() -> None:
     )
 
 
-@pytest.mark.skipif(not HAS_CLI, reason="ultracluster/cli.py with a validate command is not there yet")
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_bad_scenario_through_cli(tmp_path: Path, case: str) -> None:
     doc, overrides, path, given = CASES[case]

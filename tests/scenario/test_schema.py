@@ -139,7 +139,7 @@ def test_explicit_fields_win_over_the_preset() -> None:
 
 
 def test_every_preset_is_complete_and_cited() -> None:
-    assert preset_names() == list(PRESETS) and len(PRESETS) == 11
+    assert preset_names() == list(PRESETS) and len(PRESETS) == 12
     shape = {"layers", "hidden", "heads", "kv_heads", "ffn", "mlp", "vocab", "tied_embeddings", "source"}
     for name, preset in PRESETS.items():
         assert shape <= preset.keys(), name
@@ -147,7 +147,7 @@ def test_every_preset_is_complete_and_cited() -> None:
         assert preset["tied_embeddings"] is name.startswith("gpt3")
         if name.startswith("gpt3"):
             assert (preset["ffn"], preset["vocab"]) == (4 * preset["hidden"], 50257)
-    assert PRESETS["mixtral-8x7b"]["moe"] == {"experts": 8, "top_k": 2}
+    assert PRESETS["mixtral-8x7b"]["moe"] == PRESETS["mixtral-8x22b"]["moe"] == {"experts": 8, "top_k": 2}
 
 
 @pytest.mark.parametrize("preset", preset_names())

@@ -26,12 +26,13 @@ from typing import Iterator, Mapping
 
 import ray
 from ray._private import ray_constants as _ray_constants, utils as _ray_utils   # the embedded Ray's own sizing
-from ray.exceptions import RayActorError, RayError
+from ray.exceptions import AuthenticationError, RayActorError, RayError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from ..cluster import Capacity
 from ..errors import ActorError, Problem, RunInterrupted, ScenarioError
+from .auth import auth_hint, probe as _probe
 from ..replay.profile import ShardProfile, ShardState
 from .shard import ShardWorker
 
@@ -286,12 +287,17 @@ def _connect(address: str | None, shards: int) -> bool:
     with _signals_held() as held:
         try:
             if address:
+                _probe(address)
                 ray.init(address=address, logging_level="ERROR", log_to_driver=False)
             else:
                 # "local": always a new embedded Ray, never a `ray start` cluster that happens to run here
                 ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
                          resources={SHARD_RESOURCE: shards})
+        except AuthenticationError:
+            raise ActorError(auth_hint(address or "local")) from None
         except (ConnectionError, RuntimeError, ValueError) as err:
+            if address and "InvalidAuthToken" in f"{err} {err.__cause__} {err.__context__}":
+                raise ActorError(auth_hint(address)) from None
             raise ActorError(f"could not {'connect to Ray at ' + address if address else 'start a local Ray'}: "
                              f"{err}") from None
     _raylet_echo(False)

@@ -1,5 +1,5 @@
-"""Pieces of the layout table → Ray tasks across the cluster's nodes → priced pieces, and the Ray the planner
-runs in.
+"""Pieces of the layout table (or a sweep's variants) → Ray tasks across the cluster's nodes → priced pieces, and
+the Ray the planner and the sweep run in.
 
 `evaluate_on_ray` sends each piece (a block of rows) of the layout table to a task (`search.evaluate_chunk`,
 the same function the in-process search calls), spread over the nodes; the results are gathered in order,
@@ -83,6 +83,74 @@ def evaluate_on_ray(scenario, calibration, sources: dict[str, str], pieces: list
         lines = [ln for ln in str(err).splitlines() if ln.strip()]
         raise ActorError(f"a layout-evaluation task failed: {lines[-1] if lines else type(err).__name__}") from None
     return [d[0] for d in done], len({d[1] for d in done})
+
+
+@functools.cache
+def _call_task():
+    import ray
+    return ray.remote(num_cpus=1, max_retries=2)(_call)
+
+
+def _call(fn, shared, item):
+    import ray
+    return fn(shared, item), ray.get_runtime_context().get_node_id()
+
+
+class TaskFailed:
+    """What a task that Ray could not run returns in its place (its worker or node died twice): the cause."""
+
+    def __init__(self, cause: str):
+        self.cause = cause
+
+
+def map_on_ray(fn: Callable, shared, items: list, on_done: Callable[[int, object], None] | None = None
+               ) -> tuple[list, int]:
+    """`fn(shared, item)` for every item as Ray tasks spread over the cluster (attached already), one CPU each;
+    `shared` is put in the object store once. The sweep's variants run here (`ultracluster.sweep`).
+
+    Args:
+        on_done: called with (the item's position, its result) as each task comes back, in the order they end.
+
+    Returns:
+        (the results in the items' order, a `TaskFailed` for each task Ray could not run; how many distinct nodes
+        ran them). An interruption cancels the tasks not yet done and propagates.
+    """
+    import ray
+    from ray.exceptions import RayError
+
+    ref = ray.put(shared)
+    refs = [_call_task().options(scheduling_strategy="SPREAD").remote(fn, ref, item) for item in items]
+    where = {r: i for i, r in enumerate(refs)}
+    results: list = [None] * len(items)
+    nodes: set[str] = set()
+    pending = list(refs)
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for r in ready:
+                i = where[r]
+                try:
+                    results[i], node = ray.get(r)
+                    nodes.add(node)
+                except RayError as err:
+                    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+                    results[i] = TaskFailed(f"a Ray task failed: {lines[-1] if lines else type(err).__name__}"[:500])
+                if on_done is not None:
+                    on_done(i, results[i])
+    except BaseException:
+        for r in pending:
+            try:
+                ray.cancel(r, force=True)
+            except RayError:
+                pass
+        raise
+    return results, len(nodes)
+
+
+def alive_nodes() -> int:
+    """Live nodes of the Ray cluster this process is attached to."""
+    import ray
+    return sum(1 for n in ray.nodes() if n.get("Alive"))
 
 
 def wanted(address: str | None) -> bool:

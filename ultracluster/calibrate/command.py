@@ -73,6 +73,54 @@ def _shipped_evidence() -> tuple[list[float], float]:
     return cv, float(doc.get("release_spread", 0.0))
 
 
+def reachable(g: Group, base: Calibration, correction: float) -> tuple[float, float]:
+    """The fastest and slowest step the model gives a scenario with its free factors anywhere in their physical
+    ranges (CANDIDATES): the extremes over the ranges' corners (each factor moves the step one way), in one
+    fast-path evaluation, with the scenario's replay/fast-path correction."""
+    import itertools
+
+    from ..uncertainty import step_times
+
+    corners = [dict(zip(CANDIDATES, ends)) for ends in itertools.product(*CANDIDATES.values())]
+    steps = np.asarray(step_times(g.scenario, [base.with_(**c) for c in corners]), dtype=float) * math.exp(correction)
+    steps = steps[np.isfinite(steps)]
+    return (float(steps.min()), float(steps.max())) if steps.size else (math.nan, math.nan)
+
+
+def unreachable(groups: dict[str, Group], base: Calibration, correction: dict[str, float]) -> list[Problem]:
+    """Rows no factor in its physical range can reach: a measured step faster than the chips' peak allows (MFU above
+    100 %), or outside the steps the model gives with its factors anywhere in their ranges (`reachable`). Each
+    names the row and what the model allows, in the row's own quantity."""
+    from ..operators import model_flops_per_step
+
+    problems = []
+    for key, g in groups.items():
+        sc = g.scenario
+        spec = INSTANCES[sc.cluster.instance]
+        peak = sc.cluster.instances * spec.chips * spec.chip.dense_flop_per_s[sc.training.precision]
+        at_peak = model_flops_per_step(sc) / peak          # the step at MFU 100 %
+        lo, hi = reachable(g, base, correction[key])
+        for r in g.rows:
+            def shown(step: float) -> str:     # a step time in the row's own quantity
+                value = {"step_time_s": step, "seq_per_s": sc.training.global_batch / step,
+                         "tokens_per_s": sc.tokens_per_step / step}[r.measured]
+                return f"{value:.4g}"
+            what = f"{r.where}: {r.measured} (scenario {r.scenario_path})"
+            limit = "at most" if r.measured != "step_time_s" else "at least"
+            if r.step_time_s < at_peak:
+                problems.append(Problem(what, r.value, (
+                    f"{limit} {shown(at_peak)}: faster would be more than the chips' peak ({sc.cluster.instances} x "
+                    f"{spec.name}, {peak:.4g} FLOP/s in {sc.training.precision}; MFU "
+                    f"{100 * at_peak / r.step_time_s:.4g} %); check the row's scenario against the measured run")))
+            elif math.isfinite(lo) and not lo <= r.step_time_s <= hi:
+                ends = sorted((shown(lo), shown(hi)), key=float)
+                problems.append(Problem(what, r.value, (
+                    f"from {ends[0]} to {ends[1]}: what the model gives this scenario with its fitted factors anywhere "
+                    f"in their physical ranges ({', '.join(f'{k} {a:g}..{b:g}' for k, (a, b) in CANDIDATES.items())}); "
+                    f"no fit reaches {shown(r.step_time_s)}: check the row's scenario against the measured run")))
+    return problems
+
+
 def calibrate(measurements: str | Path, log=None) -> Calibrated:
     """Fit the factors the measured rows identify; the profile document (not written: `write_profile`)."""
     from ..uncertainty import step_times
@@ -96,6 +144,9 @@ def calibrate(measurements: str | Path, log=None) -> Calibrated:
         before[key] = s["step_time_s"]
         fast = float(step_times(g.scenario, [base])[0])
         correction[key] = math.log(before[key] / fast)
+    if problems:
+        raise ScenarioError(problems, str(measurements))
+    problems = unreachable(groups, base, correction)        # before any fit: nothing is written
     if problems:
         raise ScenarioError(problems, str(measurements))
     pricing = Pricing(groups, base, correction)
@@ -157,7 +208,7 @@ def _document(measurements, rows, groups, terms, shipped, main: Fit, folds, kept
     ranges = {}
     for j, k in enumerate(main.free):
         col = main.jacobian[:, j] if main.jacobian is not None else np.zeros(1)
-        half = sigma / math.sqrt(float(col @ col) + float(penalties([k])[0]) + 1e-12)
+        half = sigma / math.sqrt(float(col @ col) + float(penalties([k], shipped)[0]) + 1e-12)
         lo, hi = CANDIDATES[k]
         ranges[k] = [float(f"{max(lo, main.factors[k] * math.exp(-half)):.3g}"),
                      float(f"{min(hi, main.factors[k] * math.exp(half)):.3g}")]

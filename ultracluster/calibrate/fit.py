@@ -42,10 +42,11 @@ CANDIDATES = {
 }
 # The training stacks' engine costs (ultracluster/stacks.py): a row moves only the engine of its own stack, and
 # first, where it has a pipeline (six or four graph executions per microbatch and stage); the shipped fit may leave
-# one at its lower bound, which is no prior: its sensitivity is probed at ENGINE_PROBE_S and it is fitted without
+# one at its lower bound, which is no prior: its sensitivity is probed at ENGINE_PROBE_S (5 ms: a PP4 run of 32 microbatches
+# then spends about a tenth of its step in graph executions) and it is fitted without
 # the pull toward the shipped value
 ENGINES = ("graph_s_nxd", "graph_s_nemo")
-ENGINE_PROBE_S = 1e-3
+ENGINE_PROBE_S = 5e-3
 # Which factors each chip generation's rows try first: on Trn1 the TensorE efficiency then the in-graph
 # collective cost (the shipped fit's order); on Trn2 the Trn2 scale of that cost (the factor the one published Trn2
 # run fits) then the efficiency; Trn3 borrows both
@@ -187,9 +188,11 @@ class Problem:
     iterations: int = 0
 
 
-def penalties(names) -> np.ndarray:
-    """The pull toward the shipped fit of each named factor (none for the stacks' engine costs)."""
-    return np.array([0.0 if k in ENGINES else PENALTY for k in names])
+def penalties(names, shipped: dict[str, float] | None = None) -> np.ndarray:
+    """The pull toward the shipped fit of each named factor: none for a stack's engine cost the shipped fit left at
+    its lower bound (no value to pull toward)."""
+    shipped = shipped if shipped is not None else shipped_factors()
+    return np.array([0.0 if k in ENGINES and shipped[k] <= CANDIDATES[k][0] * 1.001 else PENALTY for k in names])
 
 
 def engine_order(groups: dict[str, Group], terms: list[Term]) -> list[str]:
@@ -217,8 +220,10 @@ def _solver(prob: Problem, groups: dict[str, Group], pricing: Pricing, shipped: 
     lo = np.array([math.log(CANDIDATES[k][0]) for k in prob.free])
     hi = np.array([math.log(CANDIDATES[k][1]) for k in prob.free])
     u0 = np.array([math.log(shipped[k]) for k in prob.free])
-    u = np.clip(np.array([math.log(prob.start[k]) for k in prob.free]), lo, hi)
-    pen = penalties(prob.free)
+    # an engine cost starts where its effect shows (at its lower bound its Jacobian is nil and no step moves it)
+    u = np.clip(np.array([math.log(ENGINE_PROBE_S if k in ENGINES and prob.start[k] <= CANDIDATES[k][0] * 1.001
+                                   else prob.start[k]) for k in prob.free]), lo, hi)
+    pen = penalties(prob.free, shipped)
 
     def settings(u: np.ndarray) -> list[dict[str, float]]:
         out = [_point(prob, u)]
@@ -359,7 +364,7 @@ def fold_factors(main: Problem, jac_all: np.ndarray, keep: list[int], free: list
     r = main.residuals[keep] + jac_all[keep][:, fixed] @ d[fixed]
     if mov:
         a = jac_all[keep][:, mov]
-        pen = penalties([names[i] for i in mov])
+        pen = penalties([names[i] for i in mov], shipped)
         rhs = -(a.T @ r + pen * (u_star[mov] - u0[mov]))
         d[mov] = np.linalg.solve(a.T @ a + np.diag(np.maximum(pen, 1e-9)), rhs)
     out = {}

@@ -162,7 +162,7 @@ def _still_the_fit(doc: dict, groups, base, steps: dict[str, float]) -> list[str
     shipped = doc["shipped_calibration"]["factors"]
     u = np.array([math.log(point[k]) for k in free])
     u0 = np.array([math.log(shipped[k]) for k in free])
-    pen = penalties(free)
+    pen = penalties(free, shipped)
     step = np.linalg.solve(jac.T @ jac + np.diag(np.maximum(pen, 1e-9)), -(jac.T @ r + pen * (u - u0)))
     out = []
     for k, s in zip(free, step):

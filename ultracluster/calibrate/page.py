@@ -23,12 +23,12 @@ def render(res: dict, data: Path) -> str:
         "median seq/s over its `table` and `log` rows on Trn1. Rows marked `pair` (an old release's 1-instance and "
         "16-instance figures printed side by side) enter only as the ratio inside each pair: the data-parallel "
         "scaling efficiency, which no release drift touches; the fit targets the median of those ratios as one more "
-        "term. Layouts marked `uncertain` (model or batch inferred from an example log) and the Trainium2 row "
-        "(`paper`) are shown but never fitted. The fitted factors minimise the sum of squared log errors over the "
-        "fitted layouts and the pairs' scaling (bounded least squares, `scipy.optimize.least_squares`, from fixed "
-        "starts inside each factor's physical bounds: deterministic). A stack engine's graph cost that no pipelined "
-        "fitted layout sees follows the one that is (an engine with no pipelined row is priced like one that has "
-        "them). "
+        "term. Layouts marked `uncertain` (model or batch inferred from an example log) are shown but never fitted; "
+        "the Trainium2 row (`paper`) is left out of this fit and fits one Trn2 factor alone (below). The fitted "
+        "factors minimise the sum of squared log errors over the fitted layouts and the pairs' scaling (bounded least "
+        "squares, `scipy.optimize.least_squares`, from fixed starts inside each factor's physical bounds: "
+        "deterministic). A stack engine's graph cost that no pipelined fitted layout sees follows the one that is "
+        "(an engine with no pipelined row is priced like one that has them). "
         "Every other factor is set from a source or a physical argument below and named as an assumption.", "",
         f"Between-release spread (RMS over layouts of the standard deviation of log seq/s): "
         f"{100 * res['release_spread']:.1f} %. In-sample RMS log error: {100 * res['rms_log_error']:.1f} %.", "",
@@ -84,9 +84,11 @@ def render(res: dict, data: Path) -> str:
     lines += ["", "## Layouts", "",
               "| layout | quality | fitted | published median seq/s | predicted | error | leave-one-out error |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
+    t2row = res.get("trn2") or {}
     for n, r in L.items():
         cve = f"{r['cv_error_pct']:+.1f} %" if "cv_error_pct" in r else "–"
-        lines.append(f"| {n} | {r['quality']} | {'yes' if r['fitted'] else 'no'} | {r['median_seq_per_s']:g} | "
+        fit = "yes" if r["fitted"] else (f"yes: `{t2row['factor']}` alone" if n == t2row.get("row") else "no")
+        lines.append(f"| {n} | {r['quality']} | {fit} | {r['median_seq_per_s']:g} | "
                      f"{r['predicted_seq_per_s']:.2f} | {r['error_pct']:+.1f} % | {cve} |")
     lines += ["", f"Leave-one-layout-out cross-validation over the {len(cv['folds'])} fitted layouts: median "
               f"|error| {cv['median_abs_error_pct']:.1f} %, worst {cv['worst_abs_error_pct']:.1f} %. This is the "
@@ -163,6 +165,7 @@ def render(res: dict, data: Path) -> str:
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in lay_rows:
         err = "ratio only (above)" if r["quality"] == "pair" else f"{res['rows'][r['id']]:+.1f} %"
+        err += " (fitted)" if r["layout"] == t2row.get("row") else ""
         lines.append(f"| {r['id']} | {r['layout']} | {r['sdk']} | {r['quality']} | {r['seq_per_s']} | "
                      f"{L[r['layout']]['median_seq_per_s']:g} | {err} |")
     names = list(L)

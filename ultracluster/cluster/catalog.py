@@ -569,6 +569,12 @@ def largest_cluster(spec: InstanceSpec) -> int:
     return ULTRACLUSTER_CHIPS[spec.chip.name] // spec.chips
 
 
+def largest_cluster_text(spec: InstanceSpec) -> str:
+    """The bound `largest_cluster` in words, as `run`, `validate` and `plan` all say it."""
+    return (f"instance counts up to {largest_cluster(spec):,} for {spec.name} (the catalog's largest "
+            f"{spec.chip.name} cluster: {ULTRACLUSTER_CHIPS[spec.chip.name]:,} chips, {spec.chips} per instance)")
+
+
 def ultraserver_of(spec: InstanceSpec) -> UltraServerSpec | None:
     """The UltraServer an instance type joins, or None."""
     return ULTRASERVERS.get(spec.name) if spec.ultraserver_capable else None

@@ -25,7 +25,7 @@ FORMAT = "ultracluster-calibration-profile"
 VERSION = 1
 MAX_PROFILE_BYTES = 16 << 20      # a profile of a few hundred rows with their scenarios inlined is well below
 # The factors a profile may set (ultracluster.calibrate fits these; any other name is a damaged profile)
-FACTORS = ("tensor_efficiency", "in_graph_sync_s", "in_graph_sync_scale_trn2")
+FACTORS = ("tensor_efficiency", "in_graph_sync_s", "in_graph_sync_scale_trn2", "graph_s_nxd", "graph_s_nemo")
 
 
 class ProfileError(UltraclusterError):

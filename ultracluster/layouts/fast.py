@@ -107,6 +107,14 @@ class _Rows:
     replica_cp_block_s: None = None
 
 
+def _operator_reasons(sh: Shapes, srow: np.ndarray) -> np.ndarray | None:
+    """[rows] why a scenario's own operator gives no valid work at each row's shape (None where it does), or None
+    when every shape is fine."""
+    if sh.bad is None or all(b is None for b in sh.bad):
+        return None
+    return np.array(sh.bad, dtype=object)[srow]
+
+
 def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFrame:
     """Predict every layout of `table` (LAYOUT_COLUMNS and `microbatches`, one row per layout).
 
@@ -158,6 +166,11 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
         total_gib=tot, capacity_gib=r.hbm_capacity_gib)]) for ok, r, tot in
         zip(out["feasible"], out.itertuples(index=False), worst_total)]
 
+    ops_bad = _operator_reasons(sh, srow)
+    if ops_bad is not None:      # a scenario's own operator gives no valid work at these layouts' shapes
+        hit = np.array([r is not None for r in ops_bad], dtype=bool)
+        out.loc[hit, "feasible"] = False
+        out["reason"] = np.where(hit, ops_bad, out["reason"].to_numpy(dtype=object))
     measured = list(range(t.warmup_steps, t.warmup_steps + t.steps))
     feasible = out["feasible"].to_numpy()
     # each row's cluster and calibration (jitter, step overhead), one lookup per distinct cluster
@@ -168,12 +181,20 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
     overhead = np.array([c.step_overhead_s for c in cals])[which]
     cols = {c: table[c].to_numpy() for c in ("tp", "cp", "dp", "microbatches", "pp_schedule")}
     pending: dict[tuple, list[dict]] = {}
+    unpriced: dict[int, str] = {}       # rows whose optimizer work is not a valid number: infeasible
     for g in grps:
         js = np.flatnonzero(feasible[g.rows])
         if js.size == 0:
             continue
         idx = g.rows[js]
         F, B, OPT, attn_f, attn_b = batched_chunks(pr, table, sh, srow, g, js)
+        if sh.bad is not None:   # the optimizer's own expressions at each layout's parameters
+            wrong = ~(np.isfinite(OPT) & (OPT >= 0) & (OPT <= opslib.MAX_WORK)).all(axis=1)
+            for j in np.flatnonzero(wrong).tolist():
+                s = int(np.flatnonzero(~(np.isfinite(OPT[j]) & (OPT[j] >= 0) & (OPT[j] <= opslib.MAX_WORK)))[0])
+                unpriced[int(idx[j])] = (f"the scenario's optimizer operators give {OPT[j, s]:g} s on pipeline stage "
+                                         f"{s} at this layout's parameters (allowed: a finite number >= 0)")
+            OPT = np.where(wrong[:, None], 0.0, OPT)
         c, has = batched_comm(pr, rows, sh, srow, g, js)
         tp, cp, dp = cols["tp"][idx], cols["cp"][idx], cols["dp"][idx]
         # [n, pp]: each stage at its slowest replica's speed, averaged over the measured steps (once per distinct
@@ -223,6 +244,13 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
         rs_end = np.where(x["has"][:, None], queued, 0.0)
         done = engine.stage_finish(end, rs_end, x["norm"][:, None], x["opt"], x["after"])[1]
         step_time[x["i"]] = done.max(axis=1) + x["overhead"]
+    if unpriced:
+        rows_ = np.array(sorted(unpriced))
+        step_time[rows_] = np.nan
+        out.loc[rows_, "feasible"] = False
+        reasons = out["reason"].to_numpy(dtype=object)
+        reasons[rows_] = [unpriced[i] for i in rows_.tolist()]
+        out["reason"] = reasons
     price, peak = cluster_columns(pr, table, ("price_per_hour_usd", "peak_flop_per_s"))
     price = price * table["instances"].to_numpy()
     tokens = t.global_batch * t.seq_len

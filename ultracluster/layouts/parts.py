@@ -41,6 +41,7 @@ class Shapes:
     variables: dict[str, np.ndarray]
     rates: chip.RankRates        # fields [K]
     ops: tuple                   # the applicable operators (one list: the calibrations' switches agree)
+    bad: list | None = None      # [K] why a scenario's own operator gives no valid work at the shape, else None
 
 
 def _shape_key(r) -> tuple:
@@ -81,8 +82,12 @@ def shapes(pr: Pricer, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.ndar
     costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
                              np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention)
     saved = np.array([pk[5] for pk in per_key]).reshape(K, 4)
+    bad = None
+    if pr.scenario.operators:   # a scenario's own expressions may go bad at shapes other than its own
+        flags, why = opslib.bad_work([o for o in ops if o.where != "optimizer"], V)
+        bad = [w if f else None for f, w in zip(flags.tolist(), why)]
     return Shapes(keys=keys, costs=costs, saved_layer=saved[:, 0], saved_emb=saved[:, 1], saved_head=saved[:, 2],
-                  working=saved[:, 3], variables=V, rates=R, ops=tuple(ops)), srow
+                  working=saved[:, 3], variables=V, rates=R, ops=tuple(ops), bad=bad), srow
 
 
 def _shape_inputs(pr: Pricer, r) -> tuple:
@@ -184,7 +189,7 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
         k = srow[g.rows]
         zero = zero_all[g.rows]
         W, G, O = memory.stage_state_gib(g.dense, g.expert, g.layers, g.pp, dp_all[g.rows], ep_all[g.rows],
-                                         zero >= 1, zero >= 3, per_param)
+                                         zero >= 1, zero >= 3, per_param, zero >= 2)
         # activations depend on the row's shape alone: each distinct shape's peaks are priced once
         ks, kinv = np.unique(k, return_inverse=True)
         act = memory.chunk_activation_bytes(g.layers, sh.saved_layer[ks], sh.saved_emb[ks], sh.saved_head[ks])

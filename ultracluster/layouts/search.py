@@ -117,7 +117,11 @@ def apply_headroom(out: pd.DataFrame, headroom: float) -> None:
     over = fits & (need > allowed) & out["feasible"].to_numpy(dtype=bool)
     feasible = out["feasible"].to_numpy(dtype=bool) & ~over
     rows = np.flatnonzero(~feasible)
+    given = out["reason"].to_numpy(dtype=object) if "reason" in out else np.full(len(out), None, dtype=object)
     reasons = np.full(len(out), None, dtype=object)
+    kept = np.array([r is not None and r == r for r in given], dtype=bool)   # the fast path's own (operators)
+    reasons[kept] = given[kept]
+    rows = rows[~kept[rows]]
     said: dict[tuple, str] = {}                # each distinct reason worded once (many layouts share one)
     for i, key in zip(rows.tolist(), zip(out["worst_stage"].to_numpy()[rows].tolist(), need[rows].tolist(),
                                          cap[rows].tolist(), allowed[rows].tolist(), over[rows].tolist())):

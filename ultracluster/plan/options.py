@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from .. import stacks
-from ..cluster.catalog import INSTANCES, NO_PRICE, ULTRACLUSTER_CHIPS, largest_cluster
+from ..cluster.catalog import INSTANCES, NO_PRICE, largest_cluster, largest_cluster_text
 from ..errors import Problem, ScenarioError
 from ..layouts import search
 from ..layouts.space import SearchSpace, clusters, count_layouts
@@ -128,11 +128,10 @@ def _beyond_largest_cluster(base: Scenario, space: SearchSpace) -> Problem | Non
     over = [n for n in counts if n > limit]
     if not over:
         return None
-    spec = INSTANCES[kind]
     given = over[0] if len(over) == 1 else ",".join(map(str, over))
+    # the bound `run` and `validate` apply to cluster.instances (scenario.checks.check_bounds), in the same words
     return Problem("--instances" if space.instance_counts else "cluster.instances", given,
-                   f"instance counts up to {limit:,} for {kind} (the catalog's largest {spec.chip.name} cluster: "
-                   f"{ULTRACLUSTER_CHIPS[spec.chip.name]:,} chips, {spec.chips} per instance)")
+                   largest_cluster_text(INSTANCES[kind]))
 
 
 def _check_size(base: Scenario, space: SearchSpace, max_search_minutes: float) -> int:

@@ -142,14 +142,16 @@ def layer_comm(price: Prices, cluster: Cluster, tp: int, cp: int, pp: int, ep: i
         bwd_exposed = 2 * (block_exposed + block_hideable)
     # context parallel: ring attention passes each rank's K/V block to the next cp rank, cp - 1 times per
     # layer, overlapped with the attention on the block in hand; backward passes K/V and their gradients.
-    # The exposed part depends on the attention time, so the replay decides it per step.
+    # Every rank passes at once and takes the next block from its predecessor, so the ring steps at the pace
+    # of its slowest hop (`ring_hops`: across instances when the ring spans several). The exposed part depends
+    # on the attention time, so the replay decides it per step.
     cp_fwd = cp_bwd = 0.0
     if cp > 1:
-        cpg = group_of(cluster, 2, tp)
+        hops = ring_hops(cluster, tp, cp)
         kv = 2 * v["T"] * v["hkv"] * v["d"] * v["e"]
         n_blocks = layer_mbs * (cp - 1)
-        cp_fwd = price("send_recv", kv, cpg, "cp", n_blocks * (1 + again))
-        cp_bwd = price("send_recv", 2 * kv, cpg, "cp", n_blocks)
+        cp_fwd = _slowest_hop(price, hops, kv, n_blocks * (1 + again))
+        cp_bwd = _slowest_hop(price, hops, 2 * kv, n_blocks)
     # mixture of experts: an all-to-all dispatches each token's hidden state to its top_k experts' ranks and
     # another combines the results, forward and (transposed) backward; the busiest rank moves imb x more
     a2a = 0.0
@@ -341,12 +343,35 @@ def _plan_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> S
                     price.records, dp)
 
 
+def ring_hops(cluster: Cluster, tp: int, cp: int) -> tuple[Group, ...]:
+    """The distinct hops of a context-parallel ring (replica 0, stage 0: cp members tp ranks apart, the last
+    passing to the first): the pair inside an instance, every such pair at once, where consecutive members
+    share one, and each pair that crosses instances (over the UltraServer's Z links or EFA), in ring order."""
+    rpi = cluster.ranks_per_instance
+    members = [i * tp for i in range(cp)]
+    pairs = {tuple(sorted((a, b))) for a, b in zip(members, members[1:] + members[:1])}
+    inside = [group_of(cluster, 2, tp)] if any(lo // rpi == hi // rpi for lo, hi in pairs) else []
+    across = [_pair(cluster, lo, hi) for lo, hi in sorted(pairs) if lo // rpi != hi // rpi]
+    return tuple(inside + across)
+
+
+def _slowest_hop(price: Prices, hops: tuple[Group, ...], nbytes: float, count: float) -> float:
+    """Seconds of one ring step: `nbytes` over the slowest of `hops`, which is recorded (`count` per step)."""
+    secs = [price("send_recv", nbytes, g) for g in hops]
+    return price("send_recv", nbytes, hops[int(np.argmax(secs))], "cp", count)
+
+
 def _send_group(cluster: Cluster, a: int, b: int) -> Group:
     """The two members of a send from stage a to stage b of replica 0, placed where they sit: the first
-    ranks of the two stages (placement is tp, cp, then pp inside a replica). The network model routes
-    it over the chip, NeuronLink, the UltraServer's Z links or EFA accordingly."""
+    ranks of the two stages (placement is tp, cp, then pp inside a replica)."""
     stride = cluster.layout.tp * cluster.layout.cp
-    lo, hi = sorted((a * stride, b * stride))
+    return _pair(cluster, a * stride, b * stride)
+
+
+def _pair(cluster: Cluster, a: int, b: int) -> Group:
+    """Ranks a and b as a group of two (with every pair of the same shape on their instances at once). The
+    network model routes it over the chip, NeuronLink, the UltraServer's Z links or EFA accordingly."""
+    lo, hi = sorted((a, b))
     rpi = cluster.ranks_per_instance
     if lo // rpi == hi // rpi:
         return Group(per_instance=2, instances=1, stride=hi - lo, first_rank=lo)

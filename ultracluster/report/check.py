@@ -53,14 +53,18 @@ SUMMARY_FIELDS = {
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" for k in COMM_KINDS
                                                     for p in ("exposed", "hidden")}, "warnings": "list",
-                   "calibration_profile": "str?",
+                   "calibration_profile": "str?", "cp_comm_s": "number", "ep_comm_s": "number",
+                   "checkpoint_every_steps": "int",
                    # the training budget's days and dollars with goodput (docs/design.md, "summary.json")
                    "train_tokens": "number?", "train_steps": "number?", "goodput": "number",
                    "goodput_source": "str", "time_to_train_days": "number?", "total_cost_usd": "number?",
                    "price_source": "str"}
+#: The in-layer kinds under the contract's names, beside tp_comm_s (which holds them): each equals its kind's
+#: exposed seconds
+KIND_NAMES = {"cp_comm_s": "comm_cp_exposed_s", "ep_comm_s": "comm_ep_exposed_s"}
 
 #: The axes `extrapolated` may name (ultracluster.uncertainty.extrapolated)
-EXTRAPOLATION_AXES = ("generation", "tp", "pp", "cp", "seq_len", "params_b", "zero", "recompute")
+EXTRAPOLATION_AXES = ("generation", "tp", "pp", "cp", "seq_len", "params_b", "zero", "recompute", "cell")
 
 #: Columns of steps.csv the contract names (a run writes more); breakdown.csv has the same less the ids.
 STEP_COLUMNS = ("step", "warmup", "step_time_s", *BREAKDOWN)
@@ -201,6 +205,10 @@ def _check_comm(s: dict, step: float, problems: list[Problem]) -> None:
     for name, part, total in sums:
         if _is_number(s.get(part)) and abs(total - s[part]) > REL * step:
             problems.append(Problem(f"summary.json: {name}", total, f"{part} = {s[part]!r}"))
+    for name, kind in KIND_NAMES.items():
+        if name in s and not (_is_number(s[name]) and abs(s[name] - values[kind]) <= REL * step):
+            problems.append(Problem(f"summary.json: {name}", s[name], f"{kind} = {values[kind]!r} (its exposed "
+                                                                      "seconds, part of tp_comm_s)"))
 
 
 def _read_csv(run: Path, name: str, problems: list[Problem]) -> tuple[list[str], list[dict]] | None:

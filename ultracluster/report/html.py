@@ -41,6 +41,7 @@ MAX_HTML_SLICES = 20_000    # timeline rectangles drawn; beyond, only the comput
 TOP_RANKS = 20              # rows of the slowest-ranks table
 HEADLINE = (("step time", "step_time_s"), ("tokens/s", "tokens_per_s"), ("MFU", "mfu"),
             ("HBM peak per rank", "hbm_peak_gib"), ("cost / M tokens", "usd_per_million_tokens"))
+NO_PRICE_HTML = "<span>set cluster.price_per_hour_usd or --price-per-hour</span>"   # the cost card without a price
 CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1150px}
 h2{margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
@@ -291,17 +292,16 @@ def timeline_svg(timeline: pd.DataFrame, breakdown: pd.DataFrame) -> str:
 
 
 def _cards(s: dict) -> str:
+    """The headline cards (a cost without a price says so and what to set, never "-"), then the summary's warnings,
+    one line each: figures that are 0 or absent because their model is off or their input missing."""
     out = []
     for label, key in HEADLINE:
         text = hbm_text(s, "") if key == "hbm_peak_gib" else fmt(s.get(key), key)
-        out.append(f'<div class="card"><span>{escape(label)}</span><b>{escape(text)}</b></div>')
-    return '<div class="cards">' + "".join(out) + "</div>"
-
-
-def _warnings(s: dict) -> str:
-    """The summary's warnings, one line each: figures that are 0 because their model is off."""
-    lines = s.get("warnings") or []
-    return "".join(f'<p class="warning"><b>warning:</b> {escape(str(w))}</p>' for w in lines)
+        why = NO_PRICE_HTML if key == "usd_per_million_tokens" and s.get(key) is None and s.get("feasible") else ""
+        out.append(f'<div class="card"><span>{escape(label)}</span><b>{escape("no price" if why else text)}</b>'
+                   f'{why}</div>')
+    return '<div class="cards">' + "".join(out) + "</div>" + "".join(
+        f'<p class="warning"><b>warning:</b> {escape(str(w))}</p>' for w in s.get("warnings") or [])
 
 
 def slowest_ranks(ranks: pd.DataFrame, ref: float = 0.0) -> str:
@@ -343,7 +343,7 @@ def render_html(report: Report) -> str:
     stages = report.stages.drop(columns=[c for c in MEMORY_COLORS if c in report.stages.columns])
     step = s.get("step_time_s") if _finite(s.get("step_time_s")) else 0.0
     body = f"""<h1>ultracluster: {name}</h1>{banner}
-<h2>Summary</h2>{_cards(s)}{_warnings(s)}
+<h2>Summary</h2>{_cards(s)}
 <details><summary>every summary.json field</summary>{_fields_table(s)}</details>
 <h2>Step time and its 80 % interval</h2><p class="note">the band: fit residuals (leave-one-layout-out), the spread
 between Neuron releases, and the factors no measurement pins on this hardware (docs/uncertainty.md)</p>{interval_svg([(

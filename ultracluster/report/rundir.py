@@ -15,7 +15,8 @@ For a run directory ``<parent>/<name>``:
   anything (bad input, interrupted before its first step) leaves ``<name>`` as it was.
 * An existing ``<name>`` is replaced only when it holds nothing but files a run writes (``*.csv``,
   ``*.json``, ``*.html``, ``*.parquet``): never a directory with subdirectories or other files, never the
-  current directory or one above it.
+  current directory or one above it. One that holds an earlier run (its summary.json, steps.csv or run.json) is
+  replaced only when asked to (``force``; the CLI's ``run --force``, the same rule as ``plan --force``).
 
 Only this module and ``write.py`` create files in run directories.
 """
@@ -45,6 +46,25 @@ from ultracluster.report.write import StepWriter, write_run_record
 RUN_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.(csv|json|html|parquet)$|^\..+\.tmp$")
 _SIGNALS = tuple(s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s)
 _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
+EARLIER_RUN_FILES = ("summary.json", "steps.csv", "run.json")   # what marks a directory as holding a run
+
+
+def earlier_run(path: Path) -> str:
+    """A few words on the run a directory holds: its scenario, when it was written, whether it finished."""
+    summary, record = path / "summary.json", path / "run.json"
+    stamp = next((f.stat().st_mtime for f in (summary, record, path / "steps.csv") if f.is_file()), None)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(stamp)) if stamp is not None else "?"
+    try:
+        s = json.loads(summary.read_text()) if summary.is_file() and summary.stat().st_size < 1 << 22 else None
+    except (OSError, ValueError):
+        s = None
+    if isinstance(s, dict):
+        what = f"scenario {shorten_text(str(s.get('scenario', '?')), 80)}, " + (
+            "feasible" if s.get("feasible") else "infeasible")
+        return f"{what}, written {when}"
+    return f"an unfinished run, written {when}"
 
 
 def _now() -> str:
@@ -168,6 +188,7 @@ class RunDirectory:
 
     Args:
         out: the run directory.
+        force: replace an earlier run found there (False: OutDirError naming it, as `run` without --force).
 
     Attributes:
         target: the run directory (symlinks resolved).
@@ -177,11 +198,12 @@ class RunDirectory:
 
     Raises:
         OutDirError: on enter, when another run holds the directory, it is a file, it holds files no run
-            writes, or it is the current directory or holds it.
+            writes, it is the current directory or holds it, or (without `force`) it holds an earlier run.
     """
 
-    def __init__(self, out: str | os.PathLike) -> None:
+    def __init__(self, out: str | os.PathLike, force: bool = True) -> None:
         self.out = os.fspath(out)
+        self.force = force
         self.target = _place(out)
         token = f"{os.getpid()}-{secrets.token_hex(3)}"
         self.path = self.target.parent / f".{self.target.name}.partial-{token}"
@@ -229,6 +251,10 @@ class RunDirectory:
                                   f"{'y' if len(foreign) == 1 else 'ies'} a run does not write ({listed}); a run "
                                   f"replaces its directory as a whole, so choose an empty or new one, or a run "
                                   f"directory")
+            earlier = [f for f in EARLIER_RUN_FILES if (self.target / f).is_file()]
+            if earlier and not self.force:
+                raise OutDirError(f"run directory {shown} already holds a run ({earlier_run(self.target)}); a new "
+                                  f"run never replaces it silently: add --force to replace it, or give --out NEWDIR")
 
     def _clean_after(self, dead: dict) -> None:
         """Remove what a dead run left beside the directory: its staging directory, a half-done swap."""

@@ -96,15 +96,30 @@ def comm_by_kind(result: RunResult, measured: list) -> dict[str, float]:
     return {k: float(v / len(measured)) if measured else NAN for k, v in sums.items()}
 
 
-def warnings_for(scenario: dict) -> list[str]:
-    """One line per figure of the summary that is zero only because its model is off (summary.json `warnings`)."""
+def warnings_for(scenario: dict, summary: dict | None = None) -> list[str]:
+    """One line per figure of the summary that is zero or absent only because its model is off or its input is
+    missing (summary.json `warnings`): no storage, no checkpoint, a checkpoint interval no replayed step ends, no
+    price."""
+    s = summary or {}
+    out = []
     if not scenario.get("storage"):
-        return ["no storage configured: data loading and checkpoint writes are not modelled "
-                "(data_stall_s and checkpoint_s are 0; see `storage` in docs/scenarios.md)"]
-    if not (scenario.get("checkpoint") or {}).get("every_steps"):
-        return ["no checkpoint configured: checkpoint writes are not modelled (checkpoint_s is 0; see `checkpoint` "
-                "in docs/scenarios.md)"]
-    return []
+        out.append("no storage configured: data loading and checkpoint writes are not modelled "
+                   "(data_stall_s and checkpoint_s are 0; see `storage` in docs/scenarios.md)")
+    elif not (scenario.get("checkpoint") or {}).get("every_steps"):
+        out.append("no checkpoint configured: checkpoint writes are not modelled (checkpoint_s is 0; see `checkpoint` "
+                   "in docs/scenarios.md)")
+    elif s.get("feasible") and s.get("checkpoint_s") == 0 and isinstance(s.get("checkpoint_block_s"), float):
+        every, block = scenario["checkpoint"]["every_steps"], s["checkpoint_block_s"]
+        out.append(f"checkpoint_s is 0: none of the {s.get('steps_measured')} measured steps ends a checkpoint "
+                   f"interval (checkpoint.every_steps {every}); each checkpoint blocks training {block:.4g} s "
+                   f"(checkpoint_block_s), {block / every:.4g} s per step over its interval, writes "
+                   f"{s.get('checkpoint_write_s', NAN):.4g} s and restores in {s.get('restore_s', NAN):.4g} s "
+                   f"(`run --hours H` counts them over a long run)")
+    if "price_per_hour_usd" in s and s["price_per_hour_usd"] is None:
+        out.append(f"no price for {s.get('instance_type')}: cost_per_step_usd and usd_per_million_tokens are null "
+                   f"(the catalog has no public price for it); set cluster.price_per_hour_usd in the scenario or "
+                   f"`run --price-per-hour USD`")
+    return out
 
 
 def goodput_warnings(goodput: dict) -> list[str]:
@@ -181,6 +196,7 @@ def summarize(result: RunResult) -> dict:
     global_batch = (result.scenario.get("training") or {}).get("global_batch")
     cost_s = None if result.price_per_hour_usd is None else result.instances * result.price_per_hour_usd * step_s / 3600
     hbm = max((m.total_gib for m in result.memory), default=0.0 if result.feasible else NAN)
+    every = (result.scenario.get("checkpoint") or {}).get("every_steps") if result.storage is not None else None
     out = {
         "scenario": result.scenario_name,
         "feasible": bool(result.feasible),
@@ -216,12 +232,20 @@ def summarize(result: RunResult) -> dict:
         "straggler_cost_s": float(math.fsum(s.straggler_cost_s for s in measured) / len(measured)) if ok else NAN,
         "slowest_ranks": sorted({int(s.slowest_rank) for s in measured if s.straggler_cost_s > 0}) if ok else [],
         **(result.storage.summary_keys() if result.storage is not None else {}),   # checkpoint, restore, FSx
+        **({"checkpoint_every_steps": int(every)} if every else {}),
         **result.interval,
         "hbm_capacity_gib": float(max((m.capacity_gib for m in result.memory), default=NAN)),
         # every collective kind, exposed (the breakdown's share) and hidden behind compute
         **(comm_by_kind(result, measured) if ok else dict.fromkeys(COMM_KEYS, NAN)),
-        "warnings": warnings_for(result.scenario),
+        "warnings": [],
         # the calibration profile the run used (`calibration.profile`, `--calibration`); None: the shipped fit
         "calibration_profile": (result.scenario.get("calibration") or {}).get("profile"),
     }
+    out["warnings"] = warnings_for(result.scenario, out)
+    # the in-layer time's context- and expert-parallel parts under the contract's names, beside tp_comm_s (which
+    # holds them: tp_comm_s = comm_tp_exposed_s + cp_comm_s + ep_comm_s)
+    at = list(out).index("tp_comm_s") + 1
+    items = list(out.items())
+    out = dict(items[:at] + [("cp_comm_s", out["comm_cp_exposed_s"]), ("ep_comm_s", out["comm_ep_exposed_s"])]
+               + items[at:])
     return {**out, **days_and_dollars(result, out)}

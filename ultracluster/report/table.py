@@ -322,6 +322,13 @@ def format_summary(summary: dict) -> str:
             lead = f"{tokens:.4g} tokens: " if _finite(tokens) else ""
             rows.append(("to train", lead + budget_text(s.get("time_to_train_days"), s.get("total_cost_usd"),
                                                         s.get("price_source"), "with failures and checkpoints")))
+    if _finite(s.get("checkpoint_block_s")):     # a configured checkpoint, whether or not a replayed step held one
+        every = s.get("checkpoint_every_steps")
+        rows.append(("checkpoint", (f"every {every} steps: " if every else "")
+                     + f"blocks {fmt(s['checkpoint_block_s'], 'checkpoint_block_s')}, writes "
+                       f"{fmt(s.get('checkpoint_write_s'), 'checkpoint_write_s')}, restores in "
+                       f"{fmt(s.get('restore_s'), 'restore_s')}"
+                     + (f" ({fmt(s['checkpoint_gb'])} GB)" if _finite(s.get("checkpoint_gb")) else "")))
     if s.get("extrapolated"):
         rows.append(("evidence", "extrapolated on " + ", ".join(s["extrapolated"])
                      + ": no calibration row spans this; the interval is widened (docs/uncertainty.md)"))

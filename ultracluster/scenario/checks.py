@@ -8,7 +8,10 @@ as an infeasible result.
 
 from __future__ import annotations
 
-from ultracluster.cluster.catalog import INSTANCES, ULTRASERVERS, ranks_per_instance, ultraserver_of
+from typing import Any
+
+from ultracluster.cluster.catalog import (INSTANCES, ULTRASERVERS, largest_cluster, largest_cluster_text,
+                                          ranks_per_instance, ultraserver_of)
 from ultracluster.errors import Problem
 
 from .schema import ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, TrainingSpec
@@ -52,6 +55,79 @@ def check(
         problems += check_layout(model, training, parallelism, cluster, dp_given=dp_given)
     if faults is not None and cluster is not None:
         problems += check_degraded(faults, cluster)
+    return problems
+
+
+# What the emulator answers in reasonable time and memory. A run replays every microbatch of every pipeline chunk
+# of every step (about 84 us a pass, a chunk's forward and backward of one microbatch, on one core: smoke.yaml with
+# 262,144 microbatches per replica and pp 2, 44 s a step), so a run's steps and passes are bounded (at most about 3
+# minutes of replay); the sizes are
+# bounded well above any published model (Llama 3.1 405B: 126 layers, hidden 16,384, ffn 53,248, vocab 128,256;
+# Rainier-131k's 131,072-token sequences) so that no product of them leaves float64's exact integers.
+MAX_REPLAYED_STEPS = 10_000               # training.steps + warmup_steps
+MAX_PASSES = 1 << 21                      # (steps + warmup) x microbatches per replica x pp x virtual_stages
+SIZE_BOUNDS = {                           # key -> (most, what it counts)
+    "model.layers": (4096, "layers"),
+    "model.hidden": (1 << 20, "elements per token"),
+    "model.heads": (1 << 16, "heads"),
+    "model.kv_heads": (1 << 16, "heads"),
+    "model.ffn": (1 << 22, "elements per token"),
+    "model.vocab": (1 << 24, "tokens"),
+    "model.moe.experts": (1 << 16, "experts"),
+    "training.seq_len": (1 << 22, "tokens"),
+    "training.global_batch": (1 << 20, "sequences per step"),
+    "training.micro_batch": (1 << 20, "sequences"),
+    "training.steps": (MAX_REPLAYED_STEPS, "replayed steps"),
+    "training.warmup_steps": (MAX_REPLAYED_STEPS, "replayed steps"),
+    "parallelism.virtual_stages": (4096, "chunks per stage"),
+    "storage.prefetch_steps": (MAX_REPLAYED_STEPS, "steps"),
+    "checkpoint.every_steps": (1 << 40, "steps"),
+    "seed": ((1 << 63) - 1, "(a 64-bit seed)"),
+}
+LONG_RUN = "for the goodput of hours of training, replay a few steps and add --hours H"
+
+
+def _at(raw: dict[str, Any], key: str) -> Any:
+    node: Any = raw
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def check_bounds(raw: dict[str, Any]) -> list[Problem]:
+    """The bounds of every count a resolved scenario dict gives (checked first, before the schema and the rules, so
+    that a count beyond them is the problem reported, never one derived from it): the catalog's largest cluster of
+    the instance type (as `plan` bounds --instances), SIZE_BOUNDS, the replayed steps and the passes they hold.
+    Values of the wrong type are left to the schema."""
+    problems = []
+    cluster = raw.get("cluster") if isinstance(raw.get("cluster"), dict) else {}
+    spec = INSTANCES.get(cluster.get("instance")) if isinstance(cluster.get("instance"), str) else None
+    n = cluster.get("instances")
+    if spec is not None and type(n) is int and n > largest_cluster(spec):
+        problems.append(Problem("cluster.instances", n, largest_cluster_text(spec)))
+    for key, (most, what) in SIZE_BOUNDS.items():
+        value = _at(raw, key)
+        if type(value) is int and value > most:
+            hint = f"; {LONG_RUN}" if key in ("training.steps", "training.warmup_steps") else ""
+            problems.append(Problem(key, value, f"at most {most:,} {what}{hint}"))
+    t, par = raw.get("training"), raw.get("parallelism")
+    if problems or not isinstance(t, dict) or not isinstance(par, dict):
+        return problems
+    steps, warmup = t.get("steps", 3), t.get("warmup_steps", 1)
+    if type(steps) is int and type(warmup) is int and steps + warmup > MAX_REPLAYED_STEPS:
+        problems.append(Problem("training.steps", steps, f"steps + warmup_steps ({warmup}) at most "
+                                                         f"{MAX_REPLAYED_STEPS:,} replayed steps; {LONG_RUN}"))
+        return problems
+    gb, mb, dp = t.get("global_batch"), t.get("micro_batch", 1), par.get("dp")
+    pp, v = par.get("pp", 1), par.get("virtual_stages", 1)
+    if all(type(x) is int and x >= 1 for x in (steps, warmup + 1, gb, mb, dp, pp, v)):
+        m = max(1, gb // (dp * mb))
+        passes = (steps + warmup) * m * pp * v
+        if passes > MAX_PASSES:
+            problems.append(Problem("training.global_batch", gb, (
+                f"at most {MAX_PASSES:,} microbatch passes replayed in a run: (steps + warmup_steps) x microbatches "
+                f"per replica (global_batch / (dp x micro_batch)) x pp x virtual_stages = {steps + warmup:,} x {m:,} x "
+                f"{pp} x {v} = {passes:,}; a smaller global_batch or fewer steps ({LONG_RUN})")))
     return problems
 
 
@@ -251,7 +327,7 @@ def check_layout(
                     "training.zero1",
                     training.zero1,
                     f"{str(training.zero >= 1).lower()} with training.zero {training.zero} (zero1 says whether the "
-                    "optimizer state is sharded: true for zero 1 and 3), or left out",
+                    "optimizer state is sharded: true for zero 1 to 3), or left out",
                 )
             )
         if dp is not None and training.global_batch % (dp * training.micro_batch):

@@ -24,7 +24,7 @@ from ultracluster.cluster.catalog import INSTANCES
 from ultracluster.errors import Problem, ScenarioError
 
 from .. import stacks
-from .checks import check
+from .checks import check, check_bounds
 from .presets import PRESETS
 from .schema import ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
 from ..yaml_input import InputError, load_yaml, read_yaml_file
@@ -60,6 +60,9 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     given = stacks.explicit_keys(raw)
     stacks.apply_defaults(raw)
     dp_given = _resolve(raw)
+    bounds = check_bounds(raw)
+    if bounds:          # checked first: a count beyond its bound is the problem, not what is derived from it
+        raise ScenarioError(problems + bounds, where)
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
@@ -75,6 +78,9 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     problems += check(*sections, dp_given=dp_given, faults=faults)
     if not problems:
         problems += stacks.check(scenario)
+    if not problems:   # the scenario's own operators at its own shapes (scenario.library)
+        from .library import check_operators
+        problems += check_operators(scenario)
     if problems:
         raise ScenarioError(problems, where)
     scenario._explicit = given

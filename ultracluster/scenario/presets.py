@@ -53,6 +53,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 PRESETS["mixtral-8x7b"]["source"] += "; num_local_experts 8, num_experts_per_tok 2"
+PRESETS["mixtral-8x22b"] = {
+    **_llama("mistral-community/Mixtral-8x22B-v0.1", 56, 6144, 48, 8, 16384, 32000),
+    "moe": {"experts": 8, "top_k": 2},
+}
+PRESETS["mixtral-8x22b"]["source"] += "; num_local_experts 8, num_experts_per_tok 2"
 
 
 def preset_names() -> list[str]:

@@ -93,11 +93,20 @@ class TrainingSpec(_Spec):
     )
     zero1: bool = Field(
         True, description="Optimizer state sharded over data-parallel ranks [true; with training.zero: true for "
-        "zero 1 and 3, false for zero 0]. The older spelling of training.zero: 1 (true) or 0 (false).")
-    zero: Literal[0, 1, 3] = Field(
+        "zero 1 to 3, false for zero 0]. The older spelling of training.zero: 1 (true) or 0 (false).")
+    zero: Literal[0, 1, 2, 3] = Field(
         1, description="ZeRO stage: 0 nothing sharded; 1 optimizer state sharded over data-parallel ranks "
-        "(ZeRO-1); 3 parameters, gradients and optimizer state sharded, parameters all-gathered layer by layer "
-        "before forward and backward, gradients reduce-scattered (ZeRO-3, FSDP) [1, or 0 with zero1: false].")
+        "(ZeRO-1); 2 gradients sharded too, reduce-scattered as ZeRO-1's are (ZeRO-2); 3 parameters, gradients and "
+        "optimizer state sharded, parameters all-gathered layer by layer before forward and backward, gradients "
+        "reduce-scattered (ZeRO-3, FSDP) [1, or 0 with zero1: false].")
+    @field_validator("zero", mode="before")
+    @classmethod
+    def _zero_stage(cls, value: object) -> object:
+        if type(value) is not int:   # true is not ZeRO-1, false is not ZeRO-0: a stage is a number
+            raise PydanticCustomError("uc_zero_stage", "one of: 0, 1, 2, 3 (the ZeRO stage, an integer; true or false "
+                                      "is training.zero1's older spelling)")
+        return value
+
     recompute: Literal["none", "selective", "full"] = Field(
         "selective", description="Activation recomputation in the backward pass [selective]."
     )
@@ -135,7 +144,8 @@ class ParallelismSpec(_Spec):
         "once per step after the last backward, in buckets, as the Neuron compiler schedules FSDP by default "
         "(XLA stacks: AXLearn, NxD); layerwise: each layer's gradients right after its backward, overlapping the "
         "next layer's (PyTorch FSDP; Neuron's token threading, NEURON_FSDP=1) [compiler]. Weights are "
-        "all-gathered per layer, one layer ahead, either way.")
+        "all-gathered per layer, one layer ahead, either way. The default was chosen with the one published Trn2 "
+        "run (t1) in view: under layerwise the model gives that run about half its measured step (docs/trn2.md).")
     virtual_stages: int = Field(1, ge=1, description="Model chunks per pipeline stage, interleaved only [1].")
 
 

@@ -1,0 +1,187 @@
+"""A sweep's rows → its table (one row per variant), the sweep directory's files and the terminal table.
+
+Files (written atomically, `report.atomic`): sweep.csv and sweep.parquet (the table), sweep.json (what was swept,
+how, and whether it finished), sweep.html (`sweep.html`), and sweep-rows.jsonl, each finished row as it ends (the
+rows an interrupted sweep keeps and a rerun skips). The terminal table fits in 100 columns.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..report.atomic import atomic_write_bytes, atomic_write_text
+from .price import FIGURES, WARNING_JOIN
+
+ROWS_FILE = "sweep-rows.jsonl"
+SWEEP_FILES = {"sweep.csv", "sweep.parquet", "sweep.json", "sweep.html", ROWS_FILE}
+WIDTH = 100                     # the terminal table's columns at most
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of sweep-rows.jsonl (a line cut by a kill is skipped)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and "key" in rec:
+            rows.append(rec)
+    return rows
+
+
+def table(rows: list[dict], keys: list[str]) -> pd.DataFrame:
+    """The sweep table: `variant`, a column per varied key, the figures (`price.FIGURES`), `key`; in variant
+    order."""
+    cols = ["variant", *keys, *FIGURES, "key"]
+    frame = pd.DataFrame([{c: r.get(c) for c in cols} for r in sorted(rows, key=lambda r: r["variant"])],
+                         columns=cols)
+    for c in FIGURES:
+        if c in ("status", "reason", "goodput_source", "price_source", "extrapolated", "warnings", "assumptions"):
+            frame[c] = frame[c].astype(object)
+        elif c in ("feasible", "mfu_implausible"):
+            frame[c] = frame[c].fillna(False).astype(bool)
+        else:
+            frame[c] = pd.to_numeric(frame[c], errors="coerce").astype(float)
+    frame["variant"] = frame["variant"].astype(int)
+    for k in keys:                 # each value as given (4.8 and 48, not 48.0)
+        frame[k] = pd.Series([r.get(k) for r in sorted(rows, key=lambda r: r["variant"])], dtype=object)
+    return frame
+
+
+def _parquet_safe(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Varied-key columns of mixed kinds (numbers and words) as text: Parquet holds one kind per column."""
+    out = frame.copy()
+    for k in keys:
+        kinds = {type(v) for v in out[k] if v is not None}
+        if len(kinds - {int, float}) and len(kinds) > 1 or kinds & {dict, list}:
+            out[k] = out[k].map(lambda v: json.dumps(v) if isinstance(v, (dict, list)) else str(v))
+    return out
+
+
+def write_sweep_dir(out: Path, frame: pd.DataFrame, summary: dict, plan, html: bool = True) -> None:
+    """sweep.csv, sweep.parquet, sweep.html (with `html`) and last sweep.json."""
+    atomic_write_text(out / "sweep.csv", frame.to_csv(index=False))
+    buf = io.BytesIO()
+    _parquet_safe(frame, plan.keys).to_parquet(buf, index=False)
+    atomic_write_bytes(out / "sweep.parquet", buf.getvalue())
+    if html:
+        from .html import sweep_html
+        atomic_write_text(out / "sweep.html", sweep_html(frame, summary, plan.keys))
+    atomic_write_text(out / "sweep.json", json.dumps(_clean(summary), indent=2) + "\n")
+
+
+def _clean(v):
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if isinstance(v, np.generic):
+        v = v.item()
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def short_key(key: str, width: int = 14) -> str:
+    """A varied key as a column header: its last part, cut to `width`."""
+    last = key.rsplit(".", 1)[-1]
+    return last if len(last) <= width else last[:width - 1] + "…"
+
+
+def _num(v, digits: int = 3) -> str:
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        return "-"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def _value(v) -> str:
+    text = json.dumps(v) if isinstance(v, (dict, list)) else str(v).lower() if isinstance(v, bool) else str(v)
+    return text if len(text) <= 16 else text[:15] + "…"
+
+
+def format_sweep(frame: pd.DataFrame, summary: dict, keys: list[str], width: int = WIDTH) -> str:
+    """The sweep as a table of at most `width` columns: the varied values, step time with its 80 % interval,
+    tokens/s, MFU, goodput, days and cost to train (what fits, in that order), a mark per warning; then the
+    warnings, the infeasible variants' reasons and the failures, each once."""
+    warn_ids: dict[str, int] = {}
+    marks = []
+    for w in frame["warnings"].fillna(""):
+        ids = []
+        for part in [p for p in str(w).split(WARNING_JOIN) if p]:
+            ids.append(warn_ids.setdefault(part, len(warn_ids) + 1))
+        marks.append(",".join(map(str, ids)))
+    cols: list[tuple[str, list[str], bool]] = [("#", [str(v) for v in frame["variant"]], True)]
+    cols += [(short_key(k), [_value(v) for v in frame[k]], False) for k in keys]
+
+    def cell(r, col, low, high, scale=1.0, pct=False):
+        v = r[col]
+        if r["status"] == "failed":
+            return "failed"
+        if not r["feasible"]:
+            return "infeasible" if col == "step_time_s" else "-"
+        if pct:
+            return f"{100 * v:.2f} %" if isinstance(v, float) and math.isfinite(v) else "-"
+        text = _num(v * scale)
+        if low and isinstance(r.get(low), float) and math.isfinite(r[low]):
+            text += f" ({_num(r[low] * scale)}–{_num(r[high] * scale)})"
+        return text
+
+    rows = [r for _, r in frame.iterrows()]
+    optional = [
+        ("step s (80 %)", [cell(r, "step_time_s", "step_time_low_s", "step_time_high_s") for r in rows]),
+        ("goodput", [cell(r, "goodput", None, None, pct=True) for r in rows]),
+        ("days (80 %)", [cell(r, "time_to_train_days", "time_to_train_low_days", "time_to_train_high_days")
+                         for r in rows]),
+        ("cost $", [("no price" if r["feasible"] and r["status"] == "ok" and isinstance(r["time_to_train_days"], float)
+                     and math.isfinite(r["time_to_train_days"]) and not math.isfinite(r["total_cost_usd"])
+                     else cell(r, "total_cost_usd", None, None)) for r in rows]),
+        ("tokens/s", [cell(r, "tokens_per_s", None, None) for r in rows]),
+        ("MFU", [cell(r, "mfu", None, None, pct=True) for r in rows]),
+        ("warn", marks),
+    ]
+    if frame["time_to_train_days"].isna().all():
+        optional = [c for c in optional if c[0] not in ("days (80 %)", "cost $")]
+    chosen = []
+    for head, vals in optional:
+        trial = cols + chosen + [(head, vals, False)]
+        if _width(trial) <= width:
+            chosen.append((head, vals, False))
+    cols = cols + chosen
+    while _width(cols) > width and len(cols) > 2:     # many varied keys: cut their values
+        cols = [(h, [v[:max(4, len(v) - 2)] for v in vals], right) for h, vals, right in cols]
+    widths = [max(len(h), *(len(v) for v in vals)) if vals else len(h) for h, vals, _ in cols]
+    lines = ["  ".join(h.rjust(w) for (h, _, _), w in zip(cols, widths)).rstrip()]
+    for i in range(len(frame)):
+        lines.append("  ".join(vals[i].rjust(w) for (_, vals, _), w in zip(cols, widths)).rstrip())
+    head = (f"sweep {summary.get('scenario')}: {len(frame)} of {summary.get('variants')} variants"
+            f" ({'zip' if summary.get('zip') else 'grid'} of {', '.join(keys)})"
+            + (f", {summary['hours']:g} h each" if summary.get("hours") else "")
+            + f", assumptions {summary.get('assumptions', 'on')}")
+    out = textwrap.wrap(head, width) + lines
+    if "days (80 %)" not in [c[0] for c in cols] and not frame["time_to_train_days"].isna().all():
+        out.append("(days and cost: see sweep.csv; the terminal is too narrow for them)")
+    if frame["time_to_train_days"].isna().all() and len(frame):
+        out.append("days and dollars: set training.budget_tokens (or --tokens) to see them")
+    elif "no price" in [v for _, vals, _ in cols for v in vals]:
+        out.append("no price: set cluster.price_per_hour_usd or --price-per-hour")
+    for text, i in warn_ids.items():
+        out += textwrap.wrap(f"[{i}] {text}", width, subsequent_indent="    ")
+    for _, r in frame[frame["status"] == "infeasible"].iterrows():
+        out += textwrap.wrap(f"#{int(r['variant'])} infeasible: {r['reason']}", width, subsequent_indent="    ")
+    for line in summary.get("failures") or []:
+        out += textwrap.wrap(line, width, subsequent_indent="    ")
+    return "\n".join(out)
+
+
+def _width(cols) -> int:
+    widths = [max([len(h)] + [len(v) for v in vals]) for h, vals, _ in cols]
+    return sum(widths) + 2 * (len(widths) - 1)

@@ -1,0 +1,230 @@
+"""`--vary KEY=V1,V2,...` flags or a scenario's `sweep:` section → the variants of a sweep, every one validated
+before any is priced.
+
+A variant is the scenario with one value of each varied key set (as `--set` sets it): the grid of every
+combination of the lists, or, with `zip`, the lists paired. Every variant is loaded and validated up front; the
+problems of all of them are reported together (each once, with how many variants share it and the first of them),
+and nothing runs. Pure: no Ray, no files but the scenario's own.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import Problem, ScenarioError
+from ..scenario import Scenario, load_scenario
+from ..yaml_input import InputError, load_yaml, read_yaml_file
+from .assumptions import conservative_sets
+
+MAX_VARIANTS = 500       # default --max-variants: a larger grid is refused before anything runs (raise the flag)
+NOT_VARIED = ("name", "sweep")   # keys a variant cannot set: its name is the sweep's, and a variant is no sweep
+# keys whose change moves the rank count or the model-parallel degrees: a file's fixed parallelism.dp is dropped
+# (derived per variant) unless dp itself is varied
+RANK_KEYS = ("cluster.instances", "cluster.instance", "cluster.lnc", "parallelism.tp", "parallelism.pp",
+             "parallelism.cp")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One variant: its position in the sweep, the value of each varied key, and its validated scenario."""
+
+    index: int
+    values: dict[str, Any]
+    scenario: Scenario
+    key: str                  # the variant's identity in a sweep directory (its values and the sweep's options)
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={_text(v)}" for k, v in self.values.items())
+
+
+@dataclass
+class SweepPlan:
+    """What a sweep prices: the base scenario, the varied keys, the variants and notes for the user."""
+
+    base: Scenario
+    keys: list[str]
+    zipped: bool
+    hours: float | None
+    variants: list[Variant]
+    notes: list[str] = field(default_factory=list)
+
+
+def _text(v: Any) -> str:
+    return json.dumps(v) if isinstance(v, (dict, list)) else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def parse_vary(items: list[str]) -> tuple[dict[str, list[Any]], list[Problem]]:
+    """`--vary KEY=V1,V2,...` flags → {key: values} (each value read as YAML, as `--set` reads it), with the
+    malformed ones as problems naming the flag."""
+    out: dict[str, list[Any]] = {}
+    problems = []
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        parts = key.split(".")
+        if not sep or not all(p.strip() for p in parts) or not text.strip():
+            problems.append(Problem("--vary", item, "KEY=V1,V2,... with a scenario key and one or more values, "
+                                                    "e.g. storage.capacity_tib=4.8,48"))
+            continue
+        if key in out:
+            problems.append(Problem("--vary", item, f"each key once (--vary {key}= is given twice)"))
+            continue
+        values = []
+        for raw in text.split(","):
+            try:
+                values.append(load_yaml(raw.strip()))
+            except InputError:
+                problems.append(Problem(f"--vary {key}", raw, "a YAML value: a number, true/false or a string"))
+        out[key] = values
+    return out, problems
+
+
+def check_vary(vary: dict[str, list[Any]], zipped: bool, where: str, max_variants: int) -> list[Problem]:
+    """The varied keys and lists themselves: allowed keys, non-empty lists without repeats, equal lengths with
+    zip, and the variant count within `max_variants`."""
+    problems = []
+    if not vary:
+        problems.append(Problem(where, "<missing>", "at least one --vary KEY=V1,V2,... (or a scenario's sweep.vary)"))
+    for key, values in vary.items():
+        if key.split(".")[0] in NOT_VARIED:
+            problems.append(Problem(f"{where} {key}", values, "a scenario key other than name and sweep"))
+        if not isinstance(values, list) or not values:
+            problems.append(Problem(f"{where} {key}", values, "a non-empty list of values"))
+            continue
+        seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        if len(set(seen)) < len(seen):
+            problems.append(Problem(f"{where} {key}", values, "each value once"))
+    lengths = {k: len(v) for k, v in vary.items() if isinstance(v, list)}
+    if zipped and len(set(lengths.values())) > 1:
+        problems.append(Problem("--zip", ", ".join(f"{k}: {n}" for k, n in lengths.items()),
+                                "lists of one length (zip pairs the i-th values), or no --zip for their grid"))
+    count = (max(lengths.values(), default=0) if zipped else math.prod(lengths.values())) if lengths else 0
+    if count > max_variants:
+        shape = " x ".join(str(n) for n in lengths.values())
+        problems.append(Problem("--max-variants", f"{count:,} variants ({shape})",
+                                f"at most {max_variants:,} variants: raise --max-variants, or vary fewer values"))
+    return problems
+
+
+def combinations(vary: dict[str, list[Any]], zipped: bool) -> list[dict[str, Any]]:
+    """Every variant's values, in order: the grid (the last key varying fastest), or the lists paired."""
+    keys = list(vary)
+    rows = zip(*vary.values()) if zipped else itertools.product(*vary.values())
+    return [dict(zip(keys, r)) for r in rows]
+
+
+def _absolute_paths(raw: dict, where: Path) -> dict:
+    """The scenario's relative file paths (operator libraries, a calibration profile) made absolute, so that its
+    dict loads like its file."""
+    raw = copy.deepcopy(raw)
+    base = where.parent
+    if isinstance(raw.get("operators"), list):
+        raw["operators"] = [str((base / e).absolute()) if isinstance(e, str) and not Path(e).is_absolute() else e
+                            for e in raw["operators"]]
+    cal = raw.get("calibration")
+    if isinstance(cal, dict) and isinstance(cal.get("profile"), str) and not Path(cal["profile"]).is_absolute():
+        raw["calibration"] = {**cal, "profile": str((base / cal["profile"]).absolute())}
+    return raw
+
+
+def variant_key(values: dict[str, Any], options: dict) -> str:
+    """A variant's identity in a sweep directory: its values and every option that changes its row."""
+    text = json.dumps({"values": values, "options": options}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped: bool | None, hours: float | None,
+          max_variants: int = MAX_VARIANTS, options: dict | None = None, prices: dict[str, float] | None = None,
+          conservative: bool = False) -> SweepPlan:
+    """Read the scenario, take its sweep (the flags over its `sweep:` section), validate every variant.
+
+    Args:
+        path: the scenario file.
+        overrides: `--set` values, applied to every variant before its own values.
+        vary_flags: `--vary` values (none: the scenario's `sweep.vary`).
+        zipped: `--zip` (None: the scenario's `sweep.zip`).
+        hours: `--hours` (None: the scenario's `sweep.hours`).
+        max_variants: the most variants allowed.
+        options: what else changes a variant's row (its identity in a sweep directory).
+        prices: USD per instance-hour by instance type (`--price-per-hour TYPE=USD`), for the variants whose type
+            is listed and whose scenario sets no price.
+        conservative: every assumption with an argued range at its conservative end (`--assumptions off`,
+            `assumptions.conservative_sets`).
+
+    Raises:
+        ScenarioError: every problem of the flags, the scenario and every variant, each once.
+    """
+    base = load_scenario(path, overrides)       # the scenario itself must load: its problems come first
+    problems: list[Problem] = []
+    notes: list[str] = []
+    if vary_flags:
+        vary, problems = parse_vary(vary_flags)
+        where = "--vary"
+        if base.sweep is not None:
+            notes.append("--vary replaces the scenario's sweep.vary")
+    elif base.sweep is not None:
+        vary, where = dict(base.sweep.vary), "sweep.vary"
+    else:
+        vary, where = {}, "--vary"
+    zipped = bool(base.sweep.zip if zipped is None and base.sweep is not None else zipped)
+    if hours is None and base.sweep is not None:
+        hours = base.sweep.hours
+    if hours is not None and not (isinstance(hours, (int, float)) and math.isfinite(hours) and hours > 0):
+        problems.append(Problem("--hours", hours, "a number of hours > 0"))
+    problems += check_vary(vary, zipped, where, max_variants)
+    if problems:
+        raise ScenarioError(problems)
+    try:
+        raw = read_yaml_file(path)
+    except InputError as err:           # read above; only a file changed in between gets here
+        raise ScenarioError([Problem("(file)", err.given, err.allowed)], str(path)) from None
+    raw = _absolute_paths(raw, Path(path))
+    raw.pop("sweep", None)
+    fixed_dp = isinstance(raw.get("parallelism"), dict) and "dp" in raw["parallelism"] and \
+        "parallelism.dp" not in vary and not any(o.startswith("parallelism.dp=") for o in overrides)
+    if fixed_dp and any(k in vary for k in RANK_KEYS):
+        raw["parallelism"] = {k: v for k, v in raw["parallelism"].items() if k != "dp"}
+        notes.append(f"parallelism.dp (the file's {raw_dp(path)}) is derived per variant: the sweep varies "
+                     f"{', '.join(k for k in vary if k in RANK_KEYS)}; vary parallelism.dp to set it")
+    combos = combinations(vary, zipped)
+    options = dict(options or {}, hours=hours, overrides=list(overrides), prices=prices or {},
+                   conservative=conservative)
+    variants: list[Variant] = []
+    seen: dict[tuple, list] = {}
+    for i, values in enumerate(combos):
+        sets = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in values.items()]
+        name = f"{base.name}-v{i + 1:0{len(str(len(combos)))}d}"[:200]
+        try:
+            sc = load_scenario(raw, [*overrides, *sets, f"name={name}"])
+            more = conservative_sets(sc) if conservative else []
+            if prices and sc.cluster.price_per_hour_usd is None and sc.cluster.instance in prices:
+                more.append(f"cluster.price_per_hour_usd={prices[sc.cluster.instance]!r}")
+            if more:
+                sc = load_scenario(raw, [*overrides, *sets, *more, f"name={name}"])
+        except ScenarioError as err:
+            for p in err.problems:
+                seen.setdefault((p.path, repr(p.given), p.allowed), [p, 0, values])[1] += 1
+            continue
+        variants.append(Variant(i, values, sc, variant_key(values, options)))
+    if seen:
+        out = []
+        for p, n, values in seen.values():
+            first = ", ".join(f"{k}={_text(v)}" for k, v in values.items())
+            out.append(Problem(p.path, p.given, f"{p.allowed} (in {n} of {len(combos)} variant{'s' * (n != 1)}, "
+                                                f"the first: {first})"))
+        raise ScenarioError(out, str(path))
+    return SweepPlan(base=base, keys=list(vary), zipped=zipped, hours=hours, variants=variants, notes=notes)
+
+
+def raw_dp(path: str | Path) -> Any:
+    try:
+        return (read_yaml_file(path).get("parallelism") or {}).get("dp")
+    except (InputError, AttributeError):
+        return "?"
