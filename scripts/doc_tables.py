@@ -277,6 +277,29 @@ def plan_largest_clusters() -> str:
     return "\n".join(rows) + "\n"
 
 
+def plan_stacks() -> str:
+    """docs/plan.md: the newcomer's 70B job searched within each Neuron stack on 32 trn1.32xlarge and 32
+    trn2.48xlarge: the best layout of each stack, by tokens/s at the slow end, against the scenario's own."""
+    from ultracluster.plan import SearchSpace, plan
+    from ultracluster.stacks import NEURON_STACKS
+
+    r = plan(REPO / "scenarios" / "llama3.1-70b-trn1-32.yaml", SearchSpace(
+        instance_types=("trn1.32xlarge", "trn2.48xlarge"), instance_counts=(32,), stacks=NEURON_STACKS),
+        replay=False, top=1)
+    rows = ["| stack | best layout | tokens/s, slow end | tokens/s | MFU | off domain | vs the scenario's own layout |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for x in r.summary["best_per_stack"]:
+        flag = " !" if x["mfu_implausible"] else ""
+        rows.append(f"| {x['stack']} | {x['label'].split(': ')[-1]} | {x['rank_value']:,.0f} | {x['tokens_per_s']:,.0f} "
+                    f"| {100 * x['mfu']:.1f} %{flag} | {', '.join(x['extrapolated']) or '-'} | {x['vs_scenario']} |")
+    for name, why in r.summary["stacks_without_a_layout"].items():
+        rows.append(f"| {name} | {why.split('; closest')[0]} | | | | | |")
+    own = r.summary["scenario_layout"]
+    best = ", ".join(f"{k} {100 * v:.1f} %" for k, v in r.summary["mfu_best_published"].items() if v is not None)
+    return "\n".join(rows) + (f"\n\n`!`: MFU above the best published run of its chip ({best}). The scenario's own "
+                              f"layout ({own['label'].split(': ')[-1]}) {own['standing']}.\n")
+
+
 def calibrate_curve() -> str:
     """docs/performance.md: `ultracluster calibrate` on the k smallest public Trn1 layouts, the others predicted."""
     from ultracluster.calibrate.curve import curve_table, learning_curve
@@ -353,7 +376,7 @@ GENERATORS = {"sweeps-fsx": sweeps_fsx, "sweeps-fsx-chart": sweeps_fsx_chart, "c
               "uncertainty-coverage": uncertainty_coverage, "readme-trust": readme_trust,
               "uncertainty-examples": uncertainty_examples, "trn2-vs-trn1": trn2_vs_trn1, "trn2-axlearn": trn2_axlearn,
               "trn2-bands": trn2_bands, "scenarios-stacks": scenarios_stacks, "trn2-fsdp-default": trn2_fsdp_default,
-              "plan-largest-clusters": plan_largest_clusters}
+              "plan-largest-clusters": plan_largest_clusters, "plan-stacks": plan_stacks}
 
 
 def render(text: str, cache: dict[str, str]) -> str:

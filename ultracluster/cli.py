@@ -100,7 +100,11 @@ def _parser() -> argparse.ArgumentParser:
                              ("--micro-batches", "N,N,...", "micro_batch values to try (default 1,2,4,8)"),
                              ("--recompute", "MODE,...", "recompute modes: none, selective, full (default all)"),
                              ("--schedules", "S,...", "pipeline schedules: gpipe, 1f1b, interleaved (default all)"),
-                             ("--virtual-stages", "V,...", "virtual stages tried with interleaving (default 2,4)")):
+                             ("--virtual-stages", "V,...", "virtual stages tried with interleaving (default 2,4)"),
+                             ("--stack", "S,...", "training stacks searched, each within what it runs (default: the "
+                                                  "scenario's stack, or every Neuron stack that runs on the chips when "
+                                                  "it names none); two or more: the best layout of each"),
+                             ("--lnc", "N,...", "LNC settings tried on Trn2 and Trn3 (default 1,2)")):
         pl.add_argument(flag, metavar=meta, help=what)
     sw = sub.add_parser("sweep", help="price many variants of a scenario over the Ray cluster: one table, one page "
                                       "(sweep.csv, sweep.parquet, sweep.html)")
@@ -370,7 +374,7 @@ def _plan(scenario, args) -> int:
     from .report import WorkProgress
 
     space = search_space(args.instance_types, args.instances, args.tp, args.pp, args.max_cp, args.max_zero,
-                         args.micro_batches, args.recompute, args.schedules, args.virtual_stages)
+                         args.micro_batches, args.recompute, args.schedules, args.virtual_stages, args.stack, args.lnc)
     prices = parse_prices(args.price_per_hour)[1] if args.price_per_hour else None
     out = Path(args.out) if args.out else Path("plans") / scenario.name
     # a bar on a terminal, plain lines elsewhere (each phase, and every 10 s), nothing with --quiet

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ultracluster.errors import Problem
 
 NAMES = ("neuronx-distributed", "neuronx-nemo-megatron", "megatron-lm-neuron", "axlearn", "custom")
@@ -174,6 +176,12 @@ STACKS: dict[str, Stack] = {
                         lnc=((1, 2), ""))),
 }
 NEURON_STACKS = tuple(n for n in NAMES if n != "custom")
+SHORT = {"neuronx-distributed": "nxd", "neuronx-nemo-megatron": "nemo", "megatron-lm-neuron": "megatron",
+         "axlearn": "axlearn", "custom": "custom"}       # a plan row's label names its stack by these
+# the keys a stack's defaults fill (each stack's `defaults`), and of them those that change how a layout is priced
+# but are no layout column of a plan (the planner prices each distinct setting of them apart: `for_cell`)
+STACK_KEYS = tuple(dict.fromkeys(k for s in STACKS.values() for k in s.defaults))
+PRICING_KEYS = ("training.attention", "model.dropout", "parallelism.tp_comm_overlap")
 
 
 def _get(raw: dict, dotted: str) -> tuple[bool, Any]:
@@ -220,6 +228,87 @@ def apply_defaults(raw: dict) -> None:
         if key == "cluster.lnc" and _chip(node.get("instance")) == "trn1":
             continue
         node[name] = value
+
+
+def explicit_keys(raw: dict) -> frozenset[str]:
+    """The stack-filled keys (STACK_KEYS, and `stack` itself) a scenario's dict gives before its stack's defaults
+    are applied (`training.zero` also when given as `training.zero1`): what `load_scenario` keeps on the Scenario
+    (`explicit`), so the planner can apply another stack's defaults to the other keys."""
+    keys = {k for k in STACK_KEYS + ("stack",) if _get(raw, k)[0]}
+    if _get(raw, "training.zero1")[0]:
+        keys.add("training.zero")
+    return frozenset(keys)
+
+
+def explicit(scenario) -> frozenset[str] | None:
+    """The keys of `explicit_keys` a loaded scenario gave itself; None when unknown (a Scenario not made by
+    `load_scenario`: its values are then taken as its own)."""
+    return getattr(scenario, "_explicit", None)
+
+
+def names_its_stack(scenario) -> bool:
+    """Whether the scenario names a stack (`stack:` given, `custom` included), rather than leaving it unset."""
+    given = explicit(scenario)
+    return scenario.stack != "custom" or (given is not None and "stack" in given)
+
+
+def for_cell(scenario, stack: str, pipelined: bool):
+    """The scenario as `stack` runs a layout with (`pipelined`) or without a pipeline: `stack` set, and the keys
+    that price a layout beyond its columns (PRICING_KEYS: attention kernel, dropout, TP overlap) the stack's
+    defaults where the scenario did not give them (`custom`: the schema's defaults). The same object when nothing
+    changes. The layout columns (ZeRO, recomputation, sequence parallelism, LNC) are the planner's rows'."""
+    given = explicit(scenario)
+    given = frozenset(PRICING_KEYS) if given is None else given
+    values = defaults_for(stack, 2 if pipelined else 1, scenario.model.mlp)
+    update: dict[str, Any] = {"stack": stack} if scenario.stack != stack else {}
+    sections: dict[str, dict] = {}
+    for key in PRICING_KEYS:
+        if key in given:
+            continue
+        section, name = key.split(".")
+        spec = getattr(scenario, section)
+        value = values[key] if key in values else type(spec).model_fields[name].default
+        if getattr(spec, name) != value:
+            sections.setdefault(section, {})[name] = value
+    if not update and not sections:
+        return scenario
+    for section, changed in sections.items():
+        update[section] = getattr(scenario, section).model_copy(update=changed)
+    return scenario.model_copy(update=update)
+
+
+def sequence_parallel(stack: str, scenario) -> bool | None:
+    """Whether `stack` runs tensor-parallel layouts with sequence parallelism: the scenario's own setting where it
+    gives one, else the stack's default; None for `custom` (the planner's rule: on whenever tp > 1)."""
+    if stack == "custom":
+        return None
+    given = explicit(scenario)
+    if given is None or "parallelism.sequence_parallel" in given:
+        return bool(scenario.parallelism.sequence_parallel)
+    return bool(STACKS[stack].defaults.get("parallelism.sequence_parallel", True))
+
+
+def runs(stack: str, chip, pp, zero, schedule, cp, ep, lnc) -> np.ndarray:
+    """Which layouts `stack` runs, over arrays of layouts (the vectorized `unsupported`: a layout runs when
+    `unsupported` finds nothing; tests/scenario/test_stacks.py holds them equal). `chip`: trn1, trn2 or trn3."""
+    sup = STACKS[stack].support
+    chip = np.asarray(chip, dtype=object)
+    pp, cp, ep, lnc = (np.asarray(x) for x in (pp, cp, ep, lnc))
+    zero, schedule = np.asarray(zero), np.asarray(schedule, dtype=object)
+    piped = pp > 1
+    ok = np.isin(chip, np.array(sup.chips[0], dtype=object))
+    ok = ok & (~piped | sup.pp[0])
+    ok &= np.where(piped, np.isin(zero, sup.zero_with_pp[0]), np.isin(zero, sup.zero[0]))
+    ok &= ~piped | np.isin(schedule, np.array(sup.schedules[0], dtype=object))
+    ok &= (cp <= 1) | sup.cp[0]
+    ok &= (ep <= 1) | sup.ep[0]
+    ok &= ~np.isin(chip, np.array(("trn2", "trn3"), dtype=object)) | np.isin(lnc, sup.lnc[0])
+    return ok
+
+
+def chip_of(instance: str) -> str | None:
+    """trn1, trn2 or trn3: the chip generation of an instance type, as the stacks' support names it."""
+    return _chip(instance)
 
 
 def _chip(instance: Any) -> str | None:

@@ -1,5 +1,7 @@
 """The fast path against the replay (`predict`: the numbers `run` gives, in this process) on random layouts of
-the search space, drawn so that pipelined, interleaved, context-parallel and ZeRO-3 layouts all come up.
+the search space, drawn so that pipelined, interleaved, context-parallel and ZeRO-3 layouts all come up, and each
+training stack's (its engine's graphs and its defaults: the replay prices the scenario's `stack`, the fast path each
+row's).
 
 With the default 1 % compute jitter the fast path runs one pipeline with each stage at its slowest replica's
 speed where the replay runs every replica: within 1 %. Without jitter, and with the last microbatch's sends
@@ -8,10 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ultracluster import load_scenario
+from ultracluster import load_scenario, stacks
 from ultracluster.runner import predict
 from ultracluster.layouts import fast
-from ultracluster.layouts.space import enumerate_layouts
+from ultracluster.layouts.space import SearchSpace, enumerate_layouts
 
 from plan_scenarios import variant
 
@@ -20,12 +22,15 @@ KINDS = {
     "interleaved": lambda t: t["pp_schedule"] == "interleaved",
     "context-parallel": lambda t: t["cp"] > 1,
     "zero-3": lambda t: t["zero"] == 3,
+    "nxd-pipeline": lambda t: (t["stack"] == "neuronx-distributed") & (t["pp"] > 1),
+    "nemo-pipeline": lambda t: (t["stack"] == "neuronx-nemo-megatron") & (t["pp"] > 1),
+    "megatron": lambda t: t["stack"] == "megatron-lm-neuron",
     "any": lambda t: t["pp"] > 0,
 }
 
 
 def priced(base, pricer):
-    table = enumerate_layouts(base)
+    table = enumerate_layouts(base, SearchSpace(stacks=stacks.NAMES))      # every stack that runs on trn1
     return table, fast.evaluate(pricer, table)
 
 

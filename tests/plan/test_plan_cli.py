@@ -16,12 +16,14 @@ from ultracluster.plan.output import read_full_table
 
 PLAN_JSON_KEYS = {"scenario", "layouts_evaluated", "feasible", "wall_s", "layouts_per_s", "ray_nodes",
                   "best_tokens_per_s", "best_usd_per_million_tokens", "replayed", "fast_path", "best_per_type",
-                  "prices", "hbm_headroom", "folded", "full_table", "rank_by", "scenario_layout", "intervals_priced"}
+                  "prices", "hbm_headroom", "folded", "full_table", "rank_by", "scenario_layout", "intervals_priced",
+                  "best_per_stack", "stacks_without_a_layout", "mfu_best_published", "budget", "goodput_source"}
 CSV_COLUMNS = {"layout", "instance", "instances", "tp", "pp", "cp", "ep", "dp", "micro_batch", "recompute",
                "pp_schedule", "virtual_stages", "zero", "feasible", "reason", "step_time_s", "tokens_per_s", "mfu",
                "hbm_peak_gib", "hbm_capacity_gib", "usd_per_million_tokens", "time_to_train_days", "total_cost_usd",
                "rank", "best_of_type", "pareto", "scenario_layout", "equivalent", "same_as", "extrapolated",
-               "mfu_implausible", "step_time_low_s", "step_time_high_s", "rank_value", "vs_scenario", "vs_scenario_pct"}
+               "mfu_implausible", "step_time_low_s", "step_time_high_s", "rank_value", "vs_scenario", "vs_scenario_pct",
+               "stack", "best_of_stack", "mfu_best_published", "goodput", "vs_scenario_on"}
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +52,13 @@ def test_plan_directory(planned):
     assert best["label"] == ranking.loc[ranking["tokens_per_s"].idxmax(), "layout"]
     assert s["best_usd_per_million_tokens"]["usd_per_million_tokens"] == pytest.approx(
         ranking["usd_per_million_tokens"].min())
-    ttt = table["time_to_train_days"].dropna()
-    assert ttt.to_numpy() == pytest.approx((1e12 / table["tokens_per_s"].dropna() / 86400).to_numpy())
+    # days to train the budget (--tokens) at each row's goodput (smoke: no failures, no checkpoints: 1) for every row
+    # that can rank
+    assert s["budget"]["source"] == "--tokens" and s["budget"]["tokens"] == 1e12
+    assert table.loc[ranking.index, "goodput"].eq(1.0).all()
+    assert table["goodput"].isna().sum() == len(table) - len(ranking)
+    ttt = table.loc[ranking.index, "time_to_train_days"]
+    assert ttt.to_numpy() == pytest.approx((1e12 / ranking["tokens_per_s"] / 86400).to_numpy())
     assert table["total_cost_usd"].dropna().to_numpy() == pytest.approx(
         (table["price_per_hour_usd"] * 24 * table["time_to_train_days"]).dropna().to_numpy())
     assert [r["rank"] for r in s["replayed"]] == [1, 2]
@@ -67,10 +74,12 @@ def test_plan_directory(planned):
     assert 3 <= len(small) < 100 and set(small.columns) == set(table.columns)
     assert sorted(small["rank"].dropna().astype(int)) == [1, 2]
     assert small["scenario_layout"].sum() == 1 and small["best_of_type"].sum() == 1
-    why = small["rank"].notna() | small["best_of_type"] | small["pareto"] | small["scenario_layout"]
+    why = small["rank"].notna() | small["best_of_type"] | small["best_of_stack"] | small["pareto"] | \
+        small["scenario_layout"]
     assert why.all()
-    assert set(small["layout"]) == set(table.loc[table["rank"].notna() | table["best_of_type"] | table["pareto"]
-                                                 | table["scenario_layout"], "layout"])
+    assert set(small["layout"]) == set(table.loc[table["rank"].notna() | table["best_of_type"] | table["best_of_stack"]
+                                                 | table["pareto"] | table["scenario_layout"], "layout"])
+    assert set(small["stack"]) == {"neuronx-distributed"} and s["search"]["stacks"] == ["neuronx-distributed"]
 
 
 def test_top_yaml_runs_as_it_is_and_with_another_count(planned, tmp_path):

@@ -21,6 +21,12 @@ def test_plan_html_renders_in_chromium(chromium, tmp_path):
     result = plan(load_scenario(SEVEN_B), SMALL, top=3, out=tmp_path / "plan", replay=False)
     assert result.summary["feasible"] and result.summary["feasible"] < result.summary["layouts_evaluated"]
     # a screen and a half: the near misses follow the two tables (with what ranked them) and the two charts
+    page = (tmp_path / "plan" / "plan.html").read_text()
+    # no stack named: the Neuron stacks that run on trn1, the best of each, and the MFU flag's threshold beside it
+    assert "<h2>Best of each stack</h2>" in page and "nxd: 2 x trn1.32xlarge" in page
+    best = result.summary["mfu_best_published"]["trn1.32xlarge"]
+    assert f"MFU marked ! is above the best published run of its chip (trn1.32xlarge {100 * best:.1f} %)" in page
+    assert f"outlined: trn1.32xlarge {100 * best:.1f} %" in page
     png, errors, requests = load(chromium, tmp_path / "plan" / "plan.html", height=2000)
     assert errors == [] and requests == []
     seen = colours(png)
@@ -37,6 +43,7 @@ def test_plan_without_prices_says_so(chromium, tmp_path):
     page = (tmp_path / "plan" / "plan.html").read_text()
     assert "No cost axis: no instance type searched has a price: trn2.48xlarge" in page
     assert "no public price: set cluster.price_per_hour_usd" in page
+    assert "no price: set cluster.price_per_hour_usd or --price-per-hour" in page     # where a cost would show
     assert page.count("<circle") > 20                     # its layouts are on the chart of every type
     assert result.summary["best_usd_per_million_tokens"] is None
     png, errors, requests = load(chromium, tmp_path / "plan" / "plan.html")

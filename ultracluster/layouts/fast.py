@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import chip
+from .. import chip, stacks
 from .. import operators as opslib
 from ..cluster import Layout
 from ..memory import infeasible_reason
@@ -121,10 +121,34 @@ def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFr
     `reasons`: write `run`'s reason for every layout that does not fit (False: None everywhere, for a caller
     that words its own from the memory columns, as the planner's `search.apply_headroom` does).
 
+    A table with a `stack` column is priced as each row's stack runs it: its rows by the Pricer variant of their
+    (stack, pipelined or not) cell (`Pricer.variant`, `stacks.for_cell`), one evaluation per distinct variant.
+
     Returns:
         DataFrame indexed like `table`: feasible, reason, MEMORY_COLUMNS, step_time_s, tokens_per_s, mfu,
         price_per_hour_usd (the cluster's), usd_per_million_tokens (NaN where the price is unknown).
     """
+    table = table.reset_index(drop=True)
+    parts = by_variant(pr, table)
+    if len(parts) == 1:
+        return _evaluate(parts[0][0], table, reasons)
+    out = pd.concat([_evaluate(p, table.iloc[idx], reasons).set_axis(idx) for p, idx in parts])
+    return out.sort_index()
+
+
+def by_variant(pr: Pricer, table: pd.DataFrame) -> list[tuple[Pricer, np.ndarray]]:
+    """The rows of `table` (positions) by the Pricer variant that prices them (one part without a `stack` column)."""
+    if "stack" not in table.columns or table.empty:
+        return [(pr, np.arange(len(table)))]
+    which, firsts = distinct_rows(table.assign(_piped=table["pp"].to_numpy() > 1), ("stack", "_piped"))
+    stack, pp = table["stack"].to_numpy(), table["pp"].to_numpy()
+    variants = [pr.variant(stacks.for_cell(pr.scenario, str(stack[i]), int(pp[i]) > 1)) for i in firsts.tolist()]
+    ids = {id(v): v for v in variants}
+    code = np.array([list(ids).index(id(v)) for v in variants])[which]
+    return [(v, np.flatnonzero(code == j)) for j, v in enumerate(ids.values())]
+
+
+def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
     sc = pr.scenario
     t = sc.training
     table = table.reset_index(drop=True)

@@ -23,8 +23,9 @@ from .fast import LAYOUT_COLUMNS
 from .pricer import layout_scenario
 
 INTERVAL_COLUMNS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
-BATCH = 4096         # layouts whose interval is priced at most per round of `price_for_ranking` (the first round
-                     # prices the best bound of each place; the rounds stop when no unpriced layout can still rank)
+BATCH = 512          # layouts of one place (the top, an instance type's best, a stack's best) whose interval is
+                     # priced at most per round of `price_for_ranking` (the first round prices the two best bounds of
+                     # each place, each round twice as many; the rounds stop when no unpriced layout can still rank)
 
 
 class LayoutEvidence:
@@ -47,6 +48,7 @@ class LayoutEvidence:
         axes = np.full(len(t), "", dtype=object)
         count = np.zeros(len(t), dtype=float)
         implausible = np.zeros(len(t), dtype=bool)
+        threshold = np.full(len(t), np.nan)
         for kind, idx in t.groupby("instance", sort=False).indices.items():
             sub = t.iloc[idx]
             gen = INSTANCES[kind].chip.name
@@ -56,10 +58,18 @@ class LayoutEvidence:
                      "cell": unc.cell(sub["stack"].to_numpy() if "stack" in sub.columns else self.base.stack,
                                       sub["pp"].to_numpy())}
             axes[idx], count[idx] = unc.extrapolated_columns(value, gen, self.ev.domain)
-            implausible[idx] = unc.mfu_implausible(sub["mfu"].to_numpy(float), unc.mfu_best(gen, self.ev.domain))
+            best = unc.mfu_best(gen, self.ev.domain)
+            implausible[idx] = unc.mfu_implausible(sub["mfu"].to_numpy(float), best)
+            threshold[idx] = np.nan if best is None else best
         t["extrapolated"] = axes
         t["mfu_implausible"] = implausible
+        t["mfu_best_published"] = threshold
         t["_axes"] = count
+
+    def thresholds(self, t: pd.DataFrame) -> dict[str, float | None]:
+        """The best published MFU of each chip generation searched (`mfu_implausible`'s threshold), by instance
+        type."""
+        return {kind: unc.mfu_best(INSTANCES[kind].chip.name, self.ev.domain) for kind in pd.unique(t["instance"])}
 
     def _factors_of(self, row) -> list:
         kind = str(row["instance"])
@@ -93,10 +103,11 @@ class LayoutEvidence:
 
 
 def price_for_ranking(t: pd.DataFrame, lev: LayoutEvidence, objective: str, rank_by: str, top: int,
-                      max_usd_per_hour: float | None, shown: np.ndarray, tokens_per_step: float) -> int:
-    """Price the intervals of every row that can rank among the `top` or be the best of its instance type by
-    `rank_by`, and of the rows `shown` (a boolean mask: the Pareto front, the scenario's own layout); returns how
-    many rows were priced.
+                      max_usd_per_hour: float | None, shown: np.ndarray, tokens_per_step: float,
+                      scope_columns: tuple[str, ...] = ("instance",)) -> int:
+    """Price the intervals of every row that can rank among the `top` or be the best of its instance type (and of
+    each value of the other `scope_columns`: its stack) by `rank_by`, and of the rows `shown` (a boolean mask: the
+    Pareto front, the scenario's own layout); returns how many rows were priced.
 
     `low` ranks by the pessimistic end, which is at least the half-width h slower than the point (the fit's and
     the releases', widened by the row's extrapolated axes; the hardware part only adds to it in quadrature): the
@@ -129,37 +140,36 @@ def price_for_ranking(t: pd.DataFrame, lev: LayoutEvidence, objective: str, rank
         best = search.ranked(t, objective, max_usd_per_hour, "point")
         keep = np.zeros(len(t), dtype=bool)
         keep[t.index.get_indexer(best.head(top).index)] = True
-        keep[t.index.get_indexer(best.drop_duplicates("instance").index)] = True
+        for by in scope_columns:
+            keep[t.index.get_indexer(best.drop_duplicates(by).index)] = True
         run(keep)
     else:
         # the pessimistic end is at least the half-width h (known before pricing) slower than the point
         h = unc.half_width(lev.ev, t["_axes"].to_numpy())
         bound = t[col].to_numpy(float) * (np.exp(h) if smaller else np.exp(-h))
         good = -bound if smaller else bound
-        tier = t["mfu_implausible"].to_numpy(dtype=int)
-        kinds = t["instance"].to_numpy()
-        order = np.lexsort((-good, tier))
+        order = np.argsort(-good, kind="stable")
         order = order[elig[order]]
-        scopes = [(np.ones(len(t), dtype=bool), top)] + [(kinds == k, 1) for k in pd.unique(kinds[elig])]
+        scopes = [(np.ones(len(t), dtype=bool), top)] + [(t[by].to_numpy() == k, 1) for by in scope_columns
+                                                          for k in pd.unique(t[by].to_numpy()[elig])]
+        quota = 2              # rows of each scope priced in a round, best bound first; doubles each round
         while True:
             pess = search.at_end(t, objective, "low")
             gp = -pess if smaller else pess
             done = elig & priced & np.isfinite(pess)
             need = elig & ~priced
-            could = np.zeros(len(t), dtype=bool)
-            for scope, k in scopes:         # the top K over all, and the best of each type
-                members = np.flatnonzero(done & scope)
-                if members.size < k:
-                    could |= need & scope
-                    continue
-                kth = members[np.lexsort((-gp[members], tier[members]))][k - 1]
-                # an unpriced row's pessimistic end is at best its bound: it can rank only if its bound can
-                could |= need & scope & ((tier < tier[kth]) | ((tier == tier[kth]) & (good >= gp[kth])))
-            take = order[could[order]][:BATCH if priced.any() else len(scopes) + top]
-            if not take.size:
-                break
             mask = np.zeros(len(t), dtype=bool)
-            mask[take] = True
+            for scope, k in scopes:         # the top K over all, and the best of each type (and stack)
+                members = np.flatnonzero(done & scope)
+                could = need & scope
+                if members.size >= k:
+                    kth = members[np.argsort(-gp[members], kind="stable")][k - 1]
+                    # an unpriced row's pessimistic end is at best its bound: it can rank only if its bound can
+                    could &= good >= gp[kth]
+                mask[order[could[order]][:max(quota, k - members.size)]] = True
+            if not mask.any():
+                break
             run(mask)
+            quota = min(2 * quota, BATCH)
     run(shown)
     return int(priced.sum())

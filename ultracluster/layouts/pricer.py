@@ -2,10 +2,11 @@
 (`MemoPrices`, how the communication plan's pieces price them here), cluster figures, memoized pieces."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
-from .. import chip
+from .. import chip, stacks
 from .. import operators as opslib
 from ..cluster import Cluster, build_cluster
 from ..cluster.calibration import Calibration, fitted
@@ -15,8 +16,8 @@ from ..network.collectives import concurrent_time
 from ..replay.comm import Prices
 from ..scenario import Scenario
 
-# the layout columns of a plan table, in plan.csv order
-LAYOUT_COLUMNS = ("instance", "instances", "lnc", "tp", "pp", "cp", "ep", "dp", "micro_batch", "recompute",
+# the layout columns of a plan table, in plan.csv order (`stack`: the training stack that runs it, `stacks.NAMES`)
+LAYOUT_COLUMNS = ("stack", "instance", "instances", "lnc", "tp", "pp", "cp", "ep", "dp", "micro_batch", "recompute",
                   "pp_schedule", "virtual_stages", "zero", "sequence_parallel")
 MEMORY_COLUMNS = ("hbm_peak_gib", "hbm_capacity_gib", "worst_stage", "weights_gib", "gradients_gib", "optimizer_gib",
                   "activations_gib", "reserve_gib")
@@ -41,13 +42,18 @@ def has_zero_stages() -> bool:
 
 
 def layout_scenario(base: Scenario, row: Any, name: str | None = None) -> Scenario:
-    """The scenario of one layout: `base` with the row's cluster, parallelism and training fields.
+    """The scenario of one layout: `base` with the row's cluster, parallelism and training fields, and, where the
+    row names its stack, as that stack runs it (`stacks.for_cell`: its defaults for the keys the scenario did not
+    give).
 
     Built with pydantic's `model_copy` (no validation): rows come from the search space, which holds only
     valid layouts (tests/plan/test_space.py loads them through `load_scenario`); `plan.scenario_dict` gives
     the YAML-ready form that `run` validates.
     """
     get = row.get if isinstance(row, dict) else (lambda k: getattr(row, k))
+    stack = row.get("stack") if isinstance(row, dict) else getattr(row, "stack", None)
+    if stack is not None:
+        base = stacks.for_cell(base, str(stack), int(get("pp")) > 1)
     par = base.parallelism.model_copy(update={
         "tp": int(get("tp")), "pp": int(get("pp")), "cp": int(get("cp")), "ep": int(get("ep")),
         "dp": int(get("dp")), "sequence_parallel": bool(get("sequence_parallel")),
@@ -86,8 +92,23 @@ class ClusterInfo:
     capacity_gib: float
 
 
+# the memo entries that depend on the keys a stack prices a layout by beyond its columns (`stacks.PRICING_KEYS`:
+# the attention kernel and dropout change a shape's operators, TP overlap a layer's exposed collectives): kept per
+# `Pricer.variant`; every other entry (clusters, collectives, sends, gradient buckets, pipelines, speeds) is shared
+CELL_MEMO = frozenset({"shape", "layer-comm", "training"})
+
+
+def pricing_values(scenario: Scenario) -> tuple:
+    """The values of `stacks.PRICING_KEYS` of a scenario: layouts that agree on them share a Pricer variant."""
+    return tuple(getattr(getattr(scenario, k.split(".")[0]), k.split(".")[1]) for k in stacks.PRICING_KEYS)
+
+
 class Pricer:
-    """What a process evaluating layouts of one scenario keeps: clusters, memoized collectives and pieces."""
+    """What a process evaluating layouts of one scenario keeps: clusters, memoized collectives and pieces.
+
+    Layouts of several stacks (a table's `stack` column) are priced by variants of it (`variant`): one per setting
+    of the keys a stack prices by beyond a layout's columns (`stacks.PRICING_KEYS`), each with its own operators
+    and shapes (CELL_MEMO), all sharing the clusters, collectives and the other memo entries."""
 
     def __init__(self, scenario: Scenario, calibration: Calibration | None = None,
                  sources: dict[str, str] | None = None, shared_last_sends: bool = False,
@@ -110,7 +131,20 @@ class Pricer:
         self._clusters: dict[tuple, ClusterInfo] = {}
         self._coll: dict[tuple, float] = {}
         self._conc: dict[tuple, float] = {}
-        self._memo: dict[tuple, Any] = {}
+        self._memo: dict[tuple, Any] = {}          # CELL_MEMO entries: this variant's
+        self._shared: dict[tuple, Any] = {}        # the others: every variant's
+        self._variants: dict[tuple, Pricer] = {pricing_values(scenario): self}
+
+    def variant(self, scenario: Scenario) -> "Pricer":
+        """The Pricer of `scenario` (this one's with another stack's pricing keys: `stacks.for_cell`), sharing this
+        one's clusters, collectives and stack-free memo entries; one per distinct `pricing_values`."""
+        key = pricing_values(scenario)
+        p = self._variants.get(key)
+        if p is None:
+            p = self._variants[key] = copy.copy(self)
+            p.scenario = scenario
+            p._memo = {}
+        return p
 
     # --- clusters and collectives ------------------------------------------------------------------
     def cluster(self, instance: str, instances: int, lnc: int, cal: int = 0) -> ClusterInfo:
@@ -162,9 +196,10 @@ class Pricer:
         return self.memo(("prices", ck), lambda: MemoPrices(self, ck))
 
     def memo(self, key: tuple, make: Callable[[], Any]) -> Any:
-        val = self._memo.get(key)
+        store = self._memo if key[0] in CELL_MEMO else self._shared
+        val = store.get(key)
         if val is None:
-            val = self._memo[key] = make()
+            val = store[key] = make()
         return val
 
 

@@ -14,7 +14,9 @@ import numpy as np
 import pandas as pd
 
 from ..cluster.calibration import Calibration
+from ..cluster.catalog import INSTANCES
 from ..scenario import Scenario
+from ..stacks import SHORT, explicit as stacks_explicit
 from . import fast
 from .fast import LAYOUT_COLUMNS, Pricer
 
@@ -56,14 +58,15 @@ def chunks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
     return sorted(out, key=len, reverse=True)
 
 
-GROUP_COLUMNS = CLUSTER_COLUMNS + ["pp", "virtual_stages"]
+GROUP_COLUMNS = CLUSTER_COLUMNS + ["stack", "pp", "virtual_stages"]
 
 
 def by_group(table: pd.DataFrame) -> pd.DataFrame:
-    """The table's rows ordered by cluster and pipeline shape (pp, virtual stages), otherwise in table order
+    """The table's rows ordered by cluster, stack and pipeline shape (pp, virtual stages), otherwise in table order
     (its index kept): consecutive pieces of it share their per-shape work (one pipeline program, its sends and
-    its schedule runs per shape), where pieces of the table's own order each hold every shape."""
-    return table.sort_values(GROUP_COLUMNS, kind="stable")
+    its schedule runs per shape; a stack's operators), where pieces of the table's own order each hold every
+    shape."""
+    return table.sort_values([c for c in GROUP_COLUMNS if c in table.columns], kind="stable")
 
 
 def evaluate_chunk(scenario: Scenario, calibration: Calibration | None, sources: dict[str, str],
@@ -71,7 +74,7 @@ def evaluate_chunk(scenario: Scenario, calibration: Calibration | None, sources:
     """Price one chunk; reuses this process's Pricer for the same scenario (caches stay warm). The `reason` of a
     layout that does not fit is left None: `apply_headroom` words every one."""
     if pricer is None:
-        key = (scenario.model_dump_json(), repr(calibration), tuple(sorted(sources.items())))
+        key = (scenario.model_dump_json(), stacks_explicit(scenario), repr(calibration), tuple(sorted(sources.items())))
         pricer = _WORKER_PRICERS.get(key)
         if pricer is None:
             _WORKER_PRICERS.clear()
@@ -218,23 +221,30 @@ def mark_pareto(out: pd.DataFrame) -> None:
     out["pareto"] = mark
 
 
-_LABEL_COLUMNS = ("instances", "instance", "lnc", "tp", "pp", "dp", "cp", "ep", "pp_schedule", "virtual_stages",
-                  "micro_batch", "recompute", "zero", "sequence_parallel")
+_LABEL_COLUMNS = ("stack", "instances", "instance", "lnc", "tp", "pp", "dp", "cp", "ep", "pp_schedule",
+                  "virtual_stages", "micro_batch", "recompute", "zero", "sequence_parallel")
 
 
 def labels(t: pd.DataFrame) -> list[str]:
     """`label` of every row (from the columns as Python lists: no per-row Series)."""
-    return [_label(*v) for v in zip(*(t[c].tolist() for c in _LABEL_COLUMNS))]
+    cols = [t[c].tolist() if c in t.columns else ["custom"] * len(t) for c in _LABEL_COLUMNS]
+    return [_label(*v) for v in zip(*cols)]
 
 
 def label(r) -> str:
-    """Short text of a layout: "32 x trn1.32xlarge tp32 pp8 dp4 1f1b mb1 sel-rc zero1"."""
-    return _label(*(r[c] for c in _LABEL_COLUMNS))
+    """Short text of a layout: "nxd: 32 x trn1.32xlarge tp32 pp8 dp4 1f1b mb1 sel-rc zero1" (its stack's short name
+    first, `stacks.SHORT`; none for `custom`)."""
+    return _label(*(r.get(c, "custom") if c == "stack" else r[c] for c in _LABEL_COLUMNS))
 
 
-def _label(instances, instance, lnc, tp, pp, dp, cp, ep, pp_schedule, virtual_stages, micro_batch, recompute, zero,
-           sequence_parallel) -> str:
-    text = f"{instances} x {instance}" + (f" lnc{lnc}" if instance.startswith("trn2") else "") + f" tp{tp} pp{pp} dp{dp}"
+_PREFIX = {name: "" if name == "custom" else f"{short}: " for name, short in SHORT.items()}
+_HAS_LNC = {name: len(spec.allowed_lnc) > 1 for name, spec in INSTANCES.items()}
+
+
+def _label(stack, instances, instance, lnc, tp, pp, dp, cp, ep, pp_schedule, virtual_stages, micro_batch, recompute,
+           zero, sequence_parallel) -> str:
+    text = f"{_PREFIX.get(stack, stack + ': ')}{instances} x {instance}" + \
+        (f" lnc{lnc}" if _HAS_LNC.get(instance) else "") + f" tp{tp} pp{pp} dp{dp}"
     if cp > 1:
         text += f" cp{cp}"
     if ep > 1:
@@ -280,27 +290,26 @@ def eligible(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None
 
 def ranked(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None = None,
            rank_by: str = "point") -> pd.DataFrame:
-    """Eligible rows with a value at the `rank_by` end, best first (ties: the table's order). With `low` (the
-    pessimistic end) a layout flagged `mfu_implausible` ranks after every plausible one: its pessimistic end is
-    no more evidence-backed than its point (no published run of its chip reached that MFU)."""
+    """Eligible rows with a value at the `rank_by` end, best first by that value alone (ties: the table's order).
+    Nothing else moves a row: `mfu_implausible` is a flag beside it (the interval, widened where the evidence
+    ends, is what ranks); docs/plan.md "The ranking" says so and tests/plan/test_plan_ranking.py holds a real
+    plan to it."""
     _, ascending = OBJECTIVES[objective]
     value = at_end(table, objective, rank_by)
     ok = eligible(table, objective, max_usd_per_hour).to_numpy() & np.isfinite(value)
     sub = table[ok].assign(_rank_value=value[ok])
-    keys = ["_rank_value"]
-    if rank_by == "low" and "mfu_implausible" in sub.columns:
-        keys = ["mfu_implausible", "_rank_value"]
-    out = sub.sort_values(keys, ascending=[True] * (len(keys) - 1) + [ascending], kind="stable")
+    out = sub.sort_values("_rank_value", ascending=ascending, kind="stable")
     return out.drop(columns="_rank_value")
 
 
 def best_per_type(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None = None,
-                  rank_by: str = "point") -> pd.DataFrame:
-    """The best ranking row of each instance type (in the order the types were searched), by the objective."""
+                  rank_by: str = "point", by: str = "instance") -> pd.DataFrame:
+    """The best ranking row of each instance type (`by`: or of each value of another column, e.g. `stack`), in the
+    order the table first holds them, by the objective."""
     best = ranked(table, objective, max_usd_per_hour, rank_by)
-    firsts = best.drop_duplicates("instance", keep="first")
-    order = {t: i for i, t in enumerate(dict.fromkeys(table["instance"]))}
-    return firsts.iloc[np.argsort(firsts["instance"].map(order).to_numpy(), kind="stable")]
+    firsts = best.drop_duplicates(by, keep="first")
+    order = {t: i for i, t in enumerate(dict.fromkeys(table[by]))}
+    return firsts.iloc[np.argsort(firsts[by].map(order).to_numpy(), kind="stable")]
 
 
 def closest(table: pd.DataFrame) -> dict | None:
@@ -323,7 +332,7 @@ def layout_record(r) -> dict:
 
 
 def numbers(r, columns=("step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "hbm_capacity_gib", "hbm_fraction",
-                        "usd_per_million_tokens", "price_per_hour_usd", "time_to_train_days",
+                        "usd_per_million_tokens", "price_per_hour_usd", "goodput", "time_to_train_days",
                         "total_cost_usd")) -> dict:
     """A row's figures as JSON values (None for NaN or absent)."""
     out = {}

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from .. import stacks as stk
 from ..cluster.catalog import INSTANCES, ranks_per_instance, ultraserver_of
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario
@@ -43,6 +44,9 @@ class SearchSpace:
         max_cp: the largest context-parallel degree (powers of two up to it).
         zero: ZeRO stages (None: 0, 1 and 3 where the schema has training.zero, else 0 and 1).
         tp, pp: restrict the degrees (None: every valid one).
+        stacks: the training stacks searched, each within what it runs (`stacks.runs`) (None: the scenario's
+            stack when it names one, else every Neuron stack that runs on an instance type searched: `searched`).
+        lnc: the LNC settings tried on instance types that have one (Trn2, Trn3) (None: every one allowed).
     """
 
     instance_types: tuple[str, ...] | None = None
@@ -55,6 +59,8 @@ class SearchSpace:
     zero: tuple[int, ...] | None = None
     tp: tuple[int, ...] | None = None
     pp: tuple[int, ...] | None = None
+    stacks: tuple[str, ...] | None = None
+    lnc: tuple[int, ...] | None = None
     extra: tuple[dict, ...] = field(default_factory=tuple)
 
 
@@ -86,9 +92,38 @@ def clusters(base: Scenario, space: SearchSpace) -> list[tuple[str, int, int, in
             if n % size:                # UltraServers come in groups of 4 (Trn2, Trn3 Gen1) or 36 (Trn3 Gen2)
                 continue
             lncs = spec.allowed_lnc if inst != base.cluster.instance or len(spec.allowed_lnc) > 1 else (base.cluster.lnc,)
+            if space.lnc is not None and len(spec.allowed_lnc) > 1:
+                lncs = tuple(x for x in lncs if x in space.lnc)
             for lnc in lncs:
                 out.append((inst, n, lnc, n * ranks_per_instance(spec, lnc)))
     return out
+
+
+def searched(base: Scenario, space: SearchSpace) -> tuple[str, ...]:
+    """The stacks a search covers: `space.stacks`, else the scenario's own when it names one (`custom` included),
+    else every Neuron stack that runs on an instance type searched (`stacks.NEURON_STACKS`)."""
+    if space.stacks is not None:
+        return space.stacks
+    if stk.names_its_stack(base):
+        return (base.stack,)
+    chips = {stk.chip_of(t) for t in (space.instance_types or (base.cluster.instance,))}
+    return tuple(n for n in stk.NEURON_STACKS if chips & set(stk.STACKS[n].support.chips[0]))
+
+
+def own_stack(base: Scenario, space: SearchSpace) -> tuple[str, list[str]]:
+    """The stack the scenario's own layout is priced as, and, when it is `custom` in a search of other stacks, why
+    (each searched stack's first objection). A scenario that names its stack: that one; one that names none: the
+    first stack searched that runs its layout (`custom` when none does)."""
+    if stk.names_its_stack(base):
+        return base.stack, []
+    own, why = _own_row(base), []
+    for name in searched(base, space):
+        found = stk.unsupported(name, stk.chip_of(own["instance"]), own["pp"], own["zero"], own["pp_schedule"],
+                                own["cp"], own["ep"], own["lnc"], own["instance"])
+        if not found:
+            return name, []
+        why.append(f"{found[0][0]} {found[0][1]}: {found[0][2]}")
+    return "custom", why
 
 
 def _zero_values(space: SearchSpace) -> tuple[int, ...]:
@@ -132,14 +167,30 @@ def count_layouts(base: Scenario, space: SearchSpace = SearchSpace(),
     Returns:
         (layouts, clusters counted): every cluster of the search (`clusters`) unless the count stopped early.
     """
-    per_shape = len(space.recompute) * len(_zero_values(space))
+    per_shape = _stack_counter(base, space)
     total = counted = 0
-    for _, _, _, ranks in clusters(base, space):
-        total += per_shape * sum(len(scheds) for *_, scheds in _shapes(base, space, ranks))
+    for inst, _, lnc, ranks in clusters(base, space):
+        for tp, cp, pp, dp, ep, mb, mbs, scheds in _shapes(base, space, ranks):
+            total += per_shape(inst, pp, cp, ep, lnc, scheds)
         counted += 1
         if stop_above is not None and total > stop_above:
             break
     return total, counted
+
+
+def _stack_counter(base: Scenario, space: SearchSpace) -> Callable[..., int]:
+    """f(instance, pp, cp, ep, lnc, schedules) → the layouts of one shape the searched stacks run (each recompute
+    mode, ZeRO stage and schedule of it that a stack runs, summed over the stacks); memoized on what it reads."""
+    zeros, names, seen = _zero_values(space), searched(base, space), {}
+
+    def count(instance, pp, cp, ep, lnc, scheds) -> int:
+        key = (instance, pp > 1, cp > 1, ep > 1, lnc, tuple(x[0] for x in scheds))
+        if key not in seen:
+            chip, sched = stk.chip_of(instance), [x[0] for x in scheds]
+            seen[key] = len(space.recompute) * sum(int(stk.runs(
+                n, chip, pp, np.repeat(zeros, len(sched)), sched * len(zeros), cp, ep, lnc).sum()) for n in names)
+        return seen[key]
+    return count
 
 
 def enumerate_layouts(base: Scenario, space: SearchSpace = SearchSpace(),
@@ -149,6 +200,10 @@ def enumerate_layouts(base: Scenario, space: SearchSpace = SearchSpace(),
     Args:
         progress: called with the layouts generated so far after each cluster (instance type, count, lnc).
 
+    The layouts of each stack searched (`searched`) that it runs (`stacks.runs`), stack by stack, each row naming
+    its stack (`stack`), with sequence parallelism as the stack runs it (`stacks.sequence_parallel`; on whenever tp
+    > 1 for `custom`); the scenario's own layout as `own_stack` prices it.
+
     Returns:
         DataFrame with LAYOUT_COLUMNS and `microbatches`; row 0 is the scenario's own layout when the space
         covers its cluster.
@@ -156,17 +211,19 @@ def enumerate_layouts(base: Scenario, space: SearchSpace = SearchSpace(),
     zero_values = _zero_values(space)
     shapes: list[tuple] = []          # one per shape: its cluster, tp .. microbatches, and how many schedules
     scheds: list[tuple[str, int]] = []
-    per_schedule = len(space.recompute) * len(zero_values)
+    counter = _stack_counter(base, space)
     total = 0
     for inst, n, lnc, ranks in clusters(base, space):
         for tp, cp, pp, dp, ep, mb, mbs, sc in _shapes(base, space, ranks):
             shapes.append((inst, n, lnc, tp, pp, cp, ep, dp, mb, mbs, len(sc)))
             scheds += sc
-            total += per_schedule * len(sc)
+            total += counter(inst, pp, cp, ep, lnc, sc)
         if progress is not None:
             progress(total)
-    cols = _layout_columns(shapes, scheds, space.recompute, zero_values)
-    for r in reversed([_own_row(base)] + [dict(r) for r in space.extra]):
+    cols = _stack_rows(base, space, _layout_columns(shapes, scheds, space.recompute, zero_values))
+    own = _own_row(base)
+    own["stack"] = own_stack(base, space)[0]
+    for r in reversed([own] + [dict(r) for r in space.extra]):
         if r is None or (r["instance"], r["instances"], r["lnc"]) not in \
                 {(c[0], c[1], c[2]) for c in clusters(base, space)}:
             continue
@@ -177,6 +234,23 @@ def enumerate_layouts(base: Scenario, space: SearchSpace = SearchSpace(),
             cols[k] = np.concatenate([np.array([r[k]], dtype=v.dtype), v[~same]])
     text = "str" if total else object        # (object, as ever, in a search that generated no layout)
     return pd.DataFrame({k: pd.Series(v, dtype=text) if v.dtype == object else v for k, v in cols.items()})
+
+
+def _stack_rows(base: Scenario, space: SearchSpace, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The layouts of `cols` (every stack's candidates) that each searched stack runs, stack after stack, with
+    the `stack` column and each stack's sequence parallelism."""
+    codes, kinds = pd.factorize(cols["instance"])
+    chip = np.array([stk.chip_of(t) for t in kinds] + [None], dtype=object)[codes]
+    parts = []
+    for name in searched(base, space):
+        keep = stk.runs(name, chip, cols["pp"], cols["zero"], cols["pp_schedule"], cols["cp"], cols["ep"], cols["lnc"])
+        part = {k: v[keep] for k, v in cols.items()}
+        sp = stk.sequence_parallel(name, base)
+        if sp is not None:
+            part["sequence_parallel"] = part["tp"] > 1 if sp else np.zeros(int(keep.sum()), dtype=bool)
+        part["stack"] = np.full(int(keep.sum()), name, dtype=object)
+        parts.append(part)
+    return {k: np.concatenate([p[k] for p in parts]) for k in ["stack", *cols]}
 
 
 def _layout_columns(shapes: list[tuple], scheds: list[tuple[str, int]], recompute: tuple[str, ...],
@@ -262,7 +336,8 @@ def zero_stages() -> tuple[int, ...]:
 def search_space(instance_types: str | None = None, instances: str | None = None, tp: str | None = None,
                  pp: str | None = None, max_cp: str | int | None = None, max_zero: str | int | None = None,
                  micro_batches: str | None = None, recompute: str | None = None, schedules: str | None = None,
-                 virtual_stages: str | None = None) -> SearchSpace:
+                 virtual_stages: str | None = None, stacks: str | None = None,
+                 lnc: str | None = None) -> SearchSpace:
     """The command line's search limits (`plan --tp 8,16 --max-zero 1 ...`, each a string as typed, None: the
     default) → a SearchSpace. Every bad flag is reported, each naming itself (ScenarioError)."""
     problems: list[Problem] = []
@@ -291,6 +366,10 @@ def search_space(instance_types: str | None = None, instances: str | None = None
         take("recompute", _choices, "--recompute", recompute, RECOMPUTE)
     if schedules is not None:
         take("schedules", _choices, "--schedules", schedules, SCHEDULES)
+    if stacks is not None:
+        take("stacks", _choices, "--stack", stacks, stk.NAMES)
+    if lnc is not None:
+        take("lnc", _int_list, "--lnc", lnc, "2", lambda v: v in (1, 2), "LNC settings, 1 or 2")
     if max_cp is not None:
         try:
             kw["max_cp"] = int(str(max_cp))

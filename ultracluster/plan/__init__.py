@@ -27,10 +27,12 @@ from ..scenario import Scenario, load_scenario
 from ..layouts import search
 from ..layouts.fast import LAYOUT_COLUMNS, Pricer
 from ..layouts.intervals import INTERVAL_COLUMNS, LayoutEvidence, price_for_ranking
-from ..layouts.space import (SearchSpace, _own_row, enumerate_layouts, parse_instance_types, parse_instances,
-                             parse_prices, search_space)
+from ..layouts.space import (SearchSpace, _own_row, enumerate_layouts, own_stack, parse_instance_types,
+                             parse_instances, parse_prices, search_space, searched)
 from .options import (CATALOG_PRICE, MAX_SEARCH_MINUTES, MAX_TOP, SLOWEST_LAYOUTS_PER_CPU_S, _check_options,  # noqa: F401
                       _check_size, resolve_prices)
+from .budget import days_and_dollars
+from .compare import compare_with_scenario, stacks_without_a_layout, standing
 from .output import check_plan_dir, format_plan, full_table_name, layout_yaml, write_plan_dir
 
 __all__ = ["PlanResult", "SearchSpace", "format_plan", "parse_instance_types", "parse_instances", "parse_prices",
@@ -171,21 +173,27 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         ev = _evaluate(base, table, calibration, address, log, session, lambda: _replay_shards(base),
                        progress)
         t1 = time.perf_counter()           # the table, the folds, the front, then the intervals: of every layout
-        full = search.assemble(table, ev.results, tokens, base.tokens_per_step, price_of, hbm_headroom)
+        full = search.assemble(table, ev.results, None, base.tokens_per_step, price_of, hbm_headroom)
+        own = _own_mask(full, base, space)
+        _not_run(full, own, base, space)
         folded = search.fold_equivalent(full)
+        budget = days_and_dollars(full, base, tokens, calibration)     # with goodput, where a row can rank
         search.mark_pareto(full)           # that can rank, the front and the own
         lev = LayoutEvidence(base, calibration)
         lev.flags(full)
-        own = _own_mask(full, base)
+        kept = own & (full["same_as"].to_numpy() != "")       # the row the own layout is folded into: shown too
+        kept = np.isin(full["layout"].to_numpy(), full["same_as"].to_numpy()[kept]) if kept.any() else kept
         priced = price_for_ranking(full, lev, objective, rank_by, top, max_usd_per_hour,
-                                   full["pareto"].to_numpy(dtype=bool) | own, base.tokens_per_step)
+                                   full["pareto"].to_numpy(dtype=bool) | own | kept, base.tokens_per_step,
+                                   ("instance", "stack"))
         del full["_axes"]
         wall_s = enumerate_s + ev.wall_s + time.perf_counter() - t1
         full["rank_value"] = search.at_end(full, objective, rank_by)      # what ranked each row
         best = search.ranked(full, objective, max_usd_per_hour, rank_by)
         picks = best.head(top)
         per_type = search.best_per_type(full, objective, max_usd_per_hour, rank_by)
-        _role_columns(full, own, picks.index, per_type.index)
+        per_stack = search.best_per_type(full, objective, max_usd_per_hour, rank_by, by="stack")
+        _role_columns(full, own, picks.index, per_type.index, per_stack.index)
         yamls, scenarios = [], []
         overrides = {t: usd for t, usd in price_of.items() if usd is not None and price_sources[t] != CATALOG_PRICE}
         for i, (_, r) in enumerate(picks.iterrows(), 1):
@@ -196,11 +204,22 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         replays = _replay(scenarios, runs_out, address, log, progress) if replay and scenarios else []
     planned = full.loc[picks.index, ["step_time_low_s", "step_time_high_s"]].to_numpy()   # before the runs' own
     _interval_columns(full, picks.index, replays)
-    own_summary = compare_with_scenario(full)
+    own_summary = compare_with_scenario(full, objective)
+    own_summary["standing"] = standing(full, best, objective, rank_by)
+    as_stack = own_stack(base, space)[0]
+    if as_stack != base.stack:
+        own_summary["priced_as"] = (f"the scenario names no stack: its own layout is priced as {as_stack} runs it "
+                                    f"(that stack's defaults for the keys it does not give)")
     top_rows = [_record(full.loc[i], rank=k) for k, i in enumerate(picks.index, 1)]
     summary = _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows,
                        replays, notes, runs_out, rank_by)
     summary["best_per_type"] = _json_clean([_record(full.loc[i]) for i in per_type.index])
+    summary["best_per_stack"] = _json_clean([_record(full.loc[i]) for i in per_stack.index])
+    summary["stacks_without_a_layout"] = stacks_without_a_layout(full, searched(base, space), per_stack["stack"])
+    summary["mfu_best_published"] = _json_clean(lev.thresholds(full))
+    summary.update(_json_clean(budget))
+    if budget["budget"] is not None:
+        summary["tokens"] = budget["budget"]["tokens"]
     summary["scenario_layout"] = _json_clean(own_summary)
     summary["intervals_priced"] = priced
     for rec, (low, high) in zip(summary["replayed"], planned):        # the plan's own, beside the run's
@@ -219,30 +238,44 @@ def _record(r, rank: int | None = None) -> dict:
     """A ranking row as plan.json holds it: label, layout, figures (with its interval), the settings folded into
     it, where it stands against the evidence, and how it compares with the scenario's own layout."""
     rec = {"rank": rank} if rank is not None else {}
-    rec.update({"label": r["layout"], "instance": r["instance"], "layout": search.layout_record(r),
-                **search.numbers(r), **search.numbers(r, INTERVAL_COLUMNS + ("rank_value", "vs_scenario_pct")),
+    rec.update({"label": r["layout"], "stack": r["stack"], "instance": r["instance"], "layout": search.layout_record(r),
+                **search.numbers(r), **search.numbers(r, INTERVAL_COLUMNS + ("rank_value", "vs_scenario_pct",
+                                                                           "mfu_best_published")),
                 "equivalent": r.get("equivalent", "") or None,
                 "extrapolated": [a for a in str(r.get("extrapolated", "")).split(",") if a],
-                "mfu_implausible": bool(r.get("mfu_implausible", False)), "vs_scenario": r.get("vs_scenario") or None})
+                "mfu_implausible": bool(r.get("mfu_implausible", False)), "vs_scenario": r.get("vs_scenario") or None,
+                "vs_scenario_on": r.get("vs_scenario_on") or None})
     return rec
 
 
-def _own_mask(full: pd.DataFrame, base: Scenario) -> np.ndarray:
-    """The scenario's own layout among the rows (always the first: `enumerate_layouts`)."""
-    own = _own_row(base)
+def _not_run(full: pd.DataFrame, own: np.ndarray, base: Scenario, space: SearchSpace) -> None:
+    """The scenario's own layout, when it names no stack and no stack searched runs it, is priced with its explicit
+    keys (`custom`) for the comparison but cannot rank: infeasible, with each stack's reason (in place)."""
+    name, why = own_stack(base, space)
+    if name == "custom" and "custom" not in searched(base, space) and own.any():
+        i = np.flatnonzero(own)[0]
+        full.loc[i, "feasible"] = False
+        full.loc[i, "reason"] = ("no stack searched runs it (the scenario names none): " + "; ".join(why))
+
+
+def _own_mask(full: pd.DataFrame, base: Scenario, space: SearchSpace) -> np.ndarray:
+    """The scenario's own layout among the rows (always the first: `enumerate_layouts`), as its stack runs it."""
+    own = {**_own_row(base), "stack": own_stack(base, space)[0]}
     mask = np.ones(len(full), dtype=bool)
     for k in LAYOUT_COLUMNS:
         mask &= np.broadcast_to(full[k].to_numpy() == own[k], mask.shape)
     return mask
 
 
-def _role_columns(full: pd.DataFrame, own: np.ndarray, top_rows, best_rows) -> None:
+def _role_columns(full: pd.DataFrame, own: np.ndarray, top_rows, best_rows, stack_rows) -> None:
     """plan.csv's columns saying why a row is in it: `rank` (its place among the top layouts), `best_of_type`,
-    `scenario_layout` (the scenario's own layout); `pareto` is set by `search.mark_pareto`."""
+    `best_of_stack`, `scenario_layout` (the scenario's own layout); `pareto` is set by `search.mark_pareto`."""
     full["rank"] = pd.array([pd.NA] * len(full), dtype="Int64")
     full.loc[list(top_rows), "rank"] = np.arange(1, len(top_rows) + 1)
     full["best_of_type"] = False
     full.loc[list(best_rows), "best_of_type"] = True
+    full["best_of_stack"] = False
+    full.loc[list(stack_rows), "best_of_stack"] = True
     full["scenario_layout"] = own
 
 
@@ -255,42 +288,6 @@ def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) ->
             full.loc[row, col] = float(v) if isinstance(v, (int, float)) else np.nan
         if isinstance(rep.get("mfu_implausible"), bool):
             full.loc[row, "mfu_implausible"] = rep["mfu_implausible"]
-
-
-def compare_with_scenario(full: pd.DataFrame) -> dict:
-    """`vs_scenario_pct` (how much faster each row's point is than the scenario's own layout's, %) and
-    `vs_scenario` ("18 % faster (intervals apart: a finding)": the rows' 80 % intervals apart, or "... (intervals
-    overlap: not a finding)"; "" without an interval), in place; returns the own layout's record, or why it
-    cannot be compared (it does not fit)."""
-    from ..report.table import overlap_note
-
-    own = full[full["scenario_layout"]]
-    full["vs_scenario_pct"] = np.nan
-    full["vs_scenario"] = ""
-    if own.empty:
-        return {"feasible": False, "reason": "not among the layouts searched"}
-    o = own.iloc[0]
-    if not bool(o["feasible"]):
-        return {"label": o["layout"], "feasible": False, "reason": o["reason"],
-                "comparison": f"the scenario's own layout does not fit: {o['reason']}"}
-    step = full["step_time_s"].to_numpy(float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pct = 100 * (float(o["step_time_s"]) / step - 1)
-    ok = full["feasible"].to_numpy(dtype=bool) & np.isfinite(pct)
-    full.loc[ok, "vs_scenario_pct"] = pct[ok]
-    ref = {k: o[k] for k in ("step_time_low_s", "step_time_high_s")}
-    text = np.full(len(full), "", dtype=object)
-    for i in np.flatnonzero(ok & np.isfinite(full["step_time_high_s"].to_numpy(float))):
-        r = full.iloc[i]
-        note = overlap_note({k: r[k] for k in ref}, ref)
-        if not note:
-            continue
-        how = "as fast" if round(abs(pct[i])) == 0 else f"{abs(pct[i]):.0f} % {'faster' if pct[i] > 0 else 'slower'}"
-        text[i] = "the scenario's own layout" if bool(r["scenario_layout"]) else f"{how} ({note})"
-    full["vs_scenario"] = text
-    return {"label": o["layout"], "feasible": True, **search.numbers(o), **search.numbers(o, INTERVAL_COLUMNS),
-            "extrapolated": [a for a in str(o["extrapolated"]).split(",") if a],
-            "mfu_implausible": bool(o["mfu_implausible"])}
 
 
 def _replay_shards(base: Scenario) -> int:
@@ -350,6 +347,7 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
         replayed.append({"rank": row["rank"], "label": row["label"], "layout": row["layout"],
                          "fast_step_time_s": fast_s, "replay_step_time_s": rep_s, "difference": diff,
                          "replay_tokens_per_s": rep.get("tokens_per_s"), "replay_mfu": rep.get("mfu"),
+                         **{f"replay_{k}": rep.get(k) for k in ("goodput", "time_to_train_days", "total_cost_usd")},
                          **{k: rep.get(k) for k in INTERVAL_COLUMNS},
                          "breakdown": {k: rep.get(k) for k in BREAKDOWN_KEYS},
                          "run_dir": None if out is None else str(Path(out) / "runs" / f"top-{row['rank']}")})
@@ -384,7 +382,8 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
                    "pp": None if space.pp is None else list(space.pp),
                    "micro_batches": list(space.micro_batches), "recompute": list(space.recompute),
                    "schedules": list(space.schedules), "virtual_stages": list(space.virtual_stages),
-                   "max_cp": space.max_cp, "zero": sorted(int(z) for z in full["zero"].unique())},
+                   "max_cp": space.max_cp, "zero": sorted(int(z) for z in full["zero"].unique()),
+                   "stacks": list(searched(base, space)), "lnc": sorted(int(x) for x in full["lnc"].unique())},
         "layouts_evaluated": n,
         "feasible": feasible,
         "ranked": int(len(best)),

@@ -22,7 +22,7 @@ from ..cluster.catalog import NO_PRICE
 from ..layouts.search import END_NAMES, pareto_front
 from ..report.html import MEMORY_COLORS, _page, _table, stacked_bars
 
-from .text import OBJECTIVE_SHORT, _band, _mfu, ranking_lines
+from .text import OBJECTIVE_SHORT, _band, _mfu, mfu_threshold_text, ranking_lines
 
 if TYPE_CHECKING:
     from . import PlanResult
@@ -137,12 +137,19 @@ def pareto_svg(result: PlanResult) -> str:
     out += _top_circles(is_top, sub, lambda i: X(cost[i]), lambda i: Y(speed[i]))
     legend = (f'<p class="legend"><span><i style="background:{DOT_COLOR}"></i>feasible layout</span>'
               f'<span><i style="background:{FRONT_COLOR}"></i>Pareto front ({len(front)})</span>'
-              f'<span><i style="background:{TOP_COLOR}"></i>top layouts</span>{IMPLAUSIBLE_LEGEND}</p>')
+              f'<span><i style="background:{TOP_COLOR}"></i>top layouts</span>{_legend(result)}</p>')
     return _svg("pareto", out) + legend + missing
 
 
 IMPLAUSIBLE_LEGEND = (f'<span><i style="background:#fff;border:1.5px solid {IMPLAUSIBLE_STROKE}"></i>MFU above the '
-                      f'best published for the chip (outlined)</span>')
+                      f'best published for the chip (outlined: {{thresholds}})</span>')
+
+
+def _legend(result: PlanResult) -> str:
+    """IMPLAUSIBLE_LEGEND with each chip's threshold."""
+    best = result.summary.get("mfu_best_published") or {}
+    known = ", ".join(f"{k} {100 * v:.1f} %" for k, v in best.items() if v is not None) or "none published"
+    return IMPLAUSIBLE_LEGEND.replace("{thresholds}", escape(known))
 
 
 def _outline(sub: pd.DataFrame, i: int) -> str:
@@ -155,7 +162,10 @@ def _flag_text(sub: pd.DataFrame, i: int) -> str:
     """What a dot's tooltip adds: the axes off the calibrated domain, an MFU above the best published."""
     r = sub.iloc[i]
     out = f"; off the calibrated domain: {r['extrapolated']}" if r.get("extrapolated") else ""
-    return escape(out + ("; MFU above the best published for the chip" if r.get("mfu_implausible") else ""))
+    best = r.get("mfu_best_published")
+    above = "; MFU above the best published for the chip" + (
+        f" ({100 * best:.1f} %)" if best is not None and math.isfinite(best) else "")
+    return escape(out + (above if r.get("mfu_implausible") else ""))
 
 
 def _top_circles(is_top: np.ndarray, sub: pd.DataFrame, x, y) -> list[str]:
@@ -205,7 +215,7 @@ def types_svg(result: PlanResult) -> str:
     counts = sub["instance"].value_counts()
     legend = '<p class="legend">' + "".join(
         f'<span><i style="background:{color[k]}"></i>{escape(k)} ({int(counts.get(k, 0)):,})</span>' for k in types
-    ) + f'<span><i style="background:{TOP_COLOR}"></i>top layouts</span>{IMPLAUSIBLE_LEGEND}</p>'
+    ) + f'<span><i style="background:{TOP_COLOR}"></i>top layouts</span>{_legend(result)}</p>'
     return _svg("types", out) + legend
 
 
@@ -222,8 +232,19 @@ def _gib(v) -> str:
     return "n/a" if v is None or not math.isfinite(float(v)) else f"{float(v):.4f}"
 
 
+NO_PRICE_CELL = "no price: set cluster.price_per_hour_usd or --price-per-hour"
+
+
+def _cost(row: dict):
+    """$ per M tokens, or why there is none."""
+    return row.get("usd_per_million_tokens") if row.get("price_per_hour_usd") is not None else NO_PRICE_CELL
+
+
 def _days_cost(row: dict, tokens) -> list:
-    return [row.get("time_to_train_days"), row.get("total_cost_usd")] if tokens is not None else []
+    if tokens is None:
+        return []
+    return [row.get("time_to_train_days"), row.get("total_cost_usd") if row.get("price_per_hour_usd") is not None
+            else NO_PRICE_CELL]
 
 
 def _step(row: dict) -> str:
@@ -259,7 +280,7 @@ def render_plan_html(result: PlanResult) -> str:
         r = rep.get(i, {})
         rows.append([i, row["label"], row.get("equivalent") or "", *([row.get("rank_value")] if ranks else []),
                      _step(row), r.get("replay_step_time_s"), r.get("difference"), row["tokens_per_s"], _mfu(row),
-                     row["usd_per_million_tokens"], *_days_cost(row, tokens), _hbm(row),
+                     _cost(row), *_days_cost(row, tokens), _hbm(row),
                      ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"])
     top = _table(rows, ["#", "layout", "equivalent", *ranks, "step s (80 %)", "replayed step (s)",
                         "difference", "tokens/s", "MFU", "$ per M tokens", *extra_head, "HBM GiB",
@@ -268,12 +289,22 @@ def render_plan_html(result: PlanResult) -> str:
     best_rows = [[row["instance"], row["label"], row.get("equivalent") or "", *([row.get("rank_value")] if ranks else []),
                   _step(row), row["tokens_per_s"], _mfu(row),
                   row.get("price_per_hour_usd") if row.get("price_per_hour_usd") is not None else NO_PRICE,
-                  row["usd_per_million_tokens"], *_days_cost(row, tokens), _hbm(row),
+                  _cost(row), *_days_cost(row, tokens), _hbm(row),
                   ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"] for row in per_type]
     best = _table(best_rows, ["instance type", "layout", "equivalent", *ranks, "step s (80 %)",
                               "tokens/s", "MFU", "$ per hour (cluster)", "$ per M tokens", *extra_head,
                               "HBM GiB", "off domain", "vs scenario's layout"]) \
         if best_rows else "<p>none</p>"
+    per_stack = s.get("best_per_stack") or []
+    stack_rows = [[row["stack"], row["label"], *([row.get("rank_value")] if ranks else []), _step(row),
+                   row["tokens_per_s"], _mfu(row), _cost(row), *_days_cost(row, tokens), _hbm(row),
+                   row.get("vs_scenario") or "n/a"] for row in per_stack]
+    without = s.get("stacks_without_a_layout") or {}
+    by_stack = "" if len(stack_rows) + len(without) < 2 else (
+        '<h2>Best of each stack</h2><p class="note">fast path; each stack searched within what it runs</p>'
+        + _table(stack_rows, ["stack", "layout", *ranks, "step s (80 %)", "tokens/s", "MFU", "$ per M tokens",
+                              *extra_head, "HBM GiB", "vs scenario's layout"])
+        + "".join(f'<p class="note">{escape(k)}: {escape(v)}</p>' for k, v in without.items()))
     ranking = "<br>".join(escape(line.strip()) for line in ranking_lines(s))
     misses = near_misses(result.table)
     if misses.empty:
@@ -289,6 +320,7 @@ def render_plan_html(result: PlanResult) -> str:
     notes = "".join(f"<li>{escape(n)}</li>" for n in s.get("notes", []))
     body = f"""<h1>ultracluster plan: {name}</h1>{head}
 <h2>Best of each instance type</h2><p class="note">fast path; ranked by {escape(s['objective'])}</p>{best}
+{by_stack}
 <h2>Top layouts</h2><p class="note">{ranking}<br>fast path, and the same layout replayed with the full run path (a
 replayed layout's interval is its run's)</p>{top}
 <h2>Tokens/s against cost</h2>{pareto_svg(result)}

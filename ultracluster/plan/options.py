@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from .. import stacks
 from ..cluster.catalog import INSTANCES, NO_PRICE, largest_cluster, largest_cluster_text
 from ..errors import Problem, ScenarioError
 from ..layouts import search
@@ -59,8 +60,10 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
                                                                 "(0.05: a layout may use 95 %)"))
     if objective not in search.OBJECTIVES:
         problems.append(Problem("--objective", objective, "one of: " + ", ".join(search.OBJECTIVES)))
-    if objective == "time_to_train" and tokens is None:
-        problems.append(Problem("--tokens", "<missing>", "a number of tokens > 0 with --objective time_to_train"))
+    if objective == "time_to_train" and tokens is None and getattr(base.training, "budget_tokens", None) is None \
+            and getattr(base.training, "budget_steps", None) is None:
+        problems.append(Problem("--tokens", "<missing>", "a number of tokens > 0 with --objective time_to_train "
+                                                         "(or the scenario's training.budget_tokens or budget_steps)"))
     if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
         problems.append(Problem("--tokens", tokens, "a number of tokens > 0, e.g. 15e12"))
     if max_usd_per_hour is not None and not (math.isfinite(max_usd_per_hour) and max_usd_per_hour > 0):
@@ -84,6 +87,7 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
     ignored = sorted(set(given or {}) - set(prices))
     if ignored:
         notes.append(f"--price-per-hour: {', '.join(ignored)} not searched (--instance-types): its price is unused")
+    problems += _stack_problems(base, space)
     too_many = _beyond_largest_cluster(base, space)
     if too_many:
         problems.append(too_many)
@@ -93,6 +97,27 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
     if problems:
         raise ScenarioError(problems)
     return notes
+
+
+def _stack_problems(base: Scenario, space: SearchSpace) -> list[Problem]:
+    """`--stack` naming a stack that runs on no instance type searched, `--lnc` where no type searched has an LNC
+    setting: each named with what would do."""
+    types = space.instance_types or (base.cluster.instance,)
+    chips = {stacks.chip_of(t) for t in types}
+    out = []
+    if space.stacks is not None:
+        idle = [n for n in space.stacks if not chips & set(stacks.STACKS[n].support.chips[0])]
+        if idle:
+            runs = [n for n in stacks.NAMES if chips & set(stacks.STACKS[n].support.chips[0])]
+            out.append(Problem("--stack", ",".join(space.stacks), (
+                f"stacks that run on an instance type searched ({', '.join(types)}): {', '.join(runs)}; "
+                + "; ".join(f"{n} runs on {', '.join(c + '*' for c in stacks.STACKS[n].support.chips[0])} "
+                            f"({stacks.STACKS[n].support.chips[1]})" for n in idle))))
+    if space.lnc is not None and not any(len(INSTANCES[t].allowed_lnc) > 1 for t in types):
+        out.append(Problem("--lnc", ",".join(map(str, space.lnc)), (
+            f"an instance type with an LNC setting (trn2*, trn3*) among those searched ({', '.join(types)}: "
+            f"LNC 1 only); add one with --instance-types, or leave --lnc out")))
+    return out
 
 
 def _beyond_largest_cluster(base: Scenario, space: SearchSpace) -> Problem | None:

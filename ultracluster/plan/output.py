@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .. import stacks
 from ..errors import OutDirError
 from ..replay.result import BREAKDOWN_KEYS
 from ..report.atomic import atomic_write_bytes
@@ -50,6 +51,8 @@ def scenario_dict(base: Scenario, row, name: str, prices: dict[str, float] | Non
     out (`load_scenario` derives it from the instances, so `--set cluster.instances=N` works on the file), and
     `cluster.price_per_hour_usd` the price given for the row's instance type (`prices`: the plan's overrides of
     the catalog), else none (the catalog's)."""
+    if "stack" in row:                               # as the row's stack runs it (its defaults where not given)
+        base = stacks.for_cell(base, str(row["stack"]), int(row["pp"]) > 1)
     d = base.to_dict()
     d["name"] = name
     d["parallelism"].update({"tp": int(row["tp"]), "pp": int(row["pp"]), "cp": int(row["cp"]), "ep": int(row["ep"]),
@@ -126,9 +129,11 @@ def read_full_table(out: str | Path):
 
 
 def plan_rows(table):
-    """plan.csv's rows: the top layouts, the best of each instance type, the Pareto front and the scenario's own
-    layout, in search order."""
+    """plan.csv's rows: the top layouts, the best of each instance type and of each stack, the Pareto front and the
+    scenario's own layout, in search order."""
     keep = table["rank"].notna() | table["best_of_type"] | table["pareto"] | table["scenario_layout"]
+    if "best_of_stack" in table.columns:
+        keep |= table["best_of_stack"]
     return table[keep.to_numpy(dtype=bool)]
 
 
@@ -201,9 +206,13 @@ def _hbm(row: dict) -> str:
 
 
 def _cost_cells(row: dict, with_tokens: bool) -> list[str]:
-    cells = [_fmt(row.get("usd_per_million_tokens"), ",.3f")]
+    """$ per M tokens (and with --tokens days and the total), "no price" where the instance type has none (a note
+    says how to give one)."""
+    priced = row.get("price_per_hour_usd") is not None
+    cells = [_fmt(row.get("usd_per_million_tokens"), ",.3f") if priced else "no price"]
     if with_tokens:
-        cells += [_fmt(row.get("time_to_train_days"), ",.1f"), _fmt(row.get("total_cost_usd"), ",.0f")]
+        cells += [_fmt(row.get("time_to_train_days"), ",.1f"),
+                  _fmt(row.get("total_cost_usd"), ",.0f") if priced else "no price"]
     return cells
 
 
@@ -227,7 +236,9 @@ def format_plan(result: PlanResult) -> str:
     cost_head = ["$/M tok"] + (["days", "total $"] if with_tokens else [])
     lines += ranking_lines(s)
     if with_tokens:
-        lines.append(f"{tokens:.4g} tokens to train")
+        b = s.get("budget") or {}
+        lines.append(f"{tokens:.4g} tokens to train" + (f" ({b['source']})" if b.get("source") else "")
+                     + (f", goodput {s['goodput_source']}" if s.get("goodput_source") else ""))
     rank_by = s.get("rank_by", "point")
     name, spec = OBJECTIVE_SHORT[s["objective"]]
     ranks = [] if rank_by == "point" else [f"{name} {END_NAMES[rank_by]}"]
@@ -245,6 +256,17 @@ def format_plan(result: PlanResult) -> str:
     lines += _columns(head, rows)
     if s["replayed"]:
         lines.append("  the replayed layouts' intervals are their run's (around the replayed step)")
+    per_stack = s.get("best_per_stack") or []
+    if len(per_stack) + len(s.get("stacks_without_a_layout") or {}) > 1:
+        lines.append("best of each stack (fast path):")
+        head = ["stack", "layout", *ranks, "step s (80 % interval)", "tokens/s", "MFU", *cost_head, "HBM GiB",
+                "vs scenario's layout"]
+        lines += _columns(head, [[row["stack"], _label(row), *([_fmt(row.get("rank_value"), spec)] if ranks else []),
+                                  _band(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
+                                  _fmt(row["tokens_per_s"], ",.0f"), _mfu(row), *_cost_cells(row, with_tokens),
+                                  _hbm(row), row.get("vs_scenario") or "n/a"] for row in per_stack], left=(0, 1))
+    for name, why in (s.get("stacks_without_a_layout") or {}).items():
+        lines.append(f"  {name}: {why}")
     per_type = s.get("best_per_type") or []
     if per_type:
         lines.append("best of each instance type (fast path):")

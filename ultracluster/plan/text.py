@@ -33,8 +33,10 @@ def ranking_lines(s: dict) -> list[str]:
     name = OBJECTIVE_SHORT[s["objective"]][0]
     lines = [f"ranked by {s['objective']} at {s.get('rank_by_means', 'the point prediction')} (--rank-by {rank_by})"
              + ("" if rank_by == "point" else f"; the point beside it ({name})")]
-    if rank_by == "low":
-        lines.append("  MFU marked ! is above the best published for the chip: such a layout ranks after the others")
+    stacks = (s.get("search") or {}).get("stacks") or []
+    if stacks:
+        lines.append(f"stacks searched, each within what it runs: {', '.join(stacks)}")
+    lines.append(f"  {mfu_threshold_text(s)}")
     own = s.get("scenario_layout") or {}
     if own.get("feasible"):
         band = _band(own.get("step_time_s"), own.get("step_time_low_s"), own.get("step_time_high_s"))
@@ -43,4 +45,17 @@ def ranking_lines(s: dict) -> list[str]:
                         else ""))
     elif own.get("comparison"):
         lines.append(own["comparison"])
+    if own.get("priced_as"):
+        lines.append(f"  {own['priced_as']}")
+    if own.get("standing") and own.get("feasible"):
+        lines.append(f"  it {own['standing']}")
     return lines
+
+
+def mfu_threshold_text(s: dict) -> str:
+    """What `!` after an MFU means, with its thresholds: "MFU marked ! is above the best published run of its chip
+    (trn1.32xlarge 35.2 %, trn2.48xlarge 23.5 %): a flag; it moves no row"."""
+    best = s.get("mfu_best_published") or {}
+    known = ", ".join(f"{k} {100 * v:.1f} %" if v is not None else f"{k} none published" for k, v in best.items())
+    return ("MFU marked ! is above the best published run of its chip" + (f" ({known})" if known else "")
+            + ": a flag beside the interval, which is what ranks; it moves no row")

@@ -57,6 +57,7 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     problems += _inline_operators(raw, where)
     problems += _inline_calibration(raw, where)
     preset_unknown = _apply_preset(raw)
+    given = stacks.explicit_keys(raw)
     stacks.apply_defaults(raw)
     dp_given = _resolve(raw)
     bounds = check_bounds(raw)
@@ -82,6 +83,7 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
         problems += check_operators(scenario)
     if problems:
         raise ScenarioError(problems, where)
+    scenario._explicit = given
     return scenario
 
 

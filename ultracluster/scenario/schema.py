@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, field_validator
 from pydantic_core import PydanticCustomError
 
 from ultracluster.cluster.catalog import INSTANCES, ranks_per_instance
@@ -336,6 +336,17 @@ class Scenario(_Spec):
         default_factory=list,
         description="Extra operator libraries (files, paths relative to the scenario file) whose operators add "
                     "to or replace the built-in library by name; loaded and inlined when the scenario is read [].")
+    # the stack-filled keys the scenario gave itself (`stacks.explicit_keys`, set by `load_scenario`; None: unknown),
+    # so the planner can apply another stack's defaults to the others; not part of the file or its dict
+    _explicit: frozenset[str] | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when every field is (the same scenario however it was written: `_explicit` is not compared)."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = _Spec.__hash__
 
     @property
     def ranks(self) -> int:

@@ -1,0 +1,83 @@
+"""A plan's days and dollars: the training budget (`--tokens`, else the scenario's `training.budget_tokens` or
+`budget_steps`) at each layout's step time, with the goodput the scenario's failures and checkpoints leave, priced
+by `goodput.time_and_cost` and `goodput.expected_goodput` (the functions `run` uses for summary.json).
+
+The fast path has no storage model (docs/plan.md, "Where it is exact"): a checkpoint's block and a restore are the
+scenario's own layout's on its own cluster (`storage.estimates`), and a layout's step is its fast-path step; a
+replayed layout's run gives its own days and dollars in plan.json's `replayed`. Goodput is priced per layout that
+can rank (it depends on the step: a checkpoint every N steps, failures per instance), the others keep NaN.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..goodput import NO_PRICE_HINT, expected_goodput, time_and_cost
+from ..scenario import Scenario
+
+
+def budget_of(base: Scenario, tokens: float | None) -> tuple[float | None, int | None, str | None]:
+    """(tokens, steps, where the budget comes from): `--tokens`, else the scenario's `training.budget_tokens`,
+    else its `training.budget_steps`; (None, None, None) without one."""
+    t = base.training
+    if tokens is not None:
+        return float(tokens), None, "--tokens"
+    if getattr(t, "budget_tokens", None) is not None:
+        return float(t.budget_tokens), None, "training.budget_tokens"
+    if getattr(t, "budget_steps", None) is not None:
+        return None, int(t.budget_steps), "training.budget_steps"
+    return None, None, None
+
+
+def _failures(base: Scenario, calibration) -> tuple[int, float, float, float | None, str]:
+    """(checkpoint every N steps, seconds a checkpoint blocks, seconds a recovery takes, instance MTBF in hours or
+    None, the words for them) of the scenario, its storage figures from its own layout on its own cluster."""
+    from ..cluster import build_cluster
+    from ..storage.estimates import figures
+
+    ck, f = base.checkpoint, base.faults
+    every = int(ck.every_steps) if ck is not None else 0
+    fig = figures(base, build_cluster(base, base.cluster.instances, calibration)) if base.storage is not None else None
+    block = float(fig.checkpoint_block_s or 0.0) if fig is not None and every else 0.0
+    restore = float(fig.restore_s or 0.0) if fig is not None else 0.0
+    mtbf = f.instance_mtbf_hours if f is not None else None
+    recovery = (60.0 * (f.detect_minutes + f.restart_minutes) if f is not None else 0.0) + restore
+    words = ("closed form (Daly 2006): " + (f"checkpoints every {every} steps blocking {block:.3g} s (the scenario's "
+                                             f"own layout's)" if every else "no checkpoints")
+             + (f", instance MTBF {mtbf:g} h, {recovery:.0f} s per recovery" if mtbf else ", no failures")
+             + "; no data stalls (not in the fast path)")
+    return every, block, recovery, mtbf, words
+
+
+def days_and_dollars(full: pd.DataFrame, base: Scenario, tokens: float | None, calibration=None) -> dict:
+    """`goodput`, `time_to_train_days` and `total_cost_usd` of every row that can rank (in place; NaN elsewhere, and
+    the cost NaN where the instance type has no price), and plan.json's `budget`: the tokens and steps, where the
+    budget comes from, how the goodput is priced; None without a budget."""
+    n = len(full)
+    step = full["step_time_s"].to_numpy(float)
+    instances = full["instances"].to_numpy(float)
+    ok = full["feasible"].to_numpy(dtype=bool) & np.isfinite(step) & (step > 0)
+    if "same_as" in full.columns:
+        ok &= full["same_as"].to_numpy() == ""
+    every, block, recovery, mtbf, words = _failures(base, calibration)
+    good = np.full(n, np.nan)
+    if every or mtbf:          # each row's own: its step sets the checkpoint period, its instances the failure rate
+        price = np.frompyfunc(lambda s, k: expected_goodput(s, 0.0, every, block, recovery,
+                                                            mtbf * 3600.0 / k if mtbf else math.inf), 2, 1)
+        good[ok] = price(step[ok], instances[ok]).astype(float)
+    else:
+        good[ok] = 1.0
+    full["goodput"] = good
+    tok, steps, source = budget_of(base, tokens)
+    if source is None:
+        return {"budget": None, "goodput_source": words}
+    per_instance = full["price_per_hour_usd"].to_numpy(float) / instances
+    tc = time_and_cost(step, base.tokens_per_step, instances, per_instance, good, tokens=tok, steps=steps)
+    full["time_to_train_days"] = tc["time_to_train_days"]
+    full["total_cost_usd"] = tc["total_cost_usd"]
+    return {"budget": {"tokens": tok if tok is not None else steps * base.tokens_per_step,
+                       "steps": steps if steps is not None else tok / base.tokens_per_step, "source": source,
+                       "no_price": NO_PRICE_HINT},
+            "goodput_source": words}
