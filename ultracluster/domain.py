@@ -117,19 +117,23 @@ def mfu_best(generation: str, dom: dict | None = None) -> float | None:
     return max(best) if best else None
 
 
-def _worst_layout_out() -> float:
-    return fitted_document().get("cross_validation", {}).get("worst_abs_error_pct", 0.0)
+def _out_errors() -> tuple[float, float]:
+    """(worst leave-one-layout-out |error|, worst cell-out |error|) of the shipped fit, in %, from one read of
+    calibration.json (the cell figure falls back to the layout one in a fit without group-out)."""
+    doc = fitted_document()
+    layout = doc.get("cross_validation", {}).get("worst_abs_error_pct", 0.0)
+    return layout, doc.get("group_out", {}).get("cells", {}).get("worst_abs_error_pct", layout)
 
 
 def cell_out_pct() -> float:
     """The worst error of the shipped fit on a (stack, pipelined or not) cell it had not seen: every row of the
     cell left out at once (calibration.json "group_out", docs/calibration.md)."""
-    return fitted_document().get("group_out", {}).get("cells", {}).get("worst_abs_error_pct", _worst_layout_out())
+    return _out_errors()[1]
 
 
 def _cell_weight() -> float:
     """An unseen cell's widening in units of one other axis's (squared: the count `extrapolation_log` takes)."""
-    a, c = math.log1p(_worst_layout_out() / 100), math.log1p(cell_out_pct() / 100)
+    a, c = (math.log1p(x / 100) for x in _out_errors())
     return (c / a) ** 2 if a > 0 else 1.0
 
 
@@ -139,10 +143,10 @@ def extrapolation_log(axes, worst_pct: float | None = None):
     (stack, pipelined or not) cell the worst error with every row of a cell left out (`cell_out_pct`)
     (docs/uncertainty.md). `axes`: the list of axes, or (for many layouts) an array of their weighted counts
     (`extrapolated_columns`: a cell counts as its group-out error in units of the layout-out one)."""
-    worst = _worst_layout_out() if worst_pct is None else worst_pct
-    a = math.log1p(worst / 100)
+    layout, cell_pct = _out_errors()
+    a = math.log1p((layout if worst_pct is None else worst_pct) / 100)
     if isinstance(axes, list):
-        c = math.log1p(cell_out_pct() / 100) if "cell" in axes else 0.0
+        c = math.log1p(cell_pct / 100) if "cell" in axes else 0.0
         return math.sqrt((len(axes) - ("cell" in axes)) * a * a + c * c)
     return np.sqrt(np.asarray(axes, dtype=float)) * a
 
