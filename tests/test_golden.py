@@ -41,4 +41,7 @@ def test_the_comparison_sees_a_move_and_ignores_noise(golden):
     assert golden.changes(base, dict(base, step_time_s=10.0 * (1 + 1e-12))) == []
     assert [k for k, *_ in golden.changes(base, dict(base, step_time_s=10.0 * (1 + 1e-6)))] == ["step_time_s"]
     assert [k for k, *_ in golden.changes(base, dict(base, feasible=False))] == ["feasible"]
+    zero = {"dp_comm_hidden_s": 6.66e-15, "bubble_s": 0.0}          # zero up to rounding: another summation order
+    assert golden.changes(zero, dict(zero, dp_comm_hidden_s=7.11e-15, bubble_s=3e-16)) == []
+    assert [k for k, *_ in golden.changes(zero, dict(zero, bubble_s=2e-12))] == ["bubble_s"]
     assert [k for k, *_ in golden.changes(base, dict(base, step_time_low_s=9.0))] == ["step_time_low_s"]
