@@ -25,7 +25,7 @@ from ..report.html import MEMORY_COLORS, _page, _table, stacked_bars
 from .text import OBJECTIVE_SHORT, _band, _mfu, mfu_threshold_text, ranking_lines
 
 if TYPE_CHECKING:
-    from . import PlanResult
+    from .result import PlanResult
 
 __all__ = ["DOT_COLOR", "FRONT_COLOR", "TOP_COLOR", "TYPE_COLORS", "pareto_front", "render_plan_html"]
 
