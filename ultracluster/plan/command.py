@@ -21,7 +21,7 @@ import pandas as pd
 from ..actors.shard import actor_bytes
 from ..cluster import fold
 from ..cluster.calibration import Calibration
-from ..cluster.profile import calibration_for
+from ..cluster.calibration_profile import calibration_for
 from ..scenario import Scenario, load_scenario
 from ..layouts import search
 from ..layouts.fast import LAYOUT_COLUMNS, Pricer
@@ -300,7 +300,7 @@ def _replay(scenarios: list[Scenario], out, address: str | None, log, progress=N
 def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows, replays,
              notes, out, rank_by="point") -> dict:
     from ..chip import jitter_sigma
-    from ..cluster.calibration import fitted
+    from ..cluster.fitted_files import fitted
     from ..replay.result import BREAKDOWN_KEYS
 
     n = len(full)
