@@ -20,7 +20,7 @@ RAY_LAYER = "Ray adapter"
 
 # The pure core: scenario → cluster → chip, operators, network, storage, replay engine. Ray is the actors'
 # business and pandas the report's.
-CORE = ["ultracluster.chip", "ultracluster.operators", "ultracluster.cluster", "ultracluster.network",
+CORE = ["ultracluster.chip", "ultracluster.speed_draws", "ultracluster.operators", "ultracluster.cluster", "ultracluster.network",
         "ultracluster.replay.engine", "ultracluster.scenario", "ultracluster.memory", "ultracluster.storage",
         "ultracluster.fairshare", "ultracluster.goodput", "ultracluster.uncertainty", "ultracluster.yaml_input"]
 

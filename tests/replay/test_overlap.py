@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ultracluster import load_scenario
-from ultracluster.chip import group_jitter
+from ultracluster.speed_draws import group_jitter
 from ultracluster.runner import predict
 from ultracluster.replay.engine import StepComm, ComputeProfile, cp_exposed, gradient_reduction
 from ultracluster.replay.schedule import execute, stage_programs

@@ -299,7 +299,7 @@ def _replay(scenarios: list[Scenario], out, address: str | None, log, progress=N
 
 def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows, replays,
              notes, out, rank_by="point") -> dict:
-    from ..chip import jitter_sigma
+    from ..speed_draws import jitter_sigma
     from ..cluster.fitted_files import fitted
     from ..replay.result import BREAKDOWN_KEYS
 
