@@ -23,9 +23,9 @@ TRN3 = "trainium3"
 class NetworkCalibration:
     """Achieved fractions of link peaks and fixed costs of the collective model.
 
-    The default is fitted to the Trn1 rows of collectives.csv; its Trn2 factors are the Trn1 ones (the four
-    Trn2 rows are dated examples: they fit only the `trn2-nccom-examples` profile, `NETWORK_PROFILES`).
-    See docs/collectives.md "Calibration".
+    The fitted default (`fitted_files.NETWORK_DEFAULT`) is fitted to the Trn1 rows of collectives.csv; its Trn2
+    factors are the Trn1 ones (the four Trn2 rows are dated examples: they fit only the `trn2-nccom-examples`
+    profile, `fitted_files.NETWORK_PROFILES`). See docs/collectives.md "Calibration".
 
     Attributes:
         neuronlink_efficiency_trn1: achieved fraction of a NeuronLink-v2 port's bandwidth (Trn1; an
@@ -157,7 +157,8 @@ class Calibration:
             published; 1 %; a scenario sets its own with faults.jitter).
         runtime_reserve_gib: HBM per rank kept by the Neuron runtime and compiler scratch (assumption: not
             published; 1 GiB per rank).
-        network: the collective model's factors.
+        network: the collective model's factors (default: `NetworkCalibration()`'s documented values; the fitted
+            ones come with `fitted_files.fitted()`).
         fp8_peak_scale_trn3: Trainium3 plain-FP8 TensorE peak as a multiple of the catalog's (2 x BF16,
             inferred: unpublished; 0.5 = the BF16 rate). See docs/trainium3.md.
         mx_peak_scale_trn3: Trainium3 MX TensorE rate as a multiple of the catalog's at the same fitted
