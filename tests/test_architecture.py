@@ -20,7 +20,7 @@ RAY_LAYER = "Ray adapter"
 
 # The pure core: scenario → cluster → chip, operators, network, storage, replay engine. Ray is the actors'
 # business and pandas the report's.
-CORE = ["ultracluster.chip", "ultracluster.operators", "ultracluster.cluster", "ultracluster.network",
+CORE = ["ultracluster.chip", "ultracluster.speed_draws", "ultracluster.operators", "ultracluster.cluster", "ultracluster.network",
         "ultracluster.replay.engine", "ultracluster.scenario", "ultracluster.memory", "ultracluster.storage",
         "ultracluster.fairshare", "ultracluster.goodput", "ultracluster.uncertainty", "ultracluster.yaml_input"]
 
@@ -33,8 +33,6 @@ LONG_MODULES = {
                       "weights): the next split (issue 36)",
     "cluster/catalog.py": "hardware tables: one entry per chip and instance type, each citing its source",
     "cli.py": "every command's flags, help and exit codes in one parser, the one place a user's input enters",
-    "cluster/calibration.py": "every factor documented where it is defined, and the uncertain ranges, each with its "
-                              "source or argument, built from the fitted files in one place",
 }
 
 

@@ -525,7 +525,7 @@ def _calibrate(args) -> int:
     (0 ok, 1 it does not re-verify, 2 unreadable, damaged or edited)."""
     from .calibrate.command import calibrate
     from .calibrate.output import check_profile, format_text, write_profile
-    from .cluster.profile import ProfileError
+    from .cluster.calibration_profile import ProfileError
 
     usage = [Problem(flag, given, allowed) for bad, flag, given, allowed in (
         (args.check and (args.measurements or args.out), "--check", args.check,

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .cluster.calibration import fitted_document
+from .cluster.fitted_files import fitted_document
 
 
 

@@ -24,7 +24,7 @@ from .actors.shard import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
 from .cluster import Capacity, build_cluster, fold
 from .cluster.calibration import Calibration
 from .cluster.catalog import price_per_hour
-from .cluster.profile import calibration_for
+from .cluster.calibration_profile import calibration_for
 from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records

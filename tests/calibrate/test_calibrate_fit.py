@@ -14,8 +14,8 @@ import pytest
 
 from ultracluster.calibrate.command import calibrate
 from ultracluster.calibrate.fit import CANDIDATES, PENALTY, weighted_quantile
-from ultracluster.cluster.calibration import FITTED, fitted
-from ultracluster.cluster.profile import calibration_of
+from ultracluster.cluster.fitted_files import FITTED, fitted
+from ultracluster.cluster.calibration_profile import calibration_of
 from ultracluster.scenario import load_scenario
 from ultracluster.uncertainty import _one_step, _replayed
 

@@ -7,8 +7,8 @@ import csv
 import pytest
 
 from ultracluster.calibrate.command import calibrate
-from ultracluster.cluster.calibration import fitted
-from ultracluster.cluster.profile import calibration_of
+from ultracluster.cluster.fitted_files import fitted
+from ultracluster.cluster.calibration_profile import calibration_of
 from ultracluster.scenario import load_scenario
 from ultracluster.uncertainty import _one_step, _replayed
 

@@ -12,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from ultracluster.cluster.calibration import FITTED
+from ultracluster.cluster.fitted_files import FITTED
 
 TOLERANCE_POINTS = 0.5
 

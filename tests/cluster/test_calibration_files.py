@@ -22,11 +22,11 @@ NETWORK = Path("ultracluster/network/collectives_fit.json")
 # Imports the model and everything it is built from, then asks for the calibration and its uncertain factors.
 PROBE = """
 import sys
-import ultracluster.chip, ultracluster.cluster, ultracluster.cluster.factor_ranges, ultracluster.emulate
+import ultracluster.chip, ultracluster.cluster, ultracluster.cluster.uncertain_factors, ultracluster.emulate
 import ultracluster.network, ultracluster.uncertainty, ultracluster.layouts.fast, ultracluster.replay.engine
 print("imported")
-from ultracluster.cluster.calibration import CalibrationMissing, fitted
-from ultracluster.cluster.factor_ranges import for_generation
+from ultracluster.cluster.fitted_files import CalibrationMissing, fitted
+from ultracluster.cluster.uncertain_factors import for_generation
 for ask in (fitted, lambda: for_generation("trainium2")):
     try:
         ask()
@@ -108,20 +108,22 @@ def test_the_cli_names_the_broken_file_in_one_line_and_exits_4(tmp_path):
 
 
 def test_the_files_are_read_once_and_what_they_give_is_frozen():
-    from ultracluster.cluster import calibration as cal
-    from ultracluster.cluster import factor_ranges
+    from ultracluster.cluster import fitted_files as cal
+    from ultracluster.cluster import uncertain_factors
 
     first = cal.load_fitted()
     assert cal.load_fitted() is first                                      # cached: one read per process
     assert cal.DEFAULT is first.calibration and cal.NETWORK_DEFAULT is first.network
     assert cal.DEFAULT.network is first.network
-    assert factor_ranges.FACTORS == factor_ranges.factors() == first.factors and isinstance(first.factors, tuple)
+    factors = uncertain_factors.factors()
+    assert uncertain_factors.factors() is factors and isinstance(factors, tuple)   # built once, from the files read
+    assert uncertain_factors.FACTORS == factors
     with pytest.raises(TypeError):
         cal.NETWORK_PROFILES["mine"] = {}                                   # no registry to add to
     with pytest.raises(TypeError):
         cal.NETWORK_PROFILES["trn2-nccom-examples"]["launch_s_trn2"] = 0.0
     # the same factor never twice for a generation (what the removed "module reloaded" guard was for)
-    keys = [(f.name, g) for f in first.factors for g in f.generations]
+    keys = [(f.name, g) for f in factors for g in f.generations]
     assert len(keys) == len(set(keys))
     with pytest.raises(AttributeError):
         cal.NO_SUCH_NAME  # noqa: B018
@@ -129,7 +131,7 @@ def test_the_files_are_read_once_and_what_they_give_is_frozen():
 
 def test_the_fitted_document_is_the_callers_own():
     """Changing what `fitted_document()` returned changes nothing the next caller reads."""
-    from ultracluster.cluster.calibration import fitted_document
+    from ultracluster.cluster.fitted_files import fitted_document
 
     doc = fitted_document()
     worst = doc["cross_validation"]["worst_abs_error_pct"]

@@ -3,7 +3,7 @@ import pytest
 
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
-from ultracluster.cluster.calibration import NETWORK_PROFILES
+from ultracluster.cluster.fitted_files import NETWORK_PROFILES
 from ultracluster.network.calibration import DEFAULT
 
 # the dated Trn2 examples' reading has the standalone launch floor of about 0.5 ms

@@ -169,7 +169,7 @@ def test_plan_html_plots_every_type_and_names_the_unpriced(seven_b, tmp_path):
 
 
 def test_without_pyarrow_the_full_table_is_gzip_csv(seven_b, tmp_path, monkeypatch):
-    import ultracluster.plan as planner
+    import ultracluster.plan.command as planner
     monkeypatch.setattr(planner, "full_table_name", lambda: "plan-full.csv.gz")   # what it says without pyarrow
     result = plan(seven_b, SMALL, top=1, replay=False, out=tmp_path / "plan")
     assert result.summary["full_table"] == "plan-full.csv.gz"

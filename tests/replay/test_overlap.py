@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ultracluster import load_scenario
-from ultracluster.chip import group_jitter
+from ultracluster.speed_draws import group_jitter
 from ultracluster.runner import predict
 from ultracluster.replay.engine import StepComm, ComputeProfile, cp_exposed, gradient_reduction
 from ultracluster.replay.schedule import execute, stage_programs
@@ -70,7 +70,7 @@ BASE = {"name": "ovl", "model": {"preset": "llama2-7b", "layers": 8},
 
 def test_zero1_reduction_hides_behind_backward_only_with_bucketed_overlap():
     from ultracluster.actors.local import local_shards
-    from ultracluster.cluster.calibration import DEFAULT
+    from ultracluster.cluster.fitted_files import DEFAULT
     from ultracluster.emulate import emulate
     bucketed = DEFAULT.with_(dp_overlap=True)
     rec = emulate(load_scenario(BASE), local_shards, calibration=bucketed).steps[-1]

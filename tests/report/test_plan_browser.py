@@ -9,7 +9,7 @@ from test_report_browser import colours, load
 from ultracluster import load_scenario
 from ultracluster.plan import SearchSpace, plan
 from ultracluster.plan.html import DOT_COLOR, FRONT_COLOR, TOP_COLOR
-from ultracluster.report.html import MEMORY_COLORS
+from ultracluster.report.html_kit import MEMORY_COLORS
 
 SEVEN_B = {"name": "plan-7b-html", "model": {"preset": "llama2-7b"},
            "training": {"seq_len": 4096, "global_batch": 64, "steps": 1, "warmup_steps": 0},

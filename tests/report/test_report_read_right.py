@@ -27,7 +27,8 @@ from ultracluster.runner import predict
 from ultracluster.replay.result import BREAKDOWN_KEYS
 from ultracluster.report import build_report, format_compare, format_summary, write_run_dir
 from ultracluster.report.check import check_run_dir
-from ultracluster.report.html import nice_ticks, slowest_ranks
+from ultracluster.report.html import slowest_ranks
+from ultracluster.report.html_kit import nice_ticks
 from ultracluster.report.table import difference, fmt, fmt_interval, fmt_value
 from ultracluster.report.write import write_goodput
 

@@ -12,7 +12,7 @@ import yaml
 
 from ultracluster import chip, stacks
 from ultracluster.cluster import build_cluster
-from ultracluster.cluster.calibration import DEFAULT
+from ultracluster.cluster.fitted_files import DEFAULT
 from ultracluster.errors import ScenarioError
 from ultracluster.scenario import load_scenario
 

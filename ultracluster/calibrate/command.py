@@ -3,8 +3,8 @@
 measurements (`measurements.read_measurements`) → each scenario replayed once at the shipped fit (its
 prediction before, the fast path's correction) → the factors the rows identify, fitted with every leave-one-out
 fold at once (`fit`) → the fitted factors replayed (the predictions after) → the profile (JSON, sealed with its
-checksum; `ultracluster.cluster.profile`) and calibrate.html beside it, both written atomically, nothing written
-when anything fails. docs/calibration.md, "Your own cluster".
+checksum; `ultracluster.cluster.calibration_profile`) and calibrate.html beside it, both written atomically,
+nothing written when anything fails. docs/calibration.md, "Your own cluster".
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cluster import profile as fmt
-from ..cluster.calibration import Calibration, fitted, fitted_document
+from ..cluster import calibration_profile as fmt
+from ..cluster.calibration import Calibration
+from ..cluster.fitted_files import fitted, fitted_document
 from ..cluster.catalog import INSTANCES
 from ..errors import Problem, ScenarioError
 from .fit import (CANDIDATES, MIN_INDEPENDENT, MIN_SENSITIVITY, PENALTY, SHIPPED_WEIGHT, penalties, Group, Pricing, Problem as Fit,

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cluster.calibration import TRN1, TRN2, TRN3, Calibration, fitted
+from ..cluster.calibration import TRN1, TRN2, TRN3, Calibration
+from ..cluster.fitted_files import fitted
 
 # The factors a profile may fit: name → (lower, upper) physical bound, the shipped fit's search bounds
 # (ultracluster.calibrate.training FIT, shipped.TRN2_FIT), a zero lower bound moved to a positive one for logs

@@ -1,4 +1,5 @@
-"""A profile → calibrate.html: one offline page (inline CSS and SVG, nothing loaded from the network).
+"""A profile → calibrate.html: one offline page (inline CSS and SVG, nothing loaded from the network), made with
+the HTML kit (`report.html_kit`: its CSS, and its script that sorts the rows table by a clicked header).
 
 Sections: the factors (shipped against fitted, with the identifiable range, or why each stayed), measured
 against predicted step time before and after (a log-log scatter: each row's shipped prediction, its calibrated
@@ -9,7 +10,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from ..report.html import CSS
+from ..report import html_kit as kit
 
 W, H, PAD = 520, 420, 56            # the scatter, px
 COLORS = {"before": "#9c9c9c", "after": "#4e79a7", "loo": "#f28e2b"}
@@ -115,9 +116,7 @@ def render(doc: dict) -> str:
     legend = "".join(f'<span><i style="background:{c}"></i>{n}</span>' for n, c in
                      (("shipped fit (before)", COLORS["before"]), ("this profile (after)", COLORS["after"]),
                       ("left out of the fit", COLORS["loo"])))
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>calibration profile</title><style>{CSS}</style></head><body>
-<h1>Calibration profile</h1>
+    return kit.page("calibration profile", f"""<h1>Calibration profile</h1>
 <p>{len(doc['rows'])} measured row(s) from <code>{escape(doc['measurements'])}</code> on
 {escape(', '.join(doc['hardware']['instance_types']))}. {escape(loo)} The 80 % interval of a prediction with this
 profile is ±{ev['half_width_pct']:.1f} %. Checksum <code>{escape(doc['checksum'])}</code>.</p>
@@ -127,6 +126,4 @@ profile is ±{ev['half_width_pct']:.1f} %. Checksum <code>{escape(doc['checksum'
 <div class="wide">{_scatter(doc['rows'])}</div>
 <h2>Rows</h2><p class="note">Error: predicted step time / measured - 1. A pair's rows enter the fit only as the
 ratio of their per-instance throughputs.</p><div class="wide">{_rows(doc)}</div>
-<h2>Software</h2><p>{escape('; '.join(doc['software']['notes']) or 'no notes given')}</p>
-</body></html>
-"""
+<h2>Software</h2><p>{escape('; '.join(doc['software']['notes']) or 'no notes given')}</p>""")

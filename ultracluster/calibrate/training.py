@@ -193,7 +193,7 @@ def pairs_of(all_rows: list[dict]) -> list[dict]:
 
 def base_calibration(**changes):
     """The shipped calibration with the unnamed residual off (it is not fitted) and `changes` applied."""
-    from ..cluster.calibration import DEFAULT
+    from ..cluster.fitted_files import DEFAULT
 
     return DEFAULT.with_(**{RESIDUAL_CHECK[0]: 0.0, **changes})
 

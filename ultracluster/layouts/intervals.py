@@ -16,7 +16,7 @@ from .. import uncertainty as unc
 from ..cluster import build_cluster
 from ..cluster.calibration import Calibration
 from ..cluster.catalog import INSTANCES
-from ..cluster.profile import calibration_for
+from ..cluster.calibration_profile import calibration_for
 from ..scenario import Scenario
 from . import search
 from .fast import LAYOUT_COLUMNS

@@ -9,7 +9,8 @@ from typing import Any, Callable
 from .. import chip, stacks
 from .. import operators as opslib
 from ..cluster import Cluster, build_cluster
-from ..cluster.calibration import Calibration, fitted
+from ..cluster.calibration import Calibration
+from ..cluster.fitted_files import fitted
 from ..memory import capacity_gib
 from ..network import collective_time
 from ..network.collectives import concurrent_time

@@ -7,7 +7,7 @@ with the scenario's own layout; the Pareto chart of tokens/s against $ per milli
 of a priced instance type a dot, the Pareto front joined, the top layouts numbered; the types without a price
 named); tokens/s against HBM use for every instance type, priced or not (a colour per type); the near-misses, the
 infeasible layouts closest to fitting, each with the HBM it needs against what a rank has; the notes. Follows
-`report.html` (same CSS, escaping and sortable tables).
+`report.html` (the HTML kit, `report.html_kit`: the same CSS, escaping and sortable tables).
 """
 from __future__ import annotations
 
@@ -20,12 +20,13 @@ import pandas as pd
 
 from ..cluster.catalog import NO_PRICE
 from ..layouts.search import END_NAMES, pareto_front
-from ..report.html import MEMORY_COLORS, _page, _table, stacked_bars
+from ..report import html_kit as kit
+from ..report.html_kit import MEMORY_COLORS, stacked_bars
 
 from .text import OBJECTIVE_SHORT, _band, _mfu, mfu_threshold_text, ranking_lines
 
 if TYPE_CHECKING:
-    from . import PlanResult
+    from .result import PlanResult
 
 __all__ = ["DOT_COLOR", "FRONT_COLOR", "TOP_COLOR", "TYPE_COLORS", "pareto_front", "render_plan_html"]
 
@@ -282,18 +283,18 @@ def render_plan_html(result: PlanResult) -> str:
                      _step(row), r.get("replay_step_time_s"), r.get("difference"), row["tokens_per_s"], _mfu(row),
                      _cost(row), *_days_cost(row, tokens), _hbm(row),
                      ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"])
-    top = _table(rows, ["#", "layout", "equivalent", *ranks, "step s (80 %)", "replayed step (s)",
-                        "difference", "tokens/s", "MFU", "$ per M tokens", *extra_head, "HBM GiB",
-                        "off domain", "vs scenario's layout"]) if rows else "<p>none</p>"
+    top = kit.table(rows, ["#", "layout", "equivalent", *ranks, "step s (80 %)", "replayed step (s)",
+                           "difference", "tokens/s", "MFU", "$ per M tokens", *extra_head, "HBM GiB",
+                           "off domain", "vs scenario's layout"]) if rows else "<p>none</p>"
     per_type = s.get("best_per_type") or []
     best_rows = [[row["instance"], row["label"], row.get("equivalent") or "", *([row.get("rank_value")] if ranks else []),
                   _step(row), row["tokens_per_s"], _mfu(row),
                   row.get("price_per_hour_usd") if row.get("price_per_hour_usd") is not None else NO_PRICE,
                   _cost(row), *_days_cost(row, tokens), _hbm(row),
                   ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"] for row in per_type]
-    best = _table(best_rows, ["instance type", "layout", "equivalent", *ranks, "step s (80 %)",
-                              "tokens/s", "MFU", "$ per hour (cluster)", "$ per M tokens", *extra_head,
-                              "HBM GiB", "off domain", "vs scenario's layout"]) \
+    best = kit.table(best_rows, ["instance type", "layout", "equivalent", *ranks, "step s (80 %)",
+                                 "tokens/s", "MFU", "$ per hour (cluster)", "$ per M tokens", *extra_head,
+                                 "HBM GiB", "off domain", "vs scenario's layout"]) \
         if best_rows else "<p>none</p>"
     per_stack = s.get("best_per_stack") or []
     stack_rows = [[row["stack"], row["label"], *([row.get("rank_value")] if ranks else []), _step(row),
@@ -302,8 +303,8 @@ def render_plan_html(result: PlanResult) -> str:
     without = s.get("stacks_without_a_layout") or {}
     by_stack = "" if len(stack_rows) + len(without) < 2 else (
         '<h2>Best of each stack</h2><p class="note">fast path; each stack searched within what it runs</p>'
-        + _table(stack_rows, ["stack", "layout", *ranks, "step s (80 %)", "tokens/s", "MFU", "$ per M tokens",
-                              *extra_head, "HBM GiB", "vs scenario's layout"])
+        + kit.table(stack_rows, ["stack", "layout", *ranks, "step s (80 %)", "tokens/s", "MFU", "$ per M tokens",
+                                 *extra_head, "HBM GiB", "vs scenario's layout"])
         + "".join(f'<p class="note">{escape(k)}: {escape(v)}</p>' for k, v in without.items()))
     ranking = "<br>".join(escape(line.strip()) for line in ranking_lines(s))
     misses = near_misses(result.table)
@@ -314,9 +315,9 @@ def render_plan_html(result: PlanResult) -> str:
                              for i, r in enumerate(misses.itertuples(index=False), 1)], MEMORY_COLORS, "GiB",
                             float(misses["hbm_capacity_gib"].max()),
                             f"HBM per rank: {float(misses['hbm_capacity_gib'].max()):.4f} GiB")
-        miss_html = bars + _table([[i, r.layout, _gib(r.hbm_peak_gib), _gib(r.hbm_capacity_gib), r.reason]
+        miss_html = bars + kit.table([[i, r.layout, _gib(r.hbm_peak_gib), _gib(r.hbm_capacity_gib), r.reason]
                                    for i, r in enumerate(misses.itertuples(index=False), 1)],
-                                  ["near miss", "layout", "needs (GiB per rank)", "has (GiB per rank)", "why"])
+                                     ["near miss", "layout", "needs (GiB per rank)", "has (GiB per rank)", "why"])
     notes = "".join(f"<li>{escape(n)}</li>" for n in s.get("notes", []))
     body = f"""<h1>ultracluster plan: {name}</h1>{head}
 <h2>Best of each instance type</h2><p class="note">fast path; ranked by {escape(s['objective'])}</p>{best}
@@ -328,4 +329,4 @@ replayed layout's interval is its run's)</p>{top}
 <h2>Near misses</h2><p class="note">the infeasible layouts closest to fitting: the HBM a rank of their worst
 stage needs against what it has</p>{miss_html}
 <h2>Notes</h2><ul>{notes or "<li>none</li>"}</ul>"""
-    return _page(f"ultracluster plan: {name}", body)
+    return kit.page(f"ultracluster plan: {name}", body)

@@ -31,7 +31,7 @@ from ..layouts.search import END_NAMES
 from .text import OBJECTIVE_SHORT, _band, _fmt, _mfu, ranking_lines
 
 if TYPE_CHECKING:
-    from . import PlanResult
+    from .result import PlanResult
 
 CSV_FLOAT_FORMAT = "%.10g"
 PLAN_FILES = ("plan.json", "plan.csv", "plan.html", "plan-full.parquet", "plan-full.csv.gz")

@@ -1,12 +1,16 @@
 """Run events (actors starting and started, steps replayed), or counted work in phases (the planner's layouts
-enumerated and priced, its replays) → a progress display on stderr.
+enumerated and priced, its replays; a sweep's variants) → a progress display on stderr.
 
 On a terminal (a TTY): one bar line, redrawn in place a few times a second, that appears only once the
 work has taken `delay_s` (2 s), so short runs print nothing, and is erased when it ends. Elsewhere
 (a pipe, a log file, `ray job logs`): plain lines, one per run event (`Progress`), or at a phase's start and
 end and every `every_s` between (`WorkProgress`). `--quiet` makes none.
-The pipeline calls `starting`, `started` and `step_done`; the planner `phase`, `advance` and `say`; the CLI
-calls `finish`.
+The pipeline calls `starting`, `started` and `step_done`; the planner and the sweep `phase`, `advance` and `say`;
+the CLI calls `finish`.
+
+Hand-written, not tqdm or rich, for what they do not do (docs/design.md, "Principles"): whole lines off a terminal
+(tqdm writes its carriage-return redraws into a log, rich's live display nothing until it stops), and a bar that
+moves while no event comes and appears only after 2 s. They would replace only the lines that draw and erase it.
 """
 from __future__ import annotations
 
@@ -18,6 +22,15 @@ from typing import Callable, TextIO
 
 BAR_WIDTH = 24
 SPINNER = "|/-\\"
+
+
+def _bar(done: int, total: int) -> str:
+    filled = BAR_WIDTH * done // total if total else 0
+    return f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}]"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
 
 
 class _Display:
@@ -47,6 +60,12 @@ class _Display:
         """The bar's text at this moment."""
         raise NotImplementedError
 
+    def say(self, text: str) -> None:
+        """A message line (the bar, if drawn, is erased first and comes back at the next redraw)."""
+        with self._lock:
+            self._erase()
+            print(text, file=self.stream, flush=True)
+
     def finish(self) -> None:
         """Stop redrawing and erase the bar (what follows is printed in its place)."""
         self._stop.set()
@@ -54,6 +73,14 @@ class _Display:
             self._thread.join(timeout=2)
         with self._lock:
             self._erase()
+
+    def _said(self, text: str) -> None:
+        """A plain line off a terminal, after the name."""
+        if not self.tty:
+            self.say(f"{self.name}: {text}")
+
+    def _spinner(self) -> str:
+        return SPINNER[self._frame % len(SPINNER)]
 
     def _erase(self) -> None:          # with the lock held
         if self._drawn:
@@ -82,41 +109,31 @@ class _Display:
         while not self._stop.wait(self.tick_s):
             self._draw()
 
-    def _say(self, text: str) -> None:
-        with self._lock:
-            self._erase()
-            print(f"{self.name}: {text}", file=self.stream, flush=True)
-
 
 class Progress(_Display):
     """Progress of one run (arguments: `_Display`'s)."""
 
-    def __init__(self, name: str, stream: TextIO | None = None, tty: bool | None = None, delay_s: float = 2.0,
-                 tick_s: float | None = 0.2, clock: Callable[[], float] = time.monotonic):
-        super().__init__(name, stream, tty, delay_s, tick_s, clock)
+    def __init__(self, name: str, **display):
+        super().__init__(name, **display)
         self.actors, self.nodes, self.actors_up = 0, 0, False
         self.steps, self.warmup, self.done = 0, 0, 0
         self.last_step_s: float | None = None
-        self._t_actors: float | None = None
 
-    # --- events -------------------------------------------------------------------------------------------
     def starting(self, actors: int, steps: int, warmup: int = 0) -> None:
         """The run is about to start `actors` actors and replay `steps` steps, `warmup` of them warm-up."""
         with self._lock:
             self.actors, self.steps, self.warmup = actors, steps, warmup
-        if not self.tty:
-            self._say(f"starting {actors} actor{'s' * (actors != 1)} for {steps} step{'s' * (steps != 1)}"
-                      + (f" ({warmup} warm-up)" if warmup else ""))
+        self._said(f"starting {_plural(actors, 'actor')} for {_plural(steps, 'step')}"
+                   + (f" ({warmup} warm-up)" if warmup else ""))
         self._start_ticking()
         self._draw()
 
     def started(self, nodes: int) -> None:
         """Every actor answered; they run on `nodes` Ray nodes."""
         with self._lock:
-            self.actors_up, self.nodes, self._t_actors = True, nodes, self.clock() - self.t0
-        if not self.tty:
-            self._say(f"{self.actors} actor{'s' * (self.actors != 1)} started on {nodes} Ray "
-                      f"node{'s' * (nodes != 1)} in {self._t_actors:.1f} s")
+            self.actors_up, self.nodes = True, nodes
+        self._said(f"{_plural(self.actors, 'actor')} started on {_plural(nodes, 'Ray node')} in "
+                   f"{self.clock() - self.t0:.1f} s")
         self._draw()
 
     def step_done(self, rec) -> None:
@@ -124,28 +141,21 @@ class Progress(_Display):
         with self._lock:
             self.done += 1
             self.last_step_s = rec.step_time_s
-        if not self.tty:
-            tag = " (warm-up)" if rec.warmup else ""
-            total = f"/{self.steps}" if self.steps else ""
-            self._say(f"step {rec.step + 1}{total}{tag}: {rec.step_time_s:.4g} s emulated, {rec.wall_s:.2f} s wall")
+        self._said(f"step {rec.step + 1}{f'/{self.steps}' if self.steps else ''}{' (warm-up)' if rec.warmup else ''}"
+                   f": {rec.step_time_s:.4g} s emulated, {rec.wall_s:.2f} s wall")
         self._draw()
 
-    # --- drawing ------------------------------------------------------------------------------------------
     def line(self) -> str:
-        """The bar's text at this moment."""
-        elapsed = self.clock() - self.t0
         parts = [self.name]
         if not self.actors_up:
-            parts.append(f"starting {self.actors} actors {SPINNER[self._frame % len(SPINNER)]}")
+            parts.append(f"starting {self.actors} actors {self._spinner()}")
         else:
-            filled = BAR_WIDTH * self.done // self.steps if self.steps else 0
-            parts.append(f"{self.actors} actors on {self.nodes} node{'s' * (self.nodes != 1)}")
-            parts.append(f"steps [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {self.done}/{self.steps}"
+            parts.append(f"{self.actors} actors on {_plural(self.nodes, 'node')}")
+            parts.append(f"steps {_bar(self.done, self.steps)} {self.done}/{self.steps}"
                          + (" warm-up" if self.done < self.warmup else ""))
             if self.last_step_s is not None:
                 parts.append(f"last step {self.last_step_s:.4g} s emulated")
-        parts.append(f"{elapsed:.1f} s")
-        return " | ".join(parts)
+        return " | ".join(parts + [f"{self.clock() - self.t0:.1f} s"])
 
 
 def duration(seconds: float) -> str:
@@ -172,9 +182,8 @@ class WorkProgress(_Display):
     when it ends. `say` prints a message line (erasing the bar first). Other arguments: `_Display`'s.
     """
 
-    def __init__(self, name: str, stream: TextIO | None = None, tty: bool | None = None, delay_s: float = 2.0,
-                 tick_s: float | None = 0.2, clock: Callable[[], float] = time.monotonic, every_s: float = 10.0):
-        super().__init__(name, stream, tty, delay_s, tick_s, clock)
+    def __init__(self, name: str, every_s: float = 10.0, **display):
+        super().__init__(name, **display)
         self.every_s = every_s
         self.label, self.unit, self.total, self.done = "", "", 0, 0
         self._t_phase = self._t_said = self.t0
@@ -185,8 +194,7 @@ class WorkProgress(_Display):
         with self._lock:
             self.label, self.unit, self.total, self.done = label, unit, total, 0
             self._t_phase = self._t_said = self.clock()
-        if not self.tty:
-            self._say(f"{label} {total:,} {self._units(total)}")
+        self._said(f"{label} {total:,} {self._units(total)}")
         self._start_ticking()
         self._draw()
 
@@ -196,24 +204,20 @@ class WorkProgress(_Display):
             self.done = done
             due = not self.tty and self.clock() - self._t_said >= self.every_s and done < self.total
         if due:
-            self._say(self._status())
+            rate, left = self._rate_left()
+            pct = 100 * done // self.total if self.total else 100
+            self._said(f"{self.label}: {done:,}/{self.total:,} {self.unit} ({pct}%), {_pace(rate)}, about "
+                       f"{duration(left)} left")
             self._t_said = self.clock()
         self._draw()
-
-    def say(self, text: str) -> None:
-        """A message line (the bar, if drawn, is erased first and comes back at the next redraw)."""
-        with self._lock:
-            self._erase()
-            print(text, file=self.stream, flush=True)
 
     def finish(self) -> None:
         self._end_phase()
         super().finish()
 
     def _end_phase(self) -> None:
-        if self.label and not self.tty:
-            spent = self.clock() - self._t_phase
-            self._say(f"{self.label}: {self.done:,} {self._units(self.done)} in {spent:.1f} s")
+        if self.label:
+            self._said(f"{self.label}: {self.done:,} {self._units(self.done)} in {self.clock() - self._t_phase:.1f} s")
         self.label = ""
 
     def _units(self, n: int) -> str:
@@ -225,20 +229,11 @@ class WorkProgress(_Display):
         rate = self.done / spent if spent > 0 else 0.0
         return rate, (self.total - self.done) / rate if rate > 0 else float("inf")
 
-    def _status(self) -> str:
-        rate, left = self._rate_left()
-        pct = 100 * self.done // self.total if self.total else 100
-        return f"{self.label}: {self.done:,}/{self.total:,} {self.unit} ({pct}%), {_pace(rate)}, about {duration(left)} left"
-
     def line(self) -> str:
-        """The bar's text at this moment."""
         parts = [self.name]
         if self.label:
             rate, left = self._rate_left()
-            filled = BAR_WIDTH * self.done // self.total if self.total else 0
-            parts.append(f"{self.label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {self.done:,}/{self.total:,} "
-                         f"{self.unit}")
+            parts.append(f"{self.label} {_bar(self.done, self.total)} {self.done:,}/{self.total:,} {self.unit}")
             parts.append(f"{_pace(rate)}, about {duration(left)} left" if self.done else
-                         f"estimating {SPINNER[self._frame % len(SPINNER)]}")
-        parts.append(f"{self.clock() - self.t0:.1f} s")
-        return " | ".join(parts)
+                         f"estimating {self._spinner()}")
+        return " | ".join(parts + [f"{self.clock() - self.t0:.1f} s"])

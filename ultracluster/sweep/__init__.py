@@ -30,7 +30,8 @@ from .price import price_variant
 from .spec import MAX_VARIANTS, SweepPlan, Variant, build
 
 __all__ = ["MAX_VARIANTS", "SweepPlan", "SweepResult", "build", "format_sweep", "run_sweep"]
-EMBEDDED_RAY_START_S = 12.0    # as the planner (plan.EMBEDDED_RAY_START_S): what an embedded Ray must save to pay off
+EMBEDDED_RAY_START_S = 12.0    # as the planner (plan.command.EMBEDDED_RAY_START_S): what an embedded Ray must
+                               # save to pay off
 
 
 @dataclass

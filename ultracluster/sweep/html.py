@@ -4,8 +4,8 @@ Sections: what was swept; a heatmap when two or more keys vary (the first key's 
 combination of the others down, a cell per variant coloured by its goodput, or its tokens/s when goodput does not
 move, with the value and its 80 % interval written in it); a line chart per varied key and figure (step time, goodput,
 days to train, tokens/s): the key's values along x, one line per combination of the other keys, each point with
-its 80 % interval drawn as a whisker; the warnings; the table. Follows `report.html` (its CSS, escaping and
-sortable tables).
+its 80 % interval drawn as a whisker; the warnings; the table. Follows `report.html` (the HTML kit,
+`report.html_kit`: its CSS, escaping and sortable tables).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from html import escape
 
 import pandas as pd
 
-from ..report.html import _legend, _page, _table
+from ..report import html_kit as kit
 from .price import WARNING_JOIN
 
 __all__ = ["HEAT_HIGH", "HEAT_LOW", "LINE_COLORS", "sweep_html"]
@@ -142,7 +142,7 @@ def line_chart(frame: pd.DataFrame, key: str, keys: list[str], col: str, standal
         return "".join(parts) + "</svg>\n"
     parts.append("</svg>")
     more = f"<p>{len(series) - len(names)} more lines not drawn (see the table)</p>" if len(series) > len(names) else ""
-    return '<div class="chart">' + "".join(parts) + (_legend(colors) if len(names) > 1 or others else "") + more + \
+    return '<div class="chart">' + "".join(parts) + (kit.legend(colors) if len(names) > 1 or others else "") + more + \
         "</div>"
 
 
@@ -221,5 +221,5 @@ def sweep_html(frame: pd.DataFrame, summary: dict, keys: list[str]) -> str:
              "hbm_peak_gib", "goodput", "time_to_train_days", "total_cost_usd", "price_source", "reason"]
     rows = [[(_text(v) if k in keys else v) for k, v in zip(shown, r)]
             for r in frame[shown].to_numpy(dtype=object).tolist()]
-    parts.append("<h2>Every variant</h2><div class=\"wide\">" + _table(rows, shown) + "</div>")
-    return _page(f"ultracluster sweep {name}", "".join(parts))
+    parts.append("<h2>Every variant</h2><div class=\"wide\">" + kit.table(rows, shown) + "</div>")
+    return kit.page(f"ultracluster sweep {name}", "".join(parts))

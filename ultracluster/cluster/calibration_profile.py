@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UltraclusterError
-from .calibration import Calibration, fitted
+from .calibration import Calibration
+from .fitted_files import fitted
 
 FORMAT = "ultracluster-calibration-profile"
 VERSION = 1
