@@ -38,12 +38,12 @@ from ..replay import engine
 from ..replay.result import StageMemory
 from .parts import (Group, Shapes, _counts, batched_chunks, batched_comm, batched_memory, cluster_columns,
                     distinct_rows, groups, shapes)
-from .pricer import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, calibration_index, has_zero_stages,
+from .pricer import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, calibration_index,
                      layout_scenario)
 from .schedules import pipeline_times
 
 __all__ = ["LAYOUT_COLUMNS", "MEMORY_COLUMNS", "PARTS", "ClusterInfo", "Group", "Pricer", "Shapes", "bucket_queue_end",
-           "evaluate", "has_zero_stages", "layout_scenario", "speeds", "_counts"]
+           "evaluate", "layout_scenario", "speeds", "_counts"]
 
 
 def speeds(pr: Pricer, tp: int, cp: int, pp: int, dp: int, steps: list[int], sigma: float) -> np.ndarray:

@@ -33,14 +33,6 @@ def calibration_index(row: Any) -> int:
     return int(row.get("cal", 0) if isinstance(row, dict) else getattr(row, "cal", 0))
 
 
-def has_zero_stages() -> bool:
-    """Whether the scenario schema has `training.zero`: always, since it has ZeRO 0-3. Dead compatibility code,
-    kept only for its importers in `layouts/space.py`, `layouts/fast.py` and `plan/output.py`, which the planner's
-    change (issue 34) is rewriting; remove it with them."""
-    from ..scenario.schema import TrainingSpec
-    return "zero" in TrainingSpec.model_fields
-
-
 def layout_scenario(base: Scenario, row: Any, name: str | None = None) -> Scenario:
     """The scenario of one layout: `base` with the row's cluster, parallelism and training fields, and, where the
     row names its stack, as that stack runs it (`stacks.for_cell`: its defaults for the keys the scenario did not

@@ -25,8 +25,6 @@ OBJECTIVES = {                # objective -> (column, smaller is better)
     "usd_per_million_tokens": ("usd_per_million_tokens", True),
     "time_to_train": ("time_to_train_days", True),
 }
-RESULT_COLUMNS = ("feasible", "reason", "step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "hbm_capacity_gib",
-                  "price_per_hour_usd", "usd_per_million_tokens")
 SCHEDULE_SHORT = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved": "int"}
 RECOMPUTE_SHORT = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc"}
 

@@ -24,7 +24,7 @@ from .. import stacks as stk
 from ..cluster.catalog import INSTANCES, ranks_per_instance, ultraserver_of
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario
-from .fast import LAYOUT_COLUMNS, has_zero_stages
+from .fast import LAYOUT_COLUMNS
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -127,7 +127,7 @@ def own_stack(base: Scenario, space: SearchSpace) -> tuple[str, list[str]]:
 
 
 def _zero_values(space: SearchSpace) -> tuple[int, ...]:
-    return space.zero if space.zero is not None else ((0, 1, 3) if has_zero_stages() else (0, 1))
+    return space.zero if space.zero is not None else zero_stages()
 
 
 def _shapes(base: Scenario, space: SearchSpace, ranks: int):
@@ -281,7 +281,7 @@ def _layout_columns(shapes: list[tuple], scheds: list[tuple[str, int]], recomput
 def _own_row(base: Scenario) -> dict:
     """The scenario's own layout as a table row."""
     p, t, c = base.parallelism, base.training, base.cluster
-    zero = int(getattr(t, "zero", 1 if t.zero1 else 0))
+    zero = int(t.zero)
     return {"instance": c.instance, "instances": c.instances, "lnc": c.lnc, "tp": p.tp, "pp": p.pp, "cp": p.cp,
             "ep": p.ep, "dp": p.dp, "micro_batch": t.micro_batch, "recompute": t.recompute,
             "pp_schedule": p.pp_schedule if p.pp > 1 else "1f1b", "virtual_stages": p.virtual_stages, "zero": zero,
@@ -329,8 +329,8 @@ def _choices(flag: str, text: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def zero_stages() -> tuple[int, ...]:
-    """The ZeRO stages the scenario schema has: 0, 1 and 3 (`training.zero`), else 0 and 1 (`training.zero1`)."""
-    return (0, 1, 3) if has_zero_stages() else (0, 1)
+    """The ZeRO stages a search covers by default: 0, 1 and 3 (`training.zero`)."""
+    return (0, 1, 3)
 
 
 def search_space(instance_types: str | None = None, instances: str | None = None, tp: str | None = None,
