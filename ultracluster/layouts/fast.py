@@ -36,6 +36,8 @@ from ..cluster import Layout
 from ..memory import infeasible_reason
 from ..replay import engine
 from ..replay.result import StageMemory
+from ..step import merit, speed as step_speed
+from ..step.hbm import HBM_PARTS, hbm_totals
 from .parts import (Group, Shapes, _counts, batched_chunks, batched_comm, batched_memory, cluster_columns,
                     distinct_rows, groups, shapes)
 from .pricer import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, calibration_index,
@@ -55,8 +57,8 @@ def speeds(pr: Pricer, tp: int, cp: int, pp: int, dp: int, steps: list[int], sig
     out = np.empty((len(steps), pp))
     for i, step in enumerate(steps):
         def stage_max(step=step):
-            return engine.group_speeds(layout, chip.group_jitter(seed, step, (dp, pp), tp * cp, sigma), slow,
-                                       factor).max(axis=0)
+            return step_speed.slowest_replica(step_speed.group_speeds(
+                layout, chip.group_jitter(seed, step, (dp, pp), tp * cp, sigma), slow, factor))
         out[i] = pr.memo(("jitter", step, dp, pp, tp * cp, sigma), stage_max) if slow.size == 0 else stage_max()
     return out
 
@@ -158,8 +160,9 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
     mem = batched_memory(pr, table, sh, srow, grps)
     out = pd.DataFrame(mem)
     out["worst_stage"] = out["worst_stage"].astype(int)
-    worst_total = out[["weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserve_gib"]].sum(axis=1)
-    out["feasible"] = (worst_total <= out["hbm_capacity_gib"]).to_numpy()
+    hbm = hbm_totals(*(mem[k][:, None] for k in HBM_PARTS), mem["hbm_capacity_gib"][:, None])
+    worst_total = hbm.worst_total
+    out["feasible"] = hbm.fits
     out["reason"] = None if not reasons else [None if ok else infeasible_reason([StageMemory(
         stage=int(r.worst_stage), weights_gib=r.weights_gib, gradients_gib=r.gradients_gib,
         optimizer_gib=r.optimizer_gib, activations_gib=r.activations_gib, reserve_gib=r.reserve_gib,
@@ -206,8 +209,7 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
             first[key] = pr.memo(("speed", a, b, g.pp, d, sig), lambda: speeds(
                 pr, a, b, g.pp, d, measured, sig).mean(axis=0, keepdims=True))
         G = np.concatenate([first[key] for key in speed_keys])
-        Gc = np.tile(G, (1, g.v))                                                    # chunk c: stage c % pp
-        fc, bc = F * Gc, B * Gc
+        fc, bc, opt = step_speed.slowed(F, B, OPT, G, G, g.v)                        # chunk c: stage c % pp
         ring = cp > 1                 # context parallel: the ring's exposed seconds, every such row at once
         cp_f, cp_b = np.zeros(idx.size), np.zeros(idx.size)
         if ring.any():
@@ -219,7 +221,6 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
         fs_f, fs_b = engine.fsdp_exposed(c, fc, bc, g.layers)      # ZeRO-3 rows' per-layer gathers, [rows, chunks]
         _, _, fwd, bwd = engine.chunk_seconds(c.tp_fwd, c.tp_bwd, fc, bc, cp_f[:, None], cp_b[:, None],
                                               fs_f, fs_b, g.layers[None, :])
-        opt = OPT * G
         sched = cols["pp_schedule"][idx]
         for name in dict.fromkeys(sched.tolist()):
             sel = np.flatnonzero(sched == name)
@@ -252,11 +253,11 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
         reasons[rows_] = [unpriced[i] for i in rows_.tolist()]
         out["reason"] = reasons
     price, peak = cluster_columns(pr, table, ("price_per_hour_usd", "peak_flop_per_s"))
-    price = price * table["instances"].to_numpy()
-    tokens = t.global_batch * t.seq_len
+    fom = merit.figures(step_time, sc.tokens_per_step, opslib.model_flops_per_step(sc), peak,
+                        table["instances"].to_numpy(), price)
     out["step_time_s"] = step_time
-    out["tokens_per_s"] = tokens / step_time
-    out["mfu"] = opslib.model_flops_per_step(sc) / (peak * step_time)
-    out["price_per_hour_usd"] = price
-    out["usd_per_million_tokens"] = price * step_time / 3600 / tokens * 1e6
+    out["tokens_per_s"] = fom["tokens_per_s"]
+    out["mfu"] = fom["mfu"]
+    out["price_per_hour_usd"] = fom["cluster_usd_per_hour"]
+    out["usd_per_million_tokens"] = fom["usd_per_million_tokens"]
     return out

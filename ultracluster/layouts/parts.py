@@ -22,6 +22,7 @@ from ..frozen import read_only
 from ..units import GIB
 from ..replay import comm
 from ..replay.comm import StepComm
+from ..step.hbm import hbm_totals
 from .pricer import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Pricer, calibration_index, layout_scenario
 from .schedules import _run_lengths, program_arrays
 
@@ -206,10 +207,10 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
             A[idx] = memory.stage_peaks(held, act[used].reshape(used.size, g.v, g.pp))[back]
         A = (A + sh.working[k, None]) / GIB
         cap, reserve = cap_all[g.rows], reserve_all[g.rows]
-        total = W + G + O + A + reserve[:, None]
-        worst = np.argmax(total - cap[:, None], axis=1)
+        hbm = hbm_totals(W, G, O, A, reserve[:, None], cap[:, None])
+        worst = hbm.worst
         pick = np.arange(len(g.rows))
-        out["hbm_peak_gib"][g.rows] = total.max(axis=1)
+        out["hbm_peak_gib"][g.rows] = hbm.total.max(axis=1)
         out["hbm_capacity_gib"][g.rows] = cap
         out["worst_stage"][g.rows] = worst
         for name, arr in (("weights_gib", W), ("gradients_gib", G), ("optimizer_gib", O), ("activations_gib", A)):

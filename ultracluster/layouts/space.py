@@ -24,6 +24,7 @@ from .. import stacks as stk
 from ..cluster.catalog import INSTANCES, ranks_per_instance, ultraserver_of
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario
+from ..step.counts import microbatches, ultraserver_default
 from .fast import LAYOUT_COLUMNS
 
 RECOMPUTE = ("none", "selective", "full")
@@ -86,8 +87,7 @@ def clusters(base: Scenario, space: SearchSpace) -> list[tuple[str, int, int, in
     for inst in types:
         spec = INSTANCES[inst]
         for n in counts:
-            us = bool(getattr(spec, "ultraserver_default", inst == "trn2u.48xlarge")) if inst != base.cluster.instance \
-                else base.cluster.ultraserver
+            us = ultraserver_default(inst) if inst != base.cluster.instance else base.cluster.ultraserver
             size = ultraserver_of(spec).instances if us and ultraserver_of(spec) else 1
             if n % size:                # UltraServers come in groups of 4 (Trn2, Trn3 Gen1) or 36 (Trn3 Gen2)
                 continue
@@ -148,7 +148,7 @@ def _shapes(base: Scenario, space: SearchSpace, ranks: int):
                     for mb in space.micro_batches:
                         if t.global_batch % (dp * mb):
                             continue
-                        mbs = t.global_batch // (dp * mb)
+                        mbs = microbatches(t.global_batch, dp, mb)
                         scheds = [("1f1b", 1)] if pp == 1 else \
                             [(s, 1) for s in space.schedules if s != "interleaved"] + \
                             [("interleaved", v) for v in space.virtual_stages if "interleaved" in space.schedules
@@ -285,7 +285,7 @@ def _own_row(base: Scenario) -> dict:
     return {"instance": c.instance, "instances": c.instances, "lnc": c.lnc, "tp": p.tp, "pp": p.pp, "cp": p.cp,
             "ep": p.ep, "dp": p.dp, "micro_batch": t.micro_batch, "recompute": t.recompute,
             "pp_schedule": p.pp_schedule if p.pp > 1 else "1f1b", "virtual_stages": p.virtual_stages, "zero": zero,
-            "sequence_parallel": p.sequence_parallel, "microbatches": t.global_batch // (p.dp * t.micro_batch)}
+            "sequence_parallel": p.sequence_parallel, "microbatches": microbatches(t.global_batch, p.dp, t.micro_batch)}
 
 
 def parse_instances(text: str) -> tuple[int, ...]:

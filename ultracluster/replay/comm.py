@@ -21,6 +21,7 @@ from ..network import Group, collective_time, group_of
 from ..network.collectives import concurrent_time
 from .degraded import degraded_plan
 from .result import CollectiveRecord
+from ..step.counts import scenario_microbatches as microbatches   # the one rule (`step.counts`)
 
 # Gradients are reduced in buckets as backward produces them; 25 MiB is PyTorch DDP's default bucket_cap_mb
 # (an assumption for NxD's ZeRO-1 reduce-scatter buckets, which it does not document).
@@ -58,11 +59,6 @@ class StepComm:
     replica_send_bwd: np.ndarray | None = None   # [replicas, chunks] as send_bwd
     replica_send_bwd_last: np.ndarray | None = None   # [replicas, chunks] as send_bwd_last
     replica_cp_block_s: np.ndarray | None = None      # [replicas, 2] as (cp_block_fwd_s, cp_block_bwd_s)
-
-
-def microbatches(scenario) -> int:
-    t, p = scenario.training, scenario.parallelism
-    return t.global_batch // (p.dp * t.micro_batch)
 
 
 class Prices:

@@ -26,7 +26,8 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..cluster import Cluster, rank_coords, stage_sum
+from ..cluster import Cluster, stage_sum
+from ..step.speed import group_speeds, slowed, slowest_replica   # noqa: F401 (group_speeds re-exported)
 from .comm import DP_BUCKET_BYTES, StepComm, _send_group, microbatches, step_comm   # noqa: F401 (re-exported: replay.engine.step_comm)
 from .result import Slice, StepRecord
 from .profile import MergedProfile, ShardProfile, merge_profiles
@@ -117,20 +118,10 @@ def combine_profiles(profiles: Sequence[ShardProfile] | MergedProfile, layout,
     with_slow = bool(slow.size and with_stragglers)
     speed = group_speeds(layout, merged.group_speed, slow if with_slow else slow[:0], factor)
     slowest = int(slow[np.argmax(factor)]) if with_slow else -1
-    chunk_speed = np.tile(speed, (1, v))                        # chunk j*pp + s takes stage s's speed
-    return ComputeProfile(fwd=merged.forward_s[None, :] * chunk_speed,
-                          bwd=merged.backward_s[None, :] * chunk_speed, opt=merged.optimizer_s * speed.max(axis=0),
-                          attn_fwd=merged.attention_fwd_s, attn_bwd=merged.attention_bwd_s, slowest_rank=slowest)
-
-
-def group_speeds(layout, group_speed: np.ndarray, slow: np.ndarray, factor: np.ndarray) -> np.ndarray:
-    """[dp, pp] the speed factor of each (replica, stage) group: its jitter (`group_speed`, dp x pp in group
-    order), raised to a slow rank's factor where one of its ranks (`slow`, global ids) is slower still."""
-    speed = np.asarray(group_speed, dtype=float).reshape(layout.dp, layout.pp).copy()
-    if slow.size:
-        c = rank_coords(layout, slow)
-        np.maximum.at(speed, (c["dp"], c["pp"]), factor)
-    return speed
+    fwd, bwd, opt = slowed(merged.forward_s[None, :], merged.backward_s[None, :], merged.optimizer_s, speed,
+                           slowest_replica(speed), v)          # the planner's: `layouts.fast` (`step.speed`)
+    return ComputeProfile(fwd=fwd, bwd=bwd, opt=opt, attn_fwd=merged.attention_fwd_s,
+                          attn_bwd=merged.attention_bwd_s, slowest_rank=slowest)
 
 
 def chunk_seconds(tp_fwd: np.ndarray, tp_bwd: np.ndarray, fc: np.ndarray, bc: np.ndarray, cp_f, cp_b,
