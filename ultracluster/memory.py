@@ -153,7 +153,9 @@ def capacity_gib(cluster) -> float:
 
 
 def in_flight_peak(program: list[tuple[str, int, int]], act_bytes: np.ndarray) -> float:
-    """Peak activation bytes a stage holds along its program (`act_bytes` per chunk id)."""
+    """Peak activation bytes a stage holds along its program (`act_bytes` per chunk id): the walk of the executed
+    program. The planner reads the same peak off a short program's held vectors (`layouts.parts._counts`, then
+    `stage_peaks`; tests/plan/test_fast_parts.py checks they agree)."""
     if not program:
         return 0.0
     kinds, _, chunk_ids = zip(*program)

@@ -32,9 +32,10 @@ import pandas as pd
 
 from .. import chip, stacks
 from .. import operators as opslib
-from ..cluster import Layout
+from ..cluster import Layout, group_ranks
 from ..memory import infeasible_reason
 from ..replay import engine
+from ..replay.engine import bucket_queue_end
 from ..replay.result import StageMemory
 from ..step import merit, speed as step_speed
 from ..step.hbm import HBM_PARTS, hbm_totals
@@ -51,36 +52,16 @@ __all__ = ["LAYOUT_COLUMNS", "MEMORY_COLUMNS", "PARTS", "ClusterInfo", "Group", 
 def speeds(pr: Pricer, tp: int, cp: int, pp: int, dp: int, steps: list[int], sigma: float) -> np.ndarray:
     """[steps, pp] each stage's speed factor (>= 1) in each measured step of a tp x cp x pp x dp layout: its
     slowest replica's, with jitter and stragglers drawn as `replay.engine.combine_profiles` draws them."""
-    seed, ranks = pr.scenario.seed, tp * cp * pp * dp
-    slow, factor = pr.memo(("stragglers", ranks), lambda: chip.stragglers(pr.scenario, ranks))
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp)
+    seed, ranks, size = pr.scenario.seed, layout.ranks, group_ranks(tp, cp)
+    slow, factor = pr.memo(("stragglers", ranks), lambda: chip.stragglers(pr.scenario, ranks))
     out = np.empty((len(steps), pp))
     for i, step in enumerate(steps):
         def stage_max(step=step):
             return step_speed.slowest_replica(step_speed.group_speeds(
-                layout, chip.group_jitter(seed, step, (dp, pp), tp * cp, sigma), slow, factor))
-        out[i] = pr.memo(("jitter", step, dp, pp, tp * cp, sigma), stage_max) if slow.size == 0 else stage_max()
+                layout, chip.group_jitter(seed, step, (dp, pp), size, sigma), slow, factor))
+        out[i] = pr.memo(("jitter", step, dp, pp, size, sigma), stage_max) if slow.size == 0 else stage_max()
     return out
-
-
-def bucket_queue_end(t0: np.ndarray, t1: np.ndarray, n: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """When a stage's gradient-bucket queue ends (`replay.engine.gradient_reduction`), in closed form.
-
-    Bucket i of a chunk's n is ready at t0 + (t1 - t0) i / n (evenly over its last backward); buckets run one
-    after another, d seconds each. The chunks' windows follow the program and do not overlap, so the queue
-    ends at the max over buckets of (ready time + the seconds of it and every later bucket), which within a
-    chunk is linear in i: only its first and last bucket count.
-
-    Args:
-        t0, t1: [..., segments] start and end of each chunk's last backward, in program order.
-        n: [..., segments] buckets; d: [..., segments] seconds per bucket.
-
-    Returns:
-        [...] end of the queue.
-    """
-    work = n * d
-    later = np.cumsum(work[..., ::-1], axis=-1)[..., ::-1] - work
-    return np.maximum(t0 + (t1 - t0) / n + work + later, t1 + d + later).max(axis=-1)
 
 
 class RowView:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from .. import chip, memory, stacks
 from .. import operators as opslib
-from ..cluster import Layout, stage_layers
+from ..cluster import Layout, group_ranks, replica_ranks, stage_layers
 from ..frozen import read_only
 from ..units import GIB
 from ..replay import comm
@@ -280,11 +280,11 @@ def batched_comm(pr: Pricer, rows: list, sh: Shapes, srow: np.ndarray, g: Group,
             placed = dataclasses.replace(cl, layout=Layout(tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v))
             return comm.pipeline_sends(price, placed, send_bytes, chunks)
 
-        send_groups, send[a] = pr.memo(("sends", ck, tp * cp, pp, v, send_bytes), sends)
+        send_groups, send[a] = pr.memo(("sends", ck, group_ranks(tp, cp), pp, v, send_bytes), sends)
         # what dp_comm and last_sends read of the training (precision, master weights, ZeRO stage) varies only
         # with zero
         training = lambda: pr.memo(("training", zero), lambda: layout_scenario(pr.scenario, r).training)  # noqa: E731
-        dense, stride = g.dense[j], tp * cp * pp
+        dense, stride = g.dense[j], replica_ranks(tp, cp, pp)
         nb, nb_s, after[a], gather[a], scatter[a] = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), lambda: comm.dp_comm(
             price, cl, dense, g.expert[j], g.layers, training(), dp, ep, stride, pp, layerwise))
         if nb.size:

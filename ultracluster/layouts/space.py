@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stacks as stk
+from ..cluster import group_ranks, replica_ranks
 from ..cluster.catalog import INSTANCES, ranks_per_instance, ultraserver_of
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario
@@ -140,9 +141,9 @@ def _shapes(base: Scenario, space: SearchSpace, ranks: int):
     for tp in tps:
         for cp in [c for c in _divisors(ranks // tp) if c <= space.max_cp and c & (c - 1) == 0
                    and t.seq_len % c == 0]:
-            for pp in [p for p in _divisors(ranks // (tp * cp)) if p <= m.layers
+            for pp in [p for p in _divisors(ranks // group_ranks(tp, cp)) if p <= m.layers
                        and (space.pp is None or p in space.pp)]:
-                dp = ranks // (tp * cp * pp)
+                dp = ranks // replica_ranks(tp, cp, pp)
                 eps = [e for e in _divisors(dp) if moe and moe.experts % e == 0] if moe else [1]
                 for ep in eps:
                     for mb in space.micro_batches:
