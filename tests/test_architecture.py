@@ -22,7 +22,8 @@ RAY_LAYER = "Ray adapter"
 # business and pandas the report's.
 CORE = ["ultracluster.chip", "ultracluster.speed_draws", "ultracluster.operators", "ultracluster.cluster", "ultracluster.network",
         "ultracluster.replay.engine", "ultracluster.scenario", "ultracluster.memory", "ultracluster.storage",
-        "ultracluster.fairshare", "ultracluster.goodput", "ultracluster.uncertainty", "ultracluster.yaml_input"]
+        "ultracluster.fairshare", "ultracluster.goodput", "ultracluster.uncertainty", "ultracluster.yaml_input",
+        "ultracluster.step"]
 
 MAX_LINES = 460        # about 450
 # module → why it is longer (each a candidate for the next split)

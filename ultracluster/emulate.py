@@ -23,7 +23,7 @@ from .actors.local import local_storage
 from .actors.shard import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
 from .cluster import Capacity, build_cluster, fold
 from .cluster.calibration import Calibration
-from .cluster.catalog import price_per_hour
+from .step.price import instance_price as price_per_hour
 from .cluster.calibration_profile import calibration_for
 from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .step.price import CATALOG_PRICE, NO_PRICE_HINT, price_source   # noqa: F401 (re-exported)
 from .storage import StepSpan, StorageCosts, StorageFigures, StorageServer, figures, fsx_spec
 
 CAUSES = ("checkpoint_s", "data_stall_s", "lost_work_s", "detection_s", "restart_s", "restore_s")
@@ -56,8 +57,6 @@ def daly_goodput(tau_s: float, delta_s: float, recovery_s: float, mtbf_s: float)
     return tau_s / (mtbf_s * math.exp(recovery_s / mtbf_s) * math.expm1((tau_s + delta_s) / mtbf_s))
 
 
-NO_PRICE_HINT = "no price: set cluster.price_per_hour_usd or --price-per-hour"
-"""What every place a cost would show says where no instance price is known."""
 SECONDS_PER_DAY = 86400.0
 
 
@@ -105,18 +104,6 @@ def time_and_cost(step_time_s, tokens_per_step, instances, price_per_hour_usd, g
     return out
 
 
-CATALOG_PRICE = "catalog (public On-Demand price)"
-
-
-def price_source(instance_type: str, override: float | None = None) -> str:
-    """Where an instance's price comes from: the scenario's `cluster.price_per_hour_usd` (which `--price-per-hour`
-    sets), the catalog's public price, or nowhere (`NO_PRICE_HINT`)."""
-    from .cluster.catalog import INSTANCES
-
-    if override is not None:
-        return "cluster.price_per_hour_usd"
-    spec = INSTANCES.get(instance_type)
-    return CATALOG_PRICE if spec is not None and spec.price_per_hour_usd is not None else NO_PRICE_HINT
 
 
 def expected_goodput(busy_s: float, data_stall_s: float, every_steps: int, block_s: float, recovery_s: float,

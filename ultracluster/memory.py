@@ -20,6 +20,7 @@ import numpy as np
 from . import chip
 from . import operators as opslib
 from .cluster import stage_sum
+from .step.hbm import hbm_totals
 from .units import GIB
 from .replay.result import StageMemory
 
@@ -152,7 +153,9 @@ def capacity_gib(cluster) -> float:
 
 
 def in_flight_peak(program: list[tuple[str, int, int]], act_bytes: np.ndarray) -> float:
-    """Peak activation bytes a stage holds along its program (`act_bytes` per chunk id)."""
+    """Peak activation bytes a stage holds along its program (`act_bytes` per chunk id): the walk of the executed
+    program. The planner reads the same peak off a short program's held vectors (`layouts.parts._counts`, then
+    `stage_peaks`; tests/plan/test_fast_parts.py checks they agree)."""
     if not program:
         return 0.0
     kinds, _, chunk_ids = zip(*program)
@@ -183,20 +186,21 @@ def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
     working = opslib.saved_bytes(ops, "layer", v, "none") if t.recompute == "full" else 0.0
     capacity = capacity_gib(cluster)
     reserve = cluster.calibration.runtime_reserve_gib
-    out = []
-    for s in range(layout.pp):
-        a = (in_flight_peak(programs[s], act) + working) / GIB
-        w, g, o = float(W[s]), float(G[s]), float(O[s])
-        out.append(StageMemory(stage=s, weights_gib=w, gradients_gib=g, optimizer_gib=o, activations_gib=a,
-                               reserve_gib=reserve, total_gib=w + g + o + a + reserve, capacity_gib=capacity))
-    return out
+    A = np.array([(in_flight_peak(programs[s], act) + working) / GIB for s in range(layout.pp)])
+    total = hbm_totals(W, G, O, A, reserve, capacity).total
+    return [StageMemory(stage=s, weights_gib=float(W[s]), gradients_gib=float(G[s]), optimizer_gib=float(O[s]),
+                        activations_gib=float(A[s]), reserve_gib=reserve, total_gib=float(total[s]),
+                        capacity_gib=capacity) for s in range(layout.pp)]
 
 
 def infeasible_reason(memory: list[StageMemory]) -> str | None:
     """The reason a layout does not fit in HBM, naming the worst stage and its breakdown, or None."""
-    worst = max(memory, key=lambda m: m.total_gib - m.capacity_gib)
-    if worst.total_gib <= worst.capacity_gib:
+    parts = np.array([[m.weights_gib, m.gradients_gib, m.optimizer_gib, m.activations_gib, m.reserve_gib,
+                       m.capacity_gib] for m in memory])
+    hbm = hbm_totals(*parts.T)
+    if hbm.fits:
         return None
+    worst = memory[int(hbm.worst)]
     return (f"does not fit in HBM: a rank of pipeline stage {worst.stage} needs {worst.total_gib:.1f} GiB of its "
             f"{worst.capacity_gib:.1f} GiB (weights {worst.weights_gib:.1f}, gradients {worst.gradients_gib:.1f}, "
             f"optimizer {worst.optimizer_gib:.1f}, activations {worst.activations_gib:.1f}, "

@@ -365,7 +365,7 @@ def model_flops_per_step(scenario) -> float:
     the full, non-causal matrix. Recomputation and kernel overheads are hardware FLOPs (HFU), not model FLOPs.
     """
     m, t = scenario.model, scenario.training
-    tokens = t.global_batch * t.seq_len
+    tokens = scenario.tokens_per_step
     return 6.0 * matmul_params(m) * tokens + 6.0 * m.layers * m.hidden * t.seq_len * tokens
 
 

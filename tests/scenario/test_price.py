@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ultracluster.cli import main
-from ultracluster.cluster.catalog import INSTANCES, NO_PRICE, price_per_hour
+from ultracluster.cluster.catalog import INSTANCES, NO_PRICE
+from ultracluster.step.price import instance_price as price_per_hour
 from ultracluster.errors import ScenarioError
 from ultracluster.runner import predict
 from ultracluster.scenario import load_scenario

@@ -11,7 +11,8 @@ from .fitted_files import fitted, with_network_profile
 from .catalog import INSTANCES, ChipSpec, InstanceSpec, ultraserver_of
 from .degraded import DegradedPart, degraded_links, degraded_parts
 from .folding import Capacity, Folding, fold, resolve_instances_per_actor
-from .placement import Layout, group_span, rank_coords, stage_layers, stage_sum
+from .placement import (Layout, group_first_rank, group_ranks, group_span, instance_of, instance_ranks,  # noqa: F401
+                        rank_coords, replica_ranks, stage_layers, stage_sum)
 from ..units import GBPS
 
 __all__ = [

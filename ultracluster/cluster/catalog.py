@@ -598,12 +598,6 @@ def instance(name: str) -> InstanceSpec:
         raise ValueError(f"unknown instance type {name!r}; known: {', '.join(INSTANCES)}") from None
 
 
-def price_per_hour(name: str, override: float | None = None) -> float | None:
-    """On-demand price of one instance, USD per instance-hour: `override` (a scenario's
-    `cluster.price_per_hour_usd`) when given, else the catalog's public price, else None (`NO_PRICE`)."""
-    return float(override) if override is not None else INSTANCES[name].price_per_hour_usd
-
-
 def ranks_per_instance(spec: InstanceSpec, lnc: int) -> int:
     """Ranks (logical NeuronCores) per instance: physical NeuronCores // lnc.
 

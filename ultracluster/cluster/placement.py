@@ -24,7 +24,35 @@ class Layout:
 
     @property
     def ranks(self) -> int:
-        return self.tp * self.cp * self.pp * self.dp
+        return replica_ranks(self.tp, self.cp, self.pp) * self.dp
+
+
+def group_ranks(tp: int, cp: int) -> int:
+    """Ranks of one (replica, stage) group, consecutive: tp x cp (the ranks a group's jitter and a stage's chunk
+    times are shared by)."""
+    return tp * cp
+
+
+def replica_ranks(tp: int, cp: int, pp: int) -> int:
+    """Ranks of one data-parallel replica, consecutive: tp x cp x pp, the stride between a rank and its
+    data-parallel (and expert-parallel) peers."""
+    return tp * cp * pp
+
+
+def group_first_rank(tp: int, cp: int, pp: int, replica, stage):
+    """First global rank of the (replica, stage) group(s) (ints or arrays): (replica x pp + stage) x tp x cp."""
+    return (replica * pp + stage) * group_ranks(tp, cp)
+
+
+def instance_of(ranks, ranks_per_instance: int):
+    """The instance each global rank lives on (ints or arrays): rank // ranks per instance."""
+    return ranks // ranks_per_instance
+
+
+def instance_ranks(instances, ranks_per_instance: int) -> np.ndarray:
+    """The global ranks of the given instances, [instances x ranks per instance], instance by instance."""
+    first = np.asarray(instances, dtype=np.int64)[:, None] * ranks_per_instance
+    return (first + np.arange(ranks_per_instance)[None, :]).ravel()
 
 
 def rank_coords(layout: Layout, ranks: np.ndarray) -> dict[str, np.ndarray]:
@@ -41,8 +69,8 @@ def rank_coords(layout: Layout, ranks: np.ndarray) -> dict[str, np.ndarray]:
     return {
         "tp": r % layout.tp,
         "cp": (r // layout.tp) % layout.cp,
-        "pp": (r // (layout.tp * layout.cp)) % layout.pp,
-        "dp": r // (layout.tp * layout.cp * layout.pp),
+        "pp": (r // group_ranks(layout.tp, layout.cp)) % layout.pp,
+        "dp": r // replica_ranks(layout.tp, layout.cp, layout.pp),
     }
 
 

@@ -32,53 +32,36 @@ import pandas as pd
 
 from .. import chip, stacks
 from .. import operators as opslib
-from ..cluster import Layout
+from ..cluster import Layout, group_ranks
 from ..memory import infeasible_reason
 from ..replay import engine
+from ..replay.engine import bucket_queue_end
 from ..replay.result import StageMemory
+from ..step import merit, speed as step_speed
+from ..step.hbm import HBM_PARTS, hbm_totals
 from .parts import (Group, Shapes, _counts, batched_chunks, batched_comm, batched_memory, cluster_columns,
                     distinct_rows, groups, shapes)
-from .pricer import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, calibration_index, has_zero_stages,
+from .pricer import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, calibration_index,
                      layout_scenario)
 from .schedules import pipeline_times
 
 __all__ = ["LAYOUT_COLUMNS", "MEMORY_COLUMNS", "PARTS", "ClusterInfo", "Group", "Pricer", "Shapes", "bucket_queue_end",
-           "evaluate", "has_zero_stages", "layout_scenario", "speeds", "_counts"]
+           "evaluate", "layout_scenario", "speeds", "_counts"]
 
 
 def speeds(pr: Pricer, tp: int, cp: int, pp: int, dp: int, steps: list[int], sigma: float) -> np.ndarray:
     """[steps, pp] each stage's speed factor (>= 1) in each measured step of a tp x cp x pp x dp layout: its
     slowest replica's, with jitter and stragglers drawn as `replay.engine.combine_profiles` draws them."""
-    seed, ranks = pr.scenario.seed, tp * cp * pp * dp
-    slow, factor = pr.memo(("stragglers", ranks), lambda: chip.stragglers(pr.scenario, ranks))
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp)
+    seed, ranks, size = pr.scenario.seed, layout.ranks, group_ranks(tp, cp)
+    slow, factor = pr.memo(("stragglers", ranks), lambda: chip.stragglers(pr.scenario, ranks))
     out = np.empty((len(steps), pp))
     for i, step in enumerate(steps):
         def stage_max(step=step):
-            return engine.group_speeds(layout, chip.group_jitter(seed, step, (dp, pp), tp * cp, sigma), slow,
-                                       factor).max(axis=0)
-        out[i] = pr.memo(("jitter", step, dp, pp, tp * cp, sigma), stage_max) if slow.size == 0 else stage_max()
+            return step_speed.slowest_replica(step_speed.group_speeds(
+                layout, chip.group_jitter(seed, step, (dp, pp), size, sigma), slow, factor))
+        out[i] = pr.memo(("jitter", step, dp, pp, size, sigma), stage_max) if slow.size == 0 else stage_max()
     return out
-
-
-def bucket_queue_end(t0: np.ndarray, t1: np.ndarray, n: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """When a stage's gradient-bucket queue ends (`replay.engine.gradient_reduction`), in closed form.
-
-    Bucket i of a chunk's n is ready at t0 + (t1 - t0) i / n (evenly over its last backward); buckets run one
-    after another, d seconds each. The chunks' windows follow the program and do not overlap, so the queue
-    ends at the max over buckets of (ready time + the seconds of it and every later bucket), which within a
-    chunk is linear in i: only its first and last bucket count.
-
-    Args:
-        t0, t1: [..., segments] start and end of each chunk's last backward, in program order.
-        n: [..., segments] buckets; d: [..., segments] seconds per bucket.
-
-    Returns:
-        [...] end of the queue.
-    """
-    work = n * d
-    later = np.cumsum(work[..., ::-1], axis=-1)[..., ::-1] - work
-    return np.maximum(t0 + (t1 - t0) / n + work + later, t1 + d + later).max(axis=-1)
 
 
 class RowView:
@@ -158,8 +141,9 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
     mem = batched_memory(pr, table, sh, srow, grps)
     out = pd.DataFrame(mem)
     out["worst_stage"] = out["worst_stage"].astype(int)
-    worst_total = out[["weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserve_gib"]].sum(axis=1)
-    out["feasible"] = (worst_total <= out["hbm_capacity_gib"]).to_numpy()
+    hbm = hbm_totals(*(mem[k][:, None] for k in HBM_PARTS), mem["hbm_capacity_gib"][:, None])
+    worst_total = hbm.worst_total
+    out["feasible"] = hbm.fits
     out["reason"] = None if not reasons else [None if ok else infeasible_reason([StageMemory(
         stage=int(r.worst_stage), weights_gib=r.weights_gib, gradients_gib=r.gradients_gib,
         optimizer_gib=r.optimizer_gib, activations_gib=r.activations_gib, reserve_gib=r.reserve_gib,
@@ -206,8 +190,7 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
             first[key] = pr.memo(("speed", a, b, g.pp, d, sig), lambda: speeds(
                 pr, a, b, g.pp, d, measured, sig).mean(axis=0, keepdims=True))
         G = np.concatenate([first[key] for key in speed_keys])
-        Gc = np.tile(G, (1, g.v))                                                    # chunk c: stage c % pp
-        fc, bc = F * Gc, B * Gc
+        fc, bc, opt = step_speed.slowed(F, B, OPT, G, G, g.v)                        # chunk c: stage c % pp
         ring = cp > 1                 # context parallel: the ring's exposed seconds, every such row at once
         cp_f, cp_b = np.zeros(idx.size), np.zeros(idx.size)
         if ring.any():
@@ -219,7 +202,6 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
         fs_f, fs_b = engine.fsdp_exposed(c, fc, bc, g.layers)      # ZeRO-3 rows' per-layer gathers, [rows, chunks]
         _, _, fwd, bwd = engine.chunk_seconds(c.tp_fwd, c.tp_bwd, fc, bc, cp_f[:, None], cp_b[:, None],
                                               fs_f, fs_b, g.layers[None, :])
-        opt = OPT * G
         sched = cols["pp_schedule"][idx]
         for name in dict.fromkeys(sched.tolist()):
             sel = np.flatnonzero(sched == name)
@@ -252,11 +234,11 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
         reasons[rows_] = [unpriced[i] for i in rows_.tolist()]
         out["reason"] = reasons
     price, peak = cluster_columns(pr, table, ("price_per_hour_usd", "peak_flop_per_s"))
-    price = price * table["instances"].to_numpy()
-    tokens = t.global_batch * t.seq_len
+    fom = merit.figures(step_time, sc.tokens_per_step, opslib.model_flops_per_step(sc), peak,
+                        table["instances"].to_numpy(), price)
     out["step_time_s"] = step_time
-    out["tokens_per_s"] = tokens / step_time
-    out["mfu"] = opslib.model_flops_per_step(sc) / (peak * step_time)
-    out["price_per_hour_usd"] = price
-    out["usd_per_million_tokens"] = price * step_time / 3600 / tokens * 1e6
+    out["tokens_per_s"] = fom["tokens_per_s"]
+    out["mfu"] = fom["mfu"]
+    out["price_per_hour_usd"] = fom["cluster_usd_per_hour"]
+    out["usd_per_million_tokens"] = fom["usd_per_million_tokens"]
     return out

@@ -17,11 +17,12 @@ import pandas as pd
 
 from .. import chip, memory, stacks
 from .. import operators as opslib
-from ..cluster import Layout, stage_layers
+from ..cluster import Layout, group_ranks, replica_ranks, stage_layers
 from ..frozen import read_only
 from ..units import GIB
 from ..replay import comm
 from ..replay.comm import StepComm
+from ..step.hbm import hbm_totals
 from .pricer import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Pricer, calibration_index, layout_scenario
 from .schedules import _run_lengths, program_arrays
 
@@ -206,10 +207,10 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
             A[idx] = memory.stage_peaks(held, act[used].reshape(used.size, g.v, g.pp))[back]
         A = (A + sh.working[k, None]) / GIB
         cap, reserve = cap_all[g.rows], reserve_all[g.rows]
-        total = W + G + O + A + reserve[:, None]
-        worst = np.argmax(total - cap[:, None], axis=1)
+        hbm = hbm_totals(W, G, O, A, reserve[:, None], cap[:, None])
+        worst = hbm.worst
         pick = np.arange(len(g.rows))
-        out["hbm_peak_gib"][g.rows] = total.max(axis=1)
+        out["hbm_peak_gib"][g.rows] = hbm.total.max(axis=1)
         out["hbm_capacity_gib"][g.rows] = cap
         out["worst_stage"][g.rows] = worst
         for name, arr in (("weights_gib", W), ("gradients_gib", G), ("optimizer_gib", O), ("activations_gib", A)):
@@ -279,11 +280,11 @@ def batched_comm(pr: Pricer, rows: list, sh: Shapes, srow: np.ndarray, g: Group,
             placed = dataclasses.replace(cl, layout=Layout(tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v))
             return comm.pipeline_sends(price, placed, send_bytes, chunks)
 
-        send_groups, send[a] = pr.memo(("sends", ck, tp * cp, pp, v, send_bytes), sends)
+        send_groups, send[a] = pr.memo(("sends", ck, group_ranks(tp, cp), pp, v, send_bytes), sends)
         # what dp_comm and last_sends read of the training (precision, master weights, ZeRO stage) varies only
         # with zero
         training = lambda: pr.memo(("training", zero), lambda: layout_scenario(pr.scenario, r).training)  # noqa: E731
-        dense, stride = g.dense[j], tp * cp * pp
+        dense, stride = g.dense[j], replica_ranks(tp, cp, pp)
         nb, nb_s, after[a], gather[a], scatter[a] = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), lambda: comm.dp_comm(
             price, cl, dense, g.expert[j], g.layers, training(), dp, ep, stride, pp, layerwise))
         if nb.size:

@@ -16,6 +16,8 @@ from ..network import collective_time
 from ..network.collectives import concurrent_time
 from ..replay.comm import Prices
 from ..scenario import Scenario
+from ..step.counts import ultraserver_default
+from ..step.price import instance_price
 
 # the layout columns of a plan table, in plan.csv order (`stack`: the training stack that runs it, `stacks.NAMES`)
 LAYOUT_COLUMNS = ("stack", "instance", "instances", "lnc", "tp", "pp", "cp", "ep", "dp", "micro_batch", "recompute",
@@ -32,14 +34,6 @@ SWITCHES = tuple(f.name for f in fields(Calibration) if f.type in ("bool", bool)
 def calibration_index(row: Any) -> int:
     """The row's calibration: column `cal`, an index into `Pricer.calibrations` (0 when the table has none)."""
     return int(row.get("cal", 0) if isinstance(row, dict) else getattr(row, "cal", 0))
-
-
-def has_zero_stages() -> bool:
-    """Whether the scenario schema has `training.zero`: always, since it has ZeRO 0-3. Dead compatibility code,
-    kept only for its importers in `layouts/space.py`, `layouts/fast.py` and `plan/output.py`, which the planner's
-    change (issue 34) is rewriting; remove it with them."""
-    from ..scenario.schema import TrainingSpec
-    return "zero" in TrainingSpec.model_fields
 
 
 def layout_scenario(base: Scenario, row: Any, name: str | None = None) -> Scenario:
@@ -67,18 +61,11 @@ def layout_scenario(base: Scenario, row: Any, name: str | None = None) -> Scenar
     instance = str(get("instance"))
     upd: dict[str, Any] = {"instance": instance, "instances": int(get("instances")), "lnc": int(get("lnc"))}
     if instance != cl.instance:        # the new instance type's own UltraServer default, and the catalog's price
-        upd["ultraserver"] = _ultraserver_default(instance, int(get("instances")))
+        upd["ultraserver"] = ultraserver_default(instance)
         upd["price_per_hour_usd"] = None
     faults = base.faults.model_copy(update={"degraded": []}) if base.faults and base.faults.degraded else base.faults
     return base.model_copy(update={"parallelism": par, "training": train, "cluster": cl.model_copy(update=upd),
                                    "faults": faults, **({"name": name} if name else {})})
-
-
-def _ultraserver_default(instance: str, instances: int) -> bool:
-    from ..cluster.catalog import INSTANCES
-    spec = INSTANCES[instance]
-    default = getattr(spec, "ultraserver_default", instance == "trn2u.48xlarge")
-    return bool(default)
 
 
 @dataclass
@@ -158,7 +145,8 @@ class Pricer:
                                       "pp_schedule": "1f1b", "virtual_stages": 1, "zero": 1,
                                       "sequence_parallel": False})
             prec = self.scenario.training.precision
-            price = cl.instance.price_per_hour_usd
+            own = self.scenario.cluster   # the user's price is for the scenario's own instance type (`layout_scenario`)
+            price = instance_price(key[0], own.price_per_hour_usd if key[0] == own.instance else None)
             info = ClusterInfo(cluster=cl, rates=chip.rank_rates(cl, prec), chips=cl.chips,
                                peak_flop_per_s=cl.chips * cl.chip.dense_flop_per_s[prec],
                                price_per_hour_usd=float("nan") if price is None else float(price),

@@ -17,6 +17,8 @@ from ..cluster.calibration import Calibration
 from ..cluster.catalog import INSTANCES
 from ..scenario import Scenario
 from ..stacks import SHORT, explicit as stacks_explicit
+from ..step import merit
+from ..step.hbm import HBM_PARTS, hbm_totals
 from . import fast
 from .fast import LAYOUT_COLUMNS, Pricer
 
@@ -25,8 +27,6 @@ OBJECTIVES = {                # objective -> (column, smaller is better)
     "usd_per_million_tokens": ("usd_per_million_tokens", True),
     "time_to_train": ("time_to_train_days", True),
 }
-RESULT_COLUMNS = ("feasible", "reason", "step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "hbm_capacity_gib",
-                  "price_per_hour_usd", "usd_per_million_tokens")
 SCHEDULE_SHORT = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved": "int"}
 RECOMPUTE_SHORT = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc"}
 
@@ -91,9 +91,13 @@ def assemble(table: pd.DataFrame, results: list[pd.DataFrame], tokens: float | N
     `time_to_train_days` and `total_cost_usd` when `tokens` is given."""
     res = pd.concat(results).loc[table.index]
     out = pd.concat([table.reset_index(drop=True), res.reset_index(drop=True)], axis=1)
+    # the plan's prices (`plan.options.resolve_prices`: `--price-per-hour` over the scenario's and the catalog's)
+    # replace the fast path's, which knows only the scenario's and the catalog's
     per_instance = out["instance"].map({k: np.nan if v is None else float(v) for k, v in prices.items()})
-    out["price_per_hour_usd"] = per_instance.astype(float) * out["instances"]
-    out["usd_per_million_tokens"] = out["price_per_hour_usd"] * out["step_time_s"] / 3600 / tokens_per_step * 1e6
+    fom = merit.figures(out["step_time_s"].to_numpy(float), tokens_per_step, np.nan, np.nan,
+                        out["instances"].to_numpy(), per_instance.to_numpy(float))
+    out["price_per_hour_usd"] = fom["cluster_usd_per_hour"]
+    out["usd_per_million_tokens"] = fom["usd_per_million_tokens"]
     apply_headroom(out, hbm_headroom)
     if tokens is not None:
         out["time_to_train_days"] = tokens / out["tokens_per_s"] / 86400.0
@@ -102,17 +106,14 @@ def assemble(table: pd.DataFrame, results: list[pd.DataFrame], tokens: float | N
     return out
 
 
-HBM_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserve_gib")
-
-
 def apply_headroom(out: pd.DataFrame, headroom: float) -> None:
     """A layout whose worst stage needs more than (1 - headroom) of a rank's HBM is infeasible (in place), and
     every infeasible layout's `reason` names what its worst stage needs against what it has, to 4 decimals (12.0021
     GiB of 12.0000 GiB). Step times are left as the fast path gave them: a layout over the headroom keeps its
     predicted step time, it just cannot rank."""
-    need = out[list(HBM_PARTS)].sum(axis=1).to_numpy()      # the worst stage's total, as `fast.evaluate` sums it
     cap = out["hbm_capacity_gib"].to_numpy(dtype=float)
-    fits = need <= cap
+    hbm = hbm_totals(*(out[k].to_numpy(float)[:, None] for k in HBM_PARTS), cap[:, None])   # the worst stage's
+    need, fits = hbm.worst_total, hbm.fits
     allowed = (1.0 - headroom) * cap
     over = fits & (need > allowed) & out["feasible"].to_numpy(dtype=bool)
     feasible = out["feasible"].to_numpy(dtype=bool) & ~over

@@ -21,10 +21,12 @@ import numpy as np
 import pandas as pd
 
 from .. import stacks as stk
+from ..cluster import group_ranks, replica_ranks
 from ..cluster.catalog import INSTANCES, ranks_per_instance, ultraserver_of
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario
-from .fast import LAYOUT_COLUMNS, has_zero_stages
+from ..step.counts import microbatches, ultraserver_default
+from .fast import LAYOUT_COLUMNS
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -86,8 +88,7 @@ def clusters(base: Scenario, space: SearchSpace) -> list[tuple[str, int, int, in
     for inst in types:
         spec = INSTANCES[inst]
         for n in counts:
-            us = bool(getattr(spec, "ultraserver_default", inst == "trn2u.48xlarge")) if inst != base.cluster.instance \
-                else base.cluster.ultraserver
+            us = ultraserver_default(inst) if inst != base.cluster.instance else base.cluster.ultraserver
             size = ultraserver_of(spec).instances if us and ultraserver_of(spec) else 1
             if n % size:                # UltraServers come in groups of 4 (Trn2, Trn3 Gen1) or 36 (Trn3 Gen2)
                 continue
@@ -127,7 +128,7 @@ def own_stack(base: Scenario, space: SearchSpace) -> tuple[str, list[str]]:
 
 
 def _zero_values(space: SearchSpace) -> tuple[int, ...]:
-    return space.zero if space.zero is not None else ((0, 1, 3) if has_zero_stages() else (0, 1))
+    return space.zero if space.zero is not None else zero_stages()
 
 
 def _shapes(base: Scenario, space: SearchSpace, ranks: int):
@@ -140,15 +141,15 @@ def _shapes(base: Scenario, space: SearchSpace, ranks: int):
     for tp in tps:
         for cp in [c for c in _divisors(ranks // tp) if c <= space.max_cp and c & (c - 1) == 0
                    and t.seq_len % c == 0]:
-            for pp in [p for p in _divisors(ranks // (tp * cp)) if p <= m.layers
+            for pp in [p for p in _divisors(ranks // group_ranks(tp, cp)) if p <= m.layers
                        and (space.pp is None or p in space.pp)]:
-                dp = ranks // (tp * cp * pp)
+                dp = ranks // replica_ranks(tp, cp, pp)
                 eps = [e for e in _divisors(dp) if moe and moe.experts % e == 0] if moe else [1]
                 for ep in eps:
                     for mb in space.micro_batches:
                         if t.global_batch % (dp * mb):
                             continue
-                        mbs = t.global_batch // (dp * mb)
+                        mbs = microbatches(t.global_batch, dp, mb)
                         scheds = [("1f1b", 1)] if pp == 1 else \
                             [(s, 1) for s in space.schedules if s != "interleaved"] + \
                             [("interleaved", v) for v in space.virtual_stages if "interleaved" in space.schedules
@@ -281,11 +282,11 @@ def _layout_columns(shapes: list[tuple], scheds: list[tuple[str, int]], recomput
 def _own_row(base: Scenario) -> dict:
     """The scenario's own layout as a table row."""
     p, t, c = base.parallelism, base.training, base.cluster
-    zero = int(getattr(t, "zero", 1 if t.zero1 else 0))
+    zero = int(t.zero)
     return {"instance": c.instance, "instances": c.instances, "lnc": c.lnc, "tp": p.tp, "pp": p.pp, "cp": p.cp,
             "ep": p.ep, "dp": p.dp, "micro_batch": t.micro_batch, "recompute": t.recompute,
             "pp_schedule": p.pp_schedule if p.pp > 1 else "1f1b", "virtual_stages": p.virtual_stages, "zero": zero,
-            "sequence_parallel": p.sequence_parallel, "microbatches": t.global_batch // (p.dp * t.micro_batch)}
+            "sequence_parallel": p.sequence_parallel, "microbatches": microbatches(t.global_batch, p.dp, t.micro_batch)}
 
 
 def parse_instances(text: str) -> tuple[int, ...]:
@@ -329,8 +330,8 @@ def _choices(flag: str, text: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def zero_stages() -> tuple[int, ...]:
-    """The ZeRO stages the scenario schema has: 0, 1 and 3 (`training.zero`), else 0 and 1 (`training.zero1`)."""
-    return (0, 1, 3) if has_zero_stages() else (0, 1)
+    """The ZeRO stages a search covers by default: 0, 1 and 3 (`training.zero`)."""
+    return (0, 1, 3)
 
 
 def search_space(instance_types: str | None = None, instances: str | None = None, tp: str | None = None,

@@ -15,7 +15,7 @@ from ..layouts.space import SearchSpace, clusters, count_layouts
 from ..report.progress import duration
 from ..scenario import Scenario
 
-from ..goodput import CATALOG_PRICE  # noqa: E402  (one wording for every price source)
+from ..step.price import CATALOG_PRICE, instance_price, price_source  # noqa: F401 (CATALOG_PRICE: plan)
 MAX_TOP = 20                   # layouts replayed at most: each is a `run` with its own actors (seconds to a minute
                                # each on the 2-CPU development machine); plan.csv ranks every layout anyway
 SLOWEST_LAYOUTS_PER_CPU_S = 1000.0   # per CPU, for the search's time estimate: under a third of the slowest rate
@@ -34,12 +34,10 @@ def resolve_prices(base: Scenario, space: SearchSpace, given: dict[str, float] |
     for t in types:
         if given and t in given:
             prices[t], sources[t] = float(given[t]), "--price-per-hour"
-        elif t == base.cluster.instance and base.cluster.price_per_hour_usd is not None:
-            prices[t], sources[t] = float(base.cluster.price_per_hour_usd), "cluster.price_per_hour_usd"
-        elif INSTANCES[t].price_per_hour_usd is not None:
-            prices[t], sources[t] = float(INSTANCES[t].price_per_hour_usd), CATALOG_PRICE
-        else:
-            prices[t], sources[t] = None, NO_PRICE
+            continue
+        override = base.cluster.price_per_hour_usd if t == base.cluster.instance else None
+        prices[t] = instance_price(t, override)             # the one lookup (`run`'s too)
+        sources[t] = NO_PRICE if prices[t] is None else price_source(t, override)
     return prices, sources
 
 

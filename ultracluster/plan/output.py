@@ -26,7 +26,6 @@ from ..replay.result import BREAKDOWN_KEYS
 from ..report.atomic import atomic_write_bytes
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
-from ..layouts.fast import has_zero_stages
 from ..layouts.search import END_NAMES
 from .text import OBJECTIVE_SHORT, _band, _fmt, _mfu, ranking_lines
 
@@ -61,9 +60,7 @@ def scenario_dict(base: Scenario, row, name: str, prices: dict[str, float] | Non
     d["parallelism"].pop("dp", None)
     zero = int(row["zero"])
     d["training"].update({"micro_batch": int(row["micro_batch"]), "recompute": str(row["recompute"]),
-                          "zero1": zero >= 1})
-    if has_zero_stages():
-        d["training"]["zero"] = zero
+                          "zero1": zero >= 1, "zero": zero})
     if (d["cluster"]["instance"], d["cluster"]["instances"]) != (row["instance"], int(row["instances"])):
         d["emulation"]["instances_per_actor"] = "auto"   # a folding meant for the scenario's size is not this one's
     if d["cluster"]["instance"] != row["instance"]:

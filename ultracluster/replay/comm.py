@@ -16,11 +16,12 @@ import numpy as np
 
 from .. import chip
 from .. import operators as opslib
-from ..cluster import Cluster, stage_sum
+from ..cluster import Cluster, group_ranks, replica_ranks, stage_sum
 from ..network import Group, collective_time, group_of
 from ..network.collectives import concurrent_time
 from .degraded import degraded_plan
 from .result import CollectiveRecord
+from ..step.counts import scenario_microbatches as microbatches   # the one rule (`step.counts`)
 
 # Gradients are reduced in buckets as backward produces them; 25 MiB is PyTorch DDP's default bucket_cap_mb
 # (an assumption for NxD's ZeRO-1 reduce-scatter buckets, which it does not document).
@@ -58,11 +59,6 @@ class StepComm:
     replica_send_bwd: np.ndarray | None = None   # [replicas, chunks] as send_bwd
     replica_send_bwd_last: np.ndarray | None = None   # [replicas, chunks] as send_bwd_last
     replica_cp_block_s: np.ndarray | None = None      # [replicas, 2] as (cp_block_fwd_s, cp_block_bwd_s)
-
-
-def microbatches(scenario) -> int:
-    t, p = scenario.training, scenario.parallelism
-    return t.global_batch // (p.dp * t.micro_batch)
 
 
 class Prices:
@@ -156,7 +152,7 @@ def layer_comm(price: Prices, cluster: Cluster, tp: int, cp: int, pp: int, ep: i
     # another combines the results, forward and (transposed) backward; the busiest rank moves imb x more
     a2a = 0.0
     if moe is not None and ep > 1:
-        epg = group_of(cluster, ep, tp * cp * pp)
+        epg = group_of(cluster, ep, replica_ranks(tp, cp, pp))
         a2a_bytes = v["T"] * moe.top_k * moe.imbalance * v["h"] * v["e"] / (tp if sp else 1)
         a2a = 2 * price("all_to_all", a2a_bytes, epg, "ep", layer_mbs * (4 + 2 * again))
     return per_layer, bwd_exposed, cp_fwd, cp_bwd, a2a
@@ -332,7 +328,7 @@ def _plan_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> S
     sent = activation_send_bytes(v, layout.tp, par.sequence_parallel)
     groups, send_fwd = pipeline_sends(price, cluster, sent, layers.size, m)
     dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, par.ep)
-    stride = layout.tp * layout.cp * layout.pp
+    stride = replica_ranks(layout.tp, layout.cp, layout.pp)
     parts = dp_comm(price, cluster, dense, expert, layers, t, layout.dp, par.ep, stride, layout.pp,
                     par.fsdp_schedule == "layerwise", layer_mbs)
     buckets, bucket_s, after, gather, scatter = parts
@@ -364,7 +360,7 @@ def _slowest_hop(price: Prices, hops: tuple[Group, ...], nbytes: float, count: f
 def _send_group(cluster: Cluster, a: int, b: int) -> Group:
     """The two members of a send from stage a to stage b of replica 0, placed where they sit: the first
     ranks of the two stages (placement is tp, cp, then pp inside a replica)."""
-    stride = cluster.layout.tp * cluster.layout.cp
+    stride = group_ranks(cluster.layout.tp, cluster.layout.cp)
     return _pair(cluster, a * stride, b * stride)
 
 

@@ -11,14 +11,14 @@ from typing import Sequence
 
 import numpy as np
 
-from ..cluster import Cluster, DegradedPart, rank_coords
+from ..cluster import Cluster, DegradedPart, instance_ranks, rank_coords
 
 
 def degraded_groups(cluster: Cluster, instances: Sequence[int]) -> np.ndarray:
     """[replicas, stages] True where a (data-parallel replica, pipeline stage) group has a rank on one of
     `instances`. O(instances x ranks per instance), vectorized."""
     lay, rpi = cluster.layout, cluster.ranks_per_instance
-    ranks = (np.asarray(instances, dtype=np.int64)[:, None] * rpi + np.arange(rpi)[None, :]).ravel()
+    ranks = instance_ranks(instances, rpi)
     hit = np.zeros((lay.dp, lay.pp), dtype=bool)
     c = rank_coords(lay, ranks)
     hit[c["dp"], c["pp"]] = True

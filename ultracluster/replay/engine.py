@@ -26,7 +26,8 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..cluster import Cluster, rank_coords, stage_sum
+from ..cluster import Cluster, group_first_rank, stage_sum
+from ..step.speed import group_speeds, slowed, slowest_replica   # noqa: F401 (group_speeds re-exported)
 from .comm import DP_BUCKET_BYTES, StepComm, _send_group, microbatches, step_comm   # noqa: F401 (re-exported: replay.engine.step_comm)
 from .result import Slice, StepRecord
 from .profile import MergedProfile, ShardProfile, merge_profiles
@@ -60,7 +61,8 @@ def gradient_reduction(ex: Execution, comm: StepComm, pp: int, m: int) -> tuple[
     that backward); a bucket's collective can start when every replica has it and the stage's previous
     bucket is through (one queue per stage). Without `comm.dp_overlap` every bucket waits for the stage's
     pipeline to end on every replica (the XLA stacks reduce in the optimizer's graph). With t_i the ready time and d the bucket time, the queue
-    ends at D_k + max_{i<=k}(t_i - D_{i-1}) (D the running sum of d), computed with one accumulate.
+    ends at D_k + max_{i<=k}(t_i - D_{i-1}) (D the running sum of d), computed with one accumulate. The planner's
+    closed form of the same queue is `bucket_queue_end` (below).
 
     Returns:
         (end of the reduction [stages], seconds of it that ran while the stage still computed [stages]).
@@ -90,6 +92,28 @@ def gradient_reduction(ex: Execution, comm: StepComm, pp: int, m: int) -> tuple[
     return end, hidden
 
 
+def bucket_queue_end(t0: np.ndarray, t1: np.ndarray, n: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """When a stage's gradient-bucket queue ends, in closed form: the planner's `gradient_reduction` (above), for
+    many layouts at once with one pipeline (each stage at its slowest replica's speed); tests/plan/test_schedules.py
+    checks the two agree.
+
+    Bucket i of a chunk's n is ready at t0 + (t1 - t0) i / n (evenly over its last backward); buckets run one
+    after another, d seconds each. The chunks' windows follow the program and do not overlap, so the queue
+    ends at the max over buckets of (ready time + the seconds of it and every later bucket), which within a
+    chunk is linear in i: only its first and last bucket count.
+
+    Args:
+        t0, t1: [..., segments] start and end of each chunk's last backward, in program order.
+        n: [..., segments] buckets; d: [..., segments] seconds per bucket.
+
+    Returns:
+        [...] end of the queue.
+    """
+    work = n * d
+    later = np.cumsum(work[..., ::-1], axis=-1)[..., ::-1] - work
+    return np.maximum(t0 + (t1 - t0) / n + work + later, t1 + d + later).max(axis=-1)
+
+
 @dataclass(frozen=True)
 class ComputeProfile:
     """One step's compute, per data-parallel replica and pipeline chunk (slowest tp/cp rank of each)."""
@@ -117,20 +141,10 @@ def combine_profiles(profiles: Sequence[ShardProfile] | MergedProfile, layout,
     with_slow = bool(slow.size and with_stragglers)
     speed = group_speeds(layout, merged.group_speed, slow if with_slow else slow[:0], factor)
     slowest = int(slow[np.argmax(factor)]) if with_slow else -1
-    chunk_speed = np.tile(speed, (1, v))                        # chunk j*pp + s takes stage s's speed
-    return ComputeProfile(fwd=merged.forward_s[None, :] * chunk_speed,
-                          bwd=merged.backward_s[None, :] * chunk_speed, opt=merged.optimizer_s * speed.max(axis=0),
-                          attn_fwd=merged.attention_fwd_s, attn_bwd=merged.attention_bwd_s, slowest_rank=slowest)
-
-
-def group_speeds(layout, group_speed: np.ndarray, slow: np.ndarray, factor: np.ndarray) -> np.ndarray:
-    """[dp, pp] the speed factor of each (replica, stage) group: its jitter (`group_speed`, dp x pp in group
-    order), raised to a slow rank's factor where one of its ranks (`slow`, global ids) is slower still."""
-    speed = np.asarray(group_speed, dtype=float).reshape(layout.dp, layout.pp).copy()
-    if slow.size:
-        c = rank_coords(layout, slow)
-        np.maximum.at(speed, (c["dp"], c["pp"]), factor)
-    return speed
+    fwd, bwd, opt = slowed(merged.forward_s[None, :], merged.backward_s[None, :], merged.optimizer_s, speed,
+                           slowest_replica(speed), v)          # the planner's: `layouts.fast` (`step.speed`)
+    return ComputeProfile(fwd=fwd, bwd=bwd, opt=opt, attn_fwd=merged.attention_fwd_s,
+                          attn_bwd=merged.attention_bwd_s, slowest_rank=slowest)
 
 
 def chunk_seconds(tp_fwd: np.ndarray, tp_bwd: np.ndarray, fc: np.ndarray, bc: np.ndarray, cp_f, cp_b,
@@ -305,7 +319,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: StepComm, p
 def _stage_shards(cluster: Cluster, replica: int) -> list[int]:
     """Shard holding the first rank of each stage of a data-parallel replica."""
     lay = cluster.layout
-    firsts = [(replica * lay.pp + s) * lay.tp * lay.cp for s in range(lay.pp)]
+    firsts = group_first_rank(lay.tp, lay.cp, lay.pp, replica, np.arange(lay.pp)).tolist()
     bounds = np.array([sh.first_rank for sh in cluster.shards])
     return [int(np.searchsorted(bounds, r, side="right") - 1) for r in firsts]
 

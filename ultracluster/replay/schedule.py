@@ -86,7 +86,9 @@ class Execution:
 
 def execute(programs: list[list[Op]], fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray,
             send_bwd: np.ndarray, send_after: dict[Op, float] | None = None) -> Execution:
-    """Run stage programs on the virtual clock.
+    """Run stage programs on the virtual clock, event by event, every replica at once. The planner's level
+    evaluator of the same programs is `layouts.schedules.pipeline_times` (tests/plan/test_schedules.py checks they
+    agree).
 
     Args:
         programs: from `stage_programs`.

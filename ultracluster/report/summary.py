@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 
 from ultracluster.replay.result import BREAKDOWN_KEYS, RunResult
+from ultracluster.step.merit import figures
+from ultracluster.step.split import inlayer_split
 
 NAN = float("nan")
 #: The collective kinds of `comm_<kind>_exposed_s` and `comm_<kind>_hidden_s`: tensor, context and expert
@@ -53,8 +55,8 @@ def comm_by_kind(result: RunResult, measured: list) -> dict[str, float]:
     Exposed: what the kind adds to the step. The replay's in-layer time `tp_comm_s` of a step is the plan's
     tensor- and expert-parallel collectives of the critical (replica, stage) (`StageComm.tp_comm_s`, or the
     replica's own with degraded instances, `RunResult.replica_tp_comm_s`) plus the context-parallel ring's
-    exposed blocks, so cp takes the difference; the expert all-to-alls are never overlapped (their seconds in
-    collectives.csv, scaled from stage 0's layers to the critical stage's); tp the rest. `pp` is `pp_comm_s`,
+    exposed blocks: `step.split.inlayer_split` splits it between tp, cp and ep (the expert all-to-alls' seconds
+    from collectives.csv, scaled from stage 0's layers to the critical stage's). `pp` is `pp_comm_s`,
     `dp` is `dp_comm_s`.
 
     Hidden: the kind's seconds per step on the critical stage that ran behind compute. For tp, cp and ep, its
@@ -82,12 +84,7 @@ def comm_by_kind(result: RunResult, measured: list) -> dict[str, float]:
             total = {k: per_kind[k] * scale for k in ("tp", "cp", "ep")}
             planned = (result.replica_tp_comm_s[replica][stage] if replica in result.replica_tp_comm_s
                        else comm.tp_comm_s)
-            cp = max(st.tp_comm_s - planned, 0.0) if degree["cp"] > 1 else 0.0
-            ep = min(total["ep"], st.tp_comm_s - cp) if degree["ep"] > 1 else 0.0
-            tp = st.tp_comm_s - cp - ep
-            if degree["tp"] == 1 and degree["ep"] > 1:   # no tensor-parallel collective: the rest is rounding
-                ep, tp = ep + tp, 0.0
-            parts = {k: (x, max(total[k] - x, 0.0)) for k, x in (("tp", tp), ("cp", cp), ("ep", ep))}
+            parts = inlayer_split(st.tp_comm_s, planned, total, degree)     # the overlap rule: `step.split`
         parts["pp"] = (st.pp_comm_s, max((comm.pp_send_s if comm else 0.0) - st.pp_comm_s, 0.0))
         parts["dp"] = (st.dp_comm_s, max(st.dp_comm_hidden_s, 0.0))   # the replay's -1e-18 is 0
         for k, (exposed, hidden) in parts.items():
@@ -194,7 +191,9 @@ def summarize(result: RunResult) -> dict:
             for k in ("step_time_s", *BREAKDOWN_KEYS)}
     step_s = mean["step_time_s"]
     global_batch = (result.scenario.get("training") or {}).get("global_batch")
-    cost_s = None if result.price_per_hour_usd is None else result.instances * result.price_per_hour_usd * step_s / 3600
+    fom = figures(step_s, result.tokens_per_step, result.model_flops_per_step, result.peak_flop_per_s,
+                  result.instances, NAN if result.price_per_hour_usd is None else result.price_per_hour_usd)
+    cost_s = None if result.price_per_hour_usd is None else float(fom["cost_per_step_usd"])
     hbm = max((m.total_gib for m in result.memory), default=0.0 if result.feasible else NAN)
     every = (result.scenario.get("checkpoint") or {}).get("every_steps") if result.storage is not None else None
     out = {
@@ -211,9 +210,9 @@ def summarize(result: RunResult) -> dict:
         "steps_replayed": len(result.steps),
         "steps_measured": len(measured) if ok else 0,
         "step_time_s": float(step_s),
-        "tokens_per_s": float(result.tokens_per_step / step_s) if ok else NAN,
+        "tokens_per_s": float(fom["tokens_per_s"]) if ok else NAN,
         "seq_per_s": float(global_batch / step_s) if ok and global_batch else NAN,
-        "mfu": float(result.model_flops_per_step / (result.peak_flop_per_s * step_s)) if ok else NAN,
+        "mfu": float(fom["mfu"]) if ok else NAN,
         "hfu": float(result.hardware_flops_per_step / (result.peak_flop_per_s * step_s))
         if ok and result.hardware_flops_per_step else NAN,
         "hbm_peak_gib": float(hbm),
@@ -223,8 +222,7 @@ def summarize(result: RunResult) -> dict:
         "peak_flop_per_s": float(result.peak_flop_per_s),
         "price_per_hour_usd": None if result.price_per_hour_usd is None else float(result.price_per_hour_usd),
         "cost_per_step_usd": None if cost_s is None else float(cost_s),
-        "usd_per_million_tokens": None if cost_s is None else float(
-            cost_s / result.tokens_per_step * 1e6 if result.tokens_per_step else NAN),
+        "usd_per_million_tokens": None if cost_s is None else float(fom["usd_per_million_tokens"]),
         "payload_checked": bool(result.steps) and all(s.payload_checked for s in result.steps),
         # beside the breakdown (not part of it): reduction hidden behind backward, what stragglers cost
         "dp_comm_hidden_s": float(math.fsum(s.dp_comm_hidden_s for s in measured) / len(measured)) if ok else NAN,

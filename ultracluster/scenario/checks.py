@@ -13,6 +13,7 @@ from typing import Any
 from ultracluster.cluster.catalog import (INSTANCES, ULTRASERVERS, largest_cluster, largest_cluster_text,
                                           ranks_per_instance, ultraserver_of)
 from ultracluster.errors import Problem
+from ultracluster.step.counts import microbatches
 
 from .schema import ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, TrainingSpec
 
@@ -339,10 +340,10 @@ def check_layout(
                 )
             )
         elif dp is not None and par.pp_schedule == "interleaved" and par.pp > 1 and \
-                (training.global_batch // (dp * training.micro_batch)) % par.pp:
+                microbatches(training.global_batch, dp, training.micro_batch) % par.pp:
             # Megatron's interleaved 1F1B runs microbatches in groups of pp: a count that is not a multiple of pp
             # is refused there, and the executed schedule would run extra microbatches
-            m = training.global_batch // (dp * training.micro_batch)
+            m = microbatches(training.global_batch, dp, training.micro_batch)
             problems.append(
                 Problem(
                     "training.global_batch",

@@ -22,6 +22,7 @@ from pydantic.fields import FieldInfo
 
 from ultracluster.cluster.catalog import INSTANCES
 from ultracluster.errors import Problem, ScenarioError
+from ultracluster.step.counts import ultraserver_default
 
 from .. import stacks
 from .checks import check, check_bounds
@@ -239,7 +240,7 @@ def _resolve(raw: dict[str, Any]) -> bool:
     name = cluster.get("instance")
     spec = INSTANCES.get(name) if isinstance(name, str) else None
     cluster.setdefault("lnc", spec.default_lnc if spec else 1)
-    cluster.setdefault("ultraserver", spec.ultraserver_default if spec else False)
+    cluster.setdefault("ultraserver", ultraserver_default(name) if spec else False)
     par = raw.setdefault("parallelism", {})
     if not isinstance(par, dict):
         return True

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cluster.placement import instance_of
 from .fsx import GBPS, FsxSpec
 
 
@@ -81,7 +82,7 @@ def checkpoint_bytes_per_rank(scenario, cluster) -> tuple[np.ndarray, np.ndarray
 def storage_plan(scenario, cluster, spec: FsxSpec | None = None) -> StorageTraffic:
     """What training reads and writes, per instance (see StorageTraffic)."""
     layout, n, st = cluster.layout, cluster.instances, scenario.storage
-    inst = np.arange(cluster.ranks) // cluster.ranks_per_instance
+    inst = instance_of(np.arange(cluster.ranks), cluster.ranks_per_instance)
     c, held_w, held_o = _rank_state(scenario, cluster)
     # data: the first tensor-parallel rank of the first and of the last pipeline stage of every replica reads
     # its share of the batch (tokens and labels, as Megatron/NxD data loaders do); context parallel splits it
