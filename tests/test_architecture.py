@@ -233,7 +233,7 @@ def test_every_module_below_the_ray_adapter_imports_without_ray():
     table = layers()
     ray_layer = [n for n, _ in table].index(RAY_LAYER)
     below = sorted(m for m in (_module_name(p) for p in PACKAGE.rglob("*.py")) if layer_of(m, table) > ray_layer)
-    assert "ultracluster.emulate" in below and "ultracluster.actors.shard" in below
+    assert "ultracluster.emulate" in below and "ultracluster.shards.worker" in below
     code = "import sys\n" + "".join(f"import {m}\n" for m in below) + "print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

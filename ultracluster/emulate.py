@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from . import operators as opslib
-from .actors.local import local_storage
-from .actors.shard import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
+from .shards.local import local_storage
+from .shards.worker import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
 from .cluster import Capacity, build_cluster, fold
 from .cluster.calibration import Calibration
 from .cluster.catalog import price_per_hour
@@ -45,9 +45,9 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
     """The stages up to the replayed steps: scenario → cluster → memory → shards → replay → RunResult.
 
     `shards_factory`, `storage_factory`: `(scenario, cluster) -> context manager` of the shard set and of the
-    file system (None without storage; default: in this process, `actors.local.local_storage`).
+    file system (None without storage; default: in this process, `shards.local.local_storage`).
     `capacity`: what the Ray cluster the shard actors run on offers (`cluster.fold`: `auto`, and no more actors
-    than it takes, each `actors.shard.actor_bytes`; an explicit setting raised to fit logs one note); None:
+    than it takes, each `shards.worker.actor_bytes`; an explicit setting raised to fit logs one note); None:
     in-process shards, no bound.
     `metrics_factory`: `(scenario name, steps) -> recorder` of the run's metrics (`actors_alive`, `step_done`;
     `actors.metrics.RunMetrics.create` exports them through Ray for Grafana); None: none recorded.

@@ -35,7 +35,7 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
             and left to its owner to close (the CLI adds goodput files to it).
         address: Ray cluster address (None: RAY_ADDRESS, a running Ray, or an embedded local Ray).
         shards_factory: `(scenario, cluster) -> context manager of a shard set`; defaults to Ray actors
-            (`ultracluster.actors.local.local_shards` runs them in this process).
+            (`ultracluster.shards.local.local_shards` runs them in this process).
         on_step: called with each finished step (progress display).
         calibration: named calibration factors (default: the fitted ones in cluster/calibration.json).
         progress: told when actors start and each step ends (`ultracluster.report.Progress`).
@@ -91,7 +91,7 @@ def predict(scenario: Scenario | str | Path, calibration: Calibration | None = N
             intervals: bool = False) -> dict:
     """The summary of a scenario computed in this process, without Ray, files or pandas (for sweeps and
     calibration fits). Same numbers as `run`; with `intervals`, also its 80 % interval keys."""
-    from .actors.local import local_shards
+    from .shards.local import local_shards
 
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)

@@ -254,7 +254,7 @@ def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndar
 
 def _replayed(one, cal: Calibration) -> float:
     """One replayed step (`emulate` with in-process shards): no Ray, no files."""
-    from .actors.local import local_shards
+    from .shards.local import local_shards
     from .emulate import emulate
 
     res = emulate(one, local_shards, None, cal)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ultracluster import chip, load_scenario
-from ultracluster.actors.local import LocalShards, local_shards
+from ultracluster.shards.local import LocalShards, local_shards
 from ultracluster.cluster import build_cluster
 from ultracluster.cluster.calibration import fitted
 from ultracluster.emulate import emulate

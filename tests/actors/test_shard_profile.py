@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ultracluster import chip, load_scenario
-from ultracluster.actors.local import LocalShards
+from ultracluster.shards.local import LocalShards
 from ultracluster.cluster import build_cluster
 from ultracluster.runner import predict
 from ultracluster.replay.profile import merge_degraded, merge_profiles

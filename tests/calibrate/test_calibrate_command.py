@@ -123,7 +123,7 @@ def test_a_scenario_carries_the_profile_and_its_interval(profile, scenarios_dir,
 
 
 def test_run_names_the_profile_in_its_summary(profile, scenarios_dir, tmp_path):
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.runner import run
     from ultracluster.report.check import check_run_dir
 

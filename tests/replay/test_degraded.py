@@ -41,7 +41,7 @@ def test_half_the_nics_doubles_the_efa_part_of_the_dp_reduction():
 
 
 def test_slower_neuronlink_slows_only_the_replicas_on_it(scenarios_dir):
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.runner import run
 
     sets = ["training.steps=1", "faults.jitter=0"]

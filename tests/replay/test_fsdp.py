@@ -117,7 +117,7 @@ def test_without_zero3_nothing_is_exposed():
 
 
 def test_a_replayed_step_exposes_the_closed_form_and_hides_the_rest():
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.emulate import emulate
 
     sc = load_scenario({**_with(LLAMA70_TRN2, zero=3, global_batch=2048),         # 2 microbatches per replica
@@ -141,7 +141,7 @@ def test_a_replayed_step_exposes_the_closed_form_and_hides_the_rest():
 def test_the_compiler_schedule_reduce_scatters_once_after_the_last_backward():
     """Neuron's default FSDP schedule (H21): per-layer gathers as before, the gradients reduce-scattered in
     the ZeRO-1 buckets once per step after the pipeline, exposed; layerwise hides most of that instead."""
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.emulate import emulate
 
     base = _with(LLAMA70_TRN2, zero=3, global_batch=2048)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ultracluster import load_scenario
-from ultracluster.actors.local import local_shards
+from ultracluster.shards.local import local_shards
 from ultracluster.cluster import build_cluster
 from ultracluster.emulate import emulate
 from ultracluster.replay.result import Slice, StageComm, StepRecord

@@ -193,7 +193,7 @@ def test_uc_accessor():
 # --- a real replay (in process) -----------------------------------------------------------------------------
 def test_a_replay_adds_up_per_rank(scenarios_dir):
     from ultracluster import load_scenario
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.runner import run
 
     sc = load_scenario(scenarios_dir / "smoke.yaml", ["training.steps=2", "faults.jitter=0"])

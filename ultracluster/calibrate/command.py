@@ -40,7 +40,7 @@ class Calibrated:
 def _replay(scenario, cal: Calibration) -> dict:
     """One replayed step in this process (what `runner.predict` gives, without importing Ray): feasible, reason
     and step_time_s."""
-    from ..actors.local import local_shards
+    from ..shards.local import local_shards
     from ..emulate import emulate
 
     res = emulate(scenario, local_shards, None, cal)

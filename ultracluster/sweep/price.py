@@ -35,7 +35,7 @@ def _summary(scenario: Scenario, actors: bool, address: str | None) -> tuple[dic
 
         rep = run(scenario, address=address)
         return rep.summary, rep.storage
-    from ..actors.local import local_shards
+    from ..shards.local import local_shards
     from ..emulate import emulate
     from ..report.summary import summarize
     from ..runner import interval_keys

@@ -1,0 +1,189 @@
+"""One shard of the cluster → its ranks' compute for each step, and its part of the gradient payload exchange.
+
+`ShardWorker` is plain Python over numpy: Ray wraps it as an actor (`actors.launch`), tests and the
+in-process runner call it directly (`shards.local`). It owns whole instances, so a contiguous range of ranks
+and of (replica, stage) groups. It prices once, on the chip model, the stages it is the pricer of (those
+whose first rank in replica 0 it holds, `replay.profile.priced_stages`: a stage takes the same time in every
+replica, so each is priced by one shard and the driver merges disjoint parts): their chunk and optimizer
+times, hardware FLOPs, unnamed residual and the matmuls that hide the tensor-parallel collectives, reported
+once in its `ShardState` (the driver prices none of it). It keeps the stragglers among its ranks, and per
+step draws the jitter of the groups it holds from the stream keyed by (seed, step) at each group's position,
+so every folding into actors gives the same numbers.
+It answers with frozen `ShardState` and `ShardProfile`s whose size grows with the stages and groups it holds,
+never with its cores.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .. import chip
+from .. import operators as opslib
+from ..cluster import Cluster, ShardSpec, build_cluster
+from ..network.algorithms import schedule
+from ..replay.profile import ShardProfile, ShardState, priced_stages, stage_prices
+from ..units import MIB
+
+PAYLOAD_MAX_BYTES = 1 << 30   # per actor; beyond it `emulation.payload_scale` is too large for one machine
+# What one shard actor's process costs, measured by benchmarks/actor_footprint.py (docs/performance.md, "Shard
+# actors"): a peak RSS of 155-159 MiB with a 2 MiB payload, growing by 10 x its payload (the buffer, the chunks it
+# sends and receives, the exact sum it checks against).
+ACTOR_BASE_BYTES = 160 * MIB
+ACTOR_PAYLOAD_COPIES = 10
+
+
+def payload_elements(scenario, cluster: Cluster) -> int:
+    """Float64 elements of the buffer every shard contributes to the reduction: one model replica's
+    gradient bytes (what each data-parallel group reduces) x payload_scale / 8. Independent of dp, so a
+    131k-chip scenario moves no more than a small one of the same model."""
+    layout, t = cluster.layout, scenario.training
+    layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
+    params = opslib.chunk_params(scenario.model, layout.tp, layers, layout.pp).sum() * layout.tp
+    g_bytes = opslib.grad_bytes(t)
+    return max(1, int(params * g_bytes * scenario.emulation.payload_scale / 8))
+
+
+def actor_bytes(scenario) -> float:
+    """One shard actor's memory for this scenario (the bound on a run's actors, `cluster.fold`):
+    ACTOR_BASE_BYTES + ACTOR_PAYLOAD_COPIES x its payload (the same for any folding)."""
+    whole = build_cluster(scenario, scenario.cluster.instances)       # one shard: the payload does not fold
+    return ACTOR_BASE_BYTES + ACTOR_PAYLOAD_COPIES * 8 * payload_elements(scenario, whole)
+
+
+def payload(seed: int, shard: int, step: int, n: int) -> np.ndarray:
+    """A shard's gradient payload: integers stored as float64, so every summation order is exact."""
+    return np.random.default_rng([seed, shard, step, 0xD9]).integers(-1000, 1000, n).astype(np.float64)
+
+
+def ring_bounds(n: int, parts: int) -> np.ndarray:
+    """Chunk boundaries of an n-element buffer split into `parts` ring chunks."""
+    return np.linspace(0, n, parts + 1).astype(np.int64)
+
+
+class ShardWorker:
+    """The vectorized chip model of one shard plus its state in the payload ring."""
+
+    def __init__(self, scenario, cluster: Cluster, shard: ShardSpec):
+        self.scenario, self.cluster, self.shard = scenario, cluster, shard
+        lay = cluster.layout
+        size = lay.tp * lay.cp                       # ranks of a (replica, stage) group, consecutive
+        first, last = shard.first_rank // size, (shard.first_rank + shard.ranks - 1) // size
+        self._groups = np.arange(first, last + 1, dtype=np.int64)      # group id = replica x pp + stage
+        self._group_size = size
+        self._sigma = chip.jitter_sigma(scenario, cluster.calibration)
+        stages = priced_stages(lay, shard.first_rank, shard.ranks)
+        # the chip model only where this shard is a stage's pricer (none: it prices nothing)
+        times = chip.chunk_times(scenario, cluster, opslib.library_for(scenario)) if stages.size else None
+        self._prices = stage_prices(times, stages, lay.pp, lay.pp * lay.virtual_stages)
+        self._slow_ranks, self._slow_factors = chip.stragglers(scenario, cluster.ranks, shard.first_rank,
+                                                               shard.ranks)
+        self._payload_elements = payload_elements(scenario, cluster)
+        self._ring_bounds = ring_bounds(self._payload_elements, len(cluster.shards))
+        self._payload = np.empty(0)
+        self._payload_step = -1
+
+    def ping(self) -> int:
+        return self.shard.index
+
+    def state(self) -> ShardState:
+        """Its instances and, of the scenario's degraded ones (`faults.degraded`), those it owns, and its prices of
+        the stages it prices: the driver prices the collectives and composes the step from what the shards
+        report (`replay.profile.merge_degraded`, `merge_prices`)."""
+        lo, n = self.shard.first_instance, self.shard.instances
+        mine = []
+        for entry, part in enumerate(self.cluster.degraded):
+            own = tuple(i for i in part.instances if lo <= i < lo + n)
+            if own:
+                mine.append((entry, replace(part, instances=own)))
+        return ShardState(shard=self.shard.index, first_instance=lo, instances=n, degraded=tuple(mine),
+                          prices=self._prices)
+
+    def profile(self, step: int) -> ShardProfile:
+        """This shard's compute for `step`: the chunk and optimizer times at speed 1 of the stages it prices
+        (`replay.profile.priced_stages`; the same every step), this step's jitter of the groups it holds
+        (draw `group` of the (seed, step) stream, so a group two shards hold gets one value), and its slow
+        ranks. See `replay.profile.ShardProfile`."""
+        lay, p = self.cluster.layout, self._prices
+        jitter = chip.group_jitter_of(self.scenario.seed, step, int(self._groups[0]), self._groups.size,
+                                      self._group_size, self._sigma)
+        return ShardProfile(shard=self.shard.index, pipeline_stages=lay.pp,
+                            pipeline_chunks=lay.pp * lay.virtual_stages, stages=p.stages, chunks=p.chunks,
+                            forward_s=p.forward_s, backward_s=p.backward_s, optimizer_s=p.optimizer_s,
+                            attention_fwd_s=p.attention_fwd_s, attention_bwd_s=p.attention_bwd_s,
+                            first_group=int(self._groups[0]), group_speed=jitter, slow_ranks=self._slow_ranks,
+                            slow_factors=self._slow_factors)
+
+    # --- the payload all-reduce between shards, in the steps of the DP group's algorithm --------------
+    def payload_algorithm(self) -> str:
+        """The algorithm the actors use to all-reduce the payload (see `payload_algorithm`)."""
+        return payload_algorithm(self.scenario, self.cluster)
+
+    def _ring_slice(self, c: int) -> slice:
+        """Ring chunk c of the payload buffer (a piece of the buffer, not a pipeline chunk)."""
+        return slice(int(self._ring_bounds[c]), int(self._ring_bounds[c + 1]))
+
+    def start_payload(self, step: int, algorithm: str = "ring") -> int:
+        """This shard's contribution for `step` (its instances' gradients, already reduced inside the
+        shard), and the schedule the exchange will follow. Returns its bytes."""
+        self._payload = payload(self.scenario.seed, self.shard.index, step, self._payload_elements)
+        self._payload_step = step
+        self._payload_schedule = schedule(algorithm, "all_reduce", len(self.cluster.shards))
+        return self._payload.nbytes
+
+    def _ring_chunks(self, k: int, src: int, dst: int) -> np.ndarray:
+        """The ring chunks that step k of the payload schedule moves from shard src to shard dst."""
+        st = self._payload_schedule.steps[k]
+        return st.chunk[(st.src == src) & (st.dst == dst)]
+
+    def send_chunks(self, k: int, dst: int) -> np.ndarray:
+        """Step k's chunks from this shard to shard `dst`, concatenated in schedule order."""
+        chunks = self._ring_chunks(k, self.shard.index, dst)
+        return np.concatenate([self._payload[self._ring_slice(int(c))] for c in chunks])
+
+    def recv_chunks(self, k: int, src: int, data: np.ndarray) -> int:
+        """Apply step k's message from shard `src`: add (reduce-scatter steps) or store (gather steps).
+        Returns the bytes received."""
+        reduce = self._payload_schedule.steps[k].reduce
+        at = 0
+        for c in self._ring_chunks(k, src, self.shard.index):
+            sl = self._ring_slice(int(c))
+            size = sl.stop - sl.start
+            if reduce:
+                self._payload[sl] += data[at:at + size]
+            else:
+                self._payload[sl] = data[at:at + size]
+            at += size
+        if at != data.size:
+            raise ValueError(f"shard {self.shard.index}: step {k} message from shard {src} has {data.size} "
+                             f"elements, the schedule expects {at}")
+        return int(data.nbytes)
+
+    def check_payload(self) -> bool:
+        """Is the reduced buffer the exact sum of every shard's payload?"""
+        shards = len(self.cluster.shards)
+        exact = sum(payload(self.scenario.seed, s, self._payload_step, self._payload_elements) for s in range(shards))
+        return bool(np.array_equal(self._payload, exact))
+
+
+def payload_algorithm(scenario, cluster: Cluster) -> str:
+    """How the shards all-reduce the payload: the algorithm the network model picks for the outermost tier
+    of the data-parallel group's gradient all-reduce (shards stand for the instances it spans), "ring"
+    when the model picks ring or KangaRing, when there is no data parallelism, or when RDH would need a
+    power-of-two number of shards that the run does not have.
+    """
+    from ..network import collective_time, group_of
+    from ..network.algorithms import is_pow2
+
+    shards = len(cluster.shards)
+    lay = cluster.layout
+    if shards <= 1 or lay.dp <= 1:
+        return "ring"
+    per_rank = payload_elements(scenario, cluster) * 8 / max(scenario.emulation.payload_scale, 1e-30) \
+        / (lay.tp * lay.cp * lay.pp)
+    name = collective_time(cluster, "all_reduce", per_rank, group_of(cluster, lay.dp, lay.tp * lay.cp * lay.pp))[1]
+    outer = name[len("hierarchical("):-1].split("+")[-1] if name.startswith("hierarchical(") else name
+    outer = outer.removeprefix("z-")
+    if outer == "mesh" or (outer == "rdh" and is_pow2(shards)):
+        return outer
+    return "ring"
