@@ -30,7 +30,7 @@ from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records
 from .replay.engine import microbatches, step_comm, replay_steps
 from .replay.result import RunResult, StepRecord
-from .replay.profile import merge_degraded, merge_prices
+from .replay.profile import merge_states
 from .replay.records import ComputeTally, comm_records, measured_steps, stage_dp_exposure
 from .replay.schedule import stage_programs
 from .scenario import Scenario, load_scenario
@@ -82,11 +82,12 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
             progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)
         with shards_factory(scenario, cluster) as shards, storage_factory(scenario, cluster) as fs:
             result.ray_nodes = shards.nodes
-            # the shards own their instances and price the stages they run (the driver prices no chunk): the
-            # collectives are priced on the degraded parts and the hiding matmuls they report
-            states = shards.states()
-            cluster = replace(cluster, degraded=merge_degraded(states, cluster.instances))
-            chunks = merge_prices([s.prices for s in states], layout.pp, layout.pp * layout.virtual_stages)
+            # what the shards say once (their instances, the times of the stages they run, their slow ranks),
+            # merged once (the driver times no chunk): the collectives are timed on the degraded parts and the
+            # hiding matmuls they report
+            state = merge_states(shards.states(), layout.pp, layout.pp * layout.virtual_stages, cluster.instances)
+            cluster = replace(cluster, degraded=state.degraded)
+            chunks = state.times
             # chunk c runs on the tp x cp x dp = ranks / pp ranks of its stage, once per microbatch
             result.hardware_flops_per_step = float(chunks.flops_per_microbatch.sum() * result.microbatches
                                                    * cluster.ranks / layout.pp)
@@ -102,7 +103,7 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
             if progress:
                 progress.started(shards.nodes)
             try:
-                result.steps, result.slices = replay_steps(scenario, cluster, shards, comm, programs,
+                result.steps, result.slices = replay_steps(scenario, cluster, shards, state, comm, programs,
                                                            _each(metrics and metrics.step_done,
                                                                  progress and progress.step_done,
                                                                  on_step),

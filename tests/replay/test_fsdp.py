@@ -11,9 +11,15 @@ from ultracluster.cluster import build_cluster
 from ultracluster.errors import ScenarioError
 from ultracluster.memory import infeasible_reason, stage_memory
 from ultracluster.runner import predict
-from ultracluster.replay.engine import StepComm, microbatches, step_comm, fsdp_exposed
+from ultracluster.replay.engine import StepComm, microbatches, step_comm as plan_comm, fsdp_exposed
 from ultracluster.replay.schedule import stage_programs
 from ultracluster.storage import checkpoint_bytes_per_rank
+
+
+def step_comm(sc, cl):
+    """The step's communication plan with the chip model's hiding matmuls (in a run: what the shards report)."""
+    return plan_comm(sc, cl, chip.tp_hide_seconds(sc, cl))
+
 
 GIB = float(1 << 30)
 BREAKDOWN = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s", "data_stall_s", "checkpoint_s",
