@@ -1,11 +1,12 @@
 """The composition root: scenario → cluster → actors → step replay → RunResult → report → run directory.
 
 One function per stage, called in order; nothing else here decides anything. The stages up to the replayed
-steps are `ultracluster.emulate.emulate`; its RunResult is complete (with the interval added here) before
-`build_report` reads it, and `report.write` writes the run directory.
+steps are `ultracluster.emulate.emulate`; its RunResult is complete and frozen (the interval added here, as a copy)
+before `build_report` reads it, and `report.write` writes the run directory.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -65,7 +66,7 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
         with attached(address) as capacity:   # working dir; fold the actors for the cluster that runs them
             result = emulate(scenario, lambda sc, cl: launch_actors(sc, cl, address), step_done, calibration,
                              progress, capacity, **on_ray)
-    result.interval = interval_keys(scenario, summarize(result), calibration)
+    result = replace(result, interval=interval_keys(scenario, summarize(result), calibration))   # frozen: a copy
     report = build_report(result)
     if out is not None:
         write_run_dir(report, out.path)
@@ -99,5 +100,5 @@ def predict(scenario: Scenario | str | Path, calibration: Calibration | None = N
         scenario = load_scenario(scenario)
     result = emulate(scenario, local_shards, None, calibration)
     if intervals:
-        result.interval = interval_keys(scenario, summarize(result), calibration)
+        result = replace(result, interval=interval_keys(scenario, summarize(result), calibration))
     return summarize(result)
