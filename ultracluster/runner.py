@@ -77,12 +77,13 @@ def interval_keys(scenario: Scenario, summary: dict, calibration: Calibration | 
     """The 80 % interval of a summary's step time and tokens/s (`ultracluster.uncertainty`, its settings timed on
     this driver by `layouts.setting_times.setting_step_times`: docs/design.md, "Data flow"); NaN when the run is
     infeasible."""
-    from .layouts.setting_times import setting_step_times
     from .uncertainty import interval, mfu_implausible, nan_keys
 
     step = summary.get("step_time_s")
     if not summary.get("feasible") or not isinstance(step, float) or not step > 0:
         return nan_keys()
+    from .layouts.setting_times import setting_step_times      # the model's fast path (pandas): a feasible run's
+
     iv = interval(scenario, step, calibration, times=setting_step_times)
     mfu = summary.get("mfu")
     # a predicted MFU above the best any published run of this chip generation reached is not evidence-backed
