@@ -24,7 +24,7 @@ import ray
 
 from ultracluster import load_scenario
 from ultracluster.actors.launch import SHARD_RESOURCE, launch_actors
-from ultracluster.actors.shard import payload_elements
+from ultracluster.shards.worker import payload_elements
 from ultracluster.cluster import build_cluster
 
 REPO = Path(__file__).resolve().parents[1]

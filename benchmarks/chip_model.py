@@ -16,7 +16,7 @@ import statistics
 import time
 
 from ultracluster import load_scenario
-from ultracluster.actors.shard import ShardWorker
+from ultracluster.shards.worker import ShardWorker
 from ultracluster.cluster import build_cluster
 
 

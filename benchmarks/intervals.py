@@ -2,9 +2,9 @@
 """Cost of a prediction interval: one vectorized evaluation over the factor settings against one replayed
 step per setting.
 
-`uncertainty.interval` prices the central setting and five points of every uncertain factor's range as rows of
-one table (the planner's fast path with a calibration per row), then the settings beside the band's ends
-(docs/uncertainty.md). The comparison replays one step per grid setting in process (`uncertainty._replayed`,
+`uncertainty.interval` times (with `layouts.setting_times.setting_step_times`) the central setting and five
+points of every uncertain factor's range as rows of one table (the planner's fast path with a calibration per row), then the settings beside the band's ends
+(docs/uncertainty.md). The comparison replays one step per grid setting in process (`layouts.setting_times.replayed_step_time`,
 1 + 4 x factors replays; the settings beside the ends are not replayed). Prints a table: scenario,
 chips, factors, median seconds of the interval over repeats, the same settings replayed one by one, and the
 largest relative difference between the two ways' step times over the settings.
@@ -25,7 +25,8 @@ import numpy as np
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
 from ultracluster.runner import predict
-from ultracluster.uncertainty import _grid, _one_step, _replayed, factor_value, factors_for, interval, step_times
+from ultracluster.layouts.setting_times import one_step, replayed_step_time, setting_step_times
+from ultracluster.uncertainty import _grid, factor_value, factors_for, interval
 
 HERE = Path(__file__).resolve().parents[1] / "scenarios"
 DEFAULT = ("smoke.yaml", "llama2-70b-tp32pp4-trn2-64.yaml", "llama3.1-70b-trn3-gen1.yaml",
@@ -42,13 +43,13 @@ def measure(path: Path, repeats: int) -> dict:
     vec, rep = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        interval(sc, point)
+        interval(sc, point, times=setting_step_times)
         vec.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    one = _one_step(sc)
-    replayed = np.array([_replayed(one, c) for c in settings])
+    one = one_step(sc)
+    replayed = np.array([replayed_step_time(one, c) for c in settings])
     rep.append(time.perf_counter() - t0)
-    fast = step_times(sc, settings)
+    fast = setting_step_times(sc, settings)
     return {"scenario": path.stem, "chips": cluster.chips, "factors": len(factors),
             "interval_s": statistics.median(vec), "replayed_s": statistics.median(rep),
             "max_diff_pct": float(np.max(np.abs(fast / replayed - 1))) * 100}

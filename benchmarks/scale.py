@@ -4,9 +4,9 @@
 For each scenario: start a local Ray (not timed), launch the shard actors, replay the steps, and print
 wall seconds per step (Ray start and actor start excluded), peak RSS of the driver and of all actors
 (VmHWM from /proc), actors, Ray calls per step (actor method invocations the driver makes), bytes
-moved between actors per step (the gradient payload ring), and what the shards' compute profiles cost
-per step: the bytes of their answers (`ShardProfile` arrays) and the driver's seconds to collect and merge
-them (`merge_profiles`).
+moved between actors per step (the gradient payload ring), and what the shards' answers cost per step: the
+bytes of their answers (`ShardProfile` arrays: the step's jitter; their stage times and slow ranks come once, in
+their `ShardState`s) and the driver's seconds to collect and merge them (`merge_profiles`).
 
 Usage: python benchmarks/scale.py [SCENARIO.yaml ...] [--steps N] [--set KEY=VALUE ...]
 """
@@ -27,7 +27,7 @@ from ultracluster.cluster import build_cluster, resolve_instances_per_actor
 from ultracluster.memory import infeasible_reason, stage_memory
 from ultracluster.operators import library_for
 from ultracluster.replay.engine import microbatches, step_comm, replay_steps
-from ultracluster.replay.profile import merge_profiles
+from ultracluster.replay.profile import merge_profiles, merge_states
 from ultracluster.replay.schedule import stage_programs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,8 +69,9 @@ def bench(path: Path, steps: int, overrides: list[str] | None = None) -> dict:
     layout = cluster.layout
     programs = stage_programs(sc.parallelism.pp_schedule, layout.pp, microbatches(sc), layout.virtual_stages)
     assert infeasible_reason(stage_memory(sc, cluster, library_for(sc), programs)) is None
-    comm = step_comm(sc, cluster)
     with launch_actors(sc, cluster) as shards:
+        state = merge_states(shards.states(), layout.pp, layout.pp * layout.virtual_stages, cluster.instances)
+        comm = step_comm(sc, dataclasses.replace(cluster, degraded=state.degraded), state.times.tp_hide_bwd_s)
         calls = [0]
         shards.actors = [Counted(a, calls) for a in shards.actors]
         moved = []
@@ -87,13 +88,13 @@ def bench(path: Path, steps: int, overrides: list[str] | None = None) -> dict:
         def timed_profiles(step):
             t = time.perf_counter()
             out = ask(step)
-            merge_profiles(out, layout.dp * layout.pp)
+            merge_profiles(out, state, layout.dp * layout.pp)
             profile_s.append(time.perf_counter() - t)
             answers.append(profile_bytes(out))
             return out
         shards.profiles = timed_profiles
         t0 = time.perf_counter()
-        recs, _ = replay_steps(sc, cluster, shards, comm, programs)
+        recs, _ = replay_steps(sc, cluster, shards, state, comm, programs)
         wall = (time.perf_counter() - t0) / len(recs)
         pids = ray.get([a._h.__ray_call__.remote(lambda self: os.getpid()) for a in shards.actors])
         actor_rss = sum(peak_rss_mib(p) for p in pids)

@@ -1,6 +1,6 @@
-"""The package's shape: a pure core that imports neither Ray nor pandas, no import cycle between its modules,
-layers that only import downwards (the table in docs/design.md, "Layers", read here), and no module grown past
-about 450 lines without a stated reason (docs/design.md, "Repository layout")."""
+"""The package's shape: a pure core that imports neither Ray nor pandas, no import cycle between its modules nor
+between its subpackages, layers that only import downwards (the table in docs/design.md, "Layers", read here),
+and no module grown past about 450 lines without a stated reason (docs/design.md, "Repository layout")."""
 from __future__ import annotations
 
 import ast
@@ -30,8 +30,6 @@ MAX_LINES = 460        # about 450
 LONG_MODULES = {
     "goodput.py": "goodput over hours (failures, checkpoints, restarts) and what it makes of a training budget (days "
                   "and dollars, the closed form): one question, asked by run, sweep and plan",
-    "uncertainty.py": "interval arithmetic beside the pricing of its settings (step_times, layout_step_times, the "
-                      "weights): the next split (issue 36)",
     "cluster/catalog.py": "hardware tables: one entry per chip and instance type, each citing its source",
     "cli.py": "every command's flags, help and exit codes in one parser, the one place a user's input enters",
 }
@@ -159,7 +157,7 @@ def test_the_graph_finds_a_cycle():
 
 def test_the_graph_counts_function_level_imports_parent_packages_and_lazy_exports():
     graph = import_graph()
-    assert "ultracluster.chip" in graph["ultracluster.replay.comm"]        # the graph sees relative imports
+    assert "ultracluster.operators" in graph["ultracluster.replay.comm"]   # the graph sees relative imports
     assert "ultracluster.uncertainty" in graph["ultracluster.runner"]    # an import inside a function
     assert "ultracluster.network" in graph["ultracluster.replay.comm"]     # the parent package that runs first
     assert "ultracluster.runner" in graph["ultracluster"]                # the public API's lazy `_EXPORTS`
@@ -168,6 +166,50 @@ def test_the_graph_counts_function_level_imports_parent_packages_and_lazy_export
 
 def test_no_import_cycle_joins_modules_of_the_package():
     assert cycles(import_graph()) == []
+
+
+def package_of(module: str) -> str:
+    """`ultracluster.x.y` → `ultracluster.x`: the package's own subpackage or top-level module a module is in."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded onto the package's subpackages and top-level modules (`package_of`): an edge
+    wherever a module of one imports a module of another."""
+    out: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        out.setdefault(package_of(m), set()).update(package_of(d) for d in deps if package_of(d) != package_of(m))
+    for deps in list(out.values()):
+        for d in deps:
+            out.setdefault(d, set())
+    return out
+
+
+def test_the_package_graph_finds_a_cycle_that_no_module_cycle_shows():
+    modules = {"ultracluster.a.x": {"ultracluster.b.y"}, "ultracluster.b.y": set(),
+               "ultracluster.b.z": {"ultracluster.a.w"}, "ultracluster.a.w": set()}
+    assert cycles(modules) == []
+    assert cycles(package_graph(modules)) == [["ultracluster.a", "ultracluster.b"]]
+
+
+def test_no_import_cycle_joins_packages_of_the_package():
+    """Counted between subpackages and top-level modules too, not only between modules: two packages that import
+    each other (through different modules) are one room, whatever their names say."""
+    assert cycles(package_graph(import_graph())) == []
+
+
+def test_the_interval_arithmetic_never_enters_the_model():
+    """`uncertainty` is the interval's arithmetic: it is given the function that times its settings
+    (`layouts.setting_times`), and reaches none of the layouts, the emulation, the replay or the shards."""
+    graph = import_graph()
+    reach, todo = set(), ["ultracluster.uncertainty"]
+    while todo:
+        for d in graph[todo.pop()] - reach:
+            reach.add(d)
+            todo.append(d)
+    model = ("ultracluster.layouts", "ultracluster.emulate", "ultracluster.replay", "ultracluster.actors",
+             "ultracluster.shards", "ultracluster.runner")
+    assert "ultracluster.domain" in reach and sorted(m for m in reach if m.startswith(model)) == []
 
 
 def layers() -> list[tuple[str, list[str]]]:
@@ -232,7 +274,7 @@ def test_every_module_below_the_ray_adapter_imports_without_ray():
     table = layers()
     ray_layer = [n for n, _ in table].index(RAY_LAYER)
     below = sorted(m for m in (_module_name(p) for p in PACKAGE.rglob("*.py")) if layer_of(m, table) > ray_layer)
-    assert "ultracluster.emulate" in below and "ultracluster.actors.shard" in below
+    assert "ultracluster.emulate" in below and "ultracluster.shards.worker" in below
     code = "import sys\n" + "".join(f"import {m}\n" for m in below) + "print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -17,8 +17,6 @@ import numpy as np
 from . import operators as opslib
 from . import stacks
 from .cluster import Cluster, stage_sum
-# the random speed factors' old home: the actors and the layouts still ask `chip` for them
-from .speed_draws import group_jitter, group_jitter_of, jitter_sigma, stragglers  # noqa: F401
 
 
 # TensorE is a 128 x 128 systolic array: the contraction dimension fills its 128 rows (partitions), the

@@ -504,13 +504,14 @@ def _sensitivity(scenario, args) -> int:
     from .runner import predict
     from .report.write import write_sensitivity
     from .report.sensitivity import SENSITIVITY_COLUMNS, sensitivity_rows, tornado_text
+    from .layouts.setting_times import setting_step_times
     from .uncertainty import interval
 
     s = predict(scenario)
     if not s["feasible"]:
         print(f"infeasible: {s['reason']}", file=sys.stderr)
         return EXIT_INFEASIBLE
-    iv = interval(scenario, s["step_time_s"])
+    iv = interval(scenario, s["step_time_s"], times=setting_step_times)
     rows = sensitivity_rows(iv)
     out = Path(args.out or Path("runs") / f"{scenario.name}-sensitivity")
     write_sensitivity(out, scenario.name, iv.point_s, iv.low_s, iv.high_s, rows, SENSITIVITY_COLUMNS)

@@ -6,8 +6,8 @@ composed from what they return, never from a pricing of the driver's own (docs/d
 The RunResult is complete: the report reads its fields and never calls back into the replay (per-rank
 compute tallied from the merged profiles, per-chunk and per-stage communication, per-stage exposure, the
 storage figures from the cluster built here).
-`runner.run` adds the report and the run directory; `runner.predict`, the sweeps and the interval pricing
-(`ultracluster.uncertainty`) call it with in-process shards. Below the Ray adapter: whatever runs on Ray (the
+`runner.run` adds the report and the run directory; `runner.predict`, the sweeps and the interval's settings of a
+scenario with degraded instances (`layouts.setting_times.replayed_step_time`) call it with in-process shards. Below the Ray adapter: whatever runs on Ray (the
 shard actors, the file system's actor, the Grafana metrics) is given to it by its caller, so importing it loads
 no Ray (tests/test_architecture.py).
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from . import operators as opslib
-from .actors.local import local_storage
-from .actors.shard import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
+from .shards.local import local_storage
+from .shards.worker import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
 from .cluster import Capacity, build_cluster, fold
 from .cluster.calibration import Calibration
 from .step.price import instance_price as price_per_hour
@@ -29,8 +29,8 @@ from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records
 from .replay.engine import microbatches, step_comm, replay_steps
-from .replay.result import RunResult, StepRecord
-from .replay.profile import merge_degraded, merge_prices
+from .replay.result import RunLayout, RunResult, StepRecord
+from .replay.profile import merge_states
 from .replay.records import ComputeTally, comm_records, measured_steps, stage_dp_exposure
 from .replay.schedule import stage_programs
 from .scenario import Scenario, load_scenario
@@ -45,9 +45,9 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
     """The stages up to the replayed steps: scenario → cluster → memory → shards → replay → RunResult.
 
     `shards_factory`, `storage_factory`: `(scenario, cluster) -> context manager` of the shard set and of the
-    file system (None without storage; default: in this process, `actors.local.local_storage`).
+    file system (None without storage; default: in this process, `shards.local.local_storage`).
     `capacity`: what the Ray cluster the shard actors run on offers (`cluster.fold`: `auto`, and no more actors
-    than it takes, each `actors.shard.actor_bytes`; an explicit setting raised to fit logs one note); None:
+    than it takes, each `shards.worker.actor_bytes`; an explicit setting raised to fit logs one note); None:
     in-process shards, no bound.
     `metrics_factory`: `(scenario name, steps) -> recorder` of the run's metrics (`actors_alive`, `step_done`;
     `actors.metrics.RunMetrics.create` exports them through Ray for Grafana); None: none recorded.
@@ -65,57 +65,68 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
                               layout.virtual_stages)
     memory = stage_memory(scenario, cluster, library, programs)
     reason = infeasible_reason(memory)
-    result = RunResult(
+    par = scenario.parallelism
+    run_layout = RunLayout(tp=layout.tp, cp=layout.cp, pp=layout.pp, dp=layout.dp,
+                           virtual_stages=layout.virtual_stages, ep=par.ep, pp_schedule=par.pp_schedule,
+                           microbatches=microbatches(scenario))
+    storage = figures(scenario, cluster)
+    replayed = {"ray_nodes": 0} if reason is not None else _replayed(
+        scenario, cluster, programs, run_layout, shards_factory, on_step, progress, storage_factory, metrics_factory)
+    return RunResult(
         scenario=scenario.to_dict(), scenario_name=scenario.name, chips=cluster.chips,
         neuron_cores=cluster.neuron_cores, ranks=cluster.ranks, instances=cluster.instances,
-        instance_type=cluster.instance.name, actors=len(cluster.shards), ray_nodes=0,
+        instance_type=cluster.instance.name, actors=len(cluster.shards),
         model_flops_per_step=opslib.model_flops_per_step(scenario),
         peak_flop_per_s=cluster.chips * cluster.chip.dense_flop_per_s[t.precision],
-        tokens_per_step=t.global_batch * t.seq_len, feasible=reason is None, reason=reason, memory=memory,
-        shard_instances=[(s.first_instance, s.first_instance + s.instances - 1) for s in cluster.shards],
-        price_per_hour_usd=price_per_hour(cluster.instance.name, scenario.cluster.price_per_hour_usd), storage=figures(scenario, cluster))
-    if reason is None:
-        _check_payload(scenario, cluster)
-        result.microbatches = microbatches(scenario)
-        tally = ComputeTally(layout, result.microbatches, t.warmup_steps)   # per-rank compute
+        tokens_per_step=t.global_batch * t.seq_len, feasible=reason is None, reason=reason, layout=run_layout,
+        memory=memory, shard_instances=[(s.first_instance, s.first_instance + s.instances - 1) for s in cluster.shards],
+        price_per_hour_usd=price_per_hour(cluster.instance.name, scenario.cluster.price_per_hour_usd),
+        storage=storage, **replayed)
+
+
+def _replayed(scenario: Scenario, cluster, programs: list, run_layout: RunLayout, shards_factory: Callable,
+              on_step: Callable | None, progress, storage_factory: Callable, metrics_factory: Callable | None) -> dict:
+    """The replay of a feasible layout → the `RunResult` fields it fills (`ray_nodes`, the hardware FLOPs and the
+    residual's share, the communication records, the steps and slices, the per-rank and per-stage tallies)."""
+    layout, t, m = cluster.layout, scenario.training, run_layout.microbatches
+    _check_payload(scenario, cluster)
+    tally = ComputeTally(layout, m, t.warmup_steps)   # per-rank compute
+    if progress:
+        progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)
+    with shards_factory(scenario, cluster) as shards, storage_factory(scenario, cluster) as fs:
+        # what the shards say once (their instances, the times of the stages they run, their slow ranks),
+        # merged once (the driver times no chunk): the collectives are timed on the degraded parts and the
+        # hiding matmuls they report
+        state = merge_states(shards.states(), layout.pp, layout.pp * layout.virtual_stages, cluster.instances)
+        cluster = replace(cluster, degraded=state.degraded)
+        chunks = state.times
+        comm = step_comm(scenario, cluster, chunks.tp_hide_bwd_s)
+        chunk_comm, stage_comm = comm_records(comm, layout.pp, m, cluster.stage_layers(scenario.model.layers))
+        out = {"ray_nodes": shards.nodes,
+               # chunk c runs on the tp x cp x dp = ranks / pp ranks of its stage, once per microbatch
+               "hardware_flops_per_step": float(chunks.flops_per_microbatch.sum() * m * cluster.ranks / layout.pp),
+               "residual_fraction": chunks.residual_fraction(), "collectives": comm.records,
+               "chunk_comm": chunk_comm, "stage_comm": stage_comm,
+               "replica_tp_comm_s": replica_tp_records(comm, layout.pp, m)}
+        metrics = metrics_factory(scenario.name, t.warmup_steps + t.steps) if metrics_factory else None
+        if metrics:
+            metrics.actors_alive(len(cluster.shards))
         if progress:
-            progress.starting(len(cluster.shards), t.warmup_steps + t.steps, t.warmup_steps)
-        with shards_factory(scenario, cluster) as shards, storage_factory(scenario, cluster) as fs:
-            result.ray_nodes = shards.nodes
-            # the shards own their instances and price the stages they run (the driver prices no chunk): the
-            # collectives are priced on the degraded parts and the hiding matmuls they report
-            states = shards.states()
-            cluster = replace(cluster, degraded=merge_degraded(states, cluster.instances))
-            chunks = merge_prices([s.prices for s in states], layout.pp, layout.pp * layout.virtual_stages)
-            # chunk c runs on the tp x cp x dp = ranks / pp ranks of its stage, once per microbatch
-            result.hardware_flops_per_step = float(chunks.flops_per_microbatch.sum() * result.microbatches
-                                                   * cluster.ranks / layout.pp)
-            result.residual_fraction = chunks.residual_fraction()
-            comm = step_comm(scenario, cluster, chunks.tp_hide_bwd_s)
-            result.collectives = comm.records
-            result.chunk_comm, result.stage_comm = comm_records(comm, layout.pp, result.microbatches,
-                                                                cluster.stage_layers(scenario.model.layers))
-            result.replica_tp_comm_s = replica_tp_records(comm, layout.pp, result.microbatches)
-            metrics = metrics_factory(scenario.name, t.warmup_steps + t.steps) if metrics_factory else None
+            progress.started(shards.nodes)
+        try:
+            steps, slices = replay_steps(scenario, cluster, shards, state, comm, programs,
+                                         _each(metrics and metrics.step_done, progress and progress.step_done,
+                                               on_step),
+                                         step_costs=StorageCosts(scenario, cluster, fs) if fs else None, tally=tally)
+        finally:
             if metrics:
-                metrics.actors_alive(len(cluster.shards))
-            if progress:
-                progress.started(shards.nodes)
-            try:
-                result.steps, result.slices = replay_steps(scenario, cluster, shards, comm, programs,
-                                                           _each(metrics and metrics.step_done,
-                                                                 progress and progress.step_done,
-                                                                 on_step),
-                                                           step_costs=StorageCosts(scenario, cluster, fs) if fs else None,
-                                                           tally=tally)
-            finally:
-                if metrics:
-                    metrics.actors_alive(0)
-        result.stage_compute_s, result.slow_rank_compute_s = tally.result()
-        if result.steps:
-            result.stage_dp_exposed_s = stage_dp_exposure(
-                result.slices, result.stage_comm, [s.step for s in measured_steps(result.steps)], layout.pp)
-    return result
+                metrics.actors_alive(0)
+    out["stage_compute_s"], out["slow_rank_compute_s"] = tally.result()
+    out["steps"], out["slices"] = steps, slices
+    if steps:
+        out["stage_dp_exposed_s"] = stage_dp_exposure(slices, stage_comm, [s.step for s in measured_steps(steps)],
+                                                      layout.pp)
+    return out
 
 
 def _each(*callbacks: Callable | None) -> Callable[[StepRecord], None]:

@@ -1,11 +1,12 @@
 """The composition root: scenario → cluster → actors → step replay → RunResult → report → run directory.
 
 One function per stage, called in order; nothing else here decides anything. The stages up to the replayed
-steps are `ultracluster.emulate.emulate`; its RunResult is complete (with the interval added here) before
-`build_report` reads it, and `report.write` writes the run directory.
+steps are `ultracluster.emulate.emulate`; its RunResult is complete and frozen (the interval added here, as a copy)
+before `build_report` reads it, and `report.write` writes the run directory.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -35,7 +36,7 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
             and left to its owner to close (the CLI adds goodput files to it).
         address: Ray cluster address (None: RAY_ADDRESS, a running Ray, or an embedded local Ray).
         shards_factory: `(scenario, cluster) -> context manager of a shard set`; defaults to Ray actors
-            (`ultracluster.actors.local.local_shards` runs them in this process).
+            (`ultracluster.shards.local.local_shards` runs them in this process).
         on_step: called with each finished step (progress display).
         calibration: named calibration factors (default: the fitted ones in cluster/calibration.json).
         progress: told when actors start and each step ends (`ultracluster.report.Progress`).
@@ -65,7 +66,7 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
         with attached(address) as capacity:   # working dir; fold the actors for the cluster that runs them
             result = emulate(scenario, lambda sc, cl: launch_actors(sc, cl, address), step_done, calibration,
                              progress, capacity, **on_ray)
-    result.interval = interval_keys(scenario, summarize(result), calibration)
+    result = replace(result, interval=interval_keys(scenario, summarize(result), calibration))   # frozen: a copy
     report = build_report(result)
     if out is not None:
         write_run_dir(report, out.path)
@@ -73,14 +74,17 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
 
 
 def interval_keys(scenario: Scenario, summary: dict, calibration: Calibration | None = None) -> dict:
-    """The 80 % interval of a summary's step time and tokens/s (`ultracluster.uncertainty`); NaN when the run
-    is infeasible."""
+    """The 80 % interval of a summary's step time and tokens/s (`ultracluster.uncertainty`, its settings timed on
+    this driver by `layouts.setting_times.setting_step_times`: docs/design.md, "Data flow"); NaN when the run is
+    infeasible."""
     from .uncertainty import interval, mfu_implausible, nan_keys
 
     step = summary.get("step_time_s")
     if not summary.get("feasible") or not isinstance(step, float) or not step > 0:
         return nan_keys()
-    iv = interval(scenario, step, calibration)
+    from .layouts.setting_times import setting_step_times      # the model's fast path (pandas): a feasible run's
+
+    iv = interval(scenario, step, calibration, times=setting_step_times)
     mfu = summary.get("mfu")
     # a predicted MFU above the best any published run of this chip generation reached is not evidence-backed
     implausible = isinstance(mfu, float) and mfu_implausible(mfu, iv.mfu_best)
@@ -91,11 +95,11 @@ def predict(scenario: Scenario | str | Path, calibration: Calibration | None = N
             intervals: bool = False) -> dict:
     """The summary of a scenario computed in this process, without Ray, files or pandas (for sweeps and
     calibration fits). Same numbers as `run`; with `intervals`, also its 80 % interval keys."""
-    from .actors.local import local_shards
+    from .shards.local import local_shards
 
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     result = emulate(scenario, local_shards, None, calibration)
     if intervals:
-        result.interval = interval_keys(scenario, summarize(result), calibration)
+        result = replace(result, interval=interval_keys(scenario, summarize(result), calibration))
     return summarize(result)

@@ -18,15 +18,18 @@ The fit and release parts combine in quadrature into one log half-width h; the h
 to each side: low = t exp(-sqrt(h^2 + d_fast^2)), high = t exp(sqrt(h^2 + d_slow^2)). The point estimate is
 always inside, and a chip with fewer measurements gets a wider interval.
 
-Pricing is vectorized: every factor setting is a row of one table priced by the planner's fast path, the
-replay's model over a row axis (`step_times`): two evaluations per interval (each factor's grid, then the
-settings beside the band's ends), in this process, no Ray, no files.
+This module is the interval's arithmetic only, pure: it never enters the model. The step time at a setting of
+the factors comes from a function its caller gives it (`times(scenario, calibrations) -> seconds`, or `hardware`'s
+`times(calibrations, which)` over layout rows): the model side's `layouts.setting_times.setting_step_times` (and
+`layout_step_times` for a plan's rows), which times every setting as a row of one table on the planner's fast
+path, two evaluations per interval (each factor's grid, then the settings beside the band's ends).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace, field
 from functools import lru_cache
+from typing import Callable
 
 import numpy as np
 
@@ -203,70 +206,16 @@ def factor_value(calibration: Calibration, name: str) -> float:
     return float(getattr(calibration.network, name) if hasattr(calibration.network, name) else getattr(calibration, name))
 
 
-def _one_step(scenario):
-    """The scenario priced by the interval: one step, storage off (its stalls are not a hardware uncertainty of
-    the step); copied, not re-loaded, so nothing is read again from files (a job's directory may be gone)."""
-    return scenario.model_copy(update={"training": scenario.training.model_copy(update={"steps": 1, "warmup_steps": 0}),
-                                       "storage": None, "checkpoint": None})
-
-
-def step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
-    """Step time of one step of `scenario` under each calibration, in one vectorized evaluation.
-
-    The settings are rows of one table priced by the planner's fast path (`layouts.fast.evaluate`, the replay's
-    model over a row axis: each distinct per-rank shape and collective priced once, the pipelines of all rows
-    run at once), each row with its own calibration (`Pricer(calibrations=...)`, column `cal`). Without jitter
-    and stragglers it gives the replay's step exactly (tests/test_uncertainty.py); with them, the stages' mean
-    speeds, which the interval only uses as ratios. A scenario with degraded instances (which the layout rows
-    cannot carry) is replayed once per setting instead. Kept by content for the last 32 one-step scenarios.
-    """
-    one = _one_step(scenario)
-    key = (one.model_copy(update={"name": "-", "faults": one.faults and one.faults.model_copy(update=dict(   # not read
-        instance_mtbf_hours=None, detect_minutes=0.0, restart_minutes=0.0))}).model_dump_json(), tuple(calibrations))
-    if key not in _STEP_TIMES:    # (a sweep's variants that differ in storage or faults price their interval once)
-        import pandas as pd; from .layouts.space import _own_row   # noqa: E702
-        _STEP_TIMES.pop(next(iter(_STEP_TIMES))) if len(_STEP_TIMES) >= 32 else None
-        _STEP_TIMES[key] = np.array([_replayed(one, cal) for cal in calibrations]) if scenario.faults is not None \
-            and scenario.faults.degraded else layout_step_times(one, pd.DataFrame([_own_row(one)]), calibrations,
-                                                                np.arange(len(calibrations))[None, :])[0]
-    return _STEP_TIMES[key].copy()
-
-_STEP_TIMES: dict[tuple, np.ndarray] = {}     # `step_times` of the process's last 32 one-step scenarios
-
-
-def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndarray, pricers: dict | None = None,
-                      shared_last_sends: bool = True) -> np.ndarray:
-    """Step times [n, k] of one step of each layout row of `one` (a `_one_step` scenario; `rows` a table of n
-    layouts) under the calibrations `which[i, j]` indexes, in one evaluation of the fast path (NaN: does not fit).
-    `pricers`: Pricers kept across calls, by calibrations. `shared_last_sends`: the last gradient sends share
-    links as in the replay (exact); a plan's many layouts price them alone, as its search does (docs/plan.md)."""
-    from .layouts.fast import evaluate
-    from .layouts.pricer import Pricer
-
-    n, k = which.shape
-    pricers = {} if pricers is None else pricers
-    key = (tuple(calibrations), shared_last_sends)
-    pr = pricers.get(key) or pricers.setdefault(key, Pricer(one, calibrations=key[0], shared_last_sends=key[1]))
-    table = rows.reset_index(drop=True).iloc[np.repeat(np.arange(n), k)].reset_index(drop=True)
-    table["cal"] = which.reshape(-1)
-    out = evaluate(pr, table)
-    return np.where(out["feasible"].to_numpy(), out["step_time_s"].to_numpy(dtype=float), np.nan).reshape(n, k)
-
-
-def _replayed(one, cal: Calibration) -> float:
-    """One replayed step (`emulate` with in-process shards): no Ray, no files."""
-    from .actors.local import local_shards
-    from .emulate import emulate
-
-    res = emulate(one, local_shards, None, cal)
-    return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
+#: times(scenario, calibrations) -> [len(calibrations)] seconds of one step of the scenario under each
+#: (`layouts.setting_times.setting_step_times`)
+StepTimes = Callable[[object, list], np.ndarray]
 
 
 # The hardware part is read from DRAWS quasi-random settings of the factors (a Halton sequence: the same draws
 # in every run), each factor uniform over its range, independent; the step at a setting is the sum of each
-# factor's own effect, priced exactly at GRID points of its range (the ends, its central value and the two
-# midpoints) and interpolated: 1 + 4 n pricings for n factors (the central point is the base);
-# tests/chip/test_uncertainty.py checks it against pricing every draw.
+# factor's own effect, timed exactly at GRID points of its range (the ends, its central value and the two
+# midpoints) and interpolated: 1 + 4 n settings timed for n factors (the central point is the base);
+# tests/chip/test_uncertainty.py checks it against timing every draw.
 DRAWS = 4096
 GRID = 5
 
@@ -289,7 +238,7 @@ def halton(n: int, d: int) -> np.ndarray:
 
 
 def _grid(f: UncertainFactor, central: float) -> np.ndarray:
-    """Where a factor's own effect is priced: its ends, its central value and the two midpoints."""
+    """Where a factor's own effect is timed: its ends, its central value and the two midpoints."""
     return np.array([f.low, 0.5 * (f.low + central), central, 0.5 * (central + f.high), f.high])
 
 
@@ -336,15 +285,15 @@ def _anchor_scenario():
 
 
 @lru_cache(maxsize=16)
-def _weights(factors: tuple, cal: Calibration) -> tuple[np.ndarray, str]:
-    """How well each draw reproduces the anchor run: a normal likelihood of its log error with the fit's and the
-    releases' 80 % half-width as the 80 % band (uniform when no factor moves the anchor). Cached: the same for
-    every run of a chip generation under one calibration."""
+def _weights(factors: tuple, cal: Calibration, times: StepTimes) -> tuple[np.ndarray, str]:
+    """How well each draw reproduces the anchor run (its settings timed by `times`): a normal likelihood of its
+    log error with the fit's and the releases' 80 % half-width as the 80 % band (uniform when no factor moves the
+    anchor). Cached: the same for every run of a chip generation under one calibration."""
     a = anchor()
     if a is None:
         return _uniform()
     row, sc, published = a
-    t = step_times(_one_step(sc), _grid_settings(cal, factors))
+    t = times(sc, _grid_settings(cal, factors))
     base, grid_times = float(t[0]), _grid_times(t[None, :], factors)[0]
     if not math.isfinite(base) or np.allclose(grid_times, base, rtol=1e-9, equal_nan=True):
         return _uniform()
@@ -358,7 +307,7 @@ def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
     return float(x[order][min(np.searchsorted(np.cumsum(w[order]), q), x.size - 1)])
 
 
-NEAR = 8        # draws priced exactly beside each quantile of the interpolated steps
+NEAR = 8        # draws timed exactly beside each quantile of the interpolated steps
 
 
 @dataclass
@@ -372,16 +321,17 @@ class Hardware:
     anchored: str = ""      # the published run the settings were weighted by ("": none moved it)
 
 
-def hardware(price, cal: Calibration, factors: tuple, n: int, weights) -> Hardware:
+def hardware(times, cal: Calibration, factors: tuple, n: int, weights) -> Hardware:
     """The factors' part of the interval of n layouts, in two evaluations: each factor's GRID points (one table
     for every layout), then, for each layout, the NEAR draws closest to each of its weighted 10th and 90th
-    percentiles of the interpolated steps (`_draws`), priced exactly: the percentiles are corrected by the median
+    percentiles of the interpolated steps (`_draws`), timed exactly: the percentiles are corrected by the median
     interpolation error there (the factors' joint effects, which the per-factor grids miss, are largest where the
-    band ends). `price(calibrations, which)` gives the step times [n, k] of the layouts under
-    `calibrations[which[i, j]]` (`step_times` for one scenario, `layout_step_times` for a plan's rows);
-    `weights()` gives the draws' weights and the run they come from (`_weights`), asked only when needed."""
+    band ends). `times(calibrations, which)` gives the step times [n, k] of the layouts under
+    `calibrations[which[i, j]]` (the model side's `layouts.setting_times`: `setting_step_times` for one scenario,
+    `layout_step_times` for a plan's rows); `weights()` gives the draws' weights and the run they come from
+    (`weights_for`), asked only when needed."""
     grid_cals = _grid_settings(cal, factors)
-    t = np.asarray(price(grid_cals, np.tile(np.arange(len(grid_cals)), (n, 1))), dtype=float)
+    t = np.asarray(times(grid_cals, np.tile(np.arange(len(grid_cals)), (n, 1))), dtype=float)
     out = Hardware(t[:, 0], _grid_times(t, factors), np.zeros(n), np.zeros(n))
     ok = np.flatnonzero(np.isfinite(out.base) & (out.base > 0))
     if not ok.size:
@@ -401,7 +351,7 @@ def hardware(price, cal: Calibration, factors: tuple, n: int, weights) -> Hardwa
     settings = [cal.with_(**{f.name: float(f.low + u[j, k] * (f.high - f.low)) for k, f in enumerate(factors)})
                 for j in draws]
     with np.errstate(divide="ignore", invalid="ignore"):
-        exact = np.log(np.asarray(price(settings, np.searchsorted(draws, near)), dtype=float) / out.base[:, None])
+        exact = np.log(np.asarray(times(settings, np.searchsorted(draws, near)), dtype=float) / out.base[:, None])
     for i in ok:
         q10, q90 = (q + float(np.nanmedian(e - xs[i][idx])) for q, e, idx in
                     zip(qs[i], exact[i].reshape(2, NEAR), near[i].reshape(2, NEAR)))
@@ -410,7 +360,7 @@ def hardware(price, cal: Calibration, factors: tuple, n: int, weights) -> Hardwa
 
 
 def interval(scenario, point_s: float, calibration: Calibration | None = None,
-             evidence_: Evidence | None = None) -> Interval:
+             evidence_: Evidence | None = None, *, times: StepTimes) -> Interval:
     """The 80 % interval of `scenario`'s step time around its replayed `point_s`.
 
     The hardware part is the 10th and 90th percentiles of the step over the factors' ranges (DRAWS settings),
@@ -423,6 +373,8 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
         calibration: the calibration the run used (default: the fitted one).
         evidence_: the fit and release parts (default: the committed calibration's; the calibration script's
             coverage check passes each fold's own).
+        times: times one step of a scenario under each of a list of calibrations (the model side's
+            `layouts.setting_times.setting_step_times`); called only when a factor applies.
     """
     from .cluster import build_cluster
     from .cluster.calibration_profile import calibration_for
@@ -434,8 +386,8 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
     factors = tuple(factors_for(cluster, pinned=False, ranges=ev.ranges))
     swings, slow_log, fast_log, anchored = [], 0.0, 0.0, ""
     if factors:
-        hw = hardware(lambda cals, which: step_times(scenario, [cals[j] for j in which[0]])[None, :], cal, factors,
-                      1, lambda: weights_for(factors, cal, profile, cluster.chip.name))
+        hw = hardware(lambda cals, which: times(scenario, [cals[j] for j in which[0]])[None, :], cal, factors,
+                      1, lambda: weights_for(factors, cal, profile, cluster.chip.name, times=times))
         base = float(hw.base[0])
         if math.isfinite(base) and base > 0:
             scale = point_s / base                        # around the replayed point
@@ -452,11 +404,13 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
                     anchored=anchored)
 
 
-def weights_for(factors: tuple, cal: Calibration, profile, generation: str | None = None) -> tuple[np.ndarray, str]:
-    """The draws' weights: by the published Trainium2 run under the shipped fit (`_weights`); uniform under a
-    profile's evidence and on a generation no run measured (Trn3 is never more certain than what it borrows from)."""
+def weights_for(factors: tuple, cal: Calibration, profile, generation: str | None = None, *,
+                times: StepTimes) -> tuple[np.ndarray, str]:
+    """The draws' weights: by the published Trainium2 run under the shipped fit (`_weights`, its settings timed by
+    `times`); uniform under a profile's evidence and on a generation no run measured (Trn3 is never more certain
+    than what it borrows from)."""
     unmeasured = generation is not None and generation not in fitted_document().get("domain", {})
-    return _uniform() if profile is not None or unmeasured else _weights(factors, cal)
+    return _uniform() if profile is not None or unmeasured else _weights(factors, cal, times)
 
 
 def nan_keys() -> dict:

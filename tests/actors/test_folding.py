@@ -9,8 +9,9 @@ import math
 import pytest
 
 from ultracluster import load_scenario, run
-from ultracluster.actors import launch, shard
-from ultracluster.actors.local import local_shards
+from ultracluster.actors import launch
+from ultracluster.shards import worker as shard
+from ultracluster.shards.local import local_shards
 from ultracluster.cluster import Capacity, build_cluster, fold
 from ultracluster.units import GIB, MIB
 

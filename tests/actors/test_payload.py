@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from ultracluster import load_scenario
-from ultracluster.actors.local import LocalShards
-from ultracluster.actors.shard import payload, payload_elements
+from ultracluster.shards.local import LocalShards
+from ultracluster.shards.worker import payload, payload_elements
 from ultracluster.cluster import build_cluster
 
 

@@ -1,13 +1,19 @@
-"""Each shard answers for what it owns: its groups' jitter, drawn in the shard from a keyed stream, and its
-slow ranks; the driver's merge gives the same profile and the same summary for any folding."""
+"""Each shard answers for what it owns: once, its stage times and its slow ranks; per step, its groups' jitter,
+drawn in the shard from a keyed stream; the driver's merges give the same profile and the same summary for any
+folding."""
 import numpy as np
 import pytest
 
-from ultracluster import chip, load_scenario
-from ultracluster.actors.local import LocalShards
+from ultracluster import chip, load_scenario, speed_draws
+from ultracluster.shards.local import LocalShards
 from ultracluster.cluster import build_cluster
 from ultracluster.runner import predict
-from ultracluster.replay.profile import merge_degraded, merge_profiles
+from ultracluster.replay.profile import ShardProfile, merge_degraded, merge_profiles, merge_states
+
+
+def merged_state(shards, cl):
+    lay = cl.layout
+    return merge_states(shards.states(), lay.pp, lay.pp * lay.virtual_stages, cl.instances)
 
 
 def scenario(instances_per_actor, tp=32, cp=2, instances=8, pp=1):
@@ -24,17 +30,45 @@ def scenario(instances_per_actor, tp=32, cp=2, instances=8, pp=1):
 def test_a_shard_answers_for_its_own_groups_and_a_group_two_shards_hold_gets_one_value():
     sc = scenario(1)                          # tp 32 x cp 2 = 64 ranks: each group spans two trn1 instances
     cl = build_cluster(sc, 1)
-    profs = LocalShards(sc, cl).profiles(3)
+    shards = LocalShards(sc, cl)
+    state = merged_state(shards, cl)
+    profs = shards.profiles(3)
     assert len(profs) == 8 and all(p.group_speed.size == 1 for p in profs)   # one group each, not 32 ranks
     assert [p.first_group for p in profs] == [0, 0, 1, 1, 2, 2, 3, 3]
     for a, b in zip(profs[::2], profs[1::2]):
         assert a.group_speed[0] == b.group_speed[0]
     lay = cl.layout
-    want = chip.group_jitter(sc.seed, 3, (lay.dp, lay.pp), lay.tp * lay.cp, 0.02).ravel()
-    np.testing.assert_array_equal(merge_profiles(profs, lay.dp * lay.pp).group_speed, want)
-    assert not np.array_equal(want, merge_profiles(LocalShards(sc, cl).profiles(4), lay.dp * lay.pp).group_speed)
+    want = speed_draws.group_jitter(sc.seed, 3, (lay.dp, lay.pp), lay.tp * lay.cp, 0.02).ravel()
+    np.testing.assert_array_equal(merge_profiles(profs, state, lay.dp * lay.pp).group_speed, want)
+    assert not np.array_equal(want, merge_profiles(shards.profiles(4), state, lay.dp * lay.pp).group_speed)
     with pytest.raises(ValueError, match="do not cover"):
-        merge_profiles(profs[:3], lay.dp * lay.pp)
+        merge_profiles(profs[:3], state, lay.dp * lay.pp)
+
+
+def test_a_step_carries_only_the_jitter_and_the_once_per_run_answers_are_merged_once(monkeypatch):
+    """What is the same in every step (stage times, slow ranks) is sent once, in the shards' states, and merged
+    once per run; a step's answer is the jitter of the shard's groups, and its merged profile shares the run's
+    arrays (no copy per step)."""
+    import ultracluster.emulate as em
+    from ultracluster.shards.local import local_shards
+
+    assert [f for f in ShardProfile.__dataclass_fields__] == ["shard", "first_group", "group_speed"]
+    sc = scenario(1, tp=32, cp=1, instances=8, pp=4)
+    calls = []
+    real = em.merge_states
+
+    def counted(*args, **kw):
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(em, "merge_states", counted)
+    result = em.emulate(sc, local_shards)
+    assert len(calls) == 1 and len(result.steps) == 3       # one warm-up and two measured steps, one merge
+    cl = build_cluster(sc, 1)
+    shards = LocalShards(sc, cl)
+    state = merged_state(shards, cl)
+    a, b = (merge_profiles(shards.profiles(s), state, cl.layout.dp * cl.layout.pp) for s in (0, 1))
+    assert a.forward_s is b.forward_s is state.times.forward_s and a.slow_ranks is state.slow_ranks
 
 
 def test_each_stage_is_priced_by_one_shard_that_runs_it_and_the_merge_puts_the_parts_together():
@@ -42,27 +76,30 @@ def test_each_stage_is_priced_by_one_shard_that_runs_it_and_the_merge_puts_the_p
     cl = build_cluster(sc, 1)
     lay = cl.layout
     assert (lay.pp, lay.dp, len(cl.shards)) == (4, 2, 8)
-    profs = LocalShards(sc, cl).profiles(0)
-    # shard i runs stage i % 4; the replica-0 shards 0-3 price one stage each, the replica-1 shards none
-    assert [p.stages.tolist() for p in profs] == [[0], [1], [2], [3], [], [], [], []]
-    assert [p.chunks.tolist() for p in profs][:4] == [[0], [1], [2], [3]]
-    for p, sh in zip(profs, cl.shards):
+    shards = LocalShards(sc, cl)
+    states, profs = shards.states(), shards.profiles(0)
+    # shard i runs stage i % 4; the replica-0 shards 0-3 time one stage each, the replica-1 shards none
+    assert [s.stage_times.stages.tolist() for s in states] == [[0], [1], [2], [3], [], [], [], []]
+    assert [s.stage_times.chunks.tolist() for s in states][:4] == [[0], [1], [2], [3]]
+    for s, p, sh in zip(states, profs, cl.shards):
         held = np.unique(np.arange(p.first_group, p.first_group + p.group_speed.size) % lay.pp)
-        assert set(p.stages.tolist()) <= set(held.tolist())
-        assert p.forward_s.size == p.chunks.size and p.optimizer_s.size == p.stages.size
-        assert ((p.slow_ranks >= sh.first_rank) & (p.slow_ranks < sh.first_rank + sh.ranks)).all()
-    merged = merge_profiles(profs, lay.dp * lay.pp)
+        st = s.stage_times
+        assert set(st.stages.tolist()) <= set(held.tolist())
+        assert st.forward_s.size == st.chunks.size and st.optimizer_s.size == st.stages.size
+        assert ((s.slow_ranks >= sh.first_rank) & (s.slow_ranks < sh.first_rank + sh.ranks)).all()
+    state = merge_states(states, lay.pp, lay.pp, cl.instances)
+    merged = merge_profiles(profs, state, lay.dp * lay.pp)
     full = chip.chunk_times(sc, cl)
     for field in ("forward_s", "backward_s", "optimizer_s"):
         np.testing.assert_array_equal(getattr(merged, field), getattr(full, field))
     assert merged.attention_fwd_s == full.attention_fwd_s
-    slow, _ = chip.stragglers(sc, cl.ranks)
+    slow, _ = speed_draws.stragglers(sc, cl.ranks)
     assert slow.size and np.array_equal(merged.slow_ranks, slow)
-    # a stage nobody priced is an error that names it, and so is a stage priced twice
+    # a stage nobody timed is an error that names it, and so is a stage timed twice
     with pytest.raises(ValueError, match=r"do not cover every pipeline stage.*\[2\]"):
-        merge_profiles(profs[:2] + profs[3:], lay.dp * lay.pp)
+        merge_states(states[:2] + states[3:], lay.pp, lay.pp, cl.instances)
     with pytest.raises(ValueError, match=r"overlap: pipeline stage \[1\]"):
-        merge_profiles(profs + [profs[1]], lay.dp * lay.pp)
+        merge_states(states + [states[1]], lay.pp, lay.pp, cl.instances)
 
 
 def test_a_shard_prices_only_its_stages_with_interleaved_chunks():
@@ -71,11 +108,11 @@ def test_a_shard_prices_only_its_stages_with_interleaved_chunks():
                         "parallelism": {"tp": 32, "pp": 2, "virtual_stages": 2,
                                         "pp_schedule": "interleaved"}})
     cl = build_cluster(sc, 1)
-    profs = LocalShards(sc, cl).profiles(0)
-    assert [p.stages.tolist() for p in profs] == [[0], [1]]
-    assert [p.chunks.tolist() for p in profs] == [[0, 2], [1, 3]]   # chunk c lives on stage c % pp
-    merged = merge_profiles(profs, cl.layout.dp * cl.layout.pp)
-    np.testing.assert_array_equal(merged.forward_s, chip.chunk_times(sc, cl).forward_s)
+    states = LocalShards(sc, cl).states()
+    assert [s.stage_times.stages.tolist() for s in states] == [[0], [1]]
+    assert [s.stage_times.chunks.tolist() for s in states] == [[0, 2], [1, 3]]   # chunk c lives on stage c % pp
+    state = merge_states(states, 2, 4, cl.instances)
+    np.testing.assert_array_equal(state.times.forward_s, chip.chunk_times(sc, cl).forward_s)
 
 
 @pytest.mark.parametrize("tp, cp, pp", [(32, 2, 1), (8, 1, 1), (32, 1, 4), (32, 2, 2)])
@@ -85,9 +122,10 @@ def test_folding_one_or_eight_instances_per_actor_gives_the_same_profiles_and_su
     c1, c8 = build_cluster(one, 1), build_cluster(eight, 8)
     assert (len(c1.shards), len(c8.shards)) == (8, 1)
     s1, s8 = LocalShards(one, c1), LocalShards(eight, c8)
+    m1, m8 = merged_state(s1, c1), merged_state(s8, c8)
     groups = c1.layout.dp * c1.layout.pp
     for step in range(3):
-        a, b = merge_profiles(s1.profiles(step), groups), merge_profiles(s8.profiles(step), groups)
+        a, b = merge_profiles(s1.profiles(step), m1, groups), merge_profiles(s8.profiles(step), m8, groups)
         for field in ("forward_s", "backward_s", "optimizer_s", "group_speed", "slow_ranks", "slow_factors"):
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     p1, p8, p_auto = predict(one), predict(eight), predict(load_scenario(
@@ -99,15 +137,15 @@ def test_stragglers_each_shard_draws_its_own_and_together_they_are_the_global_dr
     from types import SimpleNamespace as NS
     sc = NS(seed=5, faults=NS(stragglers=NS(fraction=0.01, slowdown=1.3)))
     ranks = 1_000_003                                   # not a power of two: uneven halves
-    slow, factor = chip.stragglers(sc, ranks)
+    slow, factor = speed_draws.stragglers(sc, ranks)
     assert slow.size == np.unique(slow).size == round(0.01 * ranks) and (factor == 1.3).all()
     for width in (64, 37_000, 262_144):
-        parts = [chip.stragglers(sc, ranks, a, width)[0] for a in range(0, ranks, width)]
+        parts = [speed_draws.stragglers(sc, ranks, a, width)[0] for a in range(0, ranks, width)]
         np.testing.assert_array_equal(np.concatenate(parts), slow)
     # uniform over the ranks: each tenth of them holds a tenth of the stragglers, over many seeds
     counts = np.zeros(10)
     for seed in range(200):
-        s, _ = chip.stragglers(NS(seed=seed, faults=sc.faults), 100_000)
+        s, _ = speed_draws.stragglers(NS(seed=seed, faults=sc.faults), 100_000)
         counts += np.bincount(s // 10_000, minlength=10)
     assert counts.sum() == 200 * 1000 and np.abs(counts - 20_000).max() < 5 * np.sqrt(20_000 * 0.9)
 

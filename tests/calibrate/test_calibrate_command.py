@@ -14,7 +14,9 @@ from ultracluster.cli import main
 from ultracluster.cluster import calibration_profile as fmt
 from ultracluster.cluster.fitted_files import fitted
 from ultracluster.scenario import load_scenario
-from ultracluster.uncertainty import Z80, _one_step, _replayed, interval
+from ultracluster import uncertainty
+from ultracluster.layouts.setting_times import one_step, replayed_step_time, setting_step_times
+from ultracluster.uncertainty import Z80
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,7 @@ def profile(tmp_path_factory, scenarios_dir):
     rows = []
     for name in ("calib-llama2-7b-tp8.yaml", "calib-gpt3-6.7b-tp8.yaml"):
         sc = load_scenario(scenarios_dir / name)
-        step = 1.08 * _replayed(_one_step(sc), fitted())
+        step = 1.08 * replayed_step_time(one_step(sc), fitted())
         rows.append(f"{scenarios_dir / name},{sc.training.global_batch / step!r},my stack 2.21")
     (d / "m.csv").write_text("scenario,seq_per_s,note\n" + "\n".join(rows) + "\n")
     assert main(["calibrate", str(d / "m.csv"), "--out", str(d / "out" / "p.json"), "--quiet"]) == 0
@@ -73,7 +75,7 @@ def test_check_finds_a_forged_profile(profile, tmp_path, capsys):
     assert "the model changed since the profile was fitted" in capsys.readouterr().err
     for r in doc["rows"]:                             # forge the predictions too: still not the fit
         sc = load_scenario(r["scenario_resolved"])
-        r["predicted_after_s"] = _replayed(_one_step(sc), fmt.calibration_of(doc))
+        r["predicted_after_s"] = replayed_step_time(one_step(sc), fmt.calibration_of(doc))
     (tmp_path / "forged2.json").write_text(json.dumps(fmt.seal(doc)))
     _, problems = check_profile(tmp_path / "forged2.json")
     assert len(problems) == 1 and "tensor_efficiency" in problems[0] and "not the fit" in problems[0]
@@ -109,9 +111,9 @@ def test_a_scenario_carries_the_profile_and_its_interval(profile, scenarios_dir,
     (profile.parent / "mine.yaml").write_text(text + "calibration: {profile: p.json}\n")
     sc = load_scenario(profile.parent / "mine.yaml")
     assert sc.calibration.document == doc
-    step = _replayed(_one_step(sc), fmt.calibration_for(sc))
+    step = replayed_step_time(one_step(sc), fmt.calibration_for(sc))
     assert step == pytest.approx(doc["rows"][0]["predicted_after_s"], rel=1e-12)
-    iv = interval(sc, step)
+    iv = uncertainty.interval(sc, step, times=setting_step_times)
     half = math.hypot(doc["evidence"]["fit_log"], Z80 * doc["evidence"]["release_sigma"])
     assert math.log(iv.high_s / step) == pytest.approx(math.hypot(half, iv.slow_log), rel=1e-9)
     assert iv.fit_label == "fit (the profile's leave-one-out residuals)"
@@ -123,7 +125,7 @@ def test_a_scenario_carries_the_profile_and_its_interval(profile, scenarios_dir,
 
 
 def test_run_names_the_profile_in_its_summary(profile, scenarios_dir, tmp_path):
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.runner import run
     from ultracluster.report.check import check_run_dir
 
@@ -181,11 +183,11 @@ def test_off_the_profiles_domain_the_interval_widens_again(profile, scenarios_di
     assert doc["domain"]["trainium"]["tp"] == [8, 8] and doc["domain"]["trainium"]["pp"] == [1, 1]
     path = json.dumps({"profile": str(profile)})
     sc = load_scenario(scenarios_dir / "llama3.1-70b-trn1-32.yaml", ["calibration=" + path])
-    step = _replayed(_one_step(sc), fmt.calibration_for(sc))
-    iv = interval(sc, step)
+    step = replayed_step_time(one_step(sc), fmt.calibration_for(sc))
+    iv = uncertainty.interval(sc, step, times=setting_step_times)
     assert {"tp", "params_b", "seq_len"} <= set(iv.extrapolated)
     inside = load_scenario(scenarios_dir / "calib-llama2-7b-tp8.yaml", ["calibration=" + path])
-    assert interval(inside, 10.0).extrapolated == []
+    assert uncertainty.interval(inside, 10.0, times=setting_step_times).extrapolated == []
     worst = max(json.loads(FITTED.read_text())["cross_validation"]["worst_abs_error_pct"],
                 doc["evidence"]["loo_worst_abs_pct"])
     h = math.hypot(math.hypot(doc["evidence"]["fit_log"], Z80 * doc["evidence"]["release_sigma"]),

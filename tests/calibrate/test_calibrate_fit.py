@@ -17,7 +17,7 @@ from ultracluster.calibrate.fit import CANDIDATES, PENALTY, weighted_quantile
 from ultracluster.cluster.fitted_files import FITTED, fitted
 from ultracluster.cluster.calibration_profile import calibration_of
 from ultracluster.scenario import load_scenario
-from ultracluster.uncertainty import _one_step, _replayed
+from ultracluster.layouts.setting_times import one_step, replayed_step_time
 
 SHIPPED = json.loads(FITTED.read_text())
 
@@ -41,7 +41,7 @@ def _public(calibration_dir, keep=lambda r: True) -> list[dict]:
 
 
 def _step(path, cal=None) -> float:
-    return _replayed(_one_step(load_scenario(path)), cal or fitted())
+    return replayed_step_time(one_step(load_scenario(path)), cal or fitted())
 
 
 def test_the_public_rows_reproduce_the_shipped_calibration(tmp_path, calibration_dir):

@@ -10,7 +10,7 @@ from ultracluster.calibrate.command import calibrate
 from ultracluster.cluster.fitted_files import fitted
 from ultracluster.cluster.calibration_profile import calibration_of
 from ultracluster.scenario import load_scenario
-from ultracluster.uncertainty import _one_step, _replayed
+from ultracluster.layouts.setting_times import one_step, replayed_step_time
 
 
 def _write(path, rows):
@@ -23,7 +23,7 @@ def _write(path, rows):
 
 def _seq_per_s(path, cal=None) -> float:
     sc = load_scenario(path)
-    return sc.training.global_batch / _replayed(_one_step(sc), cal or fitted())
+    return sc.training.global_batch / replayed_step_time(one_step(sc), cal or fitted())
 
 
 def test_nxd_pipeline_rows_move_nxds_engine_not_nemos(tmp_path, calibration_dir):

@@ -13,8 +13,14 @@ from hypothesis import given, settings, strategies as st
 from ultracluster import load_scenario
 from ultracluster.cluster.fitted_files import DEFAULT, FITTED
 from ultracluster.runner import predict
-from ultracluster.uncertainty import (Z80, _one_step, _replayed, evidence, extrapolated, extrapolation_log, interval,
-                                      step_times)
+from ultracluster import uncertainty
+from ultracluster.layouts.setting_times import one_step, replayed_step_time, setting_step_times as step_times
+from ultracluster.uncertainty import Z80, evidence, extrapolated, extrapolation_log
+
+
+def interval(scenario, point_s, *args, **kw):
+    """`uncertainty.interval` with its settings timed by the model side, as `run` times them."""
+    return uncertainty.interval(scenario, point_s, *args, times=step_times, **kw)
 
 REPO = FITTED.parents[2]
 
@@ -103,7 +109,7 @@ def test_the_hardware_part_is_the_weighted_percentiles_of_every_draw_priced_exac
     sc = job("trn2.48xlarge", tp=32, instances=2)
     cal = fitted()
     factors = tuple(factors_for(build_cluster(sc, 1, cal), pinned=False))
-    w, row = _weights(factors, cal)
+    w, row = _weights(factors, cal, step_times)
     hw = hardware(lambda cals, which: step_times(sc, [cals[j] for j in which[0]])[None, :], cal, factors, 1,
                   lambda: (w, row))
     base = float(hw.base[0])
@@ -193,7 +199,7 @@ def test_the_vectorized_pricing_is_the_replay_when_nothing_is_random(instance, t
             DEFAULT.with_(neuronlink_efficiency_trn1=0.4, neuronlink_efficiency_trn2=0.3),
             DEFAULT.with_(efa_efficiency=0.2, launch_s_trn2=40e-6)]
     fast = step_times(sc, cals)                          # one evaluation over the five settings
-    replayed = [_replayed(_one_step(sc), c) for c in cals]
+    replayed = [replayed_step_time(one_step(sc), c) for c in cals]
     assert fast == pytest.approx(replayed, rel=1e-9)
     assert len(set(fast.round(12))) == len(cals)         # every setting moved the step
 
@@ -205,7 +211,7 @@ def test_degraded_instances_are_replayed_per_setting():
                         "faults": {"degraded": [{"instances": [1], "efa_nics": 2}]}})
     cals = [DEFAULT, DEFAULT.with_(efa_efficiency=0.2)]
     times = step_times(sc, cals)
-    assert times == pytest.approx([_replayed(_one_step(sc), c) for c in cals], rel=1e-12)
+    assert times == pytest.approx([replayed_step_time(one_step(sc), c) for c in cals], rel=1e-12)
     assert times[1] > times[0]
 
 

@@ -3,13 +3,18 @@ touch them, the slowest member setting the pace; without the key nothing changes
 import numpy as np
 import pytest
 
-from ultracluster import load_scenario
+from ultracluster import chip, load_scenario
 from ultracluster.cluster import build_cluster
 from ultracluster.errors import ScenarioError
 from ultracluster.network import collective_cost, group_of
 from ultracluster.runner import predict
 from ultracluster.replay.degraded import degraded_groups
-from ultracluster.replay.engine import step_comm
+from ultracluster.replay.engine import step_comm as plan_comm
+
+
+def step_comm(sc, cl):
+    """The step's communication plan with the chip model's hiding matmuls (in a run: what the shards report)."""
+    return plan_comm(sc, cl, chip.tp_hide_seconds(sc, cl))
 
 
 def small(*overrides):
@@ -41,7 +46,7 @@ def test_half_the_nics_doubles_the_efa_part_of_the_dp_reduction():
 
 
 def test_slower_neuronlink_slows_only_the_replicas_on_it(scenarios_dir):
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.runner import run
 
     sets = ["training.steps=1", "faults.jitter=0"]

@@ -7,7 +7,8 @@ import pytest
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
 from ultracluster.replay.engine import StepComm, replay_steps
-from ultracluster.replay.profile import ShardProfile, priced_stages, stage_chunks
+from ultracluster.replay.profile import (ShardProfile, ShardState, StageTimes, merge_states, priced_stages,
+                                         stage_chunks)
 from ultracluster.replay.schedule import stage_programs
 
 F, B, OPT = 0.2, 0.45, 0.01
@@ -29,21 +30,36 @@ class UniformShards:
     def __init__(self, cluster, slow=None):
         self.cluster, self.slow, self.nodes = cluster, slow or {}, 1
 
-    def profiles(self, step):
+    def _groups(self, sh):
+        size = self.cluster.layout.tp * self.cluster.layout.cp
+        return sh.first_rank // size, (sh.first_rank + sh.ranks - 1) // size
+
+    def states(self):
         lay = self.cluster.layout
         chunks = lay.pp * lay.virtual_stages
-        size, out = lay.tp * lay.cp, []
+        out = []
         for sh in self.cluster.shards:
             mine = sorted(r for r in self.slow if sh.first_rank <= r < sh.first_rank + sh.ranks)
-            first, last = sh.first_rank // size, (sh.first_rank + sh.ranks - 1) // size
             stages = priced_stages(lay, sh.first_rank, sh.ranks)
             ids = stage_chunks(stages, lay.pp, chunks)
-            out.append(ShardProfile(shard=sh.index, pipeline_stages=lay.pp, pipeline_chunks=chunks, stages=stages,
-                                    chunks=ids, forward_s=np.full(ids.size, F), backward_s=np.full(ids.size, B),
-                                    optimizer_s=np.full(stages.size, OPT), attention_fwd_s=0.0, attention_bwd_s=0.0,
-                                    first_group=first, group_speed=np.ones(last - first + 1),
-                                    slow_ranks=np.array(mine, dtype=np.int64),
-                                    slow_factors=np.array([self.slow[r] for r in mine], dtype=float)))
+            times = StageTimes(stages=stages, chunks=ids, forward_s=np.full(ids.size, F),
+                               backward_s=np.full(ids.size, B), optimizer_s=np.full(stages.size, OPT),
+                               flops_per_microbatch=np.zeros(ids.size), residual_s=np.zeros(ids.size),
+                               attention_fwd_s=0.0, attention_bwd_s=0.0, tp_hide_bwd_s=np.zeros(0))
+            out.append(ShardState(shard=sh.index, first_instance=sh.first_instance, instances=sh.instances,
+                                  stage_times=times, slow_ranks=np.array(mine, dtype=np.int64),
+                                  slow_factors=np.array([self.slow[r] for r in mine], dtype=float)))
+        return out
+
+    def merged(self):
+        lay = self.cluster.layout
+        return merge_states(self.states(), lay.pp, lay.pp * lay.virtual_stages, self.cluster.instances)
+
+    def profiles(self, step):
+        out = []
+        for sh in self.cluster.shards:
+            first, last = self._groups(sh)
+            out.append(ShardProfile(shard=sh.index, first_group=first, group_speed=np.ones(last - first + 1)))
         return out
 
     def reduce_payload(self, step):
@@ -59,7 +75,8 @@ def replay(sc, plan, slow=None):
     cl = build_cluster(sc, 1)
     m = sc.training.global_batch // (sc.parallelism.dp * sc.training.micro_batch)
     progs = stage_programs(sc.parallelism.pp_schedule, cl.layout.pp, m, cl.layout.virtual_stages)
-    steps, slices = replay_steps(sc, cl, UniformShards(cl, slow), plan, progs)
+    shards = UniformShards(cl, slow)
+    steps, slices = replay_steps(sc, cl, shards, shards.merged(), plan, progs)
     return steps, slices, m
 
 
@@ -129,7 +146,8 @@ def test_storage_costs_add_to_the_step_and_its_breakdown():
         seen.append(busy)
         return (0.3, 0.0) if step == 0 else (0.0, 1.5)
 
-    steps, slices = replay_steps(sc, cl, UniformShards(cl), comm(2), progs, step_costs=costs)
+    shards = UniformShards(cl)
+    steps, slices = replay_steps(sc, cl, shards, shards.merged(), comm(2), progs, step_costs=costs)
     base = (m + 1) * (F + B) + OPT
     assert seen == pytest.approx([base, base], rel=1e-9)
     assert steps[0].step_time_s == pytest.approx(base + 0.3) and steps[0].data_stall_s == 0.3

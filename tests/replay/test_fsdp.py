@@ -11,9 +11,15 @@ from ultracluster.cluster import build_cluster
 from ultracluster.errors import ScenarioError
 from ultracluster.memory import infeasible_reason, stage_memory
 from ultracluster.runner import predict
-from ultracluster.replay.engine import StepComm, microbatches, step_comm, fsdp_exposed
+from ultracluster.replay.engine import StepComm, microbatches, step_comm as plan_comm, fsdp_exposed
 from ultracluster.replay.schedule import stage_programs
 from ultracluster.storage import checkpoint_bytes_per_rank
+
+
+def step_comm(sc, cl):
+    """The step's communication plan with the chip model's hiding matmuls (in a run: what the shards report)."""
+    return plan_comm(sc, cl, chip.tp_hide_seconds(sc, cl))
+
 
 GIB = float(1 << 30)
 BREAKDOWN = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s", "data_stall_s", "checkpoint_s",
@@ -117,7 +123,7 @@ def test_without_zero3_nothing_is_exposed():
 
 
 def test_a_replayed_step_exposes_the_closed_form_and_hides_the_rest():
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.emulate import emulate
 
     sc = load_scenario({**_with(LLAMA70_TRN2, zero=3, global_batch=2048),         # 2 microbatches per replica
@@ -141,7 +147,7 @@ def test_a_replayed_step_exposes_the_closed_form_and_hides_the_rest():
 def test_the_compiler_schedule_reduce_scatters_once_after_the_last_backward():
     """Neuron's default FSDP schedule (H21): per-layer gathers as before, the gradients reduce-scattered in
     the ZeRO-1 buckets once per step after the pipeline, exposed; layerwise hides most of that instead."""
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.emulate import emulate
 
     base = _with(LLAMA70_TRN2, zero=3, global_batch=2048)

@@ -2,7 +2,7 @@
 import pytest
 
 from ultracluster import load_scenario
-from ultracluster.actors.local import local_shards
+from ultracluster.shards.local import local_shards
 from ultracluster.operators import matmul_params
 from ultracluster.emulate import emulate
 

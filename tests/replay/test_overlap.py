@@ -69,7 +69,7 @@ BASE = {"name": "ovl", "model": {"preset": "llama2-7b", "layers": 8},
 
 
 def test_zero1_reduction_hides_behind_backward_only_with_bucketed_overlap():
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.cluster.fitted_files import DEFAULT
     from ultracluster.emulate import emulate
     bucketed = DEFAULT.with_(dp_overlap=True)
@@ -87,7 +87,7 @@ def test_zero1_reduction_hides_behind_backward_only_with_bucketed_overlap():
 
 
 def test_stragglers_cost_is_reported_and_jitter_slows_a_little():
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.emulate import emulate
     slow = {**BASE, "faults": {"jitter": 0.0, "stragglers": {"fraction": 0.02, "slowdown": 1.5}}}
     rec = emulate(load_scenario(slow), local_shards).steps[-1]

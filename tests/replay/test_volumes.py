@@ -19,10 +19,16 @@ import math
 import numpy as np
 import pytest
 
-from ultracluster import load_scenario
+from ultracluster import chip, load_scenario
 from ultracluster.cluster import build_cluster
 from ultracluster.network import Group, collective_time, group_of
-from ultracluster.replay.comm import step_comm
+from ultracluster.replay.comm import step_comm as plan_comm
+
+
+def step_comm(sc, cl):
+    """The step's communication plan with the chip model's hiding matmuls (in a run: what the shards report)."""
+    return plan_comm(sc, cl, chip.tp_hide_seconds(sc, cl))
+
 
 MIB = 1 << 20
 BUCKET = 25 * MIB        # PyTorch DDP's bucket_cap_mb default, 25 MiB (the ZeRO-1 reduce-scatter buckets)

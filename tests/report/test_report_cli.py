@@ -8,6 +8,7 @@ import re
 import shutil
 import time
 import urllib.request
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -22,8 +23,7 @@ from ultracluster.report.frames import TABLES
 @pytest.fixture()
 def run_dirs(tmp_path):
     a = write_run_dir(build_report(make_result()), tmp_path / "base")
-    faster = make_result()
-    faster.steps = [step(0), step(1), step(1)]          # both measured steps take 1.0 s instead of 1.0 and 1.5
+    faster = replace(make_result(), steps=[step(0), step(1), step(1)])   # both measured steps: 1.0 s, not 1.0 and 1.5
     b = write_run_dir(build_report(faster), tmp_path / "faster")
     bad = write_run_dir(build_report(make_infeasible()), tmp_path / "nofit")
     return a, b, bad

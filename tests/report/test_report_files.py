@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -189,8 +190,7 @@ def test_cp_and_ep_comm_beside_tp_comm_and_the_check_holds_them_to_their_kinds(t
 def test_a_missing_price_is_said_in_the_summary_the_terminal_and_the_page(tmp_path):
     from ultracluster.report import format_summary
 
-    result = make_result()
-    result.price_per_hour_usd = None              # an instance type the catalog has no price for
+    result = replace(make_result(), price_per_hour_usd=None)    # an instance type the catalog has no price for
     run = write_run_dir(build_report(result), tmp_path)
     s = json.loads((run / "summary.json").read_text())
     assert s["price_per_hour_usd"] is None and s["usd_per_million_tokens"] is None

@@ -5,12 +5,13 @@ import json
 import math
 import re
 import sys
+from dataclasses import replace
 
 import pandas as pd
 import pytest
 
 from ultracluster.replay.result import (
-    BREAKDOWN_KEYS, ChunkComm, CollectiveRecord, RunResult, Slice, StageComm, StageMemory, StepRecord,
+    BREAKDOWN_KEYS, ChunkComm, CollectiveRecord, RunLayout, RunResult, Slice, StageComm, StageMemory, StepRecord,
 )
 from ultracluster.replay.records import stage_dp_exposure
 from ultracluster.report import Report, build_report, format_summary
@@ -70,14 +71,14 @@ def make_result() -> RunResult:
                   "cluster": {"instance": "trn1.32xlarge", "instances": 2}},
         scenario_name="tiny-test", chips=32, neuron_cores=64, ranks=32, instances=2, instance_type="trn1.32xlarge",
         actors=2, ray_nodes=1, model_flops_per_step=1.0e15, peak_flop_per_s=32 * 190e12, tokens_per_step=8192,
-        feasible=True, reason=None,
+        feasible=True, reason=None, layout=RunLayout(tp=8, cp=1, pp=2, dp=2, microbatches=1),
         memory=[StageMemory(0, 8.0, 4.0, 6.0, 2.0, 0.5, 20.5, 32.0),
                 StageMemory(1, 7.0, 3.5, 5.25, 2.0, 0.5, 18.25, 32.0)],
         steps=[step(0), step(1), step(2)],
         slices=make_slices(),
         collectives=[CollectiveRecord("tp", "all_reduce", 8, 1, 64 * 2**20, "ring", 1e-3, 160),
                      CollectiveRecord("dp", "reduce_scatter", 2, 2, 512 * 2**20, "ring", 0.02, 4)],
-        shard_instances=[(0, 0), (1, 1)], price_per_hour_usd=PRICE, microbatches=1, chunk_comm=CHUNKS,
+        shard_instances=[(0, 0), (1, 1)], price_per_hour_usd=PRICE, chunk_comm=CHUNKS,
         stage_comm=STAGE_COMM, stage_compute_s=STAGE_COMPUTE, slow_rank_compute_s=SLOW,
         stage_dp_exposed_s=stage_dp_exposure(make_slices(), STAGE_COMM, [1, 2], 2))
 
@@ -87,7 +88,7 @@ def make_infeasible() -> RunResult:
     return RunResult(scenario=r.scenario, scenario_name="tiny-test", chips=32, neuron_cores=64, ranks=32, instances=2,
                      instance_type="trn1.32xlarge", actors=0, ray_nodes=0, model_flops_per_step=1.0e15,
                      peak_flop_per_s=32 * 190e12, tokens_per_step=8192, feasible=False,
-                     reason="stage 0 needs <41.2 GiB> & HBM holds 32 GiB",
+                     reason="stage 0 needs <41.2 GiB> & HBM holds 32 GiB", layout=r.layout,
                      memory=[StageMemory(0, 20, 10, 10, 1, 0.2, 41.2, 32)],
                      price_per_hour_usd=PRICE)
 
@@ -116,12 +117,11 @@ def test_summary_throughput_mfu_and_cost():
 
 
 def test_summary_edge_cases():
-    r = make_result()
-    r.steps, r.price_per_hour_usd = [step(0), step(1, checked=False)], None
+    r = replace(make_result(), steps=[step(0), step(1, checked=False)], price_per_hour_usd=None)
     s = summarize(r)
     assert s["step_time_s"] == 1.0 and s["payload_checked"] is False
     assert s["cost_per_step_usd"] is None and s["usd_per_million_tokens"] is None
-    r.steps = [step(0)]  # all warmup: mean over all steps
+    r = replace(r, steps=[step(0)])  # all warmup: mean over all steps
     assert summarize(r)["step_time_s"] == pytest.approx(3.0)
 
 
@@ -276,9 +276,9 @@ def test_trace_condenses_steps_past_the_budget(monkeypatch):
 
 
 def test_trace_nested_and_equal_start_slices():
-    r = make_result()
-    r.slices = [Slice(0, "compute", "B mb0", 0.0, 1.0, 1, 0), Slice(0, "compute", "matmul", 0.2, 0.4, 1, 0),
-                Slice(0, "compute", "head", 0.0, 0.5, 1, 0), Slice(0, "compute", "late", 0.9, 1.1, 1, 0)]
+    r = replace(make_result(), slices=[
+        Slice(0, "compute", "B mb0", 0.0, 1.0, 1, 0), Slice(0, "compute", "matmul", 0.2, 0.4, 1, 0),
+        Slice(0, "compute", "head", 0.0, 0.5, 1, 0), Slice(0, "compute", "late", 0.9, 1.1, 1, 0)])
     tr = chrome_trace(build_report(r))
     tid = {e["name"]: e["tid"] for e in tr["traceEvents"] if e["ph"] == "X"}
     assert tid["matmul"] == tid["B mb0"]          # nested: same lane
@@ -345,3 +345,17 @@ def test_reports_read_back_without_tables_share_no_frame(tmp_path):
     for name, frame in a.tables():
         frame["added"] = 1
         assert "added" not in getattr(b, name).columns, name
+
+
+def test_the_result_is_frozen_and_the_report_reads_its_typed_layout():
+    """The RunResult is frozen once built (the runner adds the interval as a copy), and the report takes the
+    degrees from its typed `layout`, never from the scenario dict (written to scenario.json, not parsed)."""
+    import dataclasses
+
+    r = make_result()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.steps = []
+    blind = replace(r, scenario={**r.scenario, "parallelism": {"tp": "eight"}})
+    assert summarize(blind)["layout"] == summarize(r)["layout"] == "tp=8 pp=2 dp=2 1f1b"
+    assert build_report(blind).ranks.equals(build_report(r).ranks)
+    assert RunLayout(tp=4, cp=2, pp=1, dp=8, ep=2, pp_schedule="1f1b").label() == "tp=4 pp=1 dp=8 cp=2 ep=2 1f1b"

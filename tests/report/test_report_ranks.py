@@ -3,6 +3,7 @@ bounded size at UltraCluster scale, and consistency with a real replay (in proce
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from test_report_frames import make_result, step
-from ultracluster.replay.result import BREAKDOWN_KEYS, RunResult, StageComm, StageMemory
+from ultracluster.replay.result import BREAKDOWN_KEYS, RunLayout, RunResult, StageComm, StageMemory
 from ultracluster.report import build_report
 from ultracluster.report.ranks import (
     MAX_GROUP_ROWS, RANK_COLUMNS, SHARD_COLUMNS, SLOWEST_RANKS, STAGE_COLUMNS,
@@ -77,8 +78,7 @@ def test_infeasible_and_unreplayed_runs_keep_columns():
     assert rep.ranks.empty and list(rep.ranks.columns) == list(RANK_COLUMNS)
     assert rep.stages["hbm_gib"].iloc[0] == 41.2 and rep.stages["compute_max_s"].isna().all()
     assert rep.shards.empty
-    r = make_result()
-    r.stage_compute_s, r.slow_rank_compute_s = [], {}    # e.g. shards with a profile format the tally skips
+    r = replace(make_result(), stage_compute_s=[], slow_rank_compute_s={})   # e.g. a tally that saw no step
     rep = build_report(r)
     assert rep.ranks.empty and rep.shards["compute_mean_s"].isna().all() and rep.stages["tp_comm_s"].notna().all()
 
@@ -119,7 +119,7 @@ def test_sparse_tables_match_a_dense_brute_force(data):
     result = RunResult(
         scenario={"parallelism": dict(g)}, scenario_name="dense", chips=n, neuron_cores=n, ranks=n, instances=instances,
         instance_type="trn1.32xlarge", actors=len(shards), ray_nodes=1, model_flops_per_step=1.0, peak_flop_per_s=1.0,
-        tokens_per_step=1, feasible=True, reason=None,
+        tokens_per_step=1, feasible=True, reason=None, layout=RunLayout(**g),
         memory=[StageMemory(s, 1, 1, 1, 1, 1, 5.0 + s, 16) for s in range(g["pp"])],
         steps=[step(1)], stage_comm=[StageComm(s, 1, 0.1 * s, 0.0, 0.2) for s in range(g["pp"])],
         shard_instances=shards, stage_compute_s=base.tolist(), slow_rank_compute_s=slow)
@@ -151,13 +151,11 @@ def test_rank_table_stays_bounded_at_ultracluster_scale():
     n = 4 * 8 * 16384
     rng = np.random.default_rng(0)
     slow = {int(r): 1.3 for r in rng.choice(n, n // 100, replace=False)}
-    result = make_result()
-    result.scenario = {"parallelism": g}
-    result.ranks, result.chips, result.instances = n, n // 2, n // 64
-    result.shard_instances = [(i, i + 511) for i in range(0, n // 64, 512)]
-    result.stage_compute_s, result.slow_rank_compute_s = [1.0] * 8, slow
-    result.stage_comm = [StageComm(s, 1, 0.1, 0.0, 0.2) for s in range(8)]
-    result.memory = [StageMemory(s, 1, 1, 1, 1, 1, 5.0, 48) for s in range(8)]
+    result = replace(make_result(), scenario={"parallelism": g}, layout=RunLayout(**g), ranks=n, chips=n // 2,
+                     instances=n // 64, shard_instances=[(i, i + 511) for i in range(0, n // 64, 512)],
+                     stage_compute_s=[1.0] * 8, slow_rank_compute_s=slow,
+                     stage_comm=[StageComm(s, 1, 0.1, 0.0, 0.2) for s in range(8)],
+                     memory=[StageMemory(s, 1, 1, 1, 1, 1, 5.0, 48) for s in range(8)])
     rep = build_report(result)
     assert len(rep.ranks) <= MAX_GROUP_ROWS + 8 + SLOWEST_RANKS
     assert rep.ranks["compute_s"].max() == 1.3 and len(rep.shards) == 16 and len(rep.stages) == 8
@@ -193,7 +191,7 @@ def test_uc_accessor():
 # --- a real replay (in process) -----------------------------------------------------------------------------
 def test_a_replay_adds_up_per_rank(scenarios_dir):
     from ultracluster import load_scenario
-    from ultracluster.actors.local import local_shards
+    from ultracluster.shards.local import local_shards
     from ultracluster.runner import run
 
     sc = load_scenario(scenarios_dir / "smoke.yaml", ["training.steps=2", "faults.jitter=0"])

@@ -18,7 +18,7 @@ import pytest
 
 from test_report_frames import make_result
 from ultracluster import load_scenario
-from ultracluster.actors.local import local_shards
+from ultracluster.shards.local import local_shards
 from ultracluster.cli import main
 from ultracluster.emulate import emulate
 from ultracluster.errors import EXIT_OK

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ultracluster import load_scenario
-from ultracluster.actors.local import local_shards
+from ultracluster.shards.local import local_shards
 from ultracluster.cli import main
 from ultracluster.errors import EXIT_BAD_INPUT, OutDirError
 from ultracluster.runner import run
@@ -33,7 +33,7 @@ with RunDirectory(sys.argv[1]) as d:
 RUN = """
 import sys, time
 from ultracluster import load_scenario
-from ultracluster.actors.local import local_shards
+from ultracluster.shards.local import local_shards
 from ultracluster.errors import OutDirError
 from ultracluster.runner import run
 try:

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from ultracluster import load_scenario, run
-from ultracluster.actors.local import local_shards
+from ultracluster.shards.local import local_shards
 from ultracluster.cli import main
 from ultracluster.errors import EXIT_BAD_INPUT, EXIT_OK
 

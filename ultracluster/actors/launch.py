@@ -34,7 +34,7 @@ from ..cluster import Capacity
 from ..errors import ActorError, Problem, RunInterrupted, ScenarioError
 from .auth import auth_hint, probe as _probe
 from ..replay.profile import ShardProfile, ShardState
-from .shard import ShardWorker
+from ..shards.worker import ShardWorker
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from ray.exceptions import RayError
 
 from ..errors import ActorError
 from ..storage import FsxSpec, StorageServer, fsx_spec
-from .local import local_storage
+from ..shards.local import local_storage
 
 
 class _Server(StorageServer):

@@ -41,7 +41,7 @@ class Calibrated:
 def _replay(scenario, cal: Calibration) -> dict:
     """One replayed step in this process (what `runner.predict` gives, without importing Ray): feasible, reason
     and step_time_s."""
-    from ..actors.local import local_shards
+    from ..shards.local import local_shards
     from ..emulate import emulate
 
     res = emulate(scenario, local_shards, None, cal)
@@ -50,14 +50,14 @@ def _replay(scenario, cal: Calibration) -> dict:
 
 
 def _groups(rows: list[Row]) -> dict[str, Group]:
-    from ..uncertainty import _one_step
+    from ..layouts.setting_times import one_step
 
     groups: dict[str, Group] = {}
     for r in rows:
         key = str(r.path)
         if key not in groups:
             sc = r.scenario
-            groups[key] = Group(key, _one_step(sc), [], INSTANCES[sc.cluster.instance].chip.name,
+            groups[key] = Group(key, one_step(sc), [], INSTANCES[sc.cluster.instance].chip.name,
                                 float(sc.training.global_batch), sc.cluster.instances)
         groups[key].rows.append(r)
     return groups
@@ -80,10 +80,10 @@ def reachable(g: Group, base: Calibration, correction: float) -> tuple[float, fl
     fast-path evaluation, with the scenario's replay/fast-path correction."""
     import itertools
 
-    from ..uncertainty import step_times
+    from ..layouts.setting_times import setting_step_times
 
     corners = [dict(zip(CANDIDATES, ends)) for ends in itertools.product(*CANDIDATES.values())]
-    steps = np.asarray(step_times(g.scenario, [base.with_(**c) for c in corners]), dtype=float) * math.exp(correction)
+    steps = np.asarray(setting_step_times(g.scenario, [base.with_(**c) for c in corners]), dtype=float) * math.exp(correction)
     steps = steps[np.isfinite(steps)]
     return (float(steps.min()), float(steps.max())) if steps.size else (math.nan, math.nan)
 
@@ -124,7 +124,7 @@ def unreachable(groups: dict[str, Group], base: Calibration, correction: dict[st
 
 def calibrate(measurements: str | Path, log=None) -> Calibrated:
     """Fit the factors the measured rows identify; the profile document (not written: `write_profile`)."""
-    from ..uncertainty import step_times
+    from ..layouts.setting_times import setting_step_times
 
     t0 = time.perf_counter()
     log = log or (lambda _: None)
@@ -143,7 +143,7 @@ def calibrate(measurements: str | Path, log=None) -> Calibrated:
                                  f"a measured run that fits ({s['reason']})") for r in g.rows]
             continue
         before[key] = s["step_time_s"]
-        fast = float(step_times(g.scenario, [base])[0])
+        fast = float(setting_step_times(g.scenario, [base])[0])
         correction[key] = math.log(before[key] / fast)
     if problems:
         raise ScenarioError(problems, str(measurements))

@@ -47,9 +47,9 @@ def write_rows(rows: list[dict], path: Path) -> Path:
 
 def _step_error(path: str, cal, target_s: float) -> float:
     from ..scenario import load_scenario
-    from ..uncertainty import _one_step, _replayed
+    from ..layouts.setting_times import one_step, replayed_step_time
 
-    return 100 * (_replayed(_one_step(load_scenario(path)), cal) / target_s - 1)
+    return 100 * (replayed_step_time(one_step(load_scenario(path)), cal) / target_s - 1)
 
 
 def learning_curve(data: Path = DATA, ks=(1, 2, 3)) -> list[dict]:

@@ -16,7 +16,7 @@ What is fitted (docs/calibration.md, "Your own cluster"):
   them), and there are more terms than factors taken so far. The others stay at the shipped fit, with the reason.
 - **Search.** Gauss-Newton in the factors' logs with a forward-difference Jacobian, step halving and the
   factors' physical bounds, from the shipped values. Every trial setting of every problem (the fit and each
-  leave-one-out fold) that needs a scenario is priced in one vectorized call (`uncertainty.step_times`, the
+  leave-one-out fold) that needs a scenario is timed in one vectorized call (`layouts.setting_times.setting_step_times`, the
   planner's fast path over a row axis of calibrations), each setting once (cached). The fast path leaves the
   replay's per-rank jitter out of pipelines (a few 0.1 %); each scenario's replay/fast-path ratio at the
   shipped values (one replay, `runner.predict`) corrects it, and the reported predictions are replays.
@@ -86,7 +86,7 @@ class Group:
     """The rows of one scenario file."""
 
     key: str
-    scenario: object                # the one-step scenario priced (uncertainty._one_step)
+    scenario: object                # the one-step scenario timed (layouts.setting_times.one_step)
     rows: list
     generation: str
     batch: float                    # global batch (seq per step), for pair ratios in seq/s
@@ -158,13 +158,13 @@ class Pricing:
         return tuple(sorted((k, float(f"{v:.12g}")) for k, v in factors.items()))
 
     def price(self, requests: dict[str, list[dict[str, float]]]) -> None:
-        from ..uncertainty import step_times
+        from ..layouts.setting_times import setting_step_times
 
         for g, settings in requests.items():
             todo = list(dict.fromkeys(self.key(s) for s in settings if (g, self.key(s)) not in self.cache))
             if not todo:
                 continue
-            times = step_times(self.groups[g].scenario, [self.base.with_(**dict(k)) for k in todo])
+            times = setting_step_times(self.groups[g].scenario, [self.base.with_(**dict(k)) for k in todo])
             self.calls += 1
             self.settings += len(todo)
             for k, t in zip(todo, times):

@@ -148,12 +148,12 @@ def check_profile(path: str | Path) -> tuple[dict, list[str]]:
 def _still_the_fit(doc: dict, groups, base, steps: dict[str, float]) -> list[str]:
     """The fitted factors minimise the profile's loss over its rows: one Gauss-Newton step from them (fast-path
     Jacobian, corrected to the replays) moves none of them by more than FIT_TOLERANCE."""
-    from ..uncertainty import step_times
+    from ..layouts.setting_times import setting_step_times
 
     free = list(doc["fitted"])
     if not free:
         return []
-    correction = {k: math.log(steps[k] / float(step_times(g.scenario, [base])[0])) for k, g in groups.items()}
+    correction = {k: math.log(steps[k] / float(setting_step_times(g.scenario, [base])[0])) for k, g in groups.items()}
     pricing = Pricing(groups, base, correction)
     terms = terms_of(groups)
     point = {k: float(v) for k, v in doc["factors"].items()}

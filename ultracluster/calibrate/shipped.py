@@ -56,6 +56,7 @@ def coverage(lay: Layouts, cv: dict[str, dict]) -> dict:
     """Cross-validated coverage of the 80 % interval (ultracluster.uncertainty): for each fitted layout, the
     interval around its leave-one-out prediction, with the fit part taken from the other folds' residuals
     only, against the layout's median and against every release's figure."""
+    from ..layouts.setting_times import setting_step_times
     from ..uncertainty import Evidence, interval
 
     med_in, rows_in, rows_all, widths = 0, 0, 0, []
@@ -65,7 +66,7 @@ def coverage(lay: Layouts, cv: dict[str, dict]) -> dict:
         cal = base_calibration(**cv[n]["factors"])
         sc = lay.scenarios[n]
         step = sc.training.global_batch / float(lay.predict(cal, [n])[0])
-        iv = interval(sc, step, cal, ev)
+        iv = interval(sc, step, cal, ev, times=setting_step_times)
         widths.append(iv.high_s / iv.low_s - 1)
         med_in += iv.low_s <= sc.training.global_batch / lay.median[n] <= iv.high_s
         for r in lay.fit_rows[n]:

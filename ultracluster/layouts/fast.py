@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import chip, stacks
+from .. import chip, speed_draws, stacks
 from .. import operators as opslib
 from ..cluster import Layout, group_ranks
 from ..memory import infeasible_reason
@@ -54,12 +54,12 @@ def speeds(pr: Pricer, tp: int, cp: int, pp: int, dp: int, steps: list[int], sig
     slowest replica's, with jitter and stragglers drawn as `replay.engine.combine_profiles` draws them."""
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp)
     seed, ranks, size = pr.scenario.seed, layout.ranks, group_ranks(tp, cp)
-    slow, factor = pr.memo(("stragglers", ranks), lambda: chip.stragglers(pr.scenario, ranks))
+    slow, factor = pr.memo(("stragglers", ranks), lambda: speed_draws.stragglers(pr.scenario, ranks))
     out = np.empty((len(steps), pp))
     for i, step in enumerate(steps):
         def stage_max(step=step):
             return step_speed.slowest_replica(step_speed.group_speeds(
-                layout, chip.group_jitter(seed, step, (dp, pp), size, sigma), slow, factor))
+                layout, speed_draws.group_jitter(seed, step, (dp, pp), size, sigma), slow, factor))
         out[i] = pr.memo(("jitter", step, dp, pp, size, sigma), stage_max) if slow.size == 0 else stage_max()
     return out
 
@@ -161,7 +161,7 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
     which, firsts = distinct_rows(table, ("instance", "instances", "lnc") + (("cal",) if "cal" in table.columns else ()))
     cals = [pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r)).cluster.calibration
             for r in (rows[i] for i in firsts.tolist())]
-    sigma = np.array([chip.jitter_sigma(sc, c) for c in cals])[which]
+    sigma = np.array([speed_draws.jitter_sigma(sc, c) for c in cals])[which]
     overhead = np.array([c.step_overhead_s for c in cals])[which]
     cols = {c: table[c].to_numpy() for c in ("tp", "cp", "dp", "microbatches", "pp_schedule")}
     pending: dict[tuple, list[dict]] = {}

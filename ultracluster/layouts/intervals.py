@@ -20,6 +20,7 @@ from ..cluster.calibration_profile import calibration_for
 from ..scenario import Scenario
 from . import search
 from .fast import LAYOUT_COLUMNS
+from .setting_times import layout_step_times, one_step, setting_step_times
 from .pricer import layout_scenario
 
 INTERVAL_COLUMNS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
@@ -37,7 +38,7 @@ class LayoutEvidence:
         self.cal = calibration_for(base, calibration)
         self.profile = unc.profile_evidence(base)
         self.ev = self.profile or unc.evidence()
-        self.one = unc._one_step(base)
+        self.one = one_step(base)
         self.params_b = unc.model_params_b(base)
         self._factors: dict[str, list] = {}
         self._pricers: dict[tuple, object] = {}
@@ -89,9 +90,10 @@ class LayoutEvidence:
             factors = self._factors_of(sub.iloc[0])
             slow = fast = np.zeros(len(pos))
             if factors:
-                hw = unc.hardware(lambda cals, which: unc.layout_step_times(
+                hw = unc.hardware(lambda cals, which: layout_step_times(
                     self.one, layout, cals, which, self._pricers, shared_last_sends=False), self.cal, factors, len(pos),
-                    lambda: unc.weights_for(factors, self.cal, self.profile, INSTANCES[kind].chip.name))
+                    lambda: unc.weights_for(factors, self.cal, self.profile, INSTANCES[kind].chip.name,
+                                            times=setting_step_times))
                 slow, fast = hw.slow_log, hw.fast_log
             h = unc.half_width(self.ev, sub["_axes"].to_numpy())
             low, high = unc.widen(sub["step_time_s"].to_numpy(float), h, fast, slow)

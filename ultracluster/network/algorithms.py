@@ -6,7 +6,7 @@ order for recursive halving/doubling). Every member's buffer is split into `chun
 either adds it into its own copy (`reduce`, reduce-scatter phases) or stores it (gather phases).
 
 The same schedules drive the cost model (`collectives.py` maps members onto ranks and links) and the
-payload that Ray actors really exchange (`actors/shard.py`): a ring between actors is a ring of sends.
+payload that Ray actors really exchange (`shards/worker.py`): a ring between actors is a ring of sends.
 
 Algorithms (docs/sources.md §3.4, §3.5, §5.3):
 

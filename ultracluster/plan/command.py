@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..actors.shard import actor_bytes
+from ..shards.worker import actor_bytes
 from ..cluster import fold
 from ..cluster.calibration import Calibration
 from ..cluster.calibration_profile import calibration_for

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import chip
 from .. import operators as opslib
 from ..cluster import Cluster, group_ranks, replica_ranks, stage_sum
 from ..network import Group, collective_time, group_of
@@ -290,14 +289,13 @@ def assemble(layers: np.ndarray, layer: tuple, send_fwd: np.ndarray, send_bwd_la
                     cp_block_bwd_s=cp_bwd, send_bwd_last=send_bwd_last)
 
 
-def step_comm(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None = None) -> StepComm:
+def step_comm(scenario, cluster: Cluster, tp_hide_s: np.ndarray) -> StepComm:
     """Cost every collective of a step once (they are the same for every replica and step), and, with
     degraded instances (`cluster.degraded`), once more on each degraded copy of the links (`degraded_plan`).
 
     `tp_hide_s`: one layer's backward seconds of the matmuls that hide tensor-parallel collectives
-    (`ChunkTimes.tp_hide_bwd_s`, from a caller that priced the chunks already; None: priced here)."""
-    if tp_hide_s is None and hides_tp(cluster.calibration, scenario.parallelism, cluster.layout.tp):
-        tp_hide_s = chip.tp_hide_seconds(scenario, cluster)
+    (`ChunkTimes.tp_hide_bwd_s`: in a run, what the shards reported, `replay.profile.merge_states`); the plan
+    times no chip of its own."""
     comm = _plan_uniform(scenario, cluster, tp_hide_s)
     for part in cluster.degraded:     # degraded links do not change the chip: the same hiding matmuls
         comm = degraded_plan(comm, _plan_uniform(scenario, cluster.degraded_copy(part), tp_hide_s), cluster, part)

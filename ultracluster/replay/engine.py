@@ -1,9 +1,10 @@
 """Shards' per-rank compute times → replayed steps on the virtual clock → StepRecords and Slices.
 
-Each step: the shards (Ray actors, or in-process stand-ins) return, over what they own, the compute seconds
-of one microbatch of each pipeline chunk, the step's jitter of each (replica, stage) group they hold (its
-slowest tensor/context-parallel rank) and their slow ranks (`replay.profile`); the engine merges these
-disjoint answers, adds the in-layer collectives, executes
+Before the first step the shards (Ray actors, or in-process stand-ins) said once, over what they own, the compute
+seconds of one microbatch of each pipeline chunk they time and their slow ranks, merged once (`replay.profile`
+`MergedState`). Each step they return only the step's jitter of each (replica, stage) group they hold (its
+slowest tensor/context-parallel rank); the engine merges these disjoint answers with the run's state, adds the
+in-layer collectives, executes
 the pipeline schedule for every data-parallel replica at once, then the data-parallel gradient reduction
 of each stage (which waits for the slowest replica), then the optimizer. Meanwhile the shards reduce a
 real, scaled gradient payload among themselves and check it against the exact sum.
@@ -30,7 +31,7 @@ from ..cluster import Cluster, group_first_rank, stage_sum
 from ..step.speed import group_speeds, slowed, slowest_replica   # noqa: F401 (group_speeds re-exported)
 from .comm import DP_BUCKET_BYTES, StepComm, _send_group, microbatches, step_comm   # noqa: F401 (re-exported: replay.engine.step_comm)
 from .result import Slice, StepRecord
-from .profile import MergedProfile, ShardProfile, merge_profiles
+from .profile import MergedProfile, MergedState, ShardProfile, ShardState, merge_profiles
 from .records import ComputeTally
 from .schedule import Execution, execute
 
@@ -40,8 +41,12 @@ MAX_SLICES = 200_000  # keep the trace bounded: past this, only the last step's 
 class ShardSet(Protocol):
     """What the engine needs from the shards (Ray actors or in-process)."""
 
+    def states(self) -> list[ShardState]:
+        """Per shard, in shard order: what it says once, before the first step (`replay.profile.ShardState`)."""
+
     def profiles(self, step: int) -> list[ShardProfile]:
-        """Per shard, in shard order: its compute for `step` over what it owns (`replay.profile`)."""
+        """Per shard, in shard order: its answer for `step` over what it owns, the jitter of its groups
+        (`replay.profile`)."""
 
     def reduce_payload(self, step: int) -> tuple[int, bool]:
         """Reduce the scaled gradient payload among shards; (bytes moved, every result exact)."""
@@ -126,16 +131,14 @@ class ComputeProfile:
     slowest_rank: int        # global rank of the slowest straggler (-1 when there is none)
 
 
-def combine_profiles(profiles: Sequence[ShardProfile] | MergedProfile, layout,
-                     with_stragglers: bool = True) -> ComputeProfile:
-    """Shards' profiles → per replica and chunk times. O(replicas x chunks + slow ranks), not O(ranks).
+def combine_profiles(merged: MergedProfile, layout, with_stragglers: bool = True) -> ComputeProfile:
+    """A step's merged profile → per replica and chunk times. O(replicas x chunks + slow ranks), not O(ranks).
 
     A tensor/context-parallel group runs at the pace of its slowest rank: the shards' per-group jitter
     (log-normal per rank, its group maximum drawn in the shard that holds the group from the (seed, step)
     stream at the group's position) scales its chunk times, and a straggler raises them to base x its
     factor when that is more.
     """
-    merged = profiles if isinstance(profiles, MergedProfile) else merge_profiles(profiles, layout.dp * layout.pp)
     v = layout.virtual_stages
     slow, factor = merged.slow_ranks, merged.slow_factors
     with_slow = bool(slow.size and with_stragglers)
@@ -224,7 +227,7 @@ def fsdp_exposed(comm: StepComm, fwd: np.ndarray, bwd: np.ndarray, layers: np.nd
     return f_exp, b_exp
 
 
-def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: StepComm, programs: list,
+def replay_steps(scenario, cluster: Cluster, shards: ShardSet, state: MergedState, comm: StepComm, programs: list,
                  on_step: Callable[[StepRecord], None] | None = None, step_costs: StepCosts | None = None,
                  tally: ComputeTally | None = None) -> tuple[list[StepRecord], list[Slice]]:
     """Replay warm-up and measured steps.
@@ -233,6 +236,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: StepComm, p
         scenario: the resolved Scenario.
         cluster: its Cluster.
         shards: the shard set (actors).
+        state: what the shards said once, merged (`replay.profile.merge_states`).
         comm: from `step_comm`.
         programs: from `stage_programs` for this scenario.
         on_step: called with each finished StepRecord (the run directory appends it to steps.csv).
@@ -251,7 +255,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, comm: StepComm, p
     clock = 0.0
     for step in range(t.warmup_steps + t.steps):
         wall0 = time.perf_counter()
-        merged = merge_profiles(shards.profiles(step), layout.dp * layout.pp)
+        merged = merge_profiles(shards.profiles(step), state, layout.dp * layout.pp)
         if tally is not None:
             tally.add(step, merged)
         prof = combine_profiles(merged, layout)

@@ -1,29 +1,32 @@
-"""Shards' answers → what the driver composes the step from: once per run, each shard's prices of the stages
-it prices (`StagePrices`, inside its `ShardState`; `merge_prices` puts them together) and its degraded instances
-(`merge_degraded`); per step, its `ShardProfile` (`merge_profiles`).
+"""Shards' answers → what the driver composes the step from. Once per run, each shard's `ShardState`: its times of
+the stages it times (`StageTimes`), its slow ranks and its degraded instances, merged once into a `MergedState`
+(`merge_states`: `merge_stage_times`, `merge_slow_ranks`, `merge_degraded`). Per step, its `ShardProfile`: only
+the step's jitter of the groups it holds, merged with the run's `MergedState` into the step's `MergedProfile`
+(`merge_profiles`). Nothing the shards say once is sent or merged again in a step.
 
 A shard owns whole instances, so it holds a contiguous range of global ranks and, with them, a contiguous
 range of (replica, stage) groups, group id = replica x pp + stage (`cluster.rank_coords`): its tp x cp ranks
 are consecutive.
 
-- Chunk times: a pipeline stage's chunks take the same time in every replica, so each stage is priced by
+- Chunk times: a pipeline stage's chunks take the same time in every replica, so each stage is timed by
   exactly one shard, the one holding the stage's first rank in replica 0 (`priced_stages`); every other
-  shard of that stage prices nothing for it. One owner per stage, not a merge of identical answers: the
-  chip model prices a layer's kernels once whatever the number of stages asked, so the fewer shards price,
-  the less the run computes. With folding one shard may price every stage; with data parallelism the
-  replica-0 shards price and the others answer with none. The pricer reports its stages' chunk times, their
+  shard of that stage times nothing for it. One owner per stage, not a merge of identical answers: the
+  chip model times a layer's kernels once whatever the number of stages asked, so the fewer shards time,
+  the less the run computes. With folding one shard may time every stage; with data parallelism the
+  replica-0 shards time them and the others answer with none. The owner reports its stages' chunk times, their
   hardware (TensorE) FLOPs, their unnamed residual and, per layer, the backward matmuls that hide the
-  tensor-parallel collectives (`StagePrices`); the driver prices nothing of the chip (`ultracluster.emulate`).
-  The merges put these disjoint parts together and check that every stage and chunk is covered exactly once;
-  what every pricer computes alike (the attention core, the hiding matmuls: one layer's kernels) must agree.
+  tensor-parallel collectives (`StageTimes`); the driver times nothing of the chip (`ultracluster.emulate`).
+  The merge puts these disjoint parts together and checks that every stage and chunk is covered exactly once;
+  what every owner computes alike (the attention core, the hiding matmuls: one layer's kernels) must agree.
+- Stragglers: each shard reports the slow ranks among its own ranks (the same for the whole run); these are
+  disjoint.
 - Jitter: a group wider than a shard (tp x cp over more ranks than one instance holds, with one instance
   per actor) is held by two or more shards; each draws its speed at the same position of the same keyed
   stream, so their answers for it are identical, and the merge takes a maximum over disjoint-or-identical
   contributions, never a re-draw.
-- Stragglers: each shard reports the slow ranks among its own ranks; these are disjoint.
 
-The result is the same whichever folding (instances per actor) the run uses. Cost O(shards + chunks +
-groups + slow ranks), never O(ranks).
+The result is the same whichever folding (instances per actor) the run uses. Cost once per run O(shards +
+chunks + slow ranks), per step O(shards + groups), never O(ranks).
 """
 from __future__ import annotations
 
@@ -52,12 +55,12 @@ def stage_chunks(stages: np.ndarray, pp: int, chunks: int) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class StagePrices:
-    """One shard's prices of the pipeline stages it prices (`priced_stages`), on the chip model at speed 1; the
+class StageTimes:
+    """One shard's times of the pipeline stages it times (`priced_stages`), on the chip model at speed 1; the
     same every step, so reported once, in its `ShardState`.
 
     Attributes:
-        stages: [k] ascending ids of the pipeline stages it prices; often empty.
+        stages: [k] ascending ids of the pipeline stages it times; often empty.
         chunks: ids of the chunks on those stages, ascending (`stage_chunks`).
         forward_s, backward_s: [chunks] seconds of one microbatch of each of those chunks.
         optimizer_s: [k] seconds of the optimizer step of each of those stages.
@@ -81,44 +84,44 @@ class StagePrices:
     tp_hide_bwd_s: np.ndarray
 
 
-def stage_prices(times: ChunkTimes | None, stages: np.ndarray, pp: int, n_chunks: int) -> StagePrices:
+def shard_stage_times(times: ChunkTimes | None, stages: np.ndarray, pp: int, n_chunks: int) -> StageTimes:
     """The part of a pipeline's `chip.ChunkTimes` (every chunk, every stage; None when `stages` is empty) on the
     given stages (ascending) of a pipeline of pp stages and n_chunks chunks."""
     stages = np.asarray(stages, dtype=np.int64)
     chunks = stage_chunks(stages, pp, n_chunks)
     if times is None or not stages.size:
         nothing = np.zeros(0)
-        return StagePrices(stages=stages, chunks=chunks, forward_s=nothing, backward_s=nothing,
-                           optimizer_s=nothing, flops_per_microbatch=nothing, residual_s=nothing,
-                           attention_fwd_s=float("nan"), attention_bwd_s=float("nan"), tp_hide_bwd_s=nothing)
-    return StagePrices(stages=stages, chunks=chunks, forward_s=times.forward_s[chunks],
-                       backward_s=times.backward_s[chunks], optimizer_s=times.optimizer_s[stages],
-                       flops_per_microbatch=times.flops_per_microbatch[chunks], residual_s=times.residual_s[chunks],
-                       attention_fwd_s=float(times.attention_fwd_s), attention_bwd_s=float(times.attention_bwd_s),
-                       tp_hide_bwd_s=np.asarray(times.tp_hide_bwd_s, dtype=float))
+        return StageTimes(stages=stages, chunks=chunks, forward_s=nothing, backward_s=nothing,
+                          optimizer_s=nothing, flops_per_microbatch=nothing, residual_s=nothing,
+                          attention_fwd_s=float("nan"), attention_bwd_s=float("nan"), tp_hide_bwd_s=nothing)
+    return StageTimes(stages=stages, chunks=chunks, forward_s=times.forward_s[chunks],
+                      backward_s=times.backward_s[chunks], optimizer_s=times.optimizer_s[stages],
+                      flops_per_microbatch=times.flops_per_microbatch[chunks], residual_s=times.residual_s[chunks],
+                      attention_fwd_s=float(times.attention_fwd_s), attention_bwd_s=float(times.attention_bwd_s),
+                      tp_hide_bwd_s=np.asarray(times.tp_hide_bwd_s, dtype=float))
 
 
-def merge_prices(parts: Sequence[StagePrices], pp: int, n_chunks: int) -> ChunkTimes:
-    """The shards' `StagePrices` → the whole pipeline's `chip.ChunkTimes`, each stage from the one shard that
-    priced it.
+def merge_stage_times(parts: Sequence[StageTimes], pp: int, n_chunks: int) -> ChunkTimes:
+    """The shards' `StageTimes` → the whole pipeline's `chip.ChunkTimes`, each stage from the one shard that
+    timed it.
 
     Raises:
-        ValueError: a stage or chunk no shard priced or two shards priced, or pricers that disagree on what
-            every one of them computes alike (one layer's attention core or hiding matmuls).
+        ValueError: a stage or chunk no shard timed or two shards timed, or shards that disagree on what every
+            one of them computes alike (one layer's attention core or hiding matmuls).
     """
-    _covered_once([p.stages for p in parts], pp, "pipeline stage", "prices")
-    _covered_once([p.chunks for p in parts], n_chunks, "pipeline chunk", "prices")
+    _covered_once([p.stages for p in parts], pp, "pipeline stage", "stage times")
+    _covered_once([p.chunks for p in parts], n_chunks, "pipeline chunk", "stage times")
     fwd, bwd, flops, residual, opt = (np.empty(n) for n in (n_chunks,) * 4 + (pp,))
     for p in parts:
         fwd[p.chunks], bwd[p.chunks], opt[p.stages] = p.forward_s, p.backward_s, p.optimizer_s
         flops[p.chunks], residual[p.chunks] = p.flops_per_microbatch, p.residual_s
-    pricers = [p for p in parts if p.stages.size]
-    first = pricers[0]
-    for p in pricers[1:]:
+    owners = [p for p in parts if p.stages.size]
+    first = owners[0]
+    for p in owners[1:]:
         if (p.attention_fwd_s, p.attention_bwd_s) != (first.attention_fwd_s, first.attention_bwd_s) \
                 or not np.array_equal(p.tp_hide_bwd_s, first.tp_hide_bwd_s):
-            raise ValueError(f"the shards' prices disagree on one layer's kernels: stages {first.stages.tolist()} "
-                             f"and {p.stages.tolist()} were priced on different models")
+            raise ValueError(f"the shards' stage times disagree on one layer's kernels: stages {first.stages.tolist()} "
+                             f"and {p.stages.tolist()} were timed on different models")
     return ChunkTimes(forward_s=fwd, backward_s=bwd, optimizer_s=opt, attention_fwd_s=first.attention_fwd_s,
                       attention_bwd_s=first.attention_bwd_s, flops_per_microbatch=flops,
                       tp_hide_bwd_s=first.tp_hide_bwd_s, residual_s=residual)
@@ -126,44 +129,26 @@ def merge_prices(parts: Sequence[StagePrices], pp: int, n_chunks: int) -> ChunkT
 
 @dataclass(frozen=True, eq=False)
 class ShardProfile:
-    """One shard's compute for one step, over what it owns; sizes do not grow with its cores.
+    """One shard's answer for one step: this step's jitter of the (replica, stage) groups it holds. What is the
+    same every step (its stage times, its slow ranks) it said once, in its `ShardState`.
 
     Attributes:
         shard: the shard's index.
-        pipeline_stages, pipeline_chunks: pp and pp x virtual stages of the whole pipeline.
-        stages: [k] ascending ids of the pipeline stages this shard prices (`priced_stages`); often empty.
-        chunks: ids of the chunks on those stages, ascending (`stage_chunks`).
-        forward_s, backward_s: [chunks] seconds of one microbatch of each of those chunks at speed 1.
-        optimizer_s: [k] seconds of the optimizer step of each of those stages at speed 1.
-        attention_fwd_s, attention_bwd_s: one layer's attention core per microbatch (context-parallel
-            overlap); NaN when the shard prices no stage.
         first_group: the first (replica, stage) group the shard holds a rank of.
         group_speed: [groups held] this step's jitter of each held group, first_group onwards: the speed
             factor of its slowest tp x cp member, draw `group` of the stream keyed by (seed, step)
-            (`chip.group_jitter_of`).
-        slow_ranks, slow_factors: the shard's global ranks that run slower for the whole run, and by how much.
+            (`speed_draws.group_jitter_of`).
     """
 
     shard: int
-    pipeline_stages: int
-    pipeline_chunks: int
-    stages: np.ndarray
-    chunks: np.ndarray
-    forward_s: np.ndarray
-    backward_s: np.ndarray
-    optimizer_s: np.ndarray
-    attention_fwd_s: float
-    attention_bwd_s: float
     first_group: int
     group_speed: np.ndarray
-    slow_ranks: np.ndarray
-    slow_factors: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
 class MergedProfile:
-    """Every shard's answer for one step, merged: the whole pipeline's compute at speed 1, each group's
-    jitter, and the run's slow ranks."""
+    """One step's compute over the whole cluster: the run's pipeline at speed 1 and slow ranks (the
+    `MergedState`'s arrays, shared, not copied) with the step's jitter of each group."""
 
     forward_s: np.ndarray       # [chunks]
     backward_s: np.ndarray      # [chunks]
@@ -175,7 +160,7 @@ class MergedProfile:
     slow_factors: np.ndarray
 
 
-def _covered_once(parts: list[np.ndarray], n: int, what: str, answers: str = "profiles") -> None:
+def _covered_once(parts: list[np.ndarray], n: int, what: str, answers: str = "stage times") -> None:
     """Raise ValueError unless the id arrays `parts` cover 0 .. n - 1 exactly once between them (`answers`: what
     the shards answered, for the message)."""
     ids = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
@@ -184,36 +169,25 @@ def _covered_once(parts: list[np.ndarray], n: int, what: str, answers: str = "pr
                          f"outside 0-{n - 1}")
     count = np.bincount(ids, minlength=n)
     if (count == 0).any():
-        raise ValueError(f"the shards' {answers} do not cover every {what} of the cluster: no shard priced "
+        raise ValueError(f"the shards' {answers} do not cover every {what} of the cluster: no shard timed "
                          f"{what} {np.flatnonzero(count == 0).tolist()}")
     if (count > 1).any():
-        raise ValueError(f"the shards' {answers} overlap: {what} {np.flatnonzero(count > 1).tolist()} priced by "
+        raise ValueError(f"the shards' {answers} overlap: {what} {np.flatnonzero(count > 1).tolist()} timed by "
                          f"more than one shard")
 
 
-def merge_profiles(profiles: Sequence[ShardProfile], groups: int) -> MergedProfile:
-    """The shards' answers → one profile over the whole cluster: disjoint stage parts put together, group
-    speeds that two shards share taken once (they are equal), slow ranks concatenated.
+def merge_profiles(profiles: Sequence[ShardProfile], state: MergedState, groups: int) -> MergedProfile:
+    """The shards' answers for one step → one profile over the whole cluster: the run's `state` (merged once)
+    with the step's group speeds, those two shards share taken once (they are equal).
 
     Args:
         profiles: one per shard.
+        state: the shards' once-per-run answers, merged (`merge_states`).
         groups: replicas x stages of the layout.
 
     Raises:
-        ValueError: a stage, chunk or group that no shard answered for (a shard set that does not cover
-            the cluster), a stage or chunk two shards priced, or shards that disagree on the pipeline.
+        ValueError: a group that no shard answered for (a shard set that does not cover the cluster).
     """
-    if not profiles:
-        raise ValueError("the shards' profiles do not cover every stage of the cluster: no profiles")
-    shape = {(p.pipeline_stages, p.pipeline_chunks) for p in profiles}
-    if len(shape) != 1:
-        raise ValueError(f"the shards' profiles disagree on the pipeline (stages, chunks): {sorted(shape)}")
-    pp, n_chunks = shape.pop()
-    _covered_once([p.stages for p in profiles], pp, "pipeline stage")
-    _covered_once([p.chunks for p in profiles], n_chunks, "pipeline chunk")
-    fwd, bwd, opt = np.empty(n_chunks), np.empty(n_chunks), np.empty(pp)
-    for p in profiles:
-        fwd[p.chunks], bwd[p.chunks], opt[p.stages] = p.forward_s, p.backward_s, p.optimizer_s
     speed = np.full(groups, np.nan)
     for p in profiles:
         part = speed[p.first_group:p.first_group + p.group_speed.size]
@@ -221,23 +195,22 @@ def merge_profiles(profiles: Sequence[ShardProfile], groups: int) -> MergedProfi
     if np.isnan(speed).any():
         raise ValueError(f"the shards' profiles do not cover every group of the cluster: no speed for group(s) "
                          f"{np.flatnonzero(np.isnan(speed))[:10].tolist()}")
-    pricing = next(p for p in profiles if p.stages.size)    # every stage's pricer has the same attention times
-    slow = np.concatenate([p.slow_ranks for p in profiles]).astype(np.int64)
-    factor = np.concatenate([p.slow_factors for p in profiles]).astype(float)
-    order = np.argsort(slow, kind="stable")
-    return MergedProfile(forward_s=fwd, backward_s=bwd, optimizer_s=opt,
-                         attention_fwd_s=pricing.attention_fwd_s, attention_bwd_s=pricing.attention_bwd_s,
-                         group_speed=speed, slow_ranks=slow[order], slow_factors=factor[order])
+    times = state.times
+    return MergedProfile(forward_s=times.forward_s, backward_s=times.backward_s, optimizer_s=times.optimizer_s,
+                         attention_fwd_s=times.attention_fwd_s, attention_bwd_s=times.attention_bwd_s,
+                         group_speed=speed, slow_ranks=state.slow_ranks, slow_factors=state.slow_factors)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ShardState:
-    """What a shard says of the instances it stands for, once, before the first step.
+    """What a shard says once, before the first step: the instances it stands for and what stays the same in
+    every step.
 
     Attributes:
         shard: shard index.
         first_instance, instances: the contiguous range of instances it owns.
-        prices: its prices of the stages it prices (`priced_stages`; `merge_prices`).
+        stage_times: its times of the stages it times (`priced_stages`; `merge_stage_times`).
+        slow_ranks, slow_factors: its global ranks that run slower for the whole run, and by how much.
         degraded: per `faults.degraded` entry touching them, (entry index, that entry's part restricted to
             this shard's instances); `cluster.DegradedPart`.
     """
@@ -245,8 +218,37 @@ class ShardState:
     shard: int
     first_instance: int
     instances: int
-    prices: StagePrices
+    stage_times: StageTimes
+    slow_ranks: np.ndarray
+    slow_factors: np.ndarray
     degraded: tuple = ()
+
+
+@dataclass(frozen=True, eq=False)
+class MergedState:
+    """Every shard's once-per-run answer, merged once (`merge_states`): the whole pipeline's chunk times, the
+    run's slow ranks and the cluster's degraded parts as the shards own them."""
+
+    times: ChunkTimes
+    slow_ranks: np.ndarray      # sorted int64 global ranks
+    slow_factors: np.ndarray
+    degraded: tuple
+
+
+def merge_slow_ranks(states: Sequence[ShardState]) -> tuple[np.ndarray, np.ndarray]:
+    """The shards' slow ranks (disjoint) → (sorted global ranks, their factors)."""
+    slow = np.concatenate([s.slow_ranks for s in states]).astype(np.int64) if states else np.zeros(0, np.int64)
+    factor = np.concatenate([s.slow_factors for s in states]).astype(float) if states else np.zeros(0)
+    order = np.argsort(slow, kind="stable")
+    return slow[order], factor[order]
+
+
+def merge_states(states: Sequence[ShardState], pp: int, n_chunks: int, instances: int) -> MergedState:
+    """The shards' `ShardState`s → the run's `MergedState`, once: their stage times (`merge_stage_times`), slow
+    ranks (`merge_slow_ranks`) and degraded parts (`merge_degraded`) put together and checked."""
+    slow, factor = merge_slow_ranks(states)
+    return MergedState(times=merge_stage_times([s.stage_times for s in states], pp, n_chunks),
+                       slow_ranks=slow, slow_factors=factor, degraded=merge_degraded(states, instances))
 
 
 def merge_degraded(states: Sequence[ShardState], instances: int) -> tuple:

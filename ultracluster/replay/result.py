@@ -1,12 +1,14 @@
 """Step replay → flat records: what one emulated run produced, ready for pandas.
 
-The replay engine fills these plain dataclasses; `ultracluster.report` turns them into DataFrames and
-files. No numpy arrays cross this boundary except `StageTimes`, and nothing here imports Ray or pandas.
+The replay engine fills these plain dataclasses, frozen; `ultracluster.report` turns them into DataFrames and
+files. No numpy arrays cross this boundary, and nothing here imports Ray or pandas.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from ..cluster.placement import Layout
 
 if TYPE_CHECKING:
     from ..storage.estimates import StorageFigures
@@ -116,12 +118,30 @@ class StageComm:
     dp_comm_s: float     # data-parallel gradient reduction (exposed: not overlapped with backward)
 
 
-@dataclass
-class RunResult:
-    """Everything the report needs, complete: filled by the replay (`ultracluster.emulate`), read field by
-    field by `ultracluster.report`, which never calls back into the replay."""
+@dataclass(frozen=True)
+class RunLayout(Layout):
+    """The run's parallel layout, typed, as the report reads it: the degrees and virtual stages
+    (`cluster.Layout`), the expert-parallel degree, the pipeline schedule and the microbatches per replica per
+    step."""
 
-    scenario: dict                       # the resolved scenario (Scenario.to_dict())
+    ep: int = 1
+    pp_schedule: str = "1f1b"
+    microbatches: int = 0
+
+    def label(self) -> str:
+        """Short parallelism label, e.g. "tp=8 pp=2 dp=2 1f1b" (cp and ep only when above 1)."""
+        parts = [f"{k}={getattr(self, k)}" for k in ("tp", "pp", "dp", "cp", "ep")
+                 if k in ("tp", "pp", "dp") or getattr(self, k) > 1]
+        return " ".join(parts + ([self.pp_schedule] if self.pp_schedule else []))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything the report needs, complete and frozen once built: built in one place by the replay
+    (`ultracluster.emulate`; `runner` adds the interval with `dataclasses.replace`), read field by field by
+    `ultracluster.report`, which never calls back into the replay."""
+
+    scenario: dict                       # the resolved scenario (Scenario.to_dict()): scenario.json, never parsed
     scenario_name: str
     chips: int
     neuron_cores: int                    # physical NeuronCores
@@ -135,6 +155,7 @@ class RunResult:
     tokens_per_step: int
     feasible: bool
     reason: str | None
+    layout: RunLayout | None             # the parallel layout (None: a result of no scenario, the blank report)
     memory: list[StageMemory] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)
     slices: list[Slice] = field(default_factory=list)
@@ -145,7 +166,6 @@ class RunResult:
     hardware_flops_per_step: float = 0.0   # TensorE FLOPs every rank executes in a step: recompute, the flash
                                            # backward's recomputed scores and its transposes included (HFU)
     # per-rank and per-stage detail for the report (empty/None when the run was not replayed)
-    microbatches: int = 0                                                 # per replica per step
     chunk_comm: list[ChunkComm] = field(default_factory=list)
     stage_comm: list[StageComm] = field(default_factory=list)
     # a rank's own compute seconds per step (forward + backward of every microbatch + optimizer), mean over

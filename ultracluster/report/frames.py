@@ -315,7 +315,7 @@ def _blank() -> Report:
         _BLANK = build_report(RunResult(
             scenario={}, scenario_name="", chips=0, neuron_cores=0, ranks=0, instances=0, instance_type="",
             actors=0, ray_nodes=0, model_flops_per_step=0.0, peak_flop_per_s=0.0, tokens_per_step=0,
-            feasible=False, reason="blank"))
+            feasible=False, reason="blank", layout=None))
     return _BLANK
 
 

@@ -71,14 +71,12 @@ def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
 
 # --- geometry ---------------------------------------------------------------------------------------------
 def geometry(result: RunResult) -> dict[str, int] | None:
-    """Parallel degrees and per-instance/per-chip rank counts of a run, or None when unknown."""
-    par = (result.scenario or {}).get("parallelism") or {}
-    try:
-        g = {k: int(par[k] if par.get(k) is not None else 1) for k in ("tp", "cp", "pp", "dp")}
-    except (TypeError, ValueError):
+    """Parallel degrees (the result's typed `layout`) and per-instance/per-chip rank counts of a run, or None when
+    unknown (no layout, or no ranks)."""
+    lay = result.layout
+    if lay is None or result.ranks <= 0 or result.instances <= 0 or lay.ranks != result.ranks:
         return None
-    if result.ranks <= 0 or result.instances <= 0 or g["tp"] * g["cp"] * g["pp"] * g["dp"] != result.ranks:
-        return None
+    g = {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp}
     g["ranks_per_instance"] = result.ranks // result.instances
     g["ranks_per_chip"] = max(1, result.ranks // max(result.chips, 1))
     return g
@@ -180,7 +178,7 @@ def rank_tables(result: RunResult, steps: pd.DataFrame) -> tuple[pd.DataFrame, p
 
     Args:
         result: the replayed run (uses stage_compute_s, slow_rank_compute_s, stage_comm, memory,
-            shard_instances, scenario).
+            shard_instances, layout).
         steps: its steps frame (for the measured means and the critical replica and stages).
 
     Returns:

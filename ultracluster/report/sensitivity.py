@@ -3,6 +3,10 @@ from an interval (`ultracluster.uncertainty.Interval`: its factor swings and its
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..uncertainty import Interval
 
 
 SENSITIVITY_COLUMNS = ("factor", "central", "low", "high", "step_time_at_low_s", "step_time_at_high_s",

@@ -23,21 +23,6 @@ COMM_KEYS = tuple(f"comm_{k}_{part}_s" for k in COMM_KINDS for part in ("exposed
 KIND_OF_GROUP = {"dp-expert": "dp", "norm": "dp"}
 
 
-def layout(scenario: dict) -> str:
-    """Short parallelism label, e.g. "tp=8 pp=2 dp=2 1f1b" (cp/ep only when above 1).
-
-    Args:
-        scenario: the resolved scenario dict.
-
-    Returns:
-        The label, "" when the scenario has no parallelism block.
-    """
-    par = scenario.get("parallelism") or {}
-    parts = [f"{k}={par[k]}" for k in ("tp", "pp", "dp", "cp", "ep")
-             if par.get(k) is not None and (k in ("tp", "pp", "dp") or par[k] > 1)]
-    return " ".join(parts + ([str(par["pp_schedule"])] if par.get("pp_schedule") else []))
-
-
 def emulation_info(result: RunResult) -> dict:
     """How the run was emulated (run.json): never a prediction, so kept out of summary.json, which must
     not change when the same scenario is folded into fewer or more actors."""
@@ -65,8 +50,8 @@ def comm_by_kind(result: RunResult, measured: list) -> dict[str, float]:
     `dp_comm_hidden_s`. At least 0 (the table prices healthy links: on a degraded replica a kind can expose
     more than the table holds).
     """
-    par = result.scenario.get("parallelism") or {}
-    degree = {k: int(par.get(k) or 1) for k in ("tp", "cp", "ep")}
+    lay = result.layout
+    degree = {k: getattr(lay, k) if lay is not None else 1 for k in ("tp", "cp", "ep")}
     layers = {c.stage: c.layers for c in result.stage_comm}
     per_kind = dict.fromkeys(COMM_KINDS, 0.0)
     for r in result.collectives:
@@ -205,7 +190,7 @@ def summarize(result: RunResult) -> dict:
         "chips": int(result.chips),
         "neuron_cores": int(result.neuron_cores),
         "ranks": int(result.ranks),
-        "layout": layout(result.scenario),
+        "layout": result.layout.label() if result.layout is not None else "",
         "ray_nodes": int(result.ray_nodes),
         "steps_replayed": len(result.steps),
         "steps_measured": len(measured) if ok else 0,

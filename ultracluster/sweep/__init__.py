@@ -222,7 +222,7 @@ def _map(todo: list[Variant], shared: dict, done) -> int:
 
 def _actor_slots(todo: list[Variant]) -> int:
     from ..actors.launch import machine_capacity
-    from ..actors.shard import actor_bytes
+    from ..shards.worker import actor_bytes
     from ..cluster import fold
 
     capacity = machine_capacity()

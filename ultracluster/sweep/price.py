@@ -35,13 +35,15 @@ def _summary(scenario: Scenario, actors: bool, address: str | None) -> tuple[dic
 
         rep = run(scenario, address=address)
         return rep.summary, rep.storage
-    from ..actors.local import local_shards
+    import dataclasses
+
+    from ..shards.local import local_shards
     from ..emulate import emulate
     from ..report.summary import summarize
     from ..runner import interval_keys
 
     result = emulate(scenario, local_shards, None)
-    result.interval = interval_keys(scenario, summarize(result))
+    result = dataclasses.replace(result, interval=interval_keys(scenario, summarize(result)))
     return summarize(result), result.storage
 
 

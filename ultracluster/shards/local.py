@@ -8,7 +8,7 @@ from typing import Iterator
 from ..network.algorithms import schedule
 from ..replay.profile import ShardProfile, ShardState
 from ..storage import StorageServer, fsx_spec
-from .shard import ShardWorker
+from .worker import ShardWorker
 
 
 class LocalShards:

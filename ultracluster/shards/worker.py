@@ -1,16 +1,16 @@
-"""One shard of the cluster → its ranks' compute for each step, and its part of the gradient payload exchange.
+"""One shard of the cluster → its ranks' compute, once per run and then per step, and its part of the gradient
+payload exchange.
 
 `ShardWorker` is plain Python over numpy: Ray wraps it as an actor (`actors.launch`), tests and the
-in-process runner call it directly (`actors.local`). It owns whole instances, so a contiguous range of ranks
-and of (replica, stage) groups. It prices once, on the chip model, the stages it is the pricer of (those
-whose first rank in replica 0 it holds, `replay.profile.priced_stages`: a stage takes the same time in every
-replica, so each is priced by one shard and the driver merges disjoint parts): their chunk and optimizer
-times, hardware FLOPs, unnamed residual and the matmuls that hide the tensor-parallel collectives, reported
-once in its `ShardState` (the driver prices none of it). It keeps the stragglers among its ranks, and per
-step draws the jitter of the groups it holds from the stream keyed by (seed, step) at each group's position,
-so every folding into actors gives the same numbers.
-It answers with frozen `ShardState` and `ShardProfile`s whose size grows with the stages and groups it holds,
-never with its cores.
+in-process runner call it directly (`shards.local`). It owns whole instances, so a contiguous range of ranks
+and of (replica, stage) groups. Once, in its `ShardState`, it reports what stays the same in every step: on the
+chip model, the times of the stages it is the owner of (those whose first rank in replica 0 it holds,
+`replay.profile.priced_stages`: a stage takes the same time in every replica, so each is timed by one shard and
+the driver merges disjoint parts): their chunk and optimizer times, hardware FLOPs, unnamed residual and the
+matmuls that hide the tensor-parallel collectives (the driver times none of it); and the stragglers among its
+ranks. Per step, in its `ShardProfile`, only the step's jitter of the groups it holds, drawn from the stream
+keyed by (seed, step) at each group's position, so every folding into actors gives the same numbers.
+Its answers are frozen and grow with the stages and groups it holds, never with its cores.
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from .. import chip
+from .. import chip, speed_draws
 from .. import operators as opslib
 from ..cluster import Cluster, ShardSpec, build_cluster
 from ..network.algorithms import schedule
-from ..replay.profile import ShardProfile, ShardState, priced_stages, stage_prices
+from ..replay.profile import ShardProfile, ShardState, priced_stages, shard_stage_times
 from ..units import MIB
 
 PAYLOAD_MAX_BYTES = 1 << 30   # per actor; beyond it `emulation.payload_scale` is too large for one machine
@@ -71,12 +71,12 @@ class ShardWorker:
         first, last = shard.first_rank // size, (shard.first_rank + shard.ranks - 1) // size
         self._groups = np.arange(first, last + 1, dtype=np.int64)      # group id = replica x pp + stage
         self._group_size = size
-        self._sigma = chip.jitter_sigma(scenario, cluster.calibration)
+        self._sigma = speed_draws.jitter_sigma(scenario, cluster.calibration)
         stages = priced_stages(lay, shard.first_rank, shard.ranks)
-        # the chip model only where this shard is a stage's pricer (none: it prices nothing)
+        # the chip model only where this shard is a stage's owner (none: it times nothing)
         times = chip.chunk_times(scenario, cluster, opslib.library_for(scenario)) if stages.size else None
-        self._prices = stage_prices(times, stages, lay.pp, lay.pp * lay.virtual_stages)
-        self._slow_ranks, self._slow_factors = chip.stragglers(scenario, cluster.ranks, shard.first_rank,
+        self._stage_times = shard_stage_times(times, stages, lay.pp, lay.pp * lay.virtual_stages)
+        self._slow_ranks, self._slow_factors = speed_draws.stragglers(scenario, cluster.ranks, shard.first_rank,
                                                                shard.ranks)
         self._payload_elements = payload_elements(scenario, cluster)
         self._ring_bounds = ring_bounds(self._payload_elements, len(cluster.shards))
@@ -87,9 +87,10 @@ class ShardWorker:
         return self.shard.index
 
     def state(self) -> ShardState:
-        """Its instances and, of the scenario's degraded ones (`faults.degraded`), those it owns, and its prices of
-        the stages it prices: the driver prices the collectives and composes the step from what the shards
-        report (`replay.profile.merge_degraded`, `merge_prices`)."""
+        """What it says once: its instances and, of the scenario's degraded ones (`faults.degraded`), those it owns,
+        its times of the stages it times and its slow ranks. The driver merges the shards' states once
+        (`replay.profile.merge_states`), times the collectives on the degraded parts and composes every step
+        from them."""
         lo, n = self.shard.first_instance, self.shard.instances
         mine = []
         for entry, part in enumerate(self.cluster.degraded):
@@ -97,22 +98,14 @@ class ShardWorker:
             if own:
                 mine.append((entry, replace(part, instances=own)))
         return ShardState(shard=self.shard.index, first_instance=lo, instances=n, degraded=tuple(mine),
-                          prices=self._prices)
+                          stage_times=self._stage_times, slow_ranks=self._slow_ranks, slow_factors=self._slow_factors)
 
     def profile(self, step: int) -> ShardProfile:
-        """This shard's compute for `step`: the chunk and optimizer times at speed 1 of the stages it prices
-        (`replay.profile.priced_stages`; the same every step), this step's jitter of the groups it holds
-        (draw `group` of the (seed, step) stream, so a group two shards hold gets one value), and its slow
-        ranks. See `replay.profile.ShardProfile`."""
-        lay, p = self.cluster.layout, self._prices
-        jitter = chip.group_jitter_of(self.scenario.seed, step, int(self._groups[0]), self._groups.size,
+        """This shard's answer for `step`: the step's jitter of the groups it holds (draw `group` of the (seed,
+        step) stream, so a group two shards hold gets one value). See `replay.profile.ShardProfile`."""
+        jitter = speed_draws.group_jitter_of(self.scenario.seed, step, int(self._groups[0]), self._groups.size,
                                       self._group_size, self._sigma)
-        return ShardProfile(shard=self.shard.index, pipeline_stages=lay.pp,
-                            pipeline_chunks=lay.pp * lay.virtual_stages, stages=p.stages, chunks=p.chunks,
-                            forward_s=p.forward_s, backward_s=p.backward_s, optimizer_s=p.optimizer_s,
-                            attention_fwd_s=p.attention_fwd_s, attention_bwd_s=p.attention_bwd_s,
-                            first_group=int(self._groups[0]), group_speed=jitter, slow_ranks=self._slow_ranks,
-                            slow_factors=self._slow_factors)
+        return ShardProfile(shard=self.shard.index, first_group=int(self._groups[0]), group_speed=jitter)
 
     # --- the payload all-reduce between shards, in the steps of the DP group's algorithm --------------
     def payload_algorithm(self) -> str:

@@ -1,0 +1,77 @@
+"""Time these settings: one step of a scenario, or of a plan's layout rows, under many calibrations at once.
+
+The 80 % interval (`ultracluster.uncertainty`, pure arithmetic) asks for the step time at settings of the
+uncertain factors: each factor's grid, the draws beside the band's ends, the published Trainium2 run it weights
+the draws by. It is given these functions (`interval(..., times=setting_step_times)`), so the model is entered
+here, not from the interval: every setting is a row of one table timed by the fast path (`fast.evaluate`, the
+replay's model over a row axis, each row with its own calibration: `Pricer(calibrations=...)`, column `cal`), in
+this process, no Ray, no files. It runs on the driver, after the replay: the settings are a few tens of
+whole-model evaluations that the shard actors, which hold one calibration's chip model of their own stages,
+could not give without a replay per setting; the fast path times them all in one evaluation (docs/design.md,
+"Data flow"). A scenario with degraded instances, which the layout rows cannot carry, is replayed in process once
+per setting instead (`replayed_step_time`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..cluster.calibration import Calibration
+from .fast import evaluate
+from .pricer import Pricer
+from .space import _own_row
+
+
+def one_step(scenario):
+    """The scenario the interval times: one step, storage off (its stalls are not a hardware uncertainty of the
+    step); copied, not re-loaded, so nothing is read again from files (a job's directory may be gone)."""
+    return scenario.model_copy(update={"training": scenario.training.model_copy(update={"steps": 1, "warmup_steps": 0}),
+                                       "storage": None, "checkpoint": None})
+
+
+def setting_step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
+    """Step time of one step of `scenario` under each calibration, in one vectorized evaluation.
+
+    The settings are rows of one table timed by the planner's fast path (`layout_step_times`: each distinct
+    per-rank shape and collective timed once, the pipelines of all rows run at once). Without jitter and
+    stragglers it gives the replay's step exactly (tests/chip/test_uncertainty.py); with them, the stages' mean
+    speeds, which the interval only uses as ratios. A scenario with degraded instances (which the layout rows
+    cannot carry) is replayed once per setting instead. Kept by content for the last 32 one-step scenarios.
+    """
+    one = one_step(scenario)
+    key = (one.model_copy(update={"name": "-", "faults": one.faults and one.faults.model_copy(update=dict(   # not read
+        instance_mtbf_hours=None, detect_minutes=0.0, restart_minutes=0.0))}).model_dump_json(), tuple(calibrations))
+    if key not in _STEP_TIMES:    # (a sweep's variants that differ in storage or faults time their interval once)
+        _STEP_TIMES.pop(next(iter(_STEP_TIMES))) if len(_STEP_TIMES) >= 32 else None
+        _STEP_TIMES[key] = np.array([replayed_step_time(one, cal) for cal in calibrations]) if scenario.faults is not None \
+            and scenario.faults.degraded else layout_step_times(one, pd.DataFrame([_own_row(one)]), calibrations,
+                                                                np.arange(len(calibrations))[None, :])[0]
+    return _STEP_TIMES[key].copy()
+
+
+_STEP_TIMES: dict[tuple, np.ndarray] = {}     # `setting_step_times` of the process's last 32 one-step scenarios
+
+
+def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndarray, pricers: dict | None = None,
+                      shared_last_sends: bool = True) -> np.ndarray:
+    """Step times [n, k] of one step of each layout row of `one` (a `one_step` scenario; `rows` a table of n
+    layouts) under the calibrations `which[i, j]` indexes, in one evaluation of the fast path (NaN: does not fit).
+    `pricers`: Pricers kept across calls, by calibrations. `shared_last_sends`: the last gradient sends share
+    links as in the replay (exact); a plan's many layouts time them alone, as its search does (docs/plan.md)."""
+    n, k = which.shape
+    pricers = {} if pricers is None else pricers
+    key = (tuple(calibrations), shared_last_sends)
+    pr = pricers.get(key) or pricers.setdefault(key, Pricer(one, calibrations=key[0], shared_last_sends=key[1]))
+    table = rows.reset_index(drop=True).iloc[np.repeat(np.arange(n), k)].reset_index(drop=True)
+    table["cal"] = which.reshape(-1)
+    out = evaluate(pr, table)
+    return np.where(out["feasible"].to_numpy(), out["step_time_s"].to_numpy(dtype=float), np.nan).reshape(n, k)
+
+
+def replayed_step_time(one, cal: Calibration) -> float:
+    """One replayed step of `one` (a `one_step` scenario; `emulate` with in-process shards): no Ray, no files."""
+    from ..emulate import emulate
+    from ..shards.local import local_shards
+
+    res = emulate(one, local_shards, None, cal)
+    return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
