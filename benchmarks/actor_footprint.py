@@ -73,7 +73,7 @@ def measure(label: str, path: Path, sets: list[str]) -> dict:
         start_cpu = [proc_cpu_s(p) for p in pids]
         shards.states()
         for step in range(3):
-            shards.profiles(step)
+            shards.shard_steps(step)
             shards.reduce_payload(step)
         mem = [proc_memory(p) for p in pids]
     return {"label": label, "actors": len(pids), "payload_mib": payload_mib, "start_s": start_s,

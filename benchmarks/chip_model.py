@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cost of the vectorized chip model for one step of a shard: 64 cores against 65,536 cores.
 
-The chip model prices each distinct pipeline chunk once (`chunk_times`); per step the shard draws the
+The chip model times each distinct pipeline chunk once (`chunk_times`); per step the shard draws the
 jitter of the (replica, stage) groups it holds (`ShardWorker.profile`), so its cost should not grow with
 the cores it stands for, only, slightly, with the groups.
 Prints a table: cores, instances, median milliseconds per call over repeats, ratio to the smallest.
@@ -36,7 +36,7 @@ def cost_ms(instances: int, repeats: int) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        ShardWorker(sc, cl, cl.shards[0]).profile(0)
+        ShardWorker(sc, cl, cl.shards[0]).shard_step(0)
         times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times)
 

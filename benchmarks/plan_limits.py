@@ -7,9 +7,9 @@ of the Ray sessions the command started).
 The default commands are the ones issue 26 measures: a real-size search (Llama 3.1 405B on trn2 at 64 to 8,192
 instances) and three hostile ones (400 instance counts, 100 million instances, --top 100000).
 
-Then (`--only pieces`, or by default) the CPU seconds of pricing the real-size search's layouts on two workers,
-each with its own Pricer as a Ray worker has: the table cut in its order into chunks of 2,048 dealt in turn
-(how the search cut it before), against `search.chunks` (the chunks follow the clusters), each chunk going to
+Then (`--only pieces`, or by default) the CPU seconds of evaluating the real-size search's layouts on two workers,
+each with its own Evaluator as a Ray worker has: the table cut in its order into blocks of 2,048 dealt in turn
+(how the search cut it before), against `ranking.blocks` (the blocks follow the clusters), each block going to
 the worker with the fewer CPU seconds so far, as Ray's next free worker takes the next task.
 
 Usage: python benchmarks/plan_limits.py [--only real|hostile|pieces]
@@ -62,7 +62,7 @@ def measure(args: list[str]) -> dict:
         wall = time.perf_counter() - t0
     printed = done.stdout + done.stderr
     phases = {m.group(1): float(m.group(3)) for m in map(PHASE.search, done.stderr.splitlines()) if m}
-    layouts = next((m.group(2) for m in map(PHASE.search, done.stderr.splitlines()) if m and m.group(1) == "pricing"),
+    layouts = next((m.group(2) for m in map(PHASE.search, done.stderr.splitlines()) if m and m.group(1) == "evaluating"),
                    "-")
     last = (done.stderr.strip().splitlines() or [""])[-1] if done.returncode else \
         next((ln for ln in done.stdout.splitlines() if ln.startswith("plan ")), "")
@@ -72,29 +72,29 @@ def measure(args: list[str]) -> dict:
 
 
 def pieces_cpu() -> None:
-    """CPU seconds of two workers pricing the real-size search: chunks in table order against chunks by cluster."""
+    """CPU seconds of two workers evaluating the real-size search: blocks in table order against blocks by cluster."""
     from ultracluster import load_scenario
-    from ultracluster.layouts import search
-    from ultracluster.layouts.fast import Pricer
+    from ultracluster.layouts import ranking
+    from ultracluster.layouts.steps import Evaluator
     from ultracluster.layouts.space import SearchSpace, enumerate_layouts
 
     base = load_scenario(REPO / REAL[1][0])
     table = enumerate_layouts(base, SearchSpace(instance_counts=tuple(int(n) for n in REAL[1][2].split(","))))
-    sources = dict(Pricer(base).sources)
+    sources = dict(Evaluator(base).sources)
     ordered = [table.iloc[lo:lo + 2048] for lo in range(0, len(table), 2048)]
     print()
     print(f"| {len(table):,} layouts of `{shown(REAL[1])}` on two workers | worker CPU s | all CPU s "
           "| layouts per CPU-second |")
     print("| --- | --- | --- | --- |")
-    for label, pieces, dealt in [("table order, 2,048 per chunk, dealt in turn", ordered, "turn"),
-                                 ("`search.chunks(table, 4)`: by cluster, largest first", search.chunks(table, 4),
+    for label, pieces, dealt in [("table order, 2,048 per block, dealt in turn", ordered, "turn"),
+                                 ("`ranking.blocks(table, 4)`: by cluster, largest first", ranking.blocks(table, 4),
                                   "free")]:
-        workers = [Pricer(base, None, sources), Pricer(base, None, sources)]
+        workers = [Evaluator(base, None, sources), Evaluator(base, None, sources)]
         spent = [0.0, 0.0]
         for i, piece in enumerate(pieces):
             w = i % 2 if dealt == "turn" else spent.index(min(spent))
             t0 = time.process_time()
-            search.evaluate_chunk(base, None, sources, piece, workers[w])
+            ranking.evaluate_block(base, None, sources, piece, workers[w])
             spent[w] += time.process_time() - t0
         print(f"| {label} | {spent[0]:.1f}, {spent[1]:.1f} | {sum(spent):.1f} | {len(table) / sum(spent):,.0f} |",
               flush=True)
@@ -114,14 +114,14 @@ def main() -> int:
           f"load average {os.getloadavg()[0]:.2f} at the start; {time.strftime('%Y-%m-%d')}")
     if todo:
         print()
-        print("| plan command | exit | wall s | enumerate s | price s | replay s | layouts | printed bytes (lines) "
+        print("| plan command | exit | wall s | enumerate s | evaluate s | replay s | layouts | printed bytes (lines) "
               "| peak RSS MiB (largest so far) | memory-monitor kills | outcome |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for _, cmd in todo:
         r = measure(cmd)
         ph = r["phases"]
         print(f"| `{shown(cmd)}` | {r['rc']} | {r['wall_s']:.1f} | {ph.get('enumerating', 0):.1f} "
-              f"| {ph.get('pricing', 0):.1f} | {ph.get('replaying', 0):.1f} | {r['layouts']} "
+              f"| {ph.get('evaluating', 0):.1f} | {ph.get('replaying', 0):.1f} | {r['layouts']} "
               f"| {r['bytes']:,} ({r['lines']}) | {r['peak_rss_mib']:.0f} | {r['oom']} | {r['last'][:110]} |",
               flush=True)
     if args.only in (None, "pieces"):

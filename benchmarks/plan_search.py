@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""`ultracluster plan` speed and fidelity on this machine: layouts priced per second, and the best layout's
+"""`ultracluster plan` speed and fidelity on this machine: layouts timed per second, and the best layout's
 replay against its prediction and against the scenario's own layout.
 
-1. The search (enumerate and price every layout; no replays) in a fresh process each
+1. The search (enumerate and time every layout; no replays) in a fresh process each
    time, so every cache starts cold: layouts, feasible, search wall seconds, layouts/s (median of --repeat).
 2. One full plan with the top layouts replayed by `run` (real Ray actors on an embedded Ray): the largest
    difference between a replayed step time and its fast-path prediction.

@@ -5,8 +5,8 @@ For each scenario: start a local Ray (not timed), launch the shard actors, repla
 wall seconds per step (Ray start and actor start excluded), peak RSS of the driver and of all actors
 (VmHWM from /proc), actors, Ray calls per step (actor method invocations the driver makes), bytes
 moved between actors per step (the gradient payload ring), and what the shards' answers cost per step: the
-bytes of their answers (`ShardProfile` arrays: the step's jitter; their stage times and slow ranks come once, in
-their `ShardState`s) and the driver's seconds to collect and merge them (`merge_profiles`).
+bytes of their answers (`ShardStep` arrays: the step's jitter; their stage times and slow ranks come once, in
+their `ShardState`s) and the driver's seconds to collect and merge them (`merge_shard_steps`).
 
 Usage: python benchmarks/scale.py [SCENARIO.yaml ...] [--steps N] [--set KEY=VALUE ...]
 """
@@ -27,7 +27,7 @@ from ultracluster.cluster import build_cluster, resolve_instances_per_actor
 from ultracluster.memory import infeasible_reason, stage_memory
 from ultracluster.operators import library_for
 from ultracluster.replay.engine import microbatches, step_comm, replay_steps
-from ultracluster.replay.profile import merge_profiles, merge_states
+from ultracluster.replay.shard_steps import merge_shard_steps, merge_states
 from ultracluster.replay.schedule import stage_programs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def bench(path: Path, steps: int, overrides: list[str] | None = None) -> dict:
         def timed_profiles(step):
             t = time.perf_counter()
             out = ask(step)
-            merge_profiles(out, state, layout.dp * layout.pp)
+            merge_shard_steps(out, state, layout.dp * layout.pp)
             profile_s.append(time.perf_counter() - t)
             answers.append(profile_bytes(out))
             return out

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""How fast `ultracluster sweep` prices variants (docs/sweeps.md): prints a table.
+"""How fast `ultracluster sweep` times variants (docs/sweeps.md): prints a table.
 
 1. The FSx example: 12 variants (3 tiers x 2 capacities x 2 checkpoint modes) of
    scenarios/faults-llama3-70b-trn2-sync.yaml with --hours 720, as the command runs them (this process, or an
    embedded Ray when that pays): wall seconds, target < 30 s on 2 cores.
-2. Variants per second per core on scenarios/llama3.1-70b-trn2-ultraserver.yaml without --hours, priced one after
+2. Variants per second per core on scenarios/llama3.1-70b-trn2-ultraserver.yaml without --hours, timed one after
    another in one process (one core), by what they vary: target >= 5.
 
 usage: python benchmarks/sweep.py [--skip-fsx]
@@ -36,16 +36,16 @@ SWEEPS = {     # what the Llama-3.1-70B Trn2 variants vary
 
 
 def per_core(label: str, vary: list[str]) -> tuple[str, int, float]:
-    """Variants priced one after another in this process (one core): (label, variants, variants/s)."""
+    """Variants timed one after another in this process (one core): (label, variants, variants/s)."""
     from ultracluster.sweep import build
-    from ultracluster.sweep.price import price_variant
+    from ultracluster.sweep.evaluate import evaluate_variant
 
     sets, flags = [], vary
     if label.startswith("storage"):
         sets, flags = vary, ["storage.capacity_tib=2.4,4.8,9.6,12,24,48,96,192"]
     plan = build(L70, sets, flags, None, None)
     t0 = time.perf_counter()
-    rows = [price_variant(v.scenario) for v in plan.variants]
+    rows = [evaluate_variant(v.scenario) for v in plan.variants]
     wall = time.perf_counter() - t0
     assert all(r["status"] in ("ok", "infeasible") for r in rows), [r["reason"] for r in rows]
     return label, len(rows), len(rows) / wall

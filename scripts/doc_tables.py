@@ -314,14 +314,14 @@ FSX_CHART = REPO / "docs" / "sweeps-fsx.svg"
 
 def _fsx_sweep(conservative: bool):
     """docs/sweeps.md's example: the 12 FSx variants with --hours 720, priced in this process as a sweep's tasks
-    price them (`sweep.price.price_variant`)."""
+    price them (`sweep.evaluate.evaluate_variant`)."""
     from ultracluster.sweep import build
     from ultracluster.sweep.output import table
-    from ultracluster.sweep.price import price_variant
+    from ultracluster.sweep.evaluate import evaluate_variant
 
     if conservative not in _FSX:
         plan = build(FSX, ["training.budget_tokens=1.5e12"], FSX_VARY, None, 720.0, conservative=conservative)
-        rows = [{"variant": v.index + 1, "key": v.key, **v.values, **price_variant(v.scenario, 720.0, not conservative)}
+        rows = [{"variant": v.index + 1, "key": v.key, **v.values, **evaluate_variant(v.scenario, 720.0, not conservative)}
                 for v in plan.variants]
         _FSX[conservative] = (table(rows, plan.keys), plan.keys)
     return _FSX[conservative]

@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 from scipy.optimize import minimize as _scipy_minimize  # noqa: E402
 from ultracluster.network import calibration as ncal  # noqa: E402
 from ultracluster.network.bench import bench_cluster, bench_group  # noqa: E402
-from ultracluster.network.collectives import bus_factor, collective_time, profile, step_table, table_times  # noqa: E402
+from ultracluster.network.collectives import bus_factor, collective_time, link_loads, step_table, table_times  # noqa: E402
 from ultracluster.network.topology import fabric  # noqa: E402
 
 FITTED = ncal.FITTED
@@ -140,7 +140,7 @@ def _problem(data: Path, which):
     for row, cluster, group in cases(read_rows(data)):
         if which(row):
             rows.append(row)
-            profs.append(profile(fabric(cluster), row["op"], float(row["bytes"]), group))
+            profs.append(link_loads(fabric(cluster), row["op"], float(row["bytes"]), group))
     nbytes = np.array([float(r["bytes"]) for r in rows])
     meas = np.array([float(r["time_us"]) * 1e-6 for r in rows])
     scale = np.log1p(np.array([tolerance(int(r["bytes"])) for r in rows]))

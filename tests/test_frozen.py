@@ -22,12 +22,12 @@ def _arrays(value):
 
 
 def _cached_values():
-    from ultracluster.layouts import parts, schedules
+    from ultracluster.layouts import batched_parts, schedules
 
     yield "program_arrays", schedules.program_arrays("1f1b", 4, 8, 1)
     yield "compile_programs", schedules.compile_programs("interleaved", 4, 8, 2)
     yield "repeats", schedules.repeats("1f1b", 4, 8, 1)
-    yield "_held", parts._held("1f1b", 4, 8, 1)
+    yield "_held", batched_parts._held("1f1b", 4, 8, 1)
     from ultracluster import uncertainty
 
     yield "halton", uncertainty.halton(16, 3)
@@ -61,12 +61,12 @@ def test_the_cached_arrays_are_read_only(name, value):
 def test_a_collective_profile_is_read_only():
     from ultracluster.network import Group
     from ultracluster.network.bench import bench_cluster
-    from ultracluster.network.collectives import members_and_levels, profile
+    from ultracluster.network.collectives import members_and_levels, link_loads
     from ultracluster.network.topology import fabric
 
     fab = fabric(bench_cluster("trn2.48xlarge", 2))
     g = Group(64, 2, together=False)
-    arrays = list(_arrays(members_and_levels(fab, g))) + list(_arrays(profile(fab, "all_reduce", 1 << 30, g)))
+    arrays = list(_arrays(members_and_levels(fab, g))) + list(_arrays(link_loads(fab, "all_reduce", 1 << 30, g)))
     assert len(arrays) > 3
     for arr in arrays:
         with pytest.raises(ValueError, match="read-only"):

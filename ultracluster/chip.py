@@ -208,7 +208,7 @@ class LayerCosts:
 
 def layer_costs(ops, v: dict[str, np.ndarray], rates: RankRates, recompute: np.ndarray, overhead: np.ndarray,
                 flash_attention: bool) -> LayerCosts:
-    """Price the layer, embedding and head kernels of K shapes at once (one `evaluate` per where and phase).
+    """Time the layer, embedding and head kernels of K shapes at once (one `evaluate` per where and phase).
 
     Args:
         ops: the applicable operator library; v: shape variables, arrays [K]; rates: `stack_rates` [K].
@@ -300,12 +300,12 @@ def tp_hide_seconds(scenario, cluster: Cluster, library: tuple[opslib.Operator, 
 
 def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...] | None = None,
                 stages: np.ndarray | None = None) -> ChunkTimes:
-    """Price every pipeline chunk of a scenario on the chip model (library: default the scenario's), as a
-    batch of one (`layer_costs`, `chunk_rows`, `optimizer_seconds`: the planner prices thousands with them).
+    """Time every pipeline chunk of a scenario on the chip model (library: default the scenario's), as a
+    batch of one (`layer_costs`, `chunk_rows`, `optimizer_seconds`: the planner times thousands with them).
 
     With `stages` (ascending stage ids), only those stages: forward_s, backward_s and flops_per_microbatch
     hold the chunks on them (chunk c lives on stage c % pp) in chunk order, optimizer_s one entry per given
-    stage; every number is the one the full table has. The per-layer kernels are priced either way."""
+    stage; every number is the one the full table has. The per-layer kernels are timed either way."""
     cal, layout, t = cluster.calibration, cluster.layout, scenario.training
     ops = opslib.applicable(library if library is not None else opslib.library_for(scenario), scenario, cal)
     v = {name: np.array([x], dtype=float) for name, x in opslib.shape_variables(scenario, layout, cal).items()}

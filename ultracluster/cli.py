@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
                                                   "it names none); two or more: the best layout of each"),
                              ("--lnc", "N,...", "LNC settings tried on Trn2 and Trn3 (default 1,2)")):
         pl.add_argument(flag, metavar=meta, help=what)
-    sw = sub.add_parser("sweep", help="price many variants of a scenario over the Ray cluster: one table, one page "
+    sw = sub.add_parser("sweep", help="evaluate many variants of a scenario over the Ray cluster: one table, one page "
                                       "(sweep.csv, sweep.parquet, sweep.html)")
     sw.add_argument("scenario", help="scenario YAML (its sweep: section, if any, is the default --vary)")
     sw.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
@@ -128,12 +128,12 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour over the "
                     "catalog: USD for the scenario's type (as cluster.price_per_hour_usd), TYPE=USD for any")
     sw.add_argument("--assumptions", default="on", metavar="on|off",
-                    help="off: price every assumption no source publishes that has an argued range at its "
+                    help="off: evaluate every assumption no source publishes that has an argued range at its "
                          "conservative end (the FSx burst allowance at 0), to see whether it decides the answer")
     sw.add_argument("--max-variants", type=int, metavar="N", help="refuse a sweep of more variants (default "
                                                                   "500)")
     sw.add_argument("--actors", action="store_true", help="replay each variant on Ray actors (a full run) "
-                                                          "instead of pricing it in a task")
+                                                          "instead of evaluating it in a task")
     sw.add_argument("--force", action="store_true", help="replace another sweep in the sweep directory")
     sw.add_argument("--quiet", action="store_true", help="print nothing but errors")
     rr = sub.add_parser("report", help="re-render report.html and trace.json of a run directory from its files")
@@ -410,7 +410,7 @@ def _plan(scenario, args) -> int:
 
 
 def _sweep(args) -> int:
-    """`sweep`: build and validate every variant, price them (Ray tasks over the attached cluster, or here), write
+    """`sweep`: build and validate every variant, time them (Ray tasks over the attached cluster, or here), write
     the sweep directory, print the table. Exit 0; 2 bad input (nothing runs); 4 a variant failed (the others'
     rows are written); 128 + the signal when interrupted (the finished rows kept)."""
     from .report import WorkProgress
@@ -462,7 +462,7 @@ def _sweep(args) -> int:
         if shown:
             shown.finish()
         print(f"sweep interrupted ({stop.signal_name}); {out} keeps the finished rows: run the same sweep again "
-              f"to price the rest", file=sys.stderr)
+              f"to evaluate the rest", file=sys.stderr)
         return stop.exit_code
     except OutDirError as err:
         if shown:
@@ -479,7 +479,7 @@ def _sweep(args) -> int:
             shown.finish()
     if not args.quiet:
         print(format_sweep(result.table, result.summary, plan.keys))
-        print(f"sweep directory: {out} (sweep.csv, sweep.parquet, sweep.html); priced by "
+        print(f"sweep directory: {out} (sweep.csv, sweep.parquet, sweep.html); evaluated by "
               f"{result.summary['evaluated_by']} in {result.summary['wall_s']:.1f} s")
     for line in result.failures:
         print(f"error: {line}", file=sys.stderr)
@@ -500,7 +500,7 @@ def _print_problems(err: ScenarioError) -> None:
 
 
 def _sensitivity(scenario, args) -> int:
-    """`ultracluster sensitivity`: price the scenario in this process, then each uncertain factor at both ends."""
+    """`ultracluster sensitivity`: time the scenario in this process, then each uncertain factor at both ends."""
     from .runner import predict
     from .report.write import write_sensitivity
     from .report.sensitivity import SENSITIVITY_COLUMNS, sensitivity_rows, tornado_text

@@ -1,10 +1,10 @@
 """Scenario → RunResult: the stages of a run up to its replayed steps, without the report or files.
 
 scenario → cluster → memory (an infeasible layout stops here) → shards → step replay on the virtual clock.
-The shards price the chip (each the stages it runs in replica 0, reported once in its `ShardState`); the step is
-composed from what they return, never from a pricing of the driver's own (docs/design.md, "Who prices what").
+The shards time the chip (each the stages it runs in replica 0, reported once in its `ShardState`); the step is
+composed from what they return, never from a timing of the driver's own (docs/design.md, "Who times what").
 The RunResult is complete: the report reads its fields and never calls back into the replay (per-rank
-compute tallied from the merged profiles, per-chunk and per-stage communication, per-stage exposure, the
+compute tallied from the merged shard steps, per-chunk and per-stage communication, per-stage exposure, the
 storage figures from the cluster built here).
 `runner.run` adds the report and the run directory; `runner.predict`, the sweeps and the interval's settings of a
 scenario with degraded instances (`layouts.setting_times.replayed_step_time`) call it with in-process shards. Below the Ray adapter: whatever runs on Ray (the
@@ -30,7 +30,7 @@ from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records
 from .replay.engine import microbatches, step_comm, replay_steps
 from .replay.result import RunLayout, RunResult, StepRecord
-from .replay.profile import merge_states
+from .replay.shard_steps import merge_states
 from .replay.records import ComputeTally, comm_records, measured_steps, stage_dp_exposure
 from .replay.schedule import stage_programs
 from .scenario import Scenario, load_scenario

@@ -154,8 +154,8 @@ def capacity_gib(cluster) -> float:
 
 def in_flight_peak(program: list[tuple[str, int, int]], act_bytes: np.ndarray) -> float:
     """Peak activation bytes a stage holds along its program (`act_bytes` per chunk id): the walk of the executed
-    program. The planner reads the same peak off a short program's held vectors (`layouts.parts._counts`, then
-    `stage_peaks`; tests/plan/test_fast_parts.py checks they agree)."""
+    program. The planner reads the same peak off a short program's held vectors (`layouts.batched_parts.program_counts`, then
+    `stage_peaks`; tests/plan/test_batched_parts.py checks they agree)."""
     if not program:
         return 0.0
     kinds, _, chunk_ids = zip(*program)
@@ -167,8 +167,8 @@ def in_flight_peak(program: list[tuple[str, int, int]], act_bytes: np.ndarray) -
 
 
 def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
-    """HBM footprint of one rank of every pipeline stage: the layout as a batch of one (the planner prices
-    thousands with the same functions, `layouts.parts.batched_memory`)."""
+    """HBM footprint of one rank of every pipeline stage: the layout as a batch of one (the planner times
+    thousands with the same functions, `layouts.batched_parts.batched_memory`)."""
     t, layout = scenario.training, cluster.layout
     ops = opslib.applicable(library, scenario)
     v = opslib.shape_variables(scenario, layout)

@@ -2,7 +2,7 @@
 
 The library is data: each operator gives TensorE/VectorE/ScalarE FLOPs, HBM bytes and saved activation
 bytes as arithmetic expressions over the shape variables documented in `operators/transformer.yaml`.
-Expressions are compiled once and evaluated on numpy arrays, so one call prices every pipeline chunk
+Expressions are compiled once and evaluated on numpy arrays, so one call times every pipeline chunk
 (or every configuration of a sweep) at once.
 """
 from __future__ import annotations

@@ -39,7 +39,7 @@ class Engine:
             microbatch: forward and backward are one graph).
         graphs_fwd, graphs_bwd: graph executions of a microbatch's forward and backward on a stage of a
             pipeline (each `xm.mark_step()` the engine issues ends one).
-        graph_factor: the `Calibration` field that prices one graph execution of this engine (fitted per
+        graph_factor: the `Calibration` field that times one graph execution of this engine (fitted per
             engine: no source gives it), or None (no cost: `custom`).
         exchange: "separate" (each send and each receive a blocking collective in its own graph: NxD's
             all_gather over the stage pair), "fused" (a send and the opposite receive in one graph: Megatron's
@@ -178,10 +178,10 @@ STACKS: dict[str, Stack] = {
 NEURON_STACKS = tuple(n for n in NAMES if n != "custom")
 SHORT = {"neuronx-distributed": "nxd", "neuronx-nemo-megatron": "nemo", "megatron-lm-neuron": "megatron",
          "axlearn": "axlearn", "custom": "custom"}       # a plan row's label names its stack by these
-# the keys a stack's defaults fill (each stack's `defaults`), and of them those that change how a layout is priced
-# but are no layout column of a plan (the planner prices each distinct setting of them apart: `for_cell`)
+# the keys a stack's defaults fill (each stack's `defaults`), and of them those that change how a layout is timed
+# but are no layout column of a plan (the planner times each distinct setting of them apart: `for_cell`)
 STACK_KEYS = tuple(dict.fromkeys(k for s in STACKS.values() for k in s.defaults))
-PRICING_KEYS = ("training.attention", "model.dropout", "parallelism.tp_comm_overlap")
+TIMING_KEYS = ("training.attention", "model.dropout", "parallelism.tp_comm_overlap")
 
 
 def _get(raw: dict, dotted: str) -> tuple[bool, Any]:
@@ -254,15 +254,15 @@ def names_its_stack(scenario) -> bool:
 
 def for_cell(scenario, stack: str, pipelined: bool):
     """The scenario as `stack` runs a layout with (`pipelined`) or without a pipeline: `stack` set, and the keys
-    that price a layout beyond its columns (PRICING_KEYS: attention kernel, dropout, TP overlap) the stack's
+    that time a layout beyond its columns (TIMING_KEYS: attention kernel, dropout, TP overlap) the stack's
     defaults where the scenario did not give them (`custom`: the schema's defaults). The same object when nothing
     changes. The layout columns (ZeRO, recomputation, sequence parallelism, LNC) are the planner's rows'."""
     given = explicit(scenario)
-    given = frozenset(PRICING_KEYS) if given is None else given
+    given = frozenset(TIMING_KEYS) if given is None else given
     values = defaults_for(stack, 2 if pipelined else 1, scenario.model.mlp)
     update: dict[str, Any] = {"stack": stack} if scenario.stack != stack else {}
     sections: dict[str, dict] = {}
-    for key in PRICING_KEYS:
+    for key in TIMING_KEYS:
         if key in given:
             continue
         section, name = key.split(".")

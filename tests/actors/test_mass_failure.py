@@ -28,16 +28,16 @@ from ultracluster.cli import main
 @contextmanager
 def launch_then_kill(scenario, cluster, address=None):
     with launch.launch_actors(scenario, cluster, address) as shards:
-        profiles = shards.profiles
+        shard_steps = shards.shard_steps
         pids = ray.get([a.__ray_call__.remote(lambda self: os.getpid()) for a in shards.actors])
 
-        def profiles_killing_on_third_step(step):
+        def shard_steps_killing_on_third_step(step):
             if step == 2:
                 for pid in pids[:KILLED]:
                     os.kill(pid, signal.SIGKILL)
-            return profiles(step)
+            return shard_steps(step)
 
-        shards.profiles = profiles_killing_on_third_step
+        shards.shard_steps = shard_steps_killing_on_third_step
         yield shards
 
 runner.launch_actors = launch_then_kill

@@ -37,7 +37,7 @@ def test_local_ring_gives_every_shard_the_exact_sum():
     assert moved == pytest.approx(2 * (k - 1) * n * 8, rel=0.01)
 
 
-def test_a_corrupted_chunk_is_caught():
+def test_a_corrupted_segment_is_caught():
     sc = scenario()
     cl = build_cluster(sc, 1)
     shards = LocalShards(sc, cl)

@@ -219,7 +219,7 @@ def test_a_row_no_factor_in_its_range_reaches_is_refused_and_nothing_written(tmp
 
 def test_the_reachable_range_holds_the_shipped_fits_own_prediction(scenarios_dir):
     """What the refusal allows is the model's: the shipped fit's replayed step lies inside it."""
-    from ultracluster.calibrate.command import _groups, reachable
+    from ultracluster.calibrate.command import scenario_rows_of, reachable
     from ultracluster.calibrate.measurements import read_measurements
     from ultracluster.runner import predict
 
@@ -229,6 +229,6 @@ def test_the_reachable_range_holds_the_shipped_fits_own_prediction(scenarios_dir
     from pathlib import Path
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "m.csv").write_text(f"scenario,step_time_s\n{sc},{step}\n")
-        (g,) = _groups(read_measurements(Path(d) / "m.csv")).values()
+        (g,) = scenario_rows_of(read_measurements(Path(d) / "m.csv")).values()
     lo, hi = reachable(g, fitted(), 0.0)
     assert lo < step < hi and hi / lo > 2

@@ -23,7 +23,7 @@ NETWORK = Path("ultracluster/network/collectives_fit.json")
 PROBE = """
 import sys
 import ultracluster.chip, ultracluster.cluster, ultracluster.cluster.uncertain_factors, ultracluster.emulate
-import ultracluster.network, ultracluster.uncertainty, ultracluster.layouts.fast, ultracluster.replay.engine
+import ultracluster.network, ultracluster.uncertainty, ultracluster.layouts.steps, ultracluster.replay.engine
 print("imported")
 from ultracluster.cluster.fitted_files import CalibrationMissing, fitted
 from ultracluster.cluster.uncertain_factors import for_generation

@@ -23,15 +23,15 @@ def test_a_killed_actor_stops_the_run_naming_its_shard_and_keeping_finished_step
     @contextmanager
     def launch_then_kill(scenario, cluster, address=None):
         with launch.launch_actors(scenario, cluster, address) as shards:
-            profiles = shards.profiles
+            shard_steps = shards.shard_steps
 
-            def profiles_killing_on_third_step(step):
+            def shard_steps_killing_on_third_step(step):
                 if step == 2:
                     ray_session.kill(shards.actors[1])
                     killed.append(cluster.shards[1])
-                return profiles(step)
+                return shard_steps(step)
 
-            shards.profiles = profiles_killing_on_third_step
+            shards.shard_steps = shard_steps_killing_on_third_step
             yield shards
 
     monkeypatch.setattr(runner, "launch_actors", launch_then_kill)

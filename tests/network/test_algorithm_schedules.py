@@ -11,14 +11,14 @@ MIB = 1 << 20
 
 
 def run(sched, bufs):
-    """Apply a schedule to [members, chunks] buffers: in each step every send reads before any write."""
+    """Apply a schedule to [members, segments] buffers: in each step every send reads before any write."""
     bufs = bufs.copy()
     for st in sched.steps:
-        vals = bufs[st.src, st.chunk].copy()
+        vals = bufs[st.src, st.segment].copy()
         if st.reduce:
-            np.add.at(bufs, (st.dst, st.chunk), vals)
+            np.add.at(bufs, (st.dst, st.segment), vals)
         else:
-            bufs[st.dst, st.chunk] = vals
+            bufs[st.dst, st.segment] = vals
     return bufs
 
 
@@ -44,23 +44,23 @@ def test_schedules_compute_the_exact_collective(algorithm, p):
 def test_cost_patterns_carry_the_schedules_traffic(algorithm, op):
     for p in (2, 4, 8):
         sched = schedule(algorithm, op, p)
-        chunks, pats = patterns(algorithm, op, p)
-        assert chunks == sched.chunks and sum(pt.repeat for pt in pats) == len(sched.steps)
+        segments, pats = patterns(algorithm, op, p)
+        assert segments == sched.segments and sum(pt.repeat for pt in pats) == len(sched.steps)
         per_pair = {}
         for st in sched.steps:
             for s, d in zip(st.src, st.dst):
                 per_pair[(s, d)] = per_pair.get((s, d), 0) + 1
         got = {}
         for pt in pats:
-            for s, d, c in zip(pt.src, pt.dst, pt.chunks):
+            for s, d, c in zip(pt.src, pt.dst, pt.segments):
                 got[(s, d)] = got.get((s, d), 0) + c * pt.repeat
         assert got == pytest.approx(per_pair)
         # every member sends (p-1)/p of the buffer per phase: what busbw assumes
         phases = 2 if op == "all_reduce" else 1
-        assert sched.chunks_sent() == phases * (p - 1)
+        assert sched.segments_sent() == phases * (p - 1)
 
 
-def test_pairwise_all_to_all_delivers_every_chunk_once():
+def test_pairwise_all_to_all_delivers_every_segment_once():
     p = 5
     sched = schedule("pairwise", "all_to_all", p)
     pairs = {(s, d) for st in sched.steps for s, d in zip(st.src.tolist(), st.dst.tolist())}

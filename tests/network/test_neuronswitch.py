@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from ultracluster.cluster.catalog import GiB
 from ultracluster.network import Group, bus_factor, busbw_limit_bytes_per_s, collective_time, group_of
 from ultracluster.network.bench import bench_cluster, bench_group, rank_stride
-from ultracluster.network.collectives import (_switch_ring_order, members_and_levels, pick_intra, profile,
+from ultracluster.network.collectives import (switch_ring_order, members_and_levels, pick_intra, link_loads,
                                               stages)
 from ultracluster.network.topology import CHIP, DIRECT, DOMAIN, NIC_IN, NIC_OUT, SWITCH, fabric, route
 from ultracluster.errors import ScenarioError
@@ -81,12 +81,12 @@ def test_rings_cross_between_halves_only_over_direct_links():
     for name, servers in (("trn3.48xlarge", 4), ("trn3gen2.16xlarge", 36)):
         fab = fabric(bench_cluster(name, servers))
         members = np.arange(servers) * fab.ranks_per_instance
-        order = members[_switch_ring_order(fab, members)]
+        order = members[switch_ring_order(fab, members)]
         r = route(fab, order, np.roll(order, -1), np.ones(servers))
         assert (r.latency_s == 2e-6).all(), name           # every ring hop is one link: level 2 or direct
         assert kinds_of(fab, r).count(DIRECT) == 4, name   # the ring crosses twice, out and in each time
     fab = fabric(bench_cluster("trn3.48xlarge", 4))
-    assert (np.arange(4) * 64)[_switch_ring_order(fab, np.arange(4) * 64)].tolist() == [0, 64, 192, 128]
+    assert (np.arange(4) * 64)[switch_ring_order(fab, np.arange(4) * 64)].tolist() == [0, 64, 192, 128]
 
 
 def test_algorithms_follow_size_and_shape():
@@ -109,7 +109,7 @@ def test_one_member_per_chip_pays_fewer_ring_steps_than_every_rank():
     _, lv = members_and_levels(fab, g)
     st = stages(fab, "all_reduce", 1 << 30, g, lv)
     assert [s.algorithm for s in st] == ["chip-ring"]
-    steps = sum(s.repeat for s in profile(fab, "all_reduce", 1 << 30, g).steps)
+    steps = sum(s.repeat for s in link_loads(fab, "all_reduce", 1 << 30, g).steps)
     assert steps == 2 * (16 - 1)                                      # a ring over 16 chips, not 64 ranks
 
 

@@ -60,8 +60,8 @@ def test_a_corrupted_message_fails_the_receivers_check():
     local = LocalShards(sc, cl)
     local._algorithm = "rdh"
     sender = local.workers[2]
-    honest = sender.send_chunks
-    sender.send_chunks = lambda k, dst: honest(k, dst) + (1.0 if k == 0 else 0.0)
+    honest = sender.send_segments
+    sender.send_segments = lambda k, dst: honest(k, dst) + (1.0 if k == 0 else 0.0)
     _, ok = local.reduce_payload(step=0)
     assert not ok
     assert not all(w.check_payload() for w in local.workers)

@@ -9,7 +9,7 @@ import pytest
 
 from ultracluster import load_scenario
 from ultracluster.cli import main
-from ultracluster.layouts import search
+from ultracluster.layouts import ranking
 from ultracluster.layouts.space import SearchSpace
 from ultracluster.runner import predict
 from ultracluster.plan import plan
@@ -21,7 +21,7 @@ SEVEN_B = {"name": "plan-7b-iv", "model": {"preset": "llama2-7b"},
            "training": {"seq_len": 4096, "global_batch": 64, "steps": 1, "warmup_steps": 0},
            "parallelism": {"tp": 8}, "cluster": {"instance": "trn1.32xlarge", "instances": 2}}
 SMALL = SearchSpace(micro_batches=(1, 2), virtual_stages=(2,))
-# the plan prices the interval's corners with the last microbatch's gradient sends priced alone, as its search
+# the plan times the interval's corners with the last microbatch's gradient sends timed alone, as its search
 # does; the run shares their links with the first gradient buckets (docs/plan.md, "Where it is exact"): over the
 # 70B sweep that moves a bound by 2e-7 relative
 INTERVAL_RTOL = 1e-5
@@ -72,11 +72,11 @@ def test_ranking_by_the_pessimistic_end_is_exact_while_pricing_few_rows(low_and_
     low, every = low_and_all
     assert low.summary["rank_by"] == "low" and every.summary["rank_by"] == "high"
     t_all = every.table
-    eligible = search.eligible(t_all, "tokens_per_s", None)
+    eligible = ranking.eligible(t_all, "tokens_per_s", None)
     assert t_all.loc[eligible, "step_time_high_s"].notna().all()                   # `high` priced every one
     assert low.summary["intervals_priced"] < eligible.sum() / 4                    # `low` only those that can rank
     # the same ranking computed from every row's interval
-    full = search.ranked(t_all, "tokens_per_s", None, "low")
+    full = ranking.ranked(t_all, "tokens_per_s", None, "low")
     assert [r["label"] for r in low.top] == full["layout"].head(4).tolist()
     assert [r["label"] for r in low.summary["best_per_type"]] == \
         full.drop_duplicates("instance")["layout"].tolist()
@@ -85,7 +85,7 @@ def test_ranking_by_the_pessimistic_end_is_exact_while_pricing_few_rows(low_and_
     values = [r["rank_value"] for r in low.top]
     assert values == sorted(values, reverse=True)
     high = [r["label"] for r in every.top]
-    assert high == search.ranked(t_all, "tokens_per_s", None, "high")["layout"].head(4).tolist()
+    assert high == ranking.ranked(t_all, "tokens_per_s", None, "high")["layout"].head(4).tolist()
     assert [r["rank_value"] for r in every.top] == pytest.approx([r["tokens_per_s_high"] for r in every.top])
 
 
@@ -137,14 +137,14 @@ def test_the_newcomers_70b_winner_is_ranked_by_its_slow_end_alone(scenarios_dir)
     win = result.top[0]
     assert result.summary["rank_by"] == "low" and win["stack"] == "neuronx-distributed"
     assert win["rank_value"] == pytest.approx(win["tokens_per_s_low"])
-    elig = t[search.eligible(t, "tokens_per_s", None)]
+    elig = t[ranking.eligible(t, "tokens_per_s", None)]
     priced = elig[elig["tokens_per_s_low"].notna()]
     assert win["tokens_per_s_low"] == pytest.approx(priced["tokens_per_s_low"].max())      # no row demoted
     # every row left unpriced could not have beaten it: even its point at its own half-width without the factors
     # (the fit's and the releases', widened by its extrapolated axes and an unseen cell) is below the winner's
     again = t.copy()
     LayoutEvidence(base).flags(again)
-    unpriced = again[search.eligible(again, "tokens_per_s", None) & again["tokens_per_s_low"].isna()]
+    unpriced = again[ranking.eligible(again, "tokens_per_s", None) & again["tokens_per_s_low"].isna()]
     assert len(unpriced) > 100
     assert (unpriced["tokens_per_s"] * np.exp(-half_width(evidence(), unpriced["_axes"].to_numpy()))
             < win["tokens_per_s_low"]).all()

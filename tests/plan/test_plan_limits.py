@@ -18,7 +18,7 @@ import yaml
 from ultracluster import load_scenario
 from ultracluster.cli import main
 from ultracluster.cluster.catalog import INSTANCES, largest_cluster
-from ultracluster.layouts import search
+from ultracluster.layouts import ranking
 from ultracluster.plan import MAX_TOP
 from ultracluster.plan.output import scenario_dict
 from ultracluster.layouts.space import SearchSpace, clusters, count_layouts, enumerate_layouts
@@ -90,15 +90,15 @@ def test_the_layouts_are_counted_without_building_them(scenarios_dir, name, coun
 def test_ray_pieces_follow_the_clusters_and_cover_the_table_once(scenarios_dir):
     table = enumerate_layouts(load_scenario(scenarios_dir / "smoke.yaml"), SearchSpace(instance_counts=(1, 2, 4, 8)))
     for pieces in (1, 4, 20):
-        cut = search.chunks(table, pieces)
+        cut = ranking.blocks(table, pieces)
         assert len(cut) >= pieces
         assert [len(c) for c in cut] == sorted((len(c) for c in cut), reverse=True)
         assert all(len(c[["instance", "instances", "lnc"]].drop_duplicates()) == 1 for c in cut if len(c) > 1)
         rows = np.concatenate([c.index.to_numpy() for c in cut])
         assert np.array_equal(np.sort(rows), table.index.to_numpy())
     clusters_ = len(table[["instance", "instances", "lnc"]].drop_duplicates())
-    assert len(search.chunks(table, 1)) == clusters_                 # a cluster is never cut for nothing
-    for c in search.chunks(table, 20):                               # each in pipeline-shape order
+    assert len(ranking.blocks(table, 1)) == clusters_                 # a cluster is never cut for nothing
+    for c in ranking.blocks(table, 20):                               # each in pipeline-shape order
         shape = c["pp"].to_numpy() * 100 + c["virtual_stages"].to_numpy()
         assert (np.diff(shape) >= 0).all()
 
@@ -126,7 +126,7 @@ class FakeClock:
 def test_progress_off_a_terminal_a_line_per_phase_and_every_ten_seconds_with_the_time_left():
     out, clock = io.StringIO(), FakeClock()
     p = WorkProgress("plan smoke", stream=out, tty=False, clock=clock, every_s=10.0)
-    p.phase("pricing", 40_000)
+    p.phase("evaluating", 40_000)
     clock.t += 4.0
     p.advance(8_000)                                                   # before 10 s: nothing
     clock.t += 6.0
@@ -141,10 +141,10 @@ def test_progress_off_a_terminal_a_line_per_phase_and_every_ten_seconds_with_the
     p.advance(2)
     p.finish()
     assert out.getvalue().splitlines() == [
-        "plan smoke: pricing 40,000 layouts",
-        "plan smoke: pricing: 10,000/40,000 layouts (25%), 1,000/s, about 30 s left",
+        "plan smoke: evaluating 40,000 layouts",
+        "plan smoke: evaluating: 10,000/40,000 layouts (25%), 1,000/s, about 30 s left",
         "plan: a message",
-        "plan smoke: pricing: 40,000 layouts in 15.0 s",
+        "plan smoke: evaluating: 40,000 layouts in 15.0 s",
         "plan smoke: replaying 2 layouts",
         "plan smoke: replaying: 1/2 layouts (50%), 30.0 s each, about 30 s left",
         "plan smoke: replaying: 2 layouts in 60.0 s"]
@@ -157,13 +157,13 @@ def test_progress_on_a_terminal_is_one_bar_with_the_count_the_rate_and_the_time_
     p.phase("enumerating", 1_000_000)
     assert out.getvalue() == ""                                        # nothing in the first 2 s
     clock.t += 3.0
-    p.phase("pricing", 1_000_000)
-    assert out.getvalue().split("\r\033[K")[-1].startswith("plan smoke | pricing [........................] "
+    p.phase("evaluating", 1_000_000)
+    assert out.getvalue().split("\r\033[K")[-1].startswith("plan smoke | evaluating [........................] "
                                                            "0/1,000,000 layouts | estimating ")
     clock.t += 100.0
     p.advance(250_000)
     assert out.getvalue().split("\r\033[K")[-1] == (
-        "plan smoke | pricing [######..................] 250,000/1,000,000 layouts | 2,500/s, about 5.0 min left "
+        "plan smoke | evaluating [######..................] 250,000/1,000,000 layouts | 2,500/s, about 5.0 min left "
         "| 103.0 s")
     p.say("plan: a message")                                          # the bar is erased first
     assert out.getvalue().endswith("\r\033[Kplan: a message\n")
@@ -179,7 +179,7 @@ def test_a_plan_says_each_phase_with_its_count(ray_session, scenarios_dir, tmp_p
     n = len(pd.read_parquet(full) if full.exists() else pd.read_csv(tmp_path / "plan" / "plan-full.csv.gz"))
     counted, _ = count_layouts(load_scenario(scenarios_dir / "smoke.yaml"))
     assert err[0] == f"plan smoke: enumerating {counted:,} layouts" and n - counted in (0, 1)
-    assert f"plan smoke: pricing {n:,} layouts" in err
-    assert any(re.fullmatch(rf"plan smoke: pricing: {n:,} layouts in \d+\.\d s", line) for line in err)
+    assert f"plan smoke: evaluating {n:,} layouts" in err
+    assert any(re.fullmatch(rf"plan smoke: evaluating: {n:,} layouts in \d+\.\d s", line) for line in err)
     assert "plan smoke: replaying 1 layout" in err
     assert re.fullmatch(r"plan smoke: replaying: 1 layout in \d+\.\d s", err[-1])

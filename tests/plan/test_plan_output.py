@@ -11,7 +11,7 @@ import yaml
 from ultracluster import load_scenario
 from ultracluster.errors import OutDirError, ScenarioError
 from ultracluster.plan import plan, search_space
-from ultracluster.layouts.fast import LAYOUT_COLUMNS
+from ultracluster.layouts.steps import LAYOUT_COLUMNS
 from ultracluster.plan.output import read_full_table
 from ultracluster.layouts.space import SearchSpace
 

@@ -13,7 +13,7 @@ import yaml
 
 from ultracluster import load_scenario, stacks
 from ultracluster.cli import main
-from ultracluster.layouts import fast
+from ultracluster.layouts import steps
 from ultracluster.layouts.space import SearchSpace, count_layouts, enumerate_layouts, searched
 from ultracluster.plan import plan
 from ultracluster.plan.output import scenario_dict
@@ -112,15 +112,15 @@ def test_each_stacks_defaults_fill_only_the_keys_the_scenario_did_not_give():
 
 
 def test_rows_of_several_stacks_are_priced_as_each_stack_alone_prices_them():
-    """One evaluation over rows of three stacks (Pricer variants sharing clusters and collectives, each row's engine
-    graphs) gives each row the bits a Pricer of its own stack's scenario gives it."""
+    """One evaluation over rows of three stacks (Evaluator variants sharing clusters and collectives, each row's engine
+    graphs) gives each row the bits an Evaluator of its own stack's scenario gives it."""
     base = load_scenario(scenario(parallelism={"tp": 8, "pp": 2}))
     t = enumerate_layouts(base, SearchSpace(micro_batches=(1,), virtual_stages=(2,), max_cp=1))
     assert t["stack"].nunique() == 3 and (t["pp"] > 1).any() and (t["pp"] == 1).any()
-    together = fast.evaluate(fast.Pricer(base), t)
+    together = steps.evaluate(steps.Evaluator(base), t)
     assert together["feasible"].sum() > 20
     for (name, piped), rows in t.groupby([t["stack"], t["pp"] > 1]):
-        alone = fast.evaluate(fast.Pricer(stacks.for_cell(base, name, piped)), rows.drop(columns="stack"))
+        alone = steps.evaluate(steps.Evaluator(stacks.for_cell(base, name, piped)), rows.drop(columns="stack"))
         got = together.loc[rows.index]
         np.testing.assert_array_equal(got["step_time_s"].to_numpy(), alone["step_time_s"].to_numpy())
         np.testing.assert_array_equal(got["hbm_peak_gib"].to_numpy(), alone["hbm_peak_gib"].to_numpy())

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ultracluster.layouts.fast import bucket_queue_end
+from ultracluster.layouts.steps import bucket_queue_end
 from ultracluster.layouts.schedules import pipeline_times
 from ultracluster.replay.engine import StepComm, gradient_reduction
 from ultracluster.replay.schedule import execute, stage_programs
@@ -123,7 +123,7 @@ def test_a_deadlocked_program_is_caught():
 
 def test_rows_with_the_same_inputs_get_the_same_bits_as_alone():
     """Rows repeated (as layouts the pipeline cannot tell apart are) are run once; each row's times are those it
-    gets priced alone."""
+    gets timed alone."""
     rng = np.random.default_rng(11)
     p, v, rows = 4, 2, 3
     fwd = rng.uniform(0.5, 1.5, (rows, p * v))

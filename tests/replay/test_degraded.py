@@ -13,7 +13,7 @@ from ultracluster.replay.engine import step_comm as plan_comm
 
 
 def step_comm(sc, cl):
-    """The step's communication plan with the chip model's hiding matmuls (in a run: what the shards report)."""
+    """The step's comm with the chip model's hiding matmuls (in a run: what the shards report)."""
     return plan_comm(sc, cl, chip.tp_hide_seconds(sc, cl))
 
 

@@ -7,7 +7,7 @@ import pytest
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
 from ultracluster.replay.engine import StepComm, replay_steps
-from ultracluster.replay.profile import (ShardProfile, ShardState, StageTimes, merge_states, priced_stages,
+from ultracluster.replay.shard_steps import (ShardStep, ShardState, StageTimes, merge_states, timed_stages,
                                          stage_chunks)
 from ultracluster.replay.schedule import stage_programs
 
@@ -40,7 +40,7 @@ class UniformShards:
         out = []
         for sh in self.cluster.shards:
             mine = sorted(r for r in self.slow if sh.first_rank <= r < sh.first_rank + sh.ranks)
-            stages = priced_stages(lay, sh.first_rank, sh.ranks)
+            stages = timed_stages(lay, sh.first_rank, sh.ranks)
             ids = stage_chunks(stages, lay.pp, chunks)
             times = StageTimes(stages=stages, chunks=ids, forward_s=np.full(ids.size, F),
                                backward_s=np.full(ids.size, B), optimizer_s=np.full(stages.size, OPT),
@@ -55,11 +55,11 @@ class UniformShards:
         lay = self.cluster.layout
         return merge_states(self.states(), lay.pp, lay.pp * lay.virtual_stages, self.cluster.instances)
 
-    def profiles(self, step):
+    def shard_steps(self, step):
         out = []
         for sh in self.cluster.shards:
             first, last = self._groups(sh)
-            out.append(ShardProfile(shard=sh.index, first_group=first, group_speed=np.ones(last - first + 1)))
+            out.append(ShardStep(shard=sh.index, first_group=first, group_speed=np.ones(last - first + 1)))
         return out
 
     def reduce_payload(self, step):

@@ -17,7 +17,7 @@ from ultracluster.storage import checkpoint_bytes_per_rank
 
 
 def step_comm(sc, cl):
-    """The step's communication plan with the chip model's hiding matmuls (in a run: what the shards report)."""
+    """The step's comm with the chip model's hiding matmuls (in a run: what the shards report)."""
     return plan_comm(sc, cl, chip.tp_hide_seconds(sc, cl))
 
 

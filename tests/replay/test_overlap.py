@@ -8,7 +8,7 @@ import pytest
 from ultracluster import load_scenario
 from ultracluster.speed_draws import group_jitter
 from ultracluster.runner import predict
-from ultracluster.replay.engine import StepComm, ComputeProfile, cp_exposed, gradient_reduction
+from ultracluster.replay.engine import StepComm, ComputeTimes, cp_exposed, gradient_reduction
 from ultracluster.replay.schedule import execute, stage_programs
 
 
@@ -39,7 +39,7 @@ def test_replicas_wait_for_the_slowest():
 
 
 def test_context_parallel_ring_hides_behind_attention():
-    prof = ComputeProfile(fwd=np.zeros((1, 1)), bwd=np.zeros((1, 1)), opt=np.zeros(1), attn_fwd=0.4, attn_bwd=1.0,
+    prof = ComputeTimes(fwd=np.zeros((1, 1)), bwd=np.zeros((1, 1)), opt=np.zeros(1), attn_fwd=0.4, attn_bwd=1.0,
                           slowest_rank=-1)
     c = plan([1], [0.0])
     slow = StepComm(**{**c.__dict__, "cp_block_fwd_s": 0.15, "cp_block_bwd_s": 0.2})

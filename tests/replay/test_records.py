@@ -13,7 +13,7 @@ from ultracluster.shards.local import local_shards
 from ultracluster.cluster import build_cluster
 from ultracluster.emulate import emulate
 from ultracluster.replay.result import Slice, StageComm, StepRecord
-from ultracluster.replay.profile import MergedProfile
+from ultracluster.replay.shard_steps import MergedSteps
 from ultracluster.replay.records import ComputeTally, comm_records, measured_steps, stage_dp_exposure
 from ultracluster.report import build_report
 from ultracluster.report.summary import summarize
@@ -25,7 +25,7 @@ def test_compute_tally_means_over_measured_steps():
     tally = ComputeTally(layout, microbatches=3, warmup_steps=1)
 
     def merged(slow, factor, fwd=(0.1, 0.2)):
-        return MergedProfile(
+        return MergedSteps(
             forward_s=np.array(fwd), backward_s=np.array([0.2, 0.4]), optimizer_s=np.array([0.05, 0.06]),
             attention_fwd_s=0.0, attention_bwd_s=0.0, group_speed=np.ones(2),
             slow_ranks=np.array(slow, dtype=np.int64), slow_factors=np.array(factor, dtype=float))

@@ -4,11 +4,11 @@ import numpy as np
 
 from ultracluster import chip, load_scenario
 from ultracluster.cluster import build_cluster
-from ultracluster.replay.engine import _send_group, step_comm as plan_comm
+from ultracluster.replay.engine import send_group, step_comm as plan_comm
 
 
 def step_comm(sc, cl):
-    """The step's communication plan with the chip model's hiding matmuls (in a run: what the shards report)."""
+    """The step's comm with the chip model's hiding matmuls (in a run: what the shards report)."""
     return plan_comm(sc, cl, chip.tp_hide_seconds(sc, cl))
 
 
@@ -23,11 +23,11 @@ def cluster(instance, ultraserver, pp=8, instances=8, tp=64):
 def test_send_groups_follow_the_topology():
     _, us = cluster("trn2u.48xlarge", True)
     # tp 64 fills an instance: stage s on instance s; instances 0-3 and 4-7 form the two UltraServers
-    same_us, across = _send_group(us, 0, 1), _send_group(us, 3, 4)
+    same_us, across = send_group(us, 0, 1), send_group(us, 3, 4)
     assert (same_us.instances, same_us.first_rank, same_us.instance_step) == (2, 0, 64)
     assert (across.instances, across.first_rank, across.instance_step) == (2, 3 * 64, 64)
     _, inside = cluster("trn2.48xlarge", False, pp=2, instances=1, tp=32)
-    assert _send_group(inside, 0, 1).instances == 1
+    assert send_group(inside, 0, 1).instances == 1
 
 
 def test_ultraserver_sends_are_faster_than_efa_and_contention_slows_the_last_ones():

@@ -1,7 +1,7 @@
 """Collective volumes from first principles: every collective a training step issues, its bytes per occurrence
 and its count per layer and per step, computed by hand here from the model's shape and the layout.
 
-What is checked is the step's communication plan as the model issues it (`replay.comm.step_comm`, which `run`
+What is checked is the step's comm as the model issues it (`replay.comm.step_comm`, which `run`
 and `plan` share): the records the report's collectives table shows (bytes, count per step, group size) and
 the per-chunk seconds the replay schedules, which must be that many collectives of that size. Seconds come
 from the network model (`collective_time`, not under test here) at the bytes computed below, so a wrong
@@ -26,7 +26,7 @@ from ultracluster.replay.comm import step_comm as plan_comm
 
 
 def step_comm(sc, cl):
-    """The step's communication plan with the chip model's hiding matmuls (in a run: what the shards report)."""
+    """The step's comm with the chip model's hiding matmuls (in a run: what the shards report)."""
     return plan_comm(sc, cl, chip.tp_hide_seconds(sc, cl))
 
 

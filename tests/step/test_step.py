@@ -69,11 +69,11 @@ def test_one_price_lookup_honours_the_override_everywhere(dense):
     if unpriced:
         assert instance_price(unpriced[0]) is None and price_source(unpriced[0]) == NO_PRICE_HINT
     # the planner's fast path prices the scenario's own instance type at the scenario's price
-    from ultracluster.layouts.pricer import Pricer
+    from ultracluster.layouts.evaluator import Evaluator
     priced = dense.model_copy(update={"cluster": dense.cluster.model_copy(update={"price_per_hour_usd": 3.5})})
     c = dense.cluster
-    assert Pricer(priced).cluster(c.instance, c.instances, c.lnc).price_per_hour_usd == 3.5
-    assert Pricer(dense).cluster(c.instance, c.instances, c.lnc).price_per_hour_usd == INSTANCES[name].price_per_hour_usd
+    assert Evaluator(priced).cluster(c.instance, c.instances, c.lnc).price_per_hour_usd == 3.5
+    assert Evaluator(dense).cluster(c.instance, c.instances, c.lnc).price_per_hour_usd == INSTANCES[name].price_per_hour_usd
 
 
 def test_counts(dense):

@@ -11,7 +11,7 @@ from ultracluster.cluster import build_cluster
 from ultracluster.errors import ScenarioError
 from ultracluster.storage import (
     MB, READ, READ_CACHED, WRITE, FsxSpec, StorageCosts, StorageServer, checkpoint_bytes_per_rank, fsx_spec,
-    max_min_fair, storage_plan,
+    max_min_fair, storage_traffic,
 )
 
 GB = 1e9
@@ -169,7 +169,7 @@ def test_checkpoint_size_follows_the_layout(zero1):
     dp_of = writers // (lay.tp * lay.cp * lay.pp)
     assert (np.flatnonzero(w) < lay.tp * lay.pp).all()                 # weights: data-parallel rank 0 only
     assert (set(dp_of) == set(range(lay.dp))) if zero1 else (set(dp_of) == {0})
-    plan = storage_plan(sc, cl)
+    plan = storage_traffic(sc, cl)
     assert plan.checkpoint.sum() == pytest.approx(14 * params) and plan.checkpoint_files == (w > 0).sum() + len(writers)
 
 

@@ -33,7 +33,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from ..cluster import Capacity
 from ..errors import ActorError, Problem, RunInterrupted, ScenarioError
 from .auth import auth_hint, probe as _probe
-from ..replay.profile import ShardProfile, ShardState
+from ..replay.shard_steps import ShardStep, ShardState
 from ..shards.worker import ShardWorker
 
 log = logging.getLogger(__name__)
@@ -119,8 +119,8 @@ class RayShards:
     def states(self) -> list[ShardState]:
         return self._get([a.state.remote() for a in self.actors])
 
-    def profiles(self, step: int) -> list[ShardProfile]:
-        return self._get([a.profile.remote(step) for a in self.actors])
+    def shard_steps(self, step: int) -> list[ShardStep]:
+        return self._get([a.shard_step.remote(step) for a in self.actors])
 
     def reduce_payload(self, step: int) -> tuple[int, bool]:
         """All-reduce the payload between actors in the steps of the DP group's algorithm (ring, RDH or
@@ -137,8 +137,8 @@ class RayShards:
         receives = []
         for k, st in enumerate(schedule(alg, "all_reduce", n).steps):
             pairs = sorted(set(zip(st.src.tolist(), st.dst.tolist())))
-            sent = [(s, d, self.actors[s].send_chunks.remote(k, d)) for s, d in pairs]
-            receives += [self.actors[d].recv_chunks.remote(k, s, ref) for s, d, ref in sent]
+            sent = [(s, d, self.actors[s].send_segments.remote(k, d)) for s, d in pairs]
+            receives += [self.actors[d].recv_segments.remote(k, s, ref) for s, d, ref in sent]
         checks = [a.check_payload.remote() for a in self.actors]
         done = self._get(calls + receives + checks)
         moved = sum(done[n:n + len(receives)])
@@ -278,7 +278,7 @@ def place_shards(bundles: list[dict[str, float]], timeout_s: float) -> Placement
     return pg
 
 
-def _connect(address: str | None, shards: int) -> bool:
+def connect_ray(address: str | None, shards: int) -> bool:
     """Attach to Ray (True when this call started it): a running Ray in the process, else `address` or
     RAY_ADDRESS, else a new embedded local Ray that advertises one `ultracluster_shard` per shard."""
     if ray.is_initialized():
@@ -319,7 +319,7 @@ def _raylet_echo(on: bool) -> None:
 
 
 def shutdown() -> None:
-    """Stop the Ray session this process opened (`_connect`), and give Ray back its raylet messages."""
+    """Stop the Ray session this process opened (`connect_ray`), and give Ray back its raylet messages."""
     ray.shutdown()
     _raylet_echo(True)
 
@@ -370,7 +370,7 @@ def attached(address: str | None = None) -> Iterator[Capacity]:
     if not ray.is_initialized() and not address:
         yield machine_capacity()
         return
-    started = _connect(address, 0)
+    started = connect_ray(address, 0)
     try:
         yield cluster_capacity()
     finally:
@@ -395,7 +395,7 @@ def launch_actors(scenario, cluster, address: str | None = None,
             actor died (the message names the shard and its instances).
     """
     timeout_s = placement_timeout_s() if timeout_s is None else timeout_s
-    started = _connect(address, len(cluster.shards))
+    started = connect_ray(address, len(cluster.shards))
     pg, actors = None, []
     try:
         bundles = shard_bundles(len(cluster.shards), ray.cluster_resources())

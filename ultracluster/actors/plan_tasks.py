@@ -1,7 +1,7 @@
-"""Pieces of the layout table (or a sweep's variants) → Ray tasks across the cluster's nodes → priced pieces, and
+"""Pieces of the layout table (or a sweep's variants) → Ray tasks across the cluster's nodes → timed pieces, and
 the Ray the planner and the sweep run in.
 
-`evaluate_on_ray` sends each piece (a block of rows) of the layout table to a task (`search.evaluate_chunk`,
+`evaluate_on_ray` sends each piece (a block of rows) of the layout table to a task (`ranking.evaluate_block`,
 the same function the in-process search calls), spread over the nodes; the results are gathered in order,
 so they do not depend on where, or on how many nodes, the tasks ran. Tasks take one CPU each (they compute).
 """
@@ -17,15 +17,15 @@ from typing import Callable, Iterator
 import pandas as pd
 
 from ..errors import ActorError
-from ..layouts.search import evaluate_chunk
+from ..layouts.ranking import evaluate_block
 
-# Ray is imported where it is used: a search priced in this process (no address, no Ray running) never
+# Ray is imported where it is used: a search timed in this process (no address, no Ray running) never
 # imports it, which saves its import time (about 0.3 s on the benchmark machine) from every such search.
 
 
 def _evaluate(scenario, calibration, sources, table):
     import ray
-    return evaluate_chunk(scenario, calibration, sources, table), ray.get_runtime_context().get_node_id()
+    return evaluate_block(scenario, calibration, sources, table), ray.get_runtime_context().get_node_id()
 
 
 @functools.cache
@@ -54,13 +54,13 @@ def search_cpus() -> int:
 
 def evaluate_on_ray(scenario, calibration, sources: dict[str, str], pieces: list[pd.DataFrame],
                     on_done: Callable[[int], None] | None = None) -> tuple[list[pd.DataFrame], int]:
-    """Price the pieces of the layout table with Ray tasks spread over the cluster (attached already).
+    """Time the pieces of the layout table with Ray tasks spread over the cluster (attached already).
 
     Args:
-        on_done: called with the layouts priced so far each time a piece comes back (progress).
+        on_done: called with the layouts timed so far each time a piece comes back (progress).
 
     Returns:
-        (the priced pieces in order, how many distinct nodes ran them).
+        (the timed pieces in order, how many distinct nodes ran them).
 
     Raises:
         ActorError: a task failed twice or Ray went away.
@@ -71,13 +71,13 @@ def evaluate_on_ray(scenario, calibration, sources: dict[str, str], pieces: list
     sc, cal = ray.put(scenario), ray.put(calibration)
     refs = [_evaluate_task().options(scheduling_strategy="SPREAD").remote(sc, cal, sources, piece) for piece in pieces]
     sizes = {ref: len(piece) for ref, piece in zip(refs, pieces)}
-    pending, priced = list(refs), 0
+    pending, finished = list(refs), 0
     try:
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
-            priced += sum(sizes[r] for r in ready)
+            finished += sum(sizes[r] for r in ready)
             if on_done is not None:
-                on_done(priced)
+                on_done(finished)
         done = ray.get(refs)
     except RayError as err:
         lines = [ln for ln in str(err).splitlines() if ln.strip()]
@@ -164,10 +164,10 @@ def planning_ray(address: str | None, shards: int = 0) -> Iterator[float]:
     """Attach to the Ray the planner uses for the length of the block (an embedded local one when no cluster
     is named, advertising `shards` actor slots for the replays); stop it on exit if this call started it.
     Yields the seconds attaching took."""
-    from .launch import _connect, shutdown
+    from .launch import connect_ray, shutdown
 
     t0 = time.perf_counter()
-    started = _connect(address, shards)
+    started = connect_ray(address, shards)
     try:
         yield time.perf_counter() - t0
     finally:

@@ -21,7 +21,7 @@ from ..cluster.calibration import Calibration
 from ..cluster.fitted_files import fitted, fitted_document
 from ..cluster.catalog import INSTANCES
 from ..errors import Problem, ScenarioError
-from .fit import (CANDIDATES, MIN_INDEPENDENT, MIN_SENSITIVITY, PENALTY, SHIPPED_WEIGHT, penalties, Group, Pricing, Problem as Fit,
+from .fit import (CANDIDATES, MIN_INDEPENDENT, MIN_SENSITIVITY, PENALTY, SHIPPED_WEIGHT, penalties, ScenarioRows, Timing, Problem as Fit,
                   fold_factors, identify, jacobian_at, residuals, shipped_factors, solve_all, terms_of, weighted_quantile)
 from .measurements import Row, read_measurements
 
@@ -38,7 +38,7 @@ class Calibrated:
     replays: int
 
 
-def _replay(scenario, cal: Calibration) -> dict:
+def replay_rows(scenario, cal: Calibration) -> dict:
     """One replayed step in this process (what `runner.predict` gives, without importing Ray): feasible, reason
     and step_time_s."""
     from ..shards.local import local_shards
@@ -49,18 +49,18 @@ def _replay(scenario, cal: Calibration) -> dict:
     return {"feasible": ok, "reason": res.reason, "step_time_s": float(res.steps[-1].step_time_s) if ok else math.nan}
 
 
-def _groups(rows: list[Row]) -> dict[str, Group]:
+def scenario_rows_of(rows: list[Row]) -> dict[str, ScenarioRows]:
     from ..layouts.setting_times import one_step
 
-    groups: dict[str, Group] = {}
+    rows_by_scenario: dict[str, ScenarioRows] = {}
     for r in rows:
         key = str(r.path)
-        if key not in groups:
+        if key not in rows_by_scenario:
             sc = r.scenario
-            groups[key] = Group(key, one_step(sc), [], INSTANCES[sc.cluster.instance].chip.name,
+            rows_by_scenario[key] = ScenarioRows(key, one_step(sc), [], INSTANCES[sc.cluster.instance].chip.name,
                                 float(sc.training.global_batch), sc.cluster.instances)
-        groups[key].rows.append(r)
-    return groups
+        rows_by_scenario[key].rows.append(r)
+    return rows_by_scenario
 
 
 def _pct(log_ratio: float) -> float:
@@ -74,7 +74,7 @@ def _shipped_evidence() -> tuple[list[float], float]:
     return cv, float(doc.get("release_spread", 0.0))
 
 
-def reachable(g: Group, base: Calibration, correction: float) -> tuple[float, float]:
+def reachable(g: ScenarioRows, base: Calibration, correction: float) -> tuple[float, float]:
     """The fastest and slowest step the model gives a scenario with its free factors anywhere in their physical
     ranges (CANDIDATES): the extremes over the ranges' corners (each factor moves the step one way), in one
     fast-path evaluation, with the scenario's replay/fast-path correction."""
@@ -88,14 +88,14 @@ def reachable(g: Group, base: Calibration, correction: float) -> tuple[float, fl
     return (float(steps.min()), float(steps.max())) if steps.size else (math.nan, math.nan)
 
 
-def unreachable(groups: dict[str, Group], base: Calibration, correction: dict[str, float]) -> list[Problem]:
+def unreachable(rows_by_scenario: dict[str, ScenarioRows], base: Calibration, correction: dict[str, float]) -> list[Problem]:
     """Rows no factor in its physical range can reach: a measured step faster than the chips' peak allows (MFU above
     100 %), or outside the steps the model gives with its factors anywhere in their ranges (`reachable`). Each
     names the row and what the model allows, in the row's own quantity."""
     from ..operators import model_flops_per_step
 
     problems = []
-    for key, g in groups.items():
+    for key, g in rows_by_scenario.items():
         sc = g.scenario
         spec = INSTANCES[sc.cluster.instance]
         peak = sc.cluster.instances * spec.chips * spec.chip.dense_flop_per_s[sc.training.precision]
@@ -131,13 +131,13 @@ def calibrate(measurements: str | Path, log=None) -> Calibrated:
     rows = read_measurements(measurements)
     base = fitted()
     shipped = shipped_factors(base)
-    groups = _groups(rows)
-    log(f"calibrate: {len(rows)} row(s) of {len(groups)} scenario(s); replaying each at the shipped fit")
+    rows_by_scenario = scenario_rows_of(rows)
+    log(f"calibrate: {len(rows)} row(s) of {len(rows_by_scenario)} scenario(s); replaying each at the shipped fit")
     before: dict[str, float] = {}
     problems = []
     correction = {}
-    for key, g in groups.items():
-        s = _replay(g.scenario, base)
+    for key, g in rows_by_scenario.items():
+        s = replay_rows(g.scenario, base)
         if not s["feasible"]:
             problems += [Problem(f"{r.where}: scenario {r.scenario_path}", "a layout the model says cannot run",
                                  f"a measured run that fits ({s['reason']})") for r in g.rows]
@@ -147,21 +147,21 @@ def calibrate(measurements: str | Path, log=None) -> Calibrated:
         correction[key] = math.log(before[key] / fast)
     if problems:
         raise ScenarioError(problems, str(measurements))
-    problems = unreachable(groups, base, correction)        # before any fit: nothing is written
+    problems = unreachable(rows_by_scenario, base, correction)        # before any fit: nothing is written
     if problems:
         raise ScenarioError(problems, str(measurements))
-    pricing = Pricing(groups, base, correction)
-    terms = terms_of(groups)
+    timing = Timing(rows_by_scenario, base, correction)
+    terms = terms_of(rows_by_scenario)
     names = list(CANDIDATES)
-    jac0 = jacobian_at(shipped, groups, terms, pricing, names)
-    free, kept = identify(terms, groups, jac0, names)
+    jac0 = jacobian_at(shipped, rows_by_scenario, terms, timing, names)
+    free, kept = identify(terms, rows_by_scenario, jac0, names)
     main = Fit(terms, free, dict(shipped))
     log(f"calibrate: fitting {', '.join(free) or 'nothing'} to {len(terms)} term(s)")
-    solve_all([main], groups, pricing, shipped)
+    solve_all([main], rows_by_scenario, timing, shipped)
     cal = base.with_(**main.factors)
-    after = dict(before) if main.factors == shipped else {k: _replay(g.scenario, cal)["step_time_s"]
-                                                           for k, g in groups.items()}
-    main.residuals = residuals(terms, groups, {k: math.log(v) for k, v in after.items()})   # at the rounded factors
+    after = dict(before) if main.factors == shipped else {k: replay_rows(g.scenario, cal)["step_time_s"]
+                                                           for k, g in rows_by_scenario.items()}
+    main.residuals = residuals(terms, rows_by_scenario, {k: math.log(v) for k, v in after.items()})   # at the rounded factors
     # the Jacobian at the solution: the fit's own columns, the shipped point's for the factors it kept
     jac_all = jac0.copy()
     for j, k in enumerate(main.free):
@@ -172,22 +172,22 @@ def calibrate(measurements: str | Path, log=None) -> Calibrated:
             continue
         keep = [j for j in range(len(terms)) if j != i]
         rest = [terms[j] for j in keep]
-        f_free, _ = identify(rest, groups, jac0[keep], names)
-        folds[t.groups[0]] = {"free": f_free, "factors": fold_factors(main, jac_all, keep, f_free, names, shipped)}
-    pricing.price({g: [f["factors"]] for g, f in folds.items()})
+        f_free, _ = identify(rest, rows_by_scenario, jac0[keep], names)
+        folds[t.rows_by_scenario[0]] = {"free": f_free, "factors": fold_factors(main, jac_all, keep, f_free, names, shipped)}
+    timing.time_settings({g: [f["factors"]] for g, f in folds.items()})
     for g, f in folds.items():
-        f["log_step"] = pricing.log_step(g, f["factors"])
-    doc = _document(measurements, rows, groups, terms, shipped, main, folds, kept, before, after)
-    return Calibrated(fmt.seal(doc), time.perf_counter() - t0, pricing.settings,
-                      len(groups) * (1 if main.factors == shipped else 2))
+        f["log_step"] = timing.log_step(g, f["factors"])
+    doc = _document(measurements, rows, rows_by_scenario, terms, shipped, main, folds, kept, before, after)
+    return Calibrated(fmt.seal(doc), time.perf_counter() - t0, timing.settings,
+                      len(rows_by_scenario) * (1 if main.factors == shipped else 2))
 
 
-def _noise(groups: dict[str, Group], public_spread: float) -> tuple[float, int]:
+def _noise(rows_by_scenario: dict[str, ScenarioRows], public_spread: float) -> tuple[float, int]:
     """The spread between runs of one scenario: pooled over the rows' repeats, with the public between-release
     spread counted as SHIPPED_WEIGHT degrees of freedom (so it is the public spread until repeats show another)."""
     ss, dof = SHIPPED_WEIGHT * public_spread ** 2, SHIPPED_WEIGHT
     repeats = 0
-    for g in groups.values():
+    for g in rows_by_scenario.values():
         x = [math.log(r.throughput) for r in g.rows if not r.pair]
         if len(x) > 1:
             ss += float(np.var(x, ddof=1)) * (len(x) - 1)
@@ -196,12 +196,12 @@ def _noise(groups: dict[str, Group], public_spread: float) -> tuple[float, int]:
     return math.sqrt(ss / dof), repeats
 
 
-def _document(measurements, rows, groups, terms, shipped, main: Fit, folds, kept, before, after) -> dict:
+def _document(measurements, rows, rows_by_scenario, terms, shipped, main: Fit, folds, kept, before, after) -> dict:
     cv_public, spread_public = _shipped_evidence()
-    sigma, repeats = _noise(groups, spread_public)
+    sigma, repeats = _noise(rows_by_scenario, spread_public)
     loo_logs = {}
     for key, fold in folds.items():
-        med = next(t for t in terms if t.kind == "median" and t.groups == (key,))
+        med = next(t for t in terms if t.kind == "median" and t.rows_by_scenario == (key,))
         loo_logs[key] = -fold["log_step"] - med.log_target
     own = [abs(v) for v in loo_logs.values()]
     weights = [1.0] * len(own) + [SHIPPED_WEIGHT / len(cv_public)] * len(cv_public)
@@ -221,7 +221,7 @@ def _document(measurements, rows, groups, terms, shipped, main: Fit, folds, kept
         out_rows.append({
             "row": r.number, "scenario": r.scenario_path, "scenario_name": r.scenario.name,
             "instance": r.scenario.cluster.instance, "instances": r.instances,
-            "generation": groups[key].generation, "layout": _layout(r.scenario),
+            "generation": rows_by_scenario[key].generation, "layout": _layout(r.scenario),
             "measured": r.measured, "value": r.value, "step_time_s": r.step_time_s,
             "note": r.note, "pair": r.pair or None,
             "predicted_before_s": before[key], "predicted_after_s": after[key],
@@ -252,25 +252,25 @@ def _document(measurements, rows, groups, terms, shipped, main: Fit, folds, kept
                    "iterations": main.iterations, "terms": len(terms),
                    "range": "the factor's change (the others at their fit) that raises the loss by the noise "
                             "squared, one noise sigma on one term (linearised)"},
-        "terms": [{"kind": t.kind, "scenarios": [groups[g].rows[0].scenario_path for g in t.groups],
-                   "rows": list(t.rows), "error_before_pct": _term_error(t, groups, before),
-                   "error_after_pct": _term_error(t, groups, after),
-                   "loo_error_pct": _pct(-loo_logs[t.groups[0]]) if t.kind == "median" and t.groups[0] in loo_logs
+        "terms": [{"kind": t.kind, "scenarios": [rows_by_scenario[g].rows[0].scenario_path for g in t.rows_by_scenario],
+                   "rows": list(t.rows), "error_before_pct": _term_error(t, rows_by_scenario, before),
+                   "error_after_pct": _term_error(t, rows_by_scenario, after),
+                   "loo_error_pct": _pct(-loo_logs[t.rows_by_scenario[0]]) if t.kind == "median" and t.rows_by_scenario[0] in loo_logs
                    else None} for t in terms],
         "evidence": {"fit_log": round(fit_log, 6), "release_sigma": round(sigma, 6),
                      "loo_terms": len(own), "repeats": repeats,
                      "loo_median_abs_pct": round(100 * math.expm1(statistics.median(own)), 2) if own else None,
                      "loo_worst_abs_pct": round(100 * math.expm1(max(own)), 2) if own else None,
                      "half_width_pct": round(100 * math.expm1(math.hypot(fit_log, Z80 * sigma)), 2)},
-        "domain": _domain(groups, terms),
+        "domain": _domain(rows_by_scenario, terms),
         "hardware": {"instance_types": sorted({r.scenario.cluster.instance for r in rows}),
-                     "generations": sorted({g.generation for g in groups.values()})},
+                     "generations": sorted({g.generation for g in rows_by_scenario.values()})},
         "software": {"notes": notes},
         "rows": out_rows,
     }
 
 
-def _domain(groups: dict[str, Group], terms) -> dict:
+def _domain(rows_by_scenario: dict[str, ScenarioRows], terms) -> dict:
     """What the rows span per chip generation (the calibrated domain of `uncertainty.domain_of`): each scenario with
     a median term, its MFU at the measured median step; a run off it gets a wider interval."""
     from .. import operators as opslib
@@ -281,7 +281,7 @@ def _domain(groups: dict[str, Group], terms) -> dict:
     for t in terms:
         if t.kind != "median":
             continue
-        g = groups[t.groups[0]]
+        g = rows_by_scenario[t.rows_by_scenario[0]]
         cl = build_cluster(g.scenario, g.instances)
         peak = cl.chips * cl.chip.dense_flop_per_s[g.scenario.training.precision]
         step = math.exp(-t.log_target)                     # the median throughput's step time
@@ -299,9 +299,9 @@ def _version() -> str:
         return "(not installed)"
 
 
-def _term_error(t, groups, steps: dict[str, float]) -> float:
+def _term_error(t, rows_by_scenario, steps: dict[str, float]) -> float:
     """A median term's step-time error (predicted / measured median - 1), a pair's ratio error (predicted / measured - 1)."""
-    r = float(residuals([t], groups, {k: math.log(v) for k, v in steps.items()})[0])
+    r = float(residuals([t], rows_by_scenario, {k: math.log(v) for k, v in steps.items()})[0])
     return _pct(-r if t.kind == "median" else r)
 
 

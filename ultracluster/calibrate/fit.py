@@ -76,13 +76,13 @@ class Term:
     """One fitted quantity: a scenario's median throughput (`groups` one key) or a pair ratio (two: small, large)."""
 
     kind: str                       # "median" or "scaling"
-    groups: tuple[str, ...]
+    rows_by_scenario: tuple[str, ...]
     log_target: float               # log of the measured median throughput (1/s) or median ratio
     rows: tuple[int, ...]           # row numbers it is made of
 
 
 @dataclass
-class Group:
+class ScenarioRows:
     """The rows of one scenario file."""
 
     key: str
@@ -104,16 +104,16 @@ def _round(v: float) -> float:
     return float(f"{v:.3g}")
 
 
-def terms_of(groups: dict[str, Group]) -> list[Term]:
+def terms_of(rows_by_scenario: dict[str, ScenarioRows]) -> list[Term]:
     """The median terms (one per scenario with rows outside pairs) and the pair terms, in the rows' order."""
     out = []
-    for key, g in groups.items():
+    for key, g in rows_by_scenario.items():
         direct = [r for r in g.rows if not r.pair]
         if direct:
             out.append(Term("median", (key,), math.log(statistics.median(r.throughput for r in direct)),
                             tuple(r.number for r in direct)))
     pairs: dict[str, list] = {}
-    for g in groups.values():
+    for g in rows_by_scenario.values():
         for r in g.rows:
             if r.pair:
                 pairs.setdefault(r.pair, []).append((g, r))
@@ -128,26 +128,26 @@ def terms_of(groups: dict[str, Group]) -> list[Term]:
     return out
 
 
-def residuals(terms: list[Term], groups: dict[str, Group], log_step: dict[str, float]) -> np.ndarray:
+def residuals(terms: list[Term], rows_by_scenario: dict[str, ScenarioRows], log_step: dict[str, float]) -> np.ndarray:
     """log(predicted / measured) of each term, from each scenario's log step time."""
     out = []
     for t in terms:
         if t.kind == "median":
-            out.append(-log_step[t.groups[0]] - t.log_target)
+            out.append(-log_step[t.rows_by_scenario[0]] - t.log_target)
         else:
-            gs, gl = groups[t.groups[0]], groups[t.groups[1]]
+            gs, gl = rows_by_scenario[t.rows_by_scenario[0]], rows_by_scenario[t.rows_by_scenario[1]]
             pred = (math.log(gl.batch / gl.instances) - log_step[gl.key]) - (math.log(gs.batch / gs.instances)
                                                                               - log_step[gs.key])
             out.append(pred - t.log_target)
     return np.array(out, dtype=float)
 
 
-class Pricing:
-    """Log step times of each scenario under factor settings, every request of a round priced in one vectorized call
+class Timing:
+    """Log step times of each scenario under factor settings, every request of a round timed in one vectorized call
     per scenario and each setting once; corrected by each scenario's replay/fast-path ratio at the shipped values."""
 
-    def __init__(self, groups: dict[str, Group], base: Calibration, correction: dict[str, float]):
-        self.groups, self.base, self.correction = groups, base, correction
+    def __init__(self, rows_by_scenario: dict[str, ScenarioRows], base: Calibration, correction: dict[str, float]):
+        self.rows_by_scenario, self.base, self.correction = rows_by_scenario, base, correction
         self.cache: dict[tuple[str, tuple], float] = {}
         self.calls = 0
         self.settings = 0
@@ -157,14 +157,14 @@ class Pricing:
         """The setting's identity: values to 12 significant digits (exp(log(x)) is x again, for the cache)."""
         return tuple(sorted((k, float(f"{v:.12g}")) for k, v in factors.items()))
 
-    def price(self, requests: dict[str, list[dict[str, float]]]) -> None:
+    def time_settings(self, requests: dict[str, list[dict[str, float]]]) -> None:
         from ..layouts.setting_times import setting_step_times
 
         for g, settings in requests.items():
             todo = list(dict.fromkeys(self.key(s) for s in settings if (g, self.key(s)) not in self.cache))
             if not todo:
                 continue
-            times = setting_step_times(self.groups[g].scenario, [self.base.with_(**dict(k)) for k in todo])
+            times = setting_step_times(self.rows_by_scenario[g].scenario, [self.base.with_(**dict(k)) for k in todo])
             self.calls += 1
             self.settings += len(todo)
             for k, t in zip(todo, times):
@@ -181,7 +181,7 @@ class Problem:
     terms: list[Term]
     free: list[str]
     start: dict[str, float]                  # every candidate's value; the free ones move
-    predict: tuple[str, ...] = ()            # scenarios to price at the solution (a fold's left-out one)
+    predict: tuple[str, ...] = ()            # scenarios to time at the solution (a fold's left-out one)
     factors: dict[str, float] = field(default_factory=dict)
     jacobian: np.ndarray | None = None
     residuals: np.ndarray | None = None
@@ -196,14 +196,14 @@ def penalties(names, shipped: dict[str, float] | None = None) -> np.ndarray:
     return np.array([0.0 if k in ENGINES and shipped[k] <= CANDIDATES[k][0] * 1.001 else PENALTY for k in names])
 
 
-def engine_order(groups: dict[str, Group], terms: list[Term]) -> list[str]:
+def engine_order(rows_by_scenario: dict[str, ScenarioRows], terms: list[Term]) -> list[str]:
     """The engine costs the terms' pipelined scenarios see, in the order their stacks first appear."""
     from ..stacks import STACKS
 
     out = []
     for t in terms:
-        for g in t.groups:
-            sc = groups[g].scenario
+        for g in t.rows_by_scenario:
+            sc = rows_by_scenario[g].scenario
             k = STACKS[sc.stack].engine.graph_factor
             if sc.parallelism.pp > 1 and k in ENGINES and k not in out:
                 out.append(k)
@@ -214,10 +214,10 @@ def _point(prob: Problem, u: np.ndarray) -> dict[str, float]:
     return {**prob.start, **{k: float(math.exp(x)) for k, x in zip(prob.free, u)}}
 
 
-def _solver(prob: Problem, groups: dict[str, Group], pricing: Pricing, shipped: dict[str, float]):
-    """A generator: yields the settings it needs priced ({scenario: [factors, ...]}), gets None back once they are
-    in `pricing`; ends with `prob` solved."""
-    used = sorted({g for t in prob.terms for g in t.groups})
+def _solver(prob: Problem, rows_by_scenario: dict[str, ScenarioRows], timing: Timing, shipped: dict[str, float]):
+    """A generator: yields the settings it needs timed ({scenario: [factors, ...]}), gets None back once they are
+    in `timing`; ends with `prob` solved."""
+    used = sorted({g for t in prob.terms for g in t.rows_by_scenario})
     lo = np.array([math.log(CANDIDATES[k][0]) for k in prob.free])
     hi = np.array([math.log(CANDIDATES[k][1]) for k in prob.free])
     u0 = np.array([math.log(shipped[k]) for k in prob.free])
@@ -236,12 +236,12 @@ def _solver(prob: Problem, groups: dict[str, Group], pricing: Pricing, shipped: 
 
     def evaluate(u: np.ndarray):
         pts = settings(u)
-        logs = [{g: pricing.log_step(g, p) for g in used} for p in pts]
-        r = residuals(prob.terms, groups, logs[0])
+        logs = [{g: timing.log_step(g, p) for g in used} for p in pts]
+        r = residuals(prob.terms, rows_by_scenario, logs[0])
         jac = np.zeros((len(prob.terms), len(prob.free)))
         for j in range(len(prob.free)):
             h = (math.log(pts[1 + j][prob.free[j]]) - u[j])
-            jac[:, j] = (residuals(prob.terms, groups, logs[1 + j]) - r) / h
+            jac[:, j] = (residuals(prob.terms, rows_by_scenario, logs[1 + j]) - r) / h
         loss = float(r @ r + np.sum(pen * (u - u0) ** 2))
         return r, jac, loss
 
@@ -268,14 +268,14 @@ def _solver(prob: Problem, groups: dict[str, Group], pricing: Pricing, shipped: 
     prob.factors = {**prob.start, **{k: _round(math.exp(x)) for k, x in zip(prob.free, u)}}
     if prob.predict:
         yield {g: [prob.factors] for g in prob.predict}
-        prob.predicted = {g: pricing.log_step(g, prob.factors) for g in prob.predict}
+        prob.predicted = {g: timing.log_step(g, prob.factors) for g in prob.predict}
     return prob
 
 
-def solve_all(problems: list[Problem], groups: dict[str, Group], pricing: Pricing,
+def solve_all(problems: list[Problem], rows_by_scenario: dict[str, ScenarioRows], timing: Timing,
               shipped: dict[str, float]) -> list[Problem]:
-    """Solve every problem at once: each round prices what all unfinished problems asked for, together."""
-    running = [_solver(p, groups, pricing, shipped) for p in problems]
+    """Solve every problem at once: each round times what all unfinished problems asked for, together."""
+    running = [_solver(p, rows_by_scenario, timing, shipped) for p in problems]
     asks = {}
     for i, gen in enumerate(running):
         try:
@@ -287,7 +287,7 @@ def solve_all(problems: list[Problem], groups: dict[str, Group], pricing: Pricin
         for req in asks.values():
             for g, pts in req.items():
                 merged.setdefault(g, []).extend(pts)
-        pricing.price(merged)
+        timing.time_settings(merged)
         for i in list(asks):
             try:
                 asks[i] = running[i].send(None)
@@ -296,30 +296,30 @@ def solve_all(problems: list[Problem], groups: dict[str, Group], pricing: Pricin
     return problems
 
 
-def jacobian_at(point: dict[str, float], groups: dict[str, Group], terms: list[Term], pricing: Pricing,
+def jacobian_at(point: dict[str, float], rows_by_scenario: dict[str, ScenarioRows], terms: list[Term], timing: Timing,
                 names: list[str]) -> np.ndarray:
     """d(term log error) / d log(factor) of every candidate in `names` at `point` (forward differences)."""
-    used = sorted({g for t in terms for g in t.groups})
+    used = sorted({g for t in terms for g in t.rows_by_scenario})
     # an engine cost near its lower bound is probed at ENGINE_PROBE_S (its effect at 10 us says nothing)
     at = {k: ({**point, k: ENGINE_PROBE_S} if k in ENGINES and point[k] < ENGINE_PROBE_S else point) for k in names}
     pts = [point] + [a for k in names for a in (at[k], {**at[k], k: math.exp(math.log(at[k][k]) + STEP)})]
-    pricing.price({g: pts for g in used})
+    timing.time_settings({g: pts for g in used})
 
     def res(p):
-        return residuals(terms, groups, {g: pricing.log_step(g, p) for g in used})
+        return residuals(terms, rows_by_scenario, {g: timing.log_step(g, p) for g in used})
     cols = [(res(pts[2 + 2 * j]) - res(pts[1 + 2 * j])) / STEP for j in range(len(names))]
     return np.column_stack(cols) if cols else np.zeros((len(terms), 0))
 
 
-def identify(terms: list[Term], groups: dict[str, Group], jac: np.ndarray, names: list[str]) -> tuple[list[str], dict]:
+def identify(terms: list[Term], rows_by_scenario: dict[str, ScenarioRows], jac: np.ndarray, names: list[str]) -> tuple[list[str], dict]:
     """The factors the terms identify (in priority order) and, for each other candidate, why it stays shipped.
 
     `jac`: d(term log error) / d log(factor) at the shipped values, one column per name of `names`."""
     gens = {}
     for t in terms:
-        for g in t.groups:
-            gens[groups[g].generation] = gens.get(groups[g].generation, 0) + 1
-    order = [k for k in engine_order(groups, terms) if k in names]
+        for g in t.rows_by_scenario:
+            gens[rows_by_scenario[g].generation] = gens.get(rows_by_scenario[g].generation, 0) + 1
+    order = [k for k in engine_order(rows_by_scenario, terms) if k in names]
     for gen in sorted(gens, key=lambda x: -gens[x]):
         order += [k for k in PRIORITY.get(gen, ()) if k not in order]
     chosen: list[str] = []

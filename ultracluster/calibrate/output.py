@@ -10,7 +10,7 @@ import numpy as np
 
 from ..cluster import calibration_profile as fmt
 from ..report.atomic import atomic_write_text
-from .fit import CANDIDATES, Pricing, jacobian_at, penalties, residuals, shipped_factors, terms_of
+from .fit import CANDIDATES, Timing, jacobian_at, penalties, residuals, shipped_factors, terms_of
 
 UNITS = {"in_graph_sync_s": (1e3, " ms")}
 REPREDICT_RTOL = 1e-9        # the replay is deterministic: a profile's rows re-predict to float noise
@@ -116,17 +116,17 @@ def check_profile(path: str | Path) -> tuple[dict, list[str]]:
     its factors, check each recorded figure against them, and check that the fitted factors are still the fit of
     the rows (a Gauss-Newton step from them moves no factor by more than FIT_TOLERANCE). Returns the profile and
     every problem found (none: it verifies)."""
-    from .command import _groups, _replay
+    from .command import scenario_rows_of, replay_rows
 
     doc = fmt.read_profile(path)
     rows, problems = _rows_as_measured(doc)
     if problems:
         return doc, problems
     base = fmt.calibration_of(doc)
-    groups = _groups(rows)
+    rows_by_scenario = scenario_rows_of(rows)
     steps = {}
-    for key, g in groups.items():
-        s = _replay(g.scenario, base)
+    for key, g in rows_by_scenario.items():
+        s = replay_rows(g.scenario, base)
         steps[key] = s["step_time_s"]
     for r, rec in zip(rows, doc["rows"]):
         quantity = {"step_time_s": r.value, "seq_per_s": r.scenario.training.global_batch / r.value,
@@ -141,11 +141,11 @@ def check_profile(path: str | Path) -> tuple[dict, list[str]]:
                             "fitted; recalibrate from the measurements")
     if problems:
         return doc, problems
-    problems += _still_the_fit(doc, groups, base, steps)
+    problems += _still_the_fit(doc, rows_by_scenario, base, steps)
     return doc, problems
 
 
-def _still_the_fit(doc: dict, groups, base, steps: dict[str, float]) -> list[str]:
+def _still_the_fit(doc: dict, rows_by_scenario, base, steps: dict[str, float]) -> list[str]:
     """The fitted factors minimise the profile's loss over its rows: one Gauss-Newton step from them (fast-path
     Jacobian, corrected to the replays) moves none of them by more than FIT_TOLERANCE."""
     from ..layouts.setting_times import setting_step_times
@@ -153,12 +153,12 @@ def _still_the_fit(doc: dict, groups, base, steps: dict[str, float]) -> list[str
     free = list(doc["fitted"])
     if not free:
         return []
-    correction = {k: math.log(steps[k] / float(setting_step_times(g.scenario, [base])[0])) for k, g in groups.items()}
-    pricing = Pricing(groups, base, correction)
-    terms = terms_of(groups)
+    correction = {k: math.log(steps[k] / float(setting_step_times(g.scenario, [base])[0])) for k, g in rows_by_scenario.items()}
+    timing = Timing(rows_by_scenario, base, correction)
+    terms = terms_of(rows_by_scenario)
     point = {k: float(v) for k, v in doc["factors"].items()}
-    jac = jacobian_at(point, groups, terms, pricing, free)
-    r = residuals(terms, groups, {k: math.log(v) for k, v in steps.items()})
+    jac = jacobian_at(point, rows_by_scenario, terms, timing, free)
+    r = residuals(terms, rows_by_scenario, {k: math.log(v) for k, v in steps.items()})
     shipped = doc["shipped_calibration"]["factors"]
     u = np.array([math.log(point[k]) for k in free])
     u0 = np.array([math.log(shipped[k]) for k in free])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .training import (FIT, INPUTS, MECHANISMS, REPO, RESIDUAL_CHECK, TRN2_PROBES, Layouts, _round, base_calibration,
+from .training import (FIT, INPUTS, MECHANISMS, REPO, RESIDUAL_CHECK, TRN2_PROBES, Layouts, rounded, base_calibration,
                        fit)
 
 
@@ -35,11 +35,11 @@ def leave_group_out(lay: Layouts) -> dict:
     out with it. Per group its layouts' errors and the refitted factors; per kind the median and worst |error|."""
     out = {}
     for kind, key in (("cells", lay.cell), ("families", lay.family)):
-        groups: dict[str, list[str]] = {}
+        rows_by_scenario: dict[str, list[str]] = {}
         for n in lay.certain:
-            groups.setdefault(key[n], []).append(n)
+            rows_by_scenario.setdefault(key[n], []).append(n)
         folds, errors = {}, []
-        for g, members in groups.items():
+        for g, members in rows_by_scenario.items():
             others = [m for m in lay.certain if m not in members]
             keep_pair = not (set(members) & lay.pair_layouts)
             params, _ = fit(lay, others, scaling=keep_pair)
@@ -100,7 +100,7 @@ def identifiability(lay: Layouts, params: dict, rms: float) -> dict[str, dict]:
         for label, sc in probes:
             t = [predict(sc, base_calibration(**{**params, name: v}))["step_time_s"] for v in (low, params[name], high)]
             moves[label] = [round(x, 3) for x in t]
-        out[name] = {"low": _round(low), "high": _round(high), "at_bound": params[name] in (lo, hi),
+        out[name] = {"low": rounded(low), "high": rounded(high), "at_bound": params[name] in (lo, hi),
                      "trn2_step_time_s": moves}
     return out
 
@@ -146,7 +146,7 @@ def fit_trn2(lay: Layouts, params: dict) -> dict:
     for _ in range(40):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if step(**{TRN2_FIT[0]: mid}) < target else (lo, mid)
-    value = _round(0.5 * (lo + hi))
+    value = rounded(0.5 * (lo + hi))
     cal = cal.with_(**{TRN2_FIT[0]: value})
     after = predict(sc, cal)["step_time_s"]
     pinned = {}
@@ -157,7 +157,7 @@ def fit_trn2(lay: Layouts, params: dict) -> dict:
               <= lay.spread]
         below = [v for v in grid if v <= central and all(u in ok for u in grid if v <= u <= central)]
         above = [v for v in grid if v >= central and all(u in ok for u in grid if central <= u <= v)]
-        pinned[f.name] = [_round(min(below or [central])), _round(max(above or [central]))]
+        pinned[f.name] = [rounded(min(below or [central])), rounded(max(above or [central]))]
     return {"row": name, "published_step_s": round(target, 3), "factor": TRN2_FIT[0], "value": value,
             "argued_range": list(TRN2_ARGUED), "step_before_s": round(before, 3), "step_s": round(after, 3),
             "error_pct": round(100 * (after / target - 1), 2), "pinned": pinned,

@@ -114,18 +114,18 @@ class Layouts:
         from ..scenario import load_scenario
 
         self.rows = rows(data)
-        groups: dict[str, list[dict]] = {}
+        rows_by_scenario: dict[str, list[dict]] = {}
         for r in self.rows:
-            groups.setdefault(r["layout"], []).append(r)
-        self.names = list(groups)
-        self.groups = groups
+            rows_by_scenario.setdefault(r["layout"], []).append(r)
+        self.names = list(rows_by_scenario)
+        self.rows_by_scenario = rows_by_scenario
         self.fit_rows = {n: [r for r in rs if r["quality"] in FITTED_QUALITIES and r["instance"].startswith("trn1")]
-                         for n, rs in groups.items()}
-        shown = {n: self.fit_rows[n] or [r for r in rs if r["quality"] != "pair"] or rs for n, rs in groups.items()}
+                         for n, rs in rows_by_scenario.items()}
+        shown = {n: self.fit_rows[n] or [r for r in rs if r["quality"] != "pair"] or rs for n, rs in rows_by_scenario.items()}
         self.median = {n: statistics.median(float(r["seq_per_s"]) for r in rs) for n, rs in shown.items()}
         self.quality = {n: rs[0]["quality"] for n, rs in shown.items()}
         self.certain = [n for n in self.names if self.fit_rows[n]]
-        self.scenarios = {n: load_scenario(scenario_of(groups[n][0])) for n in self.names}
+        self.scenarios = {n: load_scenario(scenario_of(rows_by_scenario[n][0])) for n in self.names}
         logs = [np.log([float(r["seq_per_s"]) for r in self.fit_rows[n]]) for n in self.certain
                 if len(self.fit_rows[n]) > 1]
         # between-release spread: RMS over layouts of the standard deviation of log seq/s across releases
@@ -133,7 +133,7 @@ class Layouts:
         self.pairs = pairs_of(self.rows)
         self.scaling = statistics.median(p["scaling"] for p in self.pairs) if self.pairs else None
         self.cell = {n: cell_of(self.scenarios[n]) for n in self.names}
-        self.family = {n: family_of(groups[n][0]["model"]) for n in self.names}
+        self.family = {n: family_of(rows_by_scenario[n][0]["model"]) for n in self.names}
         self.pair_layouts = {p[k] for p in self.pairs for k in ("small", "large")}
 
     def predict(self, calibration, names=None) -> np.ndarray:
@@ -198,7 +198,7 @@ def base_calibration(**changes):
     return DEFAULT.with_(**{RESIDUAL_CHECK[0]: 0.0, **changes})
 
 
-def _round(v: float) -> float:
+def rounded(v: float) -> float:
     return float(f"{v:.3g}")
 
 
@@ -245,6 +245,6 @@ def fit(lay: Layouts, names, switches: dict | None = None, factors: tuple = FIT,
     u0 = (np.array([b[3] for b in free]) - lo) / (hi - lo)
     res = least_squares(residuals, u0, bounds=(0.0, 1.0), method="trf", diff_step=1e-3, xtol=1e-6, ftol=1e-9,
                         max_nfev=200)
-    best = {k: _round(v) for k, v in params(res.x).items()}
+    best = {k: rounded(v) for k, v in params(res.x).items()}
     err = lay.log_errors(base_calibration(**others, **best), names, scaling)
     return best, float(np.sqrt(np.mean(err ** 2)))

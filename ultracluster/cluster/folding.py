@@ -2,7 +2,7 @@
 and never more actors than it takes.
 
 Pure: the Ray adapter reads what the cluster offers (`actors.launch.cluster_capacity`, `machine_capacity`), the
-shard worker prices what one actor needs (`shards.worker.actor_bytes`, measured by benchmarks/actor_footprint.py),
+shard worker times what one actor needs (`shards.worker.actor_bytes`, measured by benchmarks/actor_footprint.py),
 and `emulate` folds with both. Folding never changes a prediction (tests/actors/test_folding.py).
 """
 from __future__ import annotations

@@ -2,9 +2,9 @@
 the best published, and the 80 % interval, each from `ultracluster.uncertainty`, the code `run` uses.
 
 `extrapolated` and `mfu_implausible` are cheap (a comparison per axis) and go on every layout. The interval
-prices the uncertain factors with the fast path (`uncertainty.hardware` over the layout rows: each factor's grid,
-then the draws beside each layout's band ends, as `uncertainty.interval` does for one), so it is priced for the
-layouts that can rank (`price_for_ranking`) and the ones a plan shows; the others keep NaN. Pure: no Ray, no
+times the uncertain factors with the fast path (`uncertainty.hardware` over the layout rows: each factor's grid,
+then the draws beside each layout's band ends, as `uncertainty.interval` does for one), so it is timed for the
+layouts that can rank (`time_for_ranking`) and the ones a plan shows; the others keep NaN. Pure: no Ray, no
 files.
 """
 from __future__ import annotations
@@ -18,20 +18,20 @@ from ..cluster.calibration import Calibration
 from ..cluster.catalog import INSTANCES
 from ..cluster.calibration_profile import calibration_for
 from ..scenario import Scenario
-from . import search
-from .fast import LAYOUT_COLUMNS
+from . import ranking
+from .steps import LAYOUT_COLUMNS
 from .setting_times import layout_step_times, one_step, setting_step_times
-from .pricer import layout_scenario
+from .evaluator import layout_scenario
 
 INTERVAL_COLUMNS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high")
 BATCH = 512          # layouts of one place (the top, an instance type's best, a stack's best) whose interval is
-                     # priced at most per round of `price_for_ranking` (the first round prices the two best bounds of
-                     # each place, each round twice as many; the rounds stop when no unpriced layout can still rank)
+                     # timed at most per round of `time_for_ranking` (the first round times the two best bounds of
+                     # each place, each round twice as many; the rounds stop when no untimed layout can still rank)
 
 
 class LayoutEvidence:
     """Where a scenario's layouts stand against the evidence, and their intervals: the calibration, the evidence
-    (the scenario's profile's, else the shipped fit's) and the Pricers kept across calls."""
+    (the scenario's profile's, else the shipped fit's) and the Evaluators kept across calls."""
 
     def __init__(self, base: Scenario, calibration: Calibration | None = None):
         self.base = base
@@ -41,7 +41,7 @@ class LayoutEvidence:
         self.one = one_step(base)
         self.params_b = unc.model_params_b(base)
         self._factors: dict[str, list] = {}
-        self._pricers: dict[tuple, object] = {}
+        self._evaluators: dict[tuple, object] = {}
 
     def flags(self, t: pd.DataFrame) -> None:
         """`extrapolated` (the axes off the calibrated domain, comma-separated; "" inside it) and `mfu_implausible`
@@ -79,7 +79,7 @@ class LayoutEvidence:
             self._factors[kind] = tuple(unc.factors_for(cluster, pinned=False, ranges=self.ev.ranges))
         return self._factors[kind]
 
-    def price(self, t: pd.DataFrame, rows: np.ndarray, tokens_per_step: float) -> None:
+    def time_rows(self, t: pd.DataFrame, rows: np.ndarray, tokens_per_step: float) -> None:
         """The 80 % interval of the rows at positions `rows` (a run's, `uncertainty.interval`, around each row's
         fast-path step time), in place in INTERVAL_COLUMNS; needs `flags` first."""
         rows = np.asarray(rows, dtype=np.int64)
@@ -91,7 +91,7 @@ class LayoutEvidence:
             slow = fast = np.zeros(len(pos))
             if factors:
                 hw = unc.hardware(lambda cals, which: layout_step_times(
-                    self.one, layout, cals, which, self._pricers, shared_last_sends=False), self.cal, factors, len(pos),
+                    self.one, layout, cals, which, self._evaluators, shared_last_sends=False), self.cal, factors, len(pos),
                     lambda: unc.weights_for(factors, self.cal, self.profile, INSTANCES[kind].chip.name,
                                             times=setting_step_times))
                 slow, fast = hw.slow_log, hw.fast_log
@@ -104,49 +104,49 @@ class LayoutEvidence:
             t.iloc[pos, col("tokens_per_s_high")] = tokens_per_step / low
 
 
-def price_for_ranking(t: pd.DataFrame, lev: LayoutEvidence, objective: str, rank_by: str, top: int,
+def time_for_ranking(t: pd.DataFrame, lev: LayoutEvidence, objective: str, rank_by: str, top: int,
                       max_usd_per_hour: float | None, shown: np.ndarray, tokens_per_step: float,
                       scope_columns: tuple[str, ...] = ("instance",)) -> int:
-    """Price the intervals of every row that can rank among the `top` or be the best of its instance type (and of
+    """Time the intervals of every row that can rank among the `top` or be the best of its instance type (and of
     each value of the other `scope_columns`: its stack) by `rank_by`, and of the rows `shown` (a boolean mask: the
-    Pareto front, the scenario's own layout); returns how many rows were priced.
+    Pareto front, the scenario's own layout); returns how many rows were timed.
 
     `low` ranks by the pessimistic end, which is at least the half-width h slower than the point (the fit's and
     the releases', widened by the row's extrapolated axes; the hardware part only adds to it in quadrature): the
-    rows are priced best bound first, in rounds, until no unpriced row's bound (the point h slower: its best
-    possible pessimistic end) can still reach the top or its type's best. That is exact: the rows left unpriced
-    could not have ranked. `high` (the optimistic end, which can pass a better point) prices every eligible row
+    rows are timed best bound first, in rounds, until no untimed row's bound (the point h slower: its best
+    possible pessimistic end) can still reach the top or its type's best. That is exact: the rows left untimed
+    could not have ranked. `high` (the optimistic end, which can pass a better point) times every eligible row
     (slow: tens of milliseconds a layout); `point` only those shown and the best by point.
     """
     for c in INTERVAL_COLUMNS:
         t[c] = np.nan
-    col, smaller = search.OBJECTIVES[objective]
-    elig = search.eligible(t, objective, max_usd_per_hour).to_numpy()
+    col, smaller = ranking.OBJECTIVES[objective]
+    elig = ranking.eligible(t, objective, max_usd_per_hour).to_numpy()
     feasible = t["feasible"].to_numpy(dtype=bool)
-    priced = np.zeros(len(t), dtype=bool)      # the rows priced for the ranking (and, last, the ones shown)
+    timed = np.zeros(len(t), dtype=bool)      # the rows timed for the ranking (and, last, the ones shown)
     computed = np.zeros(len(t), dtype=bool)    # the rows whose interval is in `t`: the shown ones go with the first
-                                               # rows priced (one evaluation less; every row's numbers its own)
+                                               # rows timed (one evaluation less; every row's numbers its own)
 
     def run(mask: np.ndarray) -> None:
-        todo = mask & ~priced & feasible
+        todo = mask & ~timed & feasible
         if todo.any():
             fresh = np.flatnonzero((todo | (shown & feasible)) & ~computed)
             if fresh.size:
-                lev.price(t, fresh, tokens_per_step)
+                lev.time_rows(t, fresh, tokens_per_step)
                 computed[fresh] = True
-            priced[todo] = True
+            timed[todo] = True
 
     if rank_by == "high":
         run(elig)
     elif rank_by == "point":
-        best = search.ranked(t, objective, max_usd_per_hour, "point")
+        best = ranking.ranked(t, objective, max_usd_per_hour, "point")
         keep = np.zeros(len(t), dtype=bool)
         keep[t.index.get_indexer(best.head(top).index)] = True
         for by in scope_columns:
             keep[t.index.get_indexer(best.drop_duplicates(by).index)] = True
         run(keep)
     else:
-        # the pessimistic end is at least the half-width h (known before pricing) slower than the point
+        # the pessimistic end is at least the half-width h (known before timing) slower than the point
         h = unc.half_width(lev.ev, t["_axes"].to_numpy())
         bound = t[col].to_numpy(float) * (np.exp(h) if smaller else np.exp(-h))
         good = -bound if smaller else bound
@@ -154,19 +154,19 @@ def price_for_ranking(t: pd.DataFrame, lev: LayoutEvidence, objective: str, rank
         order = order[elig[order]]
         scopes = [(np.ones(len(t), dtype=bool), top)] + [(t[by].to_numpy() == k, 1) for by in scope_columns
                                                           for k in pd.unique(t[by].to_numpy()[elig])]
-        quota = 2              # rows of each scope priced in a round, best bound first; doubles each round
+        quota = 2              # rows of each scope timed in a round, best bound first; doubles each round
         while True:
-            pess = search.at_end(t, objective, "low")
+            pess = ranking.at_end(t, objective, "low")
             gp = -pess if smaller else pess
-            done = elig & priced & np.isfinite(pess)
-            need = elig & ~priced
+            done = elig & timed & np.isfinite(pess)
+            need = elig & ~timed
             mask = np.zeros(len(t), dtype=bool)
             for scope, k in scopes:         # the top K over all, and the best of each type (and stack)
                 members = np.flatnonzero(done & scope)
                 could = need & scope
                 if members.size >= k:
                     kth = members[np.argsort(-gp[members], kind="stable")][k - 1]
-                    # an unpriced row's pessimistic end is at best its bound: it can rank only if its bound can
+                    # an untimed row's pessimistic end is at best its bound: it can rank only if its bound can
                     could &= good >= gp[kth]
                 mask[order[could[order]][:max(quota, k - members.size)]] = True
             if not mask.any():
@@ -174,4 +174,4 @@ def price_for_ranking(t: pd.DataFrame, lev: LayoutEvidence, objective: str, rank
             run(mask)
             quota = min(2 * quota, BATCH)
     run(shown)
-    return int(priced.sum())
+    return int(timed.sum())

@@ -333,7 +333,7 @@ class PipeTimes:
     evaluated_microbatches: np.ndarray   # [rows] the microbatches actually run (m, or fewer when extrapolated)
 
 
-def _run_lengths(schedule: str, p: int, m: int, v: int) -> list[int]:
+def run_lengths(schedule: str, p: int, m: int, v: int) -> list[int]:
     """Microbatch counts to try for an m-microbatch pipeline: short runs first (same m mod P), then m."""
     if schedule == "gpipe" or p == 1 and m <= 8:
         return [m]
@@ -418,7 +418,7 @@ def _pipelines(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray, bw
     out_end = np.zeros((rows, p))
     out_b1 = np.zeros((rows, chunks))
     ran = np.zeros(rows, dtype=np.int64)
-    lengths = {int(mi): _run_lengths(schedule, p, int(mi), v) for mi in np.unique(m)}
+    lengths = {int(mi): run_lengths(schedule, p, int(mi), v) for mi in np.unique(m)}
     nxt_len = np.array([lengths[int(mi)][0] for mi in m], dtype=np.int64)
     todo = np.arange(rows)
     while todo.size:

@@ -3,8 +3,8 @@
 The 80 % interval (`ultracluster.uncertainty`, pure arithmetic) asks for the step time at settings of the
 uncertain factors: each factor's grid, the draws beside the band's ends, the published Trainium2 run it weights
 the draws by. It is given these functions (`interval(..., times=setting_step_times)`), so the model is entered
-here, not from the interval: every setting is a row of one table timed by the fast path (`fast.evaluate`, the
-replay's model over a row axis, each row with its own calibration: `Pricer(calibrations=...)`, column `cal`), in
+here, not from the interval: every setting is a row of one table timed by the fast path (`steps.evaluate`, the
+replay's model over a row axis, each row with its own calibration: `Evaluator(calibrations=...)`, column `cal`), in
 this process, no Ray, no files. It runs on the driver, after the replay: the settings are a few tens of
 whole-model evaluations that the shard actors, which hold one calibration's chip model of their own stages,
 could not give without a replay per setting; the fast path times them all in one evaluation (docs/design.md,
@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from ..cluster.calibration import Calibration
-from .fast import evaluate
-from .pricer import Pricer
-from .space import _own_row
+from .steps import evaluate
+from .evaluator import Evaluator
+from .space import own_row
 
 
 def one_step(scenario):
@@ -44,7 +44,7 @@ def setting_step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
     if key not in _STEP_TIMES:    # (a sweep's variants that differ in storage or faults time their interval once)
         _STEP_TIMES.pop(next(iter(_STEP_TIMES))) if len(_STEP_TIMES) >= 32 else None
         _STEP_TIMES[key] = np.array([replayed_step_time(one, cal) for cal in calibrations]) if scenario.faults is not None \
-            and scenario.faults.degraded else layout_step_times(one, pd.DataFrame([_own_row(one)]), calibrations,
+            and scenario.faults.degraded else layout_step_times(one, pd.DataFrame([own_row(one)]), calibrations,
                                                                 np.arange(len(calibrations))[None, :])[0]
     return _STEP_TIMES[key].copy()
 
@@ -52,16 +52,16 @@ def setting_step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
 _STEP_TIMES: dict[tuple, np.ndarray] = {}     # `setting_step_times` of the process's last 32 one-step scenarios
 
 
-def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndarray, pricers: dict | None = None,
+def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndarray, evaluators: dict | None = None,
                       shared_last_sends: bool = True) -> np.ndarray:
     """Step times [n, k] of one step of each layout row of `one` (a `one_step` scenario; `rows` a table of n
     layouts) under the calibrations `which[i, j]` indexes, in one evaluation of the fast path (NaN: does not fit).
-    `pricers`: Pricers kept across calls, by calibrations. `shared_last_sends`: the last gradient sends share
+    `evaluators`: Evaluators kept across calls, by calibrations. `shared_last_sends`: the last gradient sends share
     links as in the replay (exact); a plan's many layouts time them alone, as its search does (docs/plan.md)."""
     n, k = which.shape
-    pricers = {} if pricers is None else pricers
+    evaluators = {} if evaluators is None else evaluators
     key = (tuple(calibrations), shared_last_sends)
-    pr = pricers.get(key) or pricers.setdefault(key, Pricer(one, calibrations=key[0], shared_last_sends=key[1]))
+    pr = evaluators.get(key) or evaluators.setdefault(key, Evaluator(one, calibrations=key[0], shared_last_sends=key[1]))
     table = rows.reset_index(drop=True).iloc[np.repeat(np.arange(n), k)].reset_index(drop=True)
     table["cal"] = which.reshape(-1)
     out = evaluate(pr, table)

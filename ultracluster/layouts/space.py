@@ -26,7 +26,7 @@ from ..cluster.catalog import INSTANCES, ranks_per_instance, ultraserver_of
 from ..errors import Problem, ScenarioError
 from ..scenario import Scenario
 from ..step.counts import microbatches, ultraserver_default
-from .fast import LAYOUT_COLUMNS
+from .steps import LAYOUT_COLUMNS
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -112,12 +112,12 @@ def searched(base: Scenario, space: SearchSpace) -> tuple[str, ...]:
 
 
 def own_stack(base: Scenario, space: SearchSpace) -> tuple[str, list[str]]:
-    """The stack the scenario's own layout is priced as, and, when it is `custom` in a search of other stacks, why
+    """The stack the scenario's own layout is evaluated as, and, when it is `custom` in a search of other stacks, why
     (each searched stack's first objection). A scenario that names its stack: that one; one that names none: the
     first stack searched that runs its layout (`custom` when none does)."""
     if stk.names_its_stack(base):
         return base.stack, []
-    own, why = _own_row(base), []
+    own, why = own_row(base), []
     for name in searched(base, space):
         found = stk.unsupported(name, stk.chip_of(own["instance"]), own["pp"], own["zero"], own["pp_schedule"],
                                 own["cp"], own["ep"], own["lnc"], own["instance"])
@@ -203,7 +203,7 @@ def enumerate_layouts(base: Scenario, space: SearchSpace = SearchSpace(),
 
     The layouts of each stack searched (`searched`) that it runs (`stacks.runs`), stack by stack, each row naming
     its stack (`stack`), with sequence parallelism as the stack runs it (`stacks.sequence_parallel`; on whenever tp
-    > 1 for `custom`); the scenario's own layout as `own_stack` prices it.
+    > 1 for `custom`); the scenario's own layout as `own_stack` evaluates it.
 
     Returns:
         DataFrame with LAYOUT_COLUMNS and `microbatches`; row 0 is the scenario's own layout when the space
@@ -222,7 +222,7 @@ def enumerate_layouts(base: Scenario, space: SearchSpace = SearchSpace(),
         if progress is not None:
             progress(total)
     cols = _stack_rows(base, space, _layout_columns(shapes, scheds, space.recompute, zero_values))
-    own = _own_row(base)
+    own = own_row(base)
     own["stack"] = own_stack(base, space)[0]
     for r in reversed([own] + [dict(r) for r in space.extra]):
         if r is None or (r["instance"], r["instances"], r["lnc"]) not in \
@@ -279,7 +279,7 @@ def _layout_columns(shapes: list[tuple], scheds: list[tuple[str, int]], recomput
             "sequence_parallel": tp > 1, "microbatches": numbers[shape, 8]}
 
 
-def _own_row(base: Scenario) -> dict:
+def own_row(base: Scenario) -> dict:
     """The scenario's own layout as a table row."""
     p, t, c = base.parallelism, base.training, base.cluster
     zero = int(t.zero)

@@ -29,8 +29,8 @@ for all of them):
 
 * `groups`: `Group`, `group_of`, `bus_factor`.
 * `selection`: members and tiers (1, 2), Neuron's algorithm choice and the hierarchical stages (3).
-* `flows`: stages → flows over the fabric → per-step link loads → a collective's `Profile` (4).
-* `pricing`: the vectorized step table, launch costs, the size-switch envelope or monotone floor,
+* `flows`: stages → flows over the fabric → per-step link loads → a collective's `LinkLoads` (4).
+* `timing`: the vectorized step table, launch costs, the size-switch envelope or monotone floor,
   `collective_cost` and `collective_time`.
 * `contention`: `concurrent_time` (max-min fair sharing, `ultracluster.fairshare`) and the bus-bandwidth
   ceiling `busbw_limit_bytes_per_s`.
@@ -41,17 +41,17 @@ from .contention import (  # noqa: F401
     busbw_limit_bytes_per_s, concurrent_time,
 )
 from .flows import (  # noqa: F401
-    Flows, Profile, RING_CHANNELS, StepLoad, _kangaring_flows, _load, _profile, _ring_order, _stage_flows,
-    _switch_ring_order, _unit_flows, members_and_levels, profile,
+    Flows, LinkLoads, RING_CHANNELS, StepLoad, kangaring_flows, step_load, stage_link_loads, ring_order, stage_flows,
+    switch_ring_order, unit_flows, members_and_levels, link_loads,
 )
 from .groups import (  # noqa: F401
     Group, bus_factor, group_of,
 )
-from .pricing import (  # noqa: F401
-    IN_GRAPH_LAUNCH_MAX_S, StepTable, _breakpoints, _check, collective_cost, collective_time, step_table,
+from .timing import (  # noqa: F401
+    IN_GRAPH_LAUNCH_MAX_S, StepTable, breakpoints, check_collective, collective_cost, collective_time, step_table,
     table_times,
 )
 from .selection import (  # noqa: F401
     A2A_MESH_MAX_MEMBERS, EFA_MESH_MAX_MEMBERS, EFA_RING_MAX_MEMBERS, Levels, MESH_MAX_BYTES, MIB, RDH_MAX_BYTES,
-    Stage, _chips, _switch_ring, algorithm_name, family, levels, pick_inter, pick_intra, stages,
+    Stage, chips_of, switch_ring, algorithm_name, family, levels, pick_inter, pick_intra, stages,
 )

@@ -14,7 +14,7 @@ from ..fairshare import progressive_filling
 from .calibration import NetworkCalibration
 from .flows import members_and_levels
 from .groups import Group
-from .pricing import collective_cost
+from .timing import collective_cost
 from .topology import fabric, locate
 
 

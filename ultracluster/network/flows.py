@@ -1,4 +1,4 @@
-"""Stages → flows over the fabric → per-step link loads → a collective's `Profile`.
+"""Stages → flows over the fabric → per-step link loads → a collective's `LinkLoads`.
 
 Each stage's algorithm steps (`algorithms.patterns`) become flows between members, routed over the fabric
 (`topology.route`); a step's load is its busiest resource per tier. Pure (numpy only); part of the
@@ -34,42 +34,42 @@ class Flows:
     pipelined: bool = False
 
 
-def _unit_flows(units: np.ndarray, algorithm: str, op: str, fraction: float,
+def unit_flows(units: np.ndarray, algorithm: str, op: str, fraction: float,
                 first_only: bool = False) -> list[Flows]:
     """Flows of `algorithm` run by every row of `units` ([n_units, p] global ranks in algorithm order) on
     `fraction` of the buffer; `first_only` keeps the flows sent by member 0 of each unit."""
     n_units, p = units.shape
     if p <= 1:
         return []
-    chunks, pats = algs.patterns(algorithm, op, p, channels=RING_CHANNELS if algorithm == "ring" else 1)
+    segments, pats = algs.patterns(algorithm, op, p, channels=RING_CHANNELS if algorithm == "ring" else 1)
     out = []
     for pat in pats:
         keep = pat.src == 0 if first_only else slice(None)
-        src, dst, size = pat.src[keep], pat.dst[keep], pat.chunks[keep] * (fraction / chunks)
+        src, dst, size = pat.src[keep], pat.dst[keep], pat.segments[keep] * (fraction / segments)
         out.append(Flows(units[:, src].ravel(), units[:, dst].ravel(), np.tile(size, n_units), pat.repeat,
                          pat.reduce, pat.pipelined))
     return out
 
 
-def _ring_order(fab: Fabric, local: np.ndarray) -> np.ndarray:
+def ring_order(fab: Fabric, local: np.ndarray) -> np.ndarray:
     """[..., y] ranks of instances reordered along the snake cycle of chips, the ranks of a chip together."""
     loc = locate(fab, local)
     key = snake_position(fab, loc["chip"]) * fab.ranks_per_chip + loc["slot"]
     return np.take_along_axis(local, np.argsort(key, axis=-1, kind="stable"), axis=-1)
 
 
-def _kangaring_flows(fab: Fabric, local: np.ndarray, st: Stage, k: int = 0) -> list[Flows]:
+def kangaring_flows(fab: Fabric, local: np.ndarray, st: Stage, k: int = 0) -> list[Flows]:
     """KangaRing (H11): a ring over the chips' primary ranks, both ways round the snake cycle, carrying
     each chip's whole buffer. Its chip-mates take no part in the ring: in a reduce-scatter step the primary
-    reads their copy of the chunk it forwards, in an all-gather step it writes the chunk it receives to
-    them as well as to itself (1 read, 2 writes), so each step also moves one chunk per chip-mate through
+    reads their copy of the segment it forwards, in an all-gather step it writes the segment it receives to
+    them as well as to itself (1 read, 2 writes), so each step also moves one segment per chip-mate through
     the chip's DMA engines, in the same step."""
     k = k or fab.ranks_per_chip       # ranks per ring member: a chip's (KangaRing, chip-ring) or a die's
     g, y = local.shape
-    chips = _ring_order(fab, local).reshape(g, y // k, k)               # [g, chips in ring order, k]
+    chips = ring_order(fab, local).reshape(g, y // k, k)               # [g, chips in ring order, k]
     primaries, mates = chips[:, :, 0], chips[:, :, 1:]
     out = []
-    for fl in _unit_flows(primaries, "ring", st.op, st.fraction):
+    for fl in unit_flows(primaries, "ring", st.op, st.fraction):
         # ring flows: primary -> primary; the matching chip traffic per flow: mates <-> the sender (RS) or
         # the receiver (AG), the same bytes each
         per = fl.per_byte
@@ -86,7 +86,7 @@ def _kangaring_flows(fab: Fabric, local: np.ndarray, st: Stage, k: int = 0) -> l
     return out
 
 
-def _stage_flows(fab: Fabric, lv: Levels, st: Stage) -> list[Flows]:
+def stage_flows(fab: Fabric, lv: Levels, st: Stage) -> list[Flows]:
     """Flows of one stage, for every group of the family and every lane of the other tiers.
 
     By symmetry only the units of the first instance (local stage) or first UltraServer (Z stage) are
@@ -96,29 +96,29 @@ def _stage_flows(fab: Fabric, lv: Levels, st: Stage) -> list[Flows]:
     if st.tier == "local":
         local = r[:, 0, 0, :]                        # the first instance's units: [g, y], chip-major
         if st.algorithm == "ring":
-            return _unit_flows(_ring_order(fab, local), "ring", st.op, st.fraction)
+            return unit_flows(ring_order(fab, local), "ring", st.op, st.fraction)
         if st.algorithm in ("mesh", "rdh"):          # rdh: distances 1, 2, ... = intra-chip stage first (H11)
-            return _unit_flows(local, st.algorithm, st.op, st.fraction)
+            return unit_flows(local, st.algorithm, st.op, st.fraction)
         if st.algorithm == "kangaring":
-            return _kangaring_flows(fab, local, st)
+            return kangaring_flows(fab, local, st)
         if st.algorithm in ("chip-ring", "die-ring"):     # NeuronSwitch: one ring member per chip or die
             per_die = max(1, fab.ranks_per_chip // fab.dies)
-            return _kangaring_flows(fab, local, st, fab.ranks_per_chip if st.algorithm == "chip-ring" else per_die)
+            return kangaring_flows(fab, local, st, fab.ranks_per_chip if st.algorithm == "chip-ring" else per_die)
         raise ValueError(st.algorithm)
     if st.tier == "z":
         units = r[:, 0].transpose(0, 2, 1).reshape(-1, r.shape[2])         # [g*y, u], first UltraServer
         if fab.switched and st.algorithm == "ring":
-            units = units[:, _switch_ring_order(fab, units[0])]
-        return _unit_flows(units, st.algorithm, st.op, st.fraction)
+            units = units[:, switch_ring_order(fab, units[0])]
+        return unit_flows(units, st.algorithm, st.op, st.fraction)
     if st.tier == "efa":
         # ring, RDH and mesh send and receive the same bytes on every instance: the flows leaving the
         # first UltraServer (or instance) load its NICs, and their receivers' NICs, as every other one
         units = r.transpose(0, 2, 3, 1).reshape(-1, r.shape[1])            # [g*u*y, v], v in server order
-        return _unit_flows(units, st.algorithm, st.op, st.fraction, first_only=True)
+        return unit_flows(units, st.algorithm, st.op, st.fraction, first_only=True)
     raise ValueError(st.tier)
 
 
-def _switch_ring_order(fab: Fabric, members: np.ndarray) -> np.ndarray:
+def switch_ring_order(fab: Fabric, members: np.ndarray) -> np.ndarray:
     """Ring order of one lane's members over the servers of a NeuronSwitch UltraServer: the first half's
     servers ascending, then the second half's descending, so that the ring crosses between the halves only
     over direct links (Gen1: servers 0, 1, 3, 2; Gen2: 0..17, 35..18). Neuron's Trn3 notes speak of ring
@@ -155,7 +155,7 @@ class StepLoad:
 
 
 @dataclass(frozen=True)
-class Profile:
+class LinkLoads:
     """A collective's costed shape: its steps, the algorithm shown, the group size and the chip generation."""
 
     steps: tuple[StepLoad, ...]
@@ -168,7 +168,7 @@ class Profile:
         return any(s.tier == 2 for s in self.steps)
 
 
-def _load(fab: Fabric, fl: Flows) -> StepLoad:
+def step_load(fab: Fabric, fl: Flows) -> StepLoad:
     routed = route(fab, fl.src, fl.dst, fl.per_byte)
     res, inv = np.unique(routed.resource, return_inverse=True)
     per_byte = np.bincount(inv, weights=routed.nbytes, minlength=res.size)
@@ -189,29 +189,29 @@ def members_and_levels(fab: Fabric, group: Group) -> tuple[np.ndarray, Levels | 
 
 
 @functools.lru_cache(maxsize=1024)
-def _profile(fab: Fabric, op: str, group: Group, stage_list: tuple[Stage, ...]) -> Profile:
+def stage_link_loads(fab: Fabric, op: str, group: Group, stage_list: tuple[Stage, ...]) -> LinkLoads:
     members, lv = members_and_levels(fab, group)
     if op == "send_recv":
-        st = _load(fab, Flows(members[:, 0], members[:, 1], np.ones(members.shape[0]), 1))
+        st = step_load(fab, Flows(members[:, 0], members[:, 1], np.ones(members.shape[0]), 1))
         loc = locate(fab, members[0])
         name = {0: "chip", 1: "neuronlink", 2: "efa"}[st.tier]
         if st.tier == 1 and loc["instance"][0] != loc["instance"][1]:
             name = "z"
-        return read_only(Profile((st,), name, 2, fab.generation))
+        return read_only(LinkLoads((st,), name, 2, fab.generation))
     flows: list[Flows] = []
     for st in stage_list:
         if st.tier == "flat":
-            flows += _unit_flows(members, st.algorithm, st.op, st.fraction)
+            flows += unit_flows(members, st.algorithm, st.op, st.fraction)
         else:
-            flows += _stage_flows(fab, lv, st)
-    return read_only(Profile(tuple(_load(fab, f) for f in flows), algorithm_name(stage_list), group.ranks,
+            flows += stage_flows(fab, lv, st)
+    return read_only(LinkLoads(tuple(step_load(fab, f) for f in flows), algorithm_name(stage_list), group.ranks,
                              fab.generation))
 
 
-def profile(fab: Fabric, op: str, nbytes: float, group: Group) -> Profile:
+def link_loads(fab: Fabric, op: str, nbytes: float, group: Group) -> LinkLoads:
     """The costed steps of `op` on `nbytes` per rank over `group` (and, with `together`, its siblings).
 
     Cached per algorithm choice: once the algorithms are chosen the loads scale linearly with the bytes.
     """
     _, lv = members_and_levels(fab, group)
-    return _profile(fab, op, group, stages(fab, op, nbytes, group, lv))
+    return stage_link_loads(fab, op, group, stages(fab, op, nbytes, group, lv))

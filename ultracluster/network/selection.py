@@ -80,7 +80,7 @@ def levels(fab: Fabric, members: np.ndarray) -> Levels | None:
 # Neuron's algorithm choice
 
 
-def _chips(fab: Fabric, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def chips_of(fab: Fabric, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(locate(fab, local)["chip"], return_counts=True)
 
 
@@ -93,7 +93,7 @@ def pick_intra(fab: Fabric, local: np.ndarray, nbytes: float) -> str:
     """
     if local.size <= 1:
         return "none"
-    chips, counts = _chips(fab, local)
+    chips, counts = chips_of(fab, local)
     if nbytes < MESH_MAX_BYTES:
         return "mesh"
     if nbytes <= RDH_MAX_BYTES:
@@ -101,13 +101,13 @@ def pick_intra(fab: Fabric, local: np.ndarray, nbytes: float) -> str:
             return "rdh"
         return "ring"
     if fab.switched:
-        return _switch_ring(fab, local, chips, counts)
+        return switch_ring(fab, local, chips, counts)
     if fab.ranks_per_chip > 1 and chips.size > 1 and (counts == fab.ranks_per_chip).all():
         return "kangaring"      # only for groups holding every rank of each chip they touch (H11)
     return "ring"
 
 
-def _switch_ring(fab: Fabric, local: np.ndarray, chips: np.ndarray, counts: np.ndarray) -> str:
+def switch_ring(fab: Fabric, local: np.ndarray, chips: np.ndarray, counts: np.ndarray) -> str:
     """The ring a NeuronSwitch server runs for large buffers (T8: one rank per chip or per die; no rule for
     choosing is published): one member per chip when the group holds every rank of its chips, one per die
     when it holds whole dies, else every rank. The other ranks of a chip (die) reach the ring through the

@@ -1,9 +1,9 @@
-"""The planner command: a scenario's model and job → every valid layout priced → the best replayed → a plan.
+"""The planner command: a scenario's model and job → every valid layout evaluated → the best replayed → a plan.
 
 `plan` is the planner's composition root, one call per stage: `layouts.space.enumerate_layouts` (every valid
-layout) → the chunks priced by `layouts.fast.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) →
-`layouts.search.ranked` → the top layouts replayed with `runner.run` → `output.write_plan_dir`. The pure
-search and pricing live in `ultracluster.layouts`, below this command (which sits above `runner`). See
+layout) → the blocks evaluated by `layouts.steps.evaluate`, in this process or as Ray tasks (`actors.plan_tasks`) →
+`layouts.ranking.ranked` → the top layouts replayed with `runner.run` → `output.write_plan_dir`. The pure
+search and evaluation live in `ultracluster.layouts`, below this command (which sits above `runner`). See
 docs/plan.md.
 """
 from __future__ import annotations
@@ -23,11 +23,11 @@ from ..cluster import fold
 from ..cluster.calibration import Calibration
 from ..cluster.calibration_profile import calibration_for
 from ..scenario import Scenario, load_scenario
-from ..layouts import search
-from ..layouts.fast import LAYOUT_COLUMNS, Pricer
-from ..layouts.intervals import INTERVAL_COLUMNS, LayoutEvidence, price_for_ranking
-from ..layouts.space import SearchSpace, _own_row, enumerate_layouts, own_stack, searched
-from .options import CATALOG_PRICE, MAX_SEARCH_MINUTES, _check_options, _check_size, resolve_prices
+from ..layouts import ranking
+from ..layouts.steps import LAYOUT_COLUMNS, Evaluator
+from ..layouts.intervals import INTERVAL_COLUMNS, LayoutEvidence, time_for_ranking
+from ..layouts.space import SearchSpace, own_row, enumerate_layouts, own_stack, searched
+from .options import CATALOG_PRICE, MAX_SEARCH_MINUTES, check_options, check_size, resolve_prices
 from .budget import days_and_dollars
 from .compare import compare_with_scenario, stacks_without_a_layout, standing
 from .output import check_plan_dir, full_table_name, layout_yaml, write_plan_dir
@@ -42,44 +42,44 @@ EMBEDDED_RAY_START_S = 12.0    # starting an embedded local Ray and warming work
                                # 5-12 s on the 2-CPU development machine): the in-process search must save more
 IN_PROCESS_LAYOUTS_PER_S = 5000.0   # a conservative in-process rate (docs/performance.md measures about 10,000/s)
 REPLAY_DIFFERENCE_NOTE = 0.01  # a replayed layout further than this from its fast-path step time gets a note
-PRICING_PIECE_LAYOUTS = 4096   # layouts priced per piece in this process, for progress (the same numbers; pieces
-                               # cut along pipeline shapes, `search.by_group`, cost little speed: docs/performance.md)
+EVALUATED_PIECE_LAYOUTS = 4096   # layouts evaluated per piece in this process, for progress (the same numbers; pieces
+                               # cut along pipeline shapes, `ranking.by_pipe_rows`, cost little speed: docs/performance.md)
 
 
 def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | None, address: str | None,
               log: Callable[[str], None], session: ExitStack, shards: Callable[[], int],
-              progress=None) -> search.Evaluated:
-    """Price every chunk here or with Ray tasks; times the search itself. A Ray it
+              progress=None) -> ranking.Evaluated:
+    """Evaluate every block here or with Ray tasks; times the search itself. A Ray it
     attaches to (or starts) stays attached in `session` for the replays (`shards()`: actor slots they need,
-    asked only when a Ray is started: a search priced here does not import Ray).
-    `progress` (a `report.WorkProgress`) is told the layouts priced as pieces come back."""
+    asked only when a Ray is started: a search evaluated here does not import Ray).
+    `progress` (a `report.WorkProgress`) is told the layouts evaluated as pieces come back."""
     t0 = time.perf_counter()
-    pr = Pricer(base, calibration)
+    pr = Evaluator(base, calibration)
     sources = dict(pr.sources)     # every part batched: the functions `run` calls, over a row axis
     from ..actors import plan_tasks          # the only Ray the planner touches
 
     done = progress.advance if progress is not None else None
     if plan_tasks.wanted(address):
         session.enter_context(plan_tasks.planning_ray(address, shards()))
-        pieces = search.chunks(table, 2 * plan_tasks.cluster_cpus())
+        pieces = ranking.blocks(table, 2 * plan_tasks.cluster_cpus())
         results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, pieces, done)
-        return search.Evaluated(table, sources, time.perf_counter() - t0, nodes, results)
+        return ranking.Evaluated(table, sources, time.perf_counter() - t0, nodes, results)
     cpus = os.cpu_count() or 1
     expected_s = len(table) / IN_PROCESS_LAYOUTS_PER_S
     nodes = 0
     if cpus > 1 and expected_s * (1 - 1 / cpus) > EMBEDDED_RAY_START_S:
-        log(f"plan: {len(table):,} layouts: pricing them on an embedded Ray ({cpus} CPUs)")
+        log(f"plan: {len(table):,} layouts: evaluating them on an embedded Ray ({cpus} CPUs)")
         session.enter_context(plan_tasks.planning_ray(None, shards()))
-        results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, search.chunks(table, 2 * cpus), done)
-    else:                          # here, in pieces (the same numbers in any order: `search.assemble` restores it)
+        results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, ranking.blocks(table, 2 * cpus), done)
+    else:                          # here, in pieces (the same numbers in any order: `ranking.assemble` restores it)
         results = []
-        ordered = search.by_group(table)
-        for lo in range(0, len(table), PRICING_PIECE_LAYOUTS):
-            results.append(search.evaluate_chunk(base, calibration, sources,
-                                                 ordered.iloc[lo:lo + PRICING_PIECE_LAYOUTS], pr))
+        ordered = ranking.by_pipe_rows(table)
+        for lo in range(0, len(table), EVALUATED_PIECE_LAYOUTS):
+            results.append(ranking.evaluate_block(base, calibration, sources,
+                                                 ordered.iloc[lo:lo + EVALUATED_PIECE_LAYOUTS], pr))
             if done:
-                done(min(len(table), lo + PRICING_PIECE_LAYOUTS))
-    return search.Evaluated(table, sources, time.perf_counter() - t0, nodes, results)
+                done(min(len(table), lo + EVALUATED_PIECE_LAYOUTS))
+    return ranking.Evaluated(table, sources, time.perf_counter() - t0, nodes, results)
 
 
 def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), objective: str = "tokens_per_s",
@@ -107,8 +107,8 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         replay: replay the top layouts with `run` (the exact numbers).
         log: progress lines (stderr in the CLI).
         max_search_minutes: a search estimated to take longer (its layouts counted before it starts, at the
-            slowest measured pricing rate) is refused.
-        progress: told each phase (enumerating, pricing, replaying) and how far it got (`report.WorkProgress`).
+            slowest measured evaluation rate) is refused.
+        progress: told each phase (enumerating, evaluating, replaying) and how far it got (`report.WorkProgress`).
         prices: US dollars per instance-hour by instance type, over the scenario's `cluster.price_per_hour_usd`
             (its own type) and the catalog (`--price-per-hour TYPE=USD`).
         hbm_headroom: the fraction of a rank's HBM a layout must leave free to be feasible (0.05: at most 95 %).
@@ -116,7 +116,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         keep_runs: write each replay's run directory in `out`/runs/top-N/ (report.html, trace.json: tens of MB
             for a long pipeline); without it the replays' figures are in plan.json only, and `ultracluster run
             top-N.yaml` writes a layout's run directory.
-        rank_by: which end of each layout's 80 % interval ranks it (`search.RANK_BY`): `low` (default) the
+        rank_by: which end of each layout's 80 % interval ranks it (`ranking.RANK_BY`): `low` (default) the
             pessimistic end, where a layout above the best published MFU ranks after the plausible ones;
             `point`; `high` the optimistic end.
 
@@ -131,46 +131,46 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     log = log or (lambda _: None)
     base = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     price_of, price_sources = resolve_prices(base, space, prices)
-    notes = _check_options(base, space, objective, tokens, max_usd_per_hour, top, price_of, prices, hbm_headroom,
+    notes = check_options(base, space, objective, tokens, max_usd_per_hour, top, price_of, prices, hbm_headroom,
                            max_search_minutes, rank_by)
     if out is not None and check_plan_dir(out, force):
         log(f"plan: replacing the earlier plan in {out} (--force)")
         notes.append(f"replaced an earlier plan in {out} (--force)")
     calibration = calibration_for(base, calibration)     # the scenario's calibration profile, else the fit
     t0 = time.perf_counter()
-    expected = _check_size(base, space, max_search_minutes)
+    expected = check_size(base, space, max_search_minutes)
     if progress is not None:
         progress.phase("enumerating", expected)
     table = enumerate_layouts(base, space, progress.advance if progress is not None else None)
     enumerate_s = time.perf_counter() - t0
     if progress is not None:
-        progress.phase("pricing", len(table))
+        progress.phase("evaluating", len(table))
     else:
-        log(f"plan: {len(table):,} layouts to price")
+        log(f"plan: {len(table):,} layouts to evaluate")
     with ExitStack() as session:         # one Ray session (if any) for the search and the replays
         ev = _evaluate(base, table, calibration, address, log, session, lambda: _replay_shards(base),
                        progress)
         t1 = time.perf_counter()           # the table, the folds, the front, then the intervals: of every layout
-        full = search.assemble(table, ev.results, None, base.tokens_per_step, price_of, hbm_headroom)
+        full = ranking.assemble(table, ev.results, None, base.tokens_per_step, price_of, hbm_headroom)
         own = _own_mask(full, base, space)
         _not_run(full, own, base, space)
-        folded = search.fold_equivalent(full)
+        folded = ranking.fold_equivalent(full)
         budget = days_and_dollars(full, base, tokens, calibration)     # with goodput, where a row can rank
-        search.mark_pareto(full)           # that can rank, the front and the own
+        ranking.mark_pareto(full)           # that can rank, the front and the own
         lev = LayoutEvidence(base, calibration)
         lev.flags(full)
         kept = own & (full["same_as"].to_numpy() != "")       # the row the own layout is folded into: shown too
         kept = np.isin(full["layout"].to_numpy(), full["same_as"].to_numpy()[kept]) if kept.any() else kept
-        priced = price_for_ranking(full, lev, objective, rank_by, top, max_usd_per_hour,
+        priced = time_for_ranking(full, lev, objective, rank_by, top, max_usd_per_hour,
                                    full["pareto"].to_numpy(dtype=bool) | own | kept, base.tokens_per_step,
                                    ("instance", "stack"))
         del full["_axes"]
         wall_s = enumerate_s + ev.wall_s + time.perf_counter() - t1
-        full["rank_value"] = search.at_end(full, objective, rank_by)      # what ranked each row
-        best = search.ranked(full, objective, max_usd_per_hour, rank_by)
+        full["rank_value"] = ranking.at_end(full, objective, rank_by)      # what ranked each row
+        best = ranking.ranked(full, objective, max_usd_per_hour, rank_by)
         picks = best.head(top)
-        per_type = search.best_per_type(full, objective, max_usd_per_hour, rank_by)
-        per_stack = search.best_per_type(full, objective, max_usd_per_hour, rank_by, by="stack")
+        per_type = ranking.best_per_type(full, objective, max_usd_per_hour, rank_by)
+        per_stack = ranking.best_per_type(full, objective, max_usd_per_hour, rank_by, by="stack")
         _role_columns(full, own, picks.index, per_type.index, per_stack.index)
         yamls, scenarios = [], []
         overrides = {t: usd for t, usd in price_of.items() if usd is not None and price_sources[t] != CATALOG_PRICE}
@@ -216,8 +216,8 @@ def _record(r, rank: int | None = None) -> dict:
     """A ranking row as plan.json holds it: label, layout, figures (with its interval), the settings folded into
     it, where it stands against the evidence, and how it compares with the scenario's own layout."""
     rec = {"rank": rank} if rank is not None else {}
-    rec.update({"label": r["layout"], "stack": r["stack"], "instance": r["instance"], "layout": search.layout_record(r),
-                **search.numbers(r), **search.numbers(r, INTERVAL_COLUMNS + ("rank_value", "vs_scenario_pct",
+    rec.update({"label": r["layout"], "stack": r["stack"], "instance": r["instance"], "layout": ranking.layout_record(r),
+                **ranking.numbers(r), **ranking.numbers(r, INTERVAL_COLUMNS + ("rank_value", "vs_scenario_pct",
                                                                            "mfu_best_published")),
                 "equivalent": r.get("equivalent", "") or None,
                 "extrapolated": [a for a in str(r.get("extrapolated", "")).split(",") if a],
@@ -227,7 +227,7 @@ def _record(r, rank: int | None = None) -> dict:
 
 
 def _not_run(full: pd.DataFrame, own: np.ndarray, base: Scenario, space: SearchSpace) -> None:
-    """The scenario's own layout, when it names no stack and no stack searched runs it, is priced with its explicit
+    """The scenario's own layout, when it names no stack and no stack searched runs it, is evaluated with its explicit
     keys (`custom`) for the comparison but cannot rank: infeasible, with each stack's reason (in place)."""
     name, why = own_stack(base, space)
     if name == "custom" and "custom" not in searched(base, space) and own.any():
@@ -238,7 +238,7 @@ def _not_run(full: pd.DataFrame, own: np.ndarray, base: Scenario, space: SearchS
 
 def _own_mask(full: pd.DataFrame, base: Scenario, space: SearchSpace) -> np.ndarray:
     """The scenario's own layout among the rows (always the first: `enumerate_layouts`), as its stack runs it."""
-    own = {**_own_row(base), "stack": own_stack(base, space)[0]}
+    own = {**own_row(base), "stack": own_stack(base, space)[0]}
     mask = np.ones(len(full), dtype=bool)
     for k in LAYOUT_COLUMNS:
         mask &= np.broadcast_to(full[k].to_numpy() == own[k], mask.shape)
@@ -247,7 +247,7 @@ def _own_mask(full: pd.DataFrame, base: Scenario, space: SearchSpace) -> np.ndar
 
 def _role_columns(full: pd.DataFrame, own: np.ndarray, top_rows, best_rows, stack_rows) -> None:
     """plan.csv's columns saying why a row is in it: `rank` (its place among the top layouts), `best_of_type`,
-    `best_of_stack`, `scenario_layout` (the scenario's own layout); `pareto` is set by `search.mark_pareto`."""
+    `best_of_stack`, `scenario_layout` (the scenario's own layout); `pareto` is set by `ranking.mark_pareto`."""
     full["rank"] = pd.array([pd.NA] * len(full), dtype="Int64")
     full.loc[list(top_rows), "rank"] = np.arange(1, len(top_rows) + 1)
     full["best_of_type"] = False
@@ -259,7 +259,7 @@ def _role_columns(full: pd.DataFrame, own: np.ndarray, top_rows, best_rows, stac
 
 def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) -> None:
     """The replayed layouts carry their run's 80 % interval and `mfu_implausible` (authoritative: around the
-    replayed step, on its MFU); the others keep the ones the plan priced (the same code, on the fast path's)."""
+    replayed step, on its MFU); the others keep the ones the plan evaluated (the same code, on the fast path's)."""
     for row, rep in zip(replayed_rows, replays):
         for col in INTERVAL_COLUMNS:
             v = rep.get(col)
@@ -314,7 +314,7 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
     if base.faults is not None and base.faults.degraded:
         approx.append("faults.degraded: left out (layouts are searched and replayed on healthy links; run a "
                       "chosen layout with it)")
-    approx.append("the last microbatch's gradient sends priced alone (the replay shares their links with the "
+    approx.append("the last microbatch's gradient sends timed alone (the replay shares their links with the "
                   "first gradient buckets)")
     if base.storage is not None or base.checkpoint is not None:
         approx.append("storage: data-loading stalls and checkpoints are not in the fast path")
@@ -333,11 +333,11 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
             notes.append(f"layout {row['rank']} replays at {rep_s:.6g} s, {100 * diff:+.2f} % from the fast path")
 
     def best_by(obj: str):
-        b = search.ranked(full, obj, max_usd_per_hour, rank_by if obj == objective else "point")
+        b = ranking.ranked(full, obj, max_usd_per_hour, rank_by if obj == objective else "point")
         if b.empty:
             return None
         r = b.iloc[0]
-        rec = {"label": r["layout"], "layout": search.layout_record(r), **search.numbers(r)}
+        rec = {"label": r["layout"], "layout": ranking.layout_record(r), **ranking.numbers(r)}
         match = next((x for x in replayed if x["label"] == r["layout"]), None)
         if match:
             rec["replay_step_time_s"] = match["replay_step_time_s"]
@@ -350,7 +350,7 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
         "scenario": base.name,
         "objective": objective,
         "rank_by": rank_by,
-        "rank_by_means": search.RANK_BY[rank_by][1],
+        "rank_by_means": ranking.RANK_BY[rank_by][1],
         "tokens": tokens,
         "max_usd_per_hour": max_usd_per_hour,
         "top": top,
@@ -374,7 +374,7 @@ def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, 
         "best_tokens_per_s": best_by("tokens_per_s"),
         "best_usd_per_million_tokens": best_cost,
         "replayed": replayed,
-        "closest": search.closest(full[~full["feasible"]]) if feasible == 0 else None,
+        "closest": ranking.closest(full[~full["feasible"]]) if feasible == 0 else None,
         "notes": notes,
     }
     return _json_clean(summary)

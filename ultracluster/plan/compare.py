@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..layouts import search
+from ..layouts import ranking
 from ..layouts.intervals import INTERVAL_COLUMNS
 
 # measure -> (column, larger is better, the words for better, worse and within 0.5 %)
@@ -97,8 +97,8 @@ def compare_with_scenario(full: pd.DataFrame, objective: str = "tokens_per_s") -
         note = "intervals apart: a finding" if apart[i] else "intervals overlap: not a finding"
         text[i] = f"{how}{where} ({note})"
     full["vs_scenario"] = text
-    return {"label": o["layout"], "stack": o["stack"], "feasible": True, **search.numbers(o),
-            **search.numbers(o, INTERVAL_COLUMNS), "extrapolated": [a for a in str(o["extrapolated"]).split(",") if a],
+    return {"label": o["layout"], "stack": o["stack"], "feasible": True, **ranking.numbers(o),
+            **ranking.numbers(o, INTERVAL_COLUMNS), "extrapolated": [a for a in str(o["extrapolated"]).split(",") if a],
             "mfu_implausible": bool(o["mfu_implausible"])}
 
 
@@ -119,7 +119,7 @@ def standing(full: pd.DataFrame, best: pd.DataFrame, objective: str, rank_by: st
     if as_row not in best.index:
         return "does not rank: not within --max-usd-per-hour, or no value at the ranking's end"
     place = int(best.index.get_loc(as_row)) + 1
-    end = search.END_NAMES[rank_by]
+    end = ranking.END_NAMES[rank_by]
     return f"ranks #{place:,} by {objective} at its {end}{note}" + (
         "" if place == 1 else f"; {place - 1:,} layout{'s' * (place > 2)} better there, the top one by "
                               f"{_gain(best, as_row, objective):.0f} %")
@@ -127,9 +127,9 @@ def standing(full: pd.DataFrame, best: pd.DataFrame, objective: str, rank_by: st
 
 def _gain(best: pd.DataFrame, row, objective: str) -> float:
     """How much better the top row's ranking value is than `row`'s, %."""
-    col = "rank_value" if "rank_value" in best.columns else search.OBJECTIVES[objective][0]
+    col = "rank_value" if "rank_value" in best.columns else ranking.OBJECTIVES[objective][0]
     top, own = float(best[col].iloc[0]), float(best.loc[row, col])
-    return 100 * (top / own - 1) if not search.OBJECTIVES[objective][1] else 100 * (1 - top / own)
+    return 100 * (top / own - 1) if not ranking.OBJECTIVES[objective][1] else 100 * (1 - top / own)
 
 
 def stacks_without_a_layout(full: pd.DataFrame, stacks: tuple[str, ...], ranked_stacks) -> dict[str, str]:
@@ -143,7 +143,7 @@ def stacks_without_a_layout(full: pd.DataFrame, stacks: tuple[str, ...], ranked_
         if rows.empty:
             out[name] = "runs none of the layouts searched on these instance types"
         elif not rows["feasible"].any():
-            c = search.closest(rows)
+            c = ranking.closest(rows)
             out[name] = f"none of the {len(rows):,} layouts it runs fits; closest: {c['label']}: {c['reason']}"
         else:
             out[name] = "none of the layouts it runs that fit is within --max-usd-per-hour or has a ranking value"

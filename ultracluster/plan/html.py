@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 
 from ..cluster.catalog import NO_PRICE
-from ..layouts.search import END_NAMES, pareto_front
+from ..layouts.ranking import END_NAMES, pareto_front
 from ..report import html_kit as kit
 from ..report.html_kit import MEMORY_COLORS, stacked_bars
 
-from .text import OBJECTIVE_SHORT, _band, _mfu, mfu_threshold_text, ranking_lines
+from .text import OBJECTIVE_SHORT, band_text, mfu_text, mfu_threshold_text, ranking_lines
 
 if TYPE_CHECKING:
     from .result import PlanResult
@@ -250,7 +250,7 @@ def _days_cost(row: dict, tokens) -> list:
 
 def _step(row: dict) -> str:
     """The fast path's step with its 80 % interval."""
-    return _band(row.get("step_time_s"), row.get("step_time_low_s"), row.get("step_time_high_s"))
+    return band_text(row.get("step_time_s"), row.get("step_time_low_s"), row.get("step_time_high_s"))
 
 
 def _hbm(row: dict) -> str:
@@ -280,7 +280,7 @@ def render_plan_html(result: PlanResult) -> str:
     for i, row in enumerate(result.top, 1):
         r = rep.get(i, {})
         rows.append([i, row["label"], row.get("equivalent") or "", *([row.get("rank_value")] if ranks else []),
-                     _step(row), r.get("replay_step_time_s"), r.get("difference"), row["tokens_per_s"], _mfu(row),
+                     _step(row), r.get("replay_step_time_s"), r.get("difference"), row["tokens_per_s"], mfu_text(row),
                      _cost(row), *_days_cost(row, tokens), _hbm(row),
                      ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"])
     top = kit.table(rows, ["#", "layout", "equivalent", *ranks, "step s (80 %)", "replayed step (s)",
@@ -288,7 +288,7 @@ def render_plan_html(result: PlanResult) -> str:
                            "off domain", "vs scenario's layout"]) if rows else "<p>none</p>"
     per_type = s.get("best_per_type") or []
     best_rows = [[row["instance"], row["label"], row.get("equivalent") or "", *([row.get("rank_value")] if ranks else []),
-                  _step(row), row["tokens_per_s"], _mfu(row),
+                  _step(row), row["tokens_per_s"], mfu_text(row),
                   row.get("price_per_hour_usd") if row.get("price_per_hour_usd") is not None else NO_PRICE,
                   _cost(row), *_days_cost(row, tokens), _hbm(row),
                   ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"] for row in per_type]
@@ -298,7 +298,7 @@ def render_plan_html(result: PlanResult) -> str:
         if best_rows else "<p>none</p>"
     per_stack = s.get("best_per_stack") or []
     stack_rows = [[row["stack"], row["label"], *([row.get("rank_value")] if ranks else []), _step(row),
-                   row["tokens_per_s"], _mfu(row), _cost(row), *_days_cost(row, tokens), _hbm(row),
+                   row["tokens_per_s"], mfu_text(row), _cost(row), *_days_cost(row, tokens), _hbm(row),
                    row.get("vs_scenario") or "n/a"] for row in per_stack]
     without = s.get("stacks_without_a_layout") or {}
     by_stack = "" if len(stack_rows) + len(without) < 2 else (

@@ -1,6 +1,6 @@
 """The planner's options checked before a search starts: instance prices resolved, flags and their
 combinations validated (each bad one named), and the search's size bounded (the catalog's largest cluster, a
-search estimated beyond `--max-search-minutes` refused). Pure: no Ray, nothing priced."""
+search estimated beyond `--max-search-minutes` refused). Pure: no Ray, nothing evaluated."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ import numpy as np
 from .. import stacks
 from ..cluster.catalog import INSTANCES, NO_PRICE, largest_cluster, largest_cluster_text
 from ..errors import Problem, ScenarioError
-from ..layouts import search
+from ..layouts import ranking
 from ..layouts.space import SearchSpace, clusters, count_layouts
 from ..report.progress import duration
 from ..scenario import Scenario
@@ -41,13 +41,13 @@ def resolve_prices(base: Scenario, space: SearchSpace, given: dict[str, float] |
     return prices, sources
 
 
-def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: float | None,
+def check_options(base: Scenario, space: SearchSpace, objective: str, tokens: float | None,
                    max_usd_per_hour: float | None, top: int, prices: dict[str, float | None],
                    given: dict[str, float] | None, hbm_headroom: float,
                    max_search_minutes: float = MAX_SEARCH_MINUTES, rank_by: str = "low") -> list[str]:
     """Bad option combinations raise ScenarioError naming the flag; returns notes for the plan."""
     problems, notes = [], []
-    if rank_by not in search.RANK_BY:
+    if rank_by not in ranking.RANK_BY:
         problems.append(Problem("--rank-by", rank_by, "one of: low (the pessimistic end of the 80 % interval, the "
                                                       "default), point, high (the optimistic end)"))
     if not (isinstance(max_search_minutes, (int, float)) and math.isfinite(max_search_minutes)
@@ -56,8 +56,8 @@ def _check_options(base: Scenario, space: SearchSpace, objective: str, tokens: f
     if not (isinstance(hbm_headroom, (int, float)) and math.isfinite(hbm_headroom) and 0 <= hbm_headroom < 1):
         problems.append(Problem("--hbm-headroom", hbm_headroom, "a fraction of HBM to leave free, 0 <= x < 1 "
                                                                 "(0.05: a layout may use 95 %)"))
-    if objective not in search.OBJECTIVES:
-        problems.append(Problem("--objective", objective, "one of: " + ", ".join(search.OBJECTIVES)))
+    if objective not in ranking.OBJECTIVES:
+        problems.append(Problem("--objective", objective, "one of: " + ", ".join(ranking.OBJECTIVES)))
     if objective == "time_to_train" and tokens is None and getattr(base.training, "budget_tokens", None) is None \
             and getattr(base.training, "budget_steps", None) is None:
         problems.append(Problem("--tokens", "<missing>", "a number of tokens > 0 with --objective time_to_train "
@@ -132,8 +132,8 @@ def _beyond_largest_cluster(base: Scenario, space: SearchSpace) -> Problem | Non
                    largest_cluster_text(INSTANCES[kind]))
 
 
-def _check_size(base: Scenario, space: SearchSpace, max_search_minutes: float) -> int:
-    """The layouts the search will price (`count_layouts`); a search whose estimated time, at the slowest
+def check_size(base: Scenario, space: SearchSpace, max_search_minutes: float) -> int:
+    """The layouts the search will evaluate (`count_layouts`); a search whose estimated time, at the slowest
     measured rate (SLOWEST_LAYOUTS_PER_CPU_S per CPU it can use: `plan_tasks.search_cpus`), exceeds
     `max_search_minutes` is refused before it starts, naming its size and what to narrow."""
     from ..actors import plan_tasks

@@ -26,8 +26,8 @@ from ..replay.result import BREAKDOWN_KEYS
 from ..report.atomic import atomic_write_bytes
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
-from ..layouts.search import END_NAMES
-from .text import OBJECTIVE_SHORT, _band, _fmt, _mfu, ranking_lines
+from ..layouts.ranking import END_NAMES
+from .text import OBJECTIVE_SHORT, band_text, fmt_number, mfu_text, ranking_lines
 
 if TYPE_CHECKING:
     from .result import PlanResult
@@ -85,8 +85,8 @@ def layout_yaml(base: Scenario, row, rank: int, objective: str, source: str | No
     """(top-N.yaml text, its validated Scenario)."""
     d = scenario_dict(base, row, top_name(base, row, rank), prices)
     scenario = load_scenario(d)                      # the same validation `ultracluster run` applies
-    if scenario.parallelism.dp != int(row["dp"]):    # dp is derived: it must come out as the plan priced it
-        raise AssertionError(f"top-{rank}.yaml derives dp {scenario.parallelism.dp}, the plan priced {row['dp']}")
+    if scenario.parallelism.dp != int(row["dp"]):    # dp is derived: it must come out as the plan evaluated it
+        raise AssertionError(f"top-{rank}.yaml derives dp {scenario.parallelism.dp}, the plan evaluated {row['dp']}")
     head = [f"# ultracluster plan: layout {rank} of {base.name}" + (f" ({source})" if source else ""),
             f"# ranked by {objective}; predicted step {float(row['step_time_s']):.6g} s, "
             f"{float(row['tokens_per_s']):,.0f} tokens/s, HBM peak {float(row['hbm_peak_gib']):.4f} of "
@@ -199,17 +199,17 @@ def _label(row: dict) -> str:
 
 
 def _hbm(row: dict) -> str:
-    return f"{_fmt(row.get('hbm_peak_gib'), '.3f')} of {_fmt(row.get('hbm_capacity_gib'), '.3f')}"
+    return f"{fmt_number(row.get('hbm_peak_gib'), '.3f')} of {fmt_number(row.get('hbm_capacity_gib'), '.3f')}"
 
 
 def _cost_cells(row: dict, with_tokens: bool) -> list[str]:
     """$ per M tokens (and with --tokens days and the total), "no price" where the instance type has none (a note
     says how to give one)."""
     priced = row.get("price_per_hour_usd") is not None
-    cells = [_fmt(row.get("usd_per_million_tokens"), ",.3f") if priced else "no price"]
+    cells = [fmt_number(row.get("usd_per_million_tokens"), ",.3f") if priced else "no price"]
     if with_tokens:
-        cells += [_fmt(row.get("time_to_train_days"), ",.1f"),
-                  _fmt(row.get("total_cost_usd"), ",.0f") if priced else "no price"]
+        cells += [fmt_number(row.get("time_to_train_days"), ",.1f"),
+                  fmt_number(row.get("total_cost_usd"), ",.0f") if priced else "no price"]
     return cells
 
 
@@ -245,9 +245,9 @@ def format_plan(result: PlanResult) -> str:
     by_rank = {r["rank"]: r for r in s["replayed"]}
     for i, row in enumerate(result.top, 1):
         rep = by_rank.get(i, {})
-        rows.append([str(i), _label(row), *([_fmt(row.get("rank_value"), spec)] if ranks else []),
-                     _band(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
-                     _fmt(rep.get("replay_step_time_s"), ".4g"), _fmt(row["tokens_per_s"], ",.0f"), _mfu(row),
+        rows.append([str(i), _label(row), *([fmt_number(row.get("rank_value"), spec)] if ranks else []),
+                     band_text(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
+                     fmt_number(rep.get("replay_step_time_s"), ".4g"), fmt_number(row["tokens_per_s"], ",.0f"), mfu_text(row),
                      *_cost_cells(row, with_tokens), _hbm(row), ",".join(row.get("extrapolated") or []) or "-",
                      row.get("vs_scenario") or "n/a"])
     lines += _columns(head, rows)
@@ -258,9 +258,9 @@ def format_plan(result: PlanResult) -> str:
         lines.append("best of each stack (fast path):")
         head = ["stack", "layout", *ranks, "step s (80 % interval)", "tokens/s", "MFU", *cost_head, "HBM GiB",
                 "vs scenario's layout"]
-        lines += _columns(head, [[row["stack"], _label(row), *([_fmt(row.get("rank_value"), spec)] if ranks else []),
-                                  _band(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
-                                  _fmt(row["tokens_per_s"], ",.0f"), _mfu(row), *_cost_cells(row, with_tokens),
+        lines += _columns(head, [[row["stack"], _label(row), *([fmt_number(row.get("rank_value"), spec)] if ranks else []),
+                                  band_text(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
+                                  fmt_number(row["tokens_per_s"], ",.0f"), mfu_text(row), *_cost_cells(row, with_tokens),
                                   _hbm(row), row.get("vs_scenario") or "n/a"] for row in per_stack], left=(0, 1))
     for name, why in (s.get("stacks_without_a_layout") or {}).items():
         lines.append(f"  {name}: {why}")
@@ -272,10 +272,10 @@ def format_plan(result: PlanResult) -> str:
         rows = []
         for row in per_type:
             price = row.get("price_per_hour_usd")
-            rows.append([row["instance"], _label(row), *([_fmt(row.get("rank_value"), spec)] if ranks else []),
-                         _band(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
-                         _fmt(row["tokens_per_s"], ",.0f"), _mfu(row),
-                         _fmt(price, ",.2f") if price is not None else "no price",
+            rows.append([row["instance"], _label(row), *([fmt_number(row.get("rank_value"), spec)] if ranks else []),
+                         band_text(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
+                         fmt_number(row["tokens_per_s"], ",.0f"), mfu_text(row),
+                         fmt_number(price, ",.2f") if price is not None else "no price",
                          *_cost_cells(row, with_tokens), _hbm(row), ",".join(row.get("extrapolated") or []) or "-"])
         lines += _columns(head, rows, left=(0, 1))
     where = []

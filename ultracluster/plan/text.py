@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 
-def _fmt(v, spec: str, unit: str = "") -> str:
+def fmt_number(v, spec: str, unit: str = "") -> str:
     """A number with `spec`, or "n/a" (None, NaN)."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "n/a"
@@ -16,15 +16,15 @@ OBJECTIVE_SHORT = {"tokens_per_s": ("tokens/s", ",.0f"), "usd_per_million_tokens
                    "time_to_train": ("days", ",.1f")}
 
 
-def _mfu(row: dict) -> str:
+def mfu_text(row: dict) -> str:
     """MFU in %, marked `!` where it is above the best published for the chip (`mfu_implausible`)."""
     mfu = None if row.get("mfu") is None else 100 * row["mfu"]
-    return _fmt(mfu, ".1f", "%") + ("!" if row.get("mfu_implausible") else "")
+    return fmt_number(mfu, ".1f", "%") + ("!" if row.get("mfu_implausible") else "")
 
 
-def _band(point, low, high) -> str:
+def band_text(point, low, high) -> str:
     """A step time with its 80 % interval: `78.73 (70.1-88.4)`."""
-    return _fmt(point, ".4g") + ("" if low is None else f" ({_fmt(low, '.4g')}-{_fmt(high, '.4g')})")
+    return fmt_number(point, ".4g") + ("" if low is None else f" ({fmt_number(low, '.4g')}-{fmt_number(high, '.4g')})")
 
 
 def ranking_lines(s: dict) -> list[str]:
@@ -39,8 +39,8 @@ def ranking_lines(s: dict) -> list[str]:
     lines.append(f"  {mfu_threshold_text(s)}")
     own = s.get("scenario_layout") or {}
     if own.get("feasible"):
-        band = _band(own.get("step_time_s"), own.get("step_time_low_s"), own.get("step_time_high_s"))
-        lines.append(f"scenario's own layout: {own['label']}: step {band} s, MFU {_mfu(own)}"
+        band = band_text(own.get("step_time_s"), own.get("step_time_low_s"), own.get("step_time_high_s"))
+        lines.append(f"scenario's own layout: {own['label']}: step {band} s, MFU {mfu_text(own)}"
                      + (f", off the calibrated domain: {', '.join(own['extrapolated'])}" if own.get("extrapolated")
                         else ""))
     elif own.get("comparison"):

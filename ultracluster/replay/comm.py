@@ -1,11 +1,11 @@
-"""A step's collectives → their seconds: the communication plan, one implementation for `run` and `plan`.
+"""A step's collectives → their seconds: the step's comm, one implementation for `run` and `comm`.
 
-`step_comm` prices one layout's plan (`run`): every collective of a step once (they are the same for every
+`step_comm` times one layout's comm (`run`): every collective of a step once (they are the same for every
 replica and step), recorded for the report, and once more on each degraded copy of the links. It is composed of
-the pieces below, each a function of a few numbers and a `Prices` (how a collective is priced): in-layer
+the pieces below, each a function of a few numbers and a `CommTimes` (how a collective is timed): in-layer
 collectives (`layer_comm`), pipeline sends (`pipeline_sends`, `last_sends`), the data-parallel reduction and
 ZeRO traffic (`dp_comm`), the gradient norm (`norm_seconds`), assembled by `assemble`. The planner
-(`layouts.parts.batched_comm`) composes the same pieces for thousands of layouts, with its collectives memoized
+(`layouts.batched_parts.batched_comm`) composes the same pieces for thousands of layouts, with its collectives memoized
 and each piece memoized by what it depends on; nothing here is written twice.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .. import operators as opslib
 from ..cluster import Cluster, group_ranks, replica_ranks, stage_sum
 from ..network import Group, collective_time, group_of
 from ..network.collectives import concurrent_time
-from .degraded import degraded_plan
+from .degraded import degraded_comm
 from .result import CollectiveRecord
 from ..step.counts import scenario_microbatches as microbatches   # the one rule (`step.counts`)
 
@@ -60,10 +60,10 @@ class StepComm:
     replica_cp_block_s: np.ndarray | None = None      # [replicas, 2] as (cp_block_fwd_s, cp_block_bwd_s)
 
 
-class Prices:
-    """How a plan prices its collectives: `collective_time` as issued from the step's graph; a collective priced
+class CommTimes:
+    """How a comm times its collectives: `collective_time` as issued from the step's graph; a collective timed
     with a name and a count per step is recorded for the report (`records`; None: records are not kept, and the
-    collectives priced only for the report's table are skipped)."""
+    collectives timed only for the report's table are skipped)."""
 
     shares_links = True     # the last gradient sends share links with the first buckets (`last_sends`)
 
@@ -81,7 +81,7 @@ class Prices:
 
     def many(self, op: str, nbytes: np.ndarray, group: Group) -> np.ndarray:
         """Seconds of `op` over `group` at each of the buffer sizes `nbytes` (an array; not recorded), each
-        distinct size priced once (the chunks of a stage share their sizes)."""
+        distinct size timed once (the chunks of a stage share their sizes)."""
         sizes = np.asarray(nbytes, dtype=float)
         seen: dict[float, float] = {}
         for b in sizes.ravel().tolist():
@@ -94,7 +94,7 @@ class Prices:
         return float(concurrent_time(self.cluster, list(transfers), in_graph=True)[0])
 
 
-def layer_comm(price: Prices, cluster: Cluster, tp: int, cp: int, pp: int, ep: int, sp: bool, v: dict, moe,
+def layer_comm(times: CommTimes, cluster: Cluster, tp: int, cp: int, pp: int, ep: int, sp: bool, v: dict, moe,
                full_recompute: bool, overlap: bool, hide: np.ndarray | None,
                layer_mbs: float = 0) -> tuple[float, float, float, float, float]:
     """One layer's in-layer collectives per microbatch: (forward seconds, exposed backward seconds without the
@@ -116,12 +116,12 @@ def layer_comm(price: Prices, cluster: Cluster, tp: int, cp: int, pp: int, ep: i
     # from forward and which the weight gradient needs: 1.5 x the forward's traffic.
     tpg = group_of(cluster, tp, 1)
     if sp:
-        ag = price("all_gather", act, tpg, "tp", layer_mbs * (2 + 4 + 2 * again))
-        rs = price("reduce_scatter", act, tpg, "tp", layer_mbs * (2 + 2 + 2 * again))
+        ag = times("all_gather", act, tpg, "tp", layer_mbs * (2 + 4 + 2 * again))
+        rs = times("reduce_scatter", act, tpg, "tp", layer_mbs * (2 + 2 + 2 * again))
         per_layer = 2 * (ag + rs)
         block_exposed, block_hideable = ag, ag + rs      # the output-gradient gather feeds the backward
     else:
-        ar = price("all_reduce", act, tpg, "tp", layer_mbs * (2 + 2 + 2 * again))
+        ar = times("all_reduce", act, tpg, "tp", layer_mbs * (2 + 2 + 2 * again))
         per_layer = 2 * ar
         block_exposed, block_hideable = 0.0, ar
     # Backward: the hideable collectives of a block (the input gradient's reduction, the input's re-gather)
@@ -145,19 +145,19 @@ def layer_comm(price: Prices, cluster: Cluster, tp: int, cp: int, pp: int, ep: i
         hops = ring_hops(cluster, tp, cp)
         kv = 2 * v["T"] * v["hkv"] * v["d"] * v["e"]
         n_blocks = layer_mbs * (cp - 1)
-        cp_fwd = _slowest_hop(price, hops, kv, n_blocks * (1 + again))
-        cp_bwd = _slowest_hop(price, hops, 2 * kv, n_blocks)
+        cp_fwd = _slowest_hop(times, hops, kv, n_blocks * (1 + again))
+        cp_bwd = _slowest_hop(times, hops, 2 * kv, n_blocks)
     # mixture of experts: an all-to-all dispatches each token's hidden state to its top_k experts' ranks and
     # another combines the results, forward and (transposed) backward; the busiest rank moves imb x more
     a2a = 0.0
     if moe is not None and ep > 1:
         epg = group_of(cluster, ep, replica_ranks(tp, cp, pp))
         a2a_bytes = v["T"] * moe.top_k * moe.imbalance * v["h"] * v["e"] / (tp if sp else 1)
-        a2a = 2 * price("all_to_all", a2a_bytes, epg, "ep", layer_mbs * (4 + 2 * again))
+        a2a = 2 * times("all_to_all", a2a_bytes, epg, "ep", layer_mbs * (4 + 2 * again))
     return per_layer, bwd_exposed, cp_fwd, cp_bwd, a2a
 
 
-def pipeline_sends(price: Prices, cluster: Cluster, send_bytes: float, chunks: int,
+def pipeline_sends(times: CommTimes, cluster: Cluster, send_bytes: float, chunks: int,
                    m: int = 0) -> tuple[tuple[Group, ...], np.ndarray]:
     """(send groups, [chunks] seconds of the activation send from chunk c to c + 1); `cluster.layout` places the
     stages, `m` microbatches count the records.
@@ -165,14 +165,14 @@ def pipeline_sends(price: Prices, cluster: Cluster, send_bytes: float, chunks: i
     Chunk c lives on stage c % pp; placement is tp, cp, then pp inside a replica, so the two stages' ranks share
     an instance, an UltraServer (NeuronLink Z links) or neither (EFA)."""
     pp = cluster.layout.pp
-    groups = tuple(_send_group(cluster, c % pp, (c + 1) % pp) for c in range(chunks - 1))
+    groups = tuple(send_group(cluster, c % pp, (c + 1) % pp) for c in range(chunks - 1))
     send_fwd = np.zeros(chunks)
     for c, grp in enumerate(groups):
-        send_fwd[c] = price("send_recv", send_bytes, grp, "pp", 2 * m if c == 0 else 0)
+        send_fwd[c] = times("send_recv", send_bytes, grp, "pp", 2 * m if c == 0 else 0)
     return groups, send_fwd
 
 
-def dp_comm(price: Prices, cluster: Cluster, dense: np.ndarray, expert: np.ndarray, layers: np.ndarray,
+def dp_comm(times: CommTimes, cluster: Cluster, dense: np.ndarray, expert: np.ndarray, layers: np.ndarray,
             training, dp: int, ep: int, stride: int, pp: int, layerwise: bool,
             layer_mbs: float = 0) -> tuple[np.ndarray, ...]:
     """The data-parallel reduction: (buckets [chunks], seconds per bucket [chunks], the ZeRO-1 all-gather after
@@ -188,24 +188,24 @@ def dp_comm(price: Prices, cluster: Cluster, dense: np.ndarray, expert: np.ndarr
     xpg = group_of(cluster, dp // ep, stride * ep)
     shard = opslib.sharding(training)
     reduce_op = "reduce_scatter" if shard.optimizer else "all_reduce"
-    table = price.records is not None and dp > 1     # what the report's table adds: chunk 0's collectives
+    table = times.records is not None and dp > 1     # what the report's table adds: chunk 0's collectives
     buckets = np.maximum(1, np.ceil((dense + expert) * g_bytes / DP_BUCKET_BYTES)).astype(int)
     # a bucket holds dense and expert gradients in the chunk's proportion; each part reduces over its group
-    bucket_s = price.many(reduce_op, dense * g_bytes / buckets, dpg) + price.many(reduce_op, expert * g_bytes / buckets,
+    bucket_s = times.many(reduce_op, dense * g_bytes / buckets, dpg) + times.many(reduce_op, expert * g_bytes / buckets,
                                                                                  xpg)
     after = np.zeros(pp)
     gather, scatter = np.zeros(layers.size), np.zeros(layers.size)
     if not shard.weights:
         if table:
-            price(reduce_op, dense[0] * g_bytes / buckets[0], dpg, "dp", buckets[0])
+            times(reduce_op, dense[0] * g_bytes / buckets[0], dpg, "dp", buckets[0])
             if expert.any():
-                price(reduce_op, expert[0] * g_bytes / buckets[0], xpg, "dp-expert", buckets[0])
+                times(reduce_op, expert[0] * g_bytes / buckets[0], xpg, "dp-expert", buckets[0])
         if dp > 1 and shard.optimizer:          # ZeRO-1 all-gathers the updated weights
             stage_dense, stage_expert = stage_sum(dense, pp), stage_sum(expert, pp)
             if table:                           # stage 0's, once per step
-                price("all_gather", stage_dense[0] * w_bytes, dpg, "dp", 1)
-                price("all_gather", stage_expert[0] * w_bytes, xpg, "dp-expert", 1)
-            after = price.many("all_gather", stage_dense * w_bytes, dpg) + price.many("all_gather",
+                times("all_gather", stage_dense[0] * w_bytes, dpg, "dp", 1)
+                times("all_gather", stage_expert[0] * w_bytes, xpg, "dp-expert", 1)
+            after = times.many("all_gather", stage_dense * w_bytes, dpg) + times.many("all_gather",
                                                                                       stage_expert * w_bytes, xpg)
         return buckets, bucket_s, after, gather, scatter
     # ZeRO-3 (FSDP): no bucketed reduction after backward and no gather after the optimizer; instead, per
@@ -217,49 +217,49 @@ def dp_comm(price: Prices, cluster: Cluster, dense: np.ndarray, expert: np.ndarr
     # optimizer, and its combiners merge them (H21), so they are the ZeRO-1 buckets above, once per step after
     # the last backward; only the per-layer weight gathers remain.
     unit_d, unit_e = dense / layers, expert / layers
-    gather = price.many("all_gather", unit_d * w_bytes, dpg) + price.many("all_gather", unit_e * w_bytes, xpg)
+    gather = times.many("all_gather", unit_d * w_bytes, dpg) + times.many("all_gather", unit_e * w_bytes, xpg)
     if layerwise:
-        scatter = price.many("reduce_scatter", unit_d * g_bytes, dpg) + price.many("reduce_scatter", unit_e * g_bytes,
+        scatter = times.many("reduce_scatter", unit_d * g_bytes, dpg) + times.many("reduce_scatter", unit_e * g_bytes,
                                                                                    xpg)
     if table:   # chunk 0's layers
-        price("all_gather", unit_d[0] * w_bytes, dpg, "dp", 2 * layer_mbs)
+        times("all_gather", unit_d[0] * w_bytes, dpg, "dp", 2 * layer_mbs)
         if layerwise:
-            price("reduce_scatter", unit_d[0] * g_bytes, dpg, "dp", layer_mbs)
+            times("reduce_scatter", unit_d[0] * g_bytes, dpg, "dp", layer_mbs)
         else:
-            price("reduce_scatter", dense[0] * g_bytes / buckets[0], dpg, "dp", buckets[0])
+            times("reduce_scatter", dense[0] * g_bytes / buckets[0], dpg, "dp", buckets[0])
         if expert.any():
-            price("all_gather", unit_e[0] * w_bytes, xpg, "dp-expert", 2 * layer_mbs)
+            times("all_gather", unit_e[0] * w_bytes, xpg, "dp-expert", 2 * layer_mbs)
             if layerwise:
-                price("reduce_scatter", unit_e[0] * g_bytes, xpg, "dp-expert", layer_mbs)
+                times("reduce_scatter", unit_e[0] * g_bytes, xpg, "dp-expert", layer_mbs)
             else:
-                price("reduce_scatter", expert[0] * g_bytes / buckets[0], xpg, "dp-expert", buckets[0])
+                times("reduce_scatter", expert[0] * g_bytes / buckets[0], xpg, "dp-expert", buckets[0])
     if layerwise:
         return np.zeros(0, int), np.zeros(0), after, gather, scatter
     return buckets, bucket_s, after, gather, scatter
 
 
-def last_sends(price: Prices, cluster: Cluster, send_fwd: np.ndarray, send_bytes: float, groups: tuple,
+def last_sends(times: CommTimes, cluster: Cluster, send_fwd: np.ndarray, send_bytes: float, groups: tuple,
                dense: np.ndarray, training, dp: int, stride: int, buckets: np.ndarray) -> np.ndarray:
     """[chunks] the last microbatch's gradient sends: a send leaving a stage's last backward runs while that
     stage's buckets are reduced; both share the links and NICs (max-min fair), so it takes longer than alone.
-    Without `price.shares_links` they are priced alone (`training` is then not read)."""
+    Without `times.shares_links` they are timed alone (`training` is then not read)."""
     send_bwd = gradient_sends(send_fwd)
     last = send_bwd.copy()
-    if dp > 1 and buckets.size and price.shares_links:
+    if dp > 1 and buckets.size and times.shares_links:
         dpg = group_of(cluster, dp, stride)
         reduce_op = "reduce_scatter" if opslib.sharding(training).optimizer else "all_reduce"
         g_bytes = opslib.grad_bytes(training)
         for c in range(1, send_bwd.size):
             if send_bwd[c] > 0:
-                last[c] = price.shared((("send_recv", float(send_bytes), groups[c - 1]),
+                last[c] = times.shared((("send_recv", float(send_bytes), groups[c - 1]),
                                         (reduce_op, float(dense[c] * g_bytes / buckets[c]), dpg)))
     return last
 
 
-def norm_seconds(price: Prices, cluster: Cluster) -> float:
+def norm_seconds(times: CommTimes, cluster: Cluster) -> float:
     """Gradient clipping by global norm: every rank's partial sum of squares is all-reduced (one fp32 number)."""
     if cluster.calibration.step_costs and cluster.ranks > 1:
-        return price("all_reduce", 4, group_of(cluster, cluster.ranks, 1), "norm", 1)
+        return times("all_reduce", 4, group_of(cluster, cluster.ranks, 1), "norm", 1)
     return 0.0
 
 
@@ -291,14 +291,14 @@ def assemble(layers: np.ndarray, layer: tuple, send_fwd: np.ndarray, send_bwd_la
 
 def step_comm(scenario, cluster: Cluster, tp_hide_s: np.ndarray) -> StepComm:
     """Cost every collective of a step once (they are the same for every replica and step), and, with
-    degraded instances (`cluster.degraded`), once more on each degraded copy of the links (`degraded_plan`).
+    degraded instances (`cluster.degraded`), once more on each degraded copy of the links (`degraded_comm`).
 
     `tp_hide_s`: one layer's backward seconds of the matmuls that hide tensor-parallel collectives
-    (`ChunkTimes.tp_hide_bwd_s`: in a run, what the shards reported, `replay.profile.merge_states`); the plan
+    (`ChunkTimes.tp_hide_bwd_s`: in a run, what the shards reported, `replay.shard_steps.merge_states`); the comm
     times no chip of its own."""
-    comm = _plan_uniform(scenario, cluster, tp_hide_s)
+    comm = _comm_uniform(scenario, cluster, tp_hide_s)
     for part in cluster.degraded:     # degraded links do not change the chip: the same hiding matmuls
-        comm = degraded_plan(comm, _plan_uniform(scenario, cluster.degraded_copy(part), tp_hide_s), cluster, part)
+        comm = degraded_comm(comm, _comm_uniform(scenario, cluster.degraded_copy(part), tp_hide_s), cluster, part)
     return comm
 
 
@@ -312,29 +312,29 @@ def activation_send_bytes(v: dict, tp: int, sp: bool) -> float:
     return v["T"] * v["h"] * v["e"] / (tp if sp else 1)
 
 
-def _plan_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> StepComm:
-    """`step_comm` with every instance at the cluster's links: the pieces, priced and recorded."""
+def _comm_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> StepComm:
+    """`step_comm` with every instance at the cluster's links: the pieces, timed and recorded."""
     t, layout, par = scenario.training, cluster.layout, scenario.parallelism
     v = opslib.shape_variables(scenario, layout)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
     m = microbatches(scenario)
     layer_mbs = stage_sum(layers, layout.pp)[0] * m   # layer-microbatches on stage 0
     full = t.recompute == "full"
-    price = Prices(cluster)
-    layer = layer_comm(price, cluster, layout.tp, layout.cp, layout.pp, par.ep, par.sequence_parallel, v,
+    times = CommTimes(cluster)
+    layer = layer_comm(times, cluster, layout.tp, layout.cp, layout.pp, par.ep, par.sequence_parallel, v,
                        scenario.model.moe, full, hides_tp(cluster.calibration, par, layout.tp), tp_hide_s, layer_mbs)
     sent = activation_send_bytes(v, layout.tp, par.sequence_parallel)
-    groups, send_fwd = pipeline_sends(price, cluster, sent, layers.size, m)
+    groups, send_fwd = pipeline_sends(times, cluster, sent, layers.size, m)
     dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, par.ep)
     stride = replica_ranks(layout.tp, layout.cp, layout.pp)
-    parts = dp_comm(price, cluster, dense, expert, layers, t, layout.dp, par.ep, stride, layout.pp,
+    parts = dp_comm(times, cluster, dense, expert, layers, t, layout.dp, par.ep, stride, layout.pp,
                     par.fsdp_schedule == "layerwise", layer_mbs)
     buckets, bucket_s, after, gather, scatter = parts
     dp = stage_sum(bucket_s * buckets, layout.pp) + after + m * stage_sum(layers * (2 * gather + scatter), layout.pp)
-    last = last_sends(price, cluster, send_fwd, sent, groups, dense, t, layout.dp, stride, buckets)
-    norm_s = norm_seconds(price, cluster)
+    last = last_sends(times, cluster, send_fwd, sent, groups, dense, t, layout.dp, stride, buckets)
+    norm_s = norm_seconds(times, cluster)
     return assemble(layers, layer, send_fwd, last, parts, norm_s, full, cluster.calibration.dp_overlap,
-                    price.records, dp)
+                    times.records, dp)
 
 
 def ring_hops(cluster: Cluster, tp: int, cp: int) -> tuple[Group, ...]:
@@ -349,13 +349,13 @@ def ring_hops(cluster: Cluster, tp: int, cp: int) -> tuple[Group, ...]:
     return tuple(inside + across)
 
 
-def _slowest_hop(price: Prices, hops: tuple[Group, ...], nbytes: float, count: float) -> float:
+def _slowest_hop(times: CommTimes, hops: tuple[Group, ...], nbytes: float, count: float) -> float:
     """Seconds of one ring step: `nbytes` over the slowest of `hops`, which is recorded (`count` per step)."""
-    secs = [price("send_recv", nbytes, g) for g in hops]
-    return price("send_recv", nbytes, hops[int(np.argmax(secs))], "cp", count)
+    secs = [times("send_recv", nbytes, g) for g in hops]
+    return times("send_recv", nbytes, hops[int(np.argmax(secs))], "cp", count)
 
 
-def _send_group(cluster: Cluster, a: int, b: int) -> Group:
+def send_group(cluster: Cluster, a: int, b: int) -> Group:
     """The two members of a send from stage a to stage b of replica 0, placed where they sit: the first
     ranks of the two stages (placement is tp, cp, then pp inside a replica)."""
     stride = group_ranks(cluster.layout.tp, cluster.layout.cp)

@@ -1,5 +1,5 @@
-"""`faults.degraded` in the communication plan: the collectives and sends that touch a degraded instance
-at the prices of the degraded links (`replay.engine.step_comm` prices the plan once more on each degraded
+"""`faults.degraded` in the step's comm: the collectives and sends that touch a degraded instance
+at the times of the degraded links (`replay.engine.step_comm` times the comm once more on each degraded
 copy of the cluster, `Cluster.degraded_copy`, and merges it here).
 
 Pure (numpy only). The model, an approximation, is in docs/collectives.md ("Degraded instances").
@@ -25,8 +25,8 @@ def degraded_groups(cluster: Cluster, instances: Sequence[int]) -> np.ndarray:
     return hit
 
 
-def degraded_plan(comm, slow, cluster: Cluster, part: DegradedPart):
-    """`comm` with the collectives and sends that touch `part`'s instances at `slow`'s prices (the plan on
+def degraded_comm(comm, slow, cluster: Cluster, part: DegradedPart):
+    """`comm` with the collectives and sends that touch `part`'s instances at `slow`'s times (the comm on
     the degraded links), the slowest member setting the pace (an approximation: docs/collectives.md).
 
     Per (replica, stage) group with a rank on a degraded instance: its in-layer tensor/context/expert
@@ -75,7 +75,7 @@ def degraded_plan(comm, slow, cluster: Cluster, part: DegradedPart):
 
 
 def replica_tp_records(comm, pp: int, microbatches: int) -> dict[int, list[float]]:
-    """Per replica whose in-layer collectives differ from the plan's (degraded instances), its tensor-parallel
+    """Per replica whose in-layer collectives differ from the comm's (degraded instances), its tensor-parallel
     seconds per step of each stage, as `StageComm.tp_comm_s` counts them; {} when every replica is alike."""
     if getattr(comm, "replica_tp_fwd", None) is None:
         return {}

@@ -1,7 +1,7 @@
 """Shards' per-rank compute times → replayed steps on the virtual clock → StepRecords and Slices.
 
 Before the first step the shards (Ray actors, or in-process stand-ins) said once, over what they own, the compute
-seconds of one microbatch of each pipeline chunk they time and their slow ranks, merged once (`replay.profile`
+seconds of one microbatch of each pipeline chunk they time and their slow ranks, merged once (`replay.shard_steps`
 `MergedState`). Each step they return only the step's jitter of each (replica, stage) group they hold (its
 slowest tensor/context-parallel rank); the engine merges these disjoint answers with the run's state, adds the
 in-layer collectives, executes
@@ -29,9 +29,9 @@ import numpy as np
 
 from ..cluster import Cluster, group_first_rank, stage_sum
 from ..step.speed import group_speeds, slowed, slowest_replica   # noqa: F401 (group_speeds re-exported)
-from .comm import DP_BUCKET_BYTES, StepComm, _send_group, microbatches, step_comm   # noqa: F401 (re-exported: replay.engine.step_comm)
+from .comm import DP_BUCKET_BYTES, StepComm, send_group, microbatches, step_comm   # noqa: F401 (re-exported: replay.engine.step_comm)
 from .result import Slice, StepRecord
-from .profile import MergedProfile, MergedState, ShardProfile, ShardState, merge_profiles
+from .shard_steps import MergedSteps, MergedState, ShardStep, ShardState, merge_shard_steps
 from .records import ComputeTally
 from .schedule import Execution, execute
 
@@ -42,11 +42,11 @@ class ShardSet(Protocol):
     """What the engine needs from the shards (Ray actors or in-process)."""
 
     def states(self) -> list[ShardState]:
-        """Per shard, in shard order: what it says once, before the first step (`replay.profile.ShardState`)."""
+        """Per shard, in shard order: what it says once, before the first step (`replay.shard_steps.ShardState`)."""
 
-    def profiles(self, step: int) -> list[ShardProfile]:
+    def shard_steps(self, step: int) -> list[ShardStep]:
         """Per shard, in shard order: its answer for `step` over what it owns, the jitter of its groups
-        (`replay.profile`)."""
+        (`replay.shard_steps`)."""
 
     def reduce_payload(self, step: int) -> tuple[int, bool]:
         """Reduce the scaled gradient payload among shards; (bytes moved, every result exact)."""
@@ -120,7 +120,7 @@ def bucket_queue_end(t0: np.ndarray, t1: np.ndarray, n: np.ndarray, d: np.ndarra
 
 
 @dataclass(frozen=True)
-class ComputeProfile:
+class ComputeTimes:
     """One step's compute, per data-parallel replica and pipeline chunk (slowest tp/cp rank of each)."""
 
     fwd: np.ndarray          # [dp, chunks] seconds per microbatch
@@ -131,8 +131,8 @@ class ComputeProfile:
     slowest_rank: int        # global rank of the slowest straggler (-1 when there is none)
 
 
-def combine_profiles(merged: MergedProfile, layout, with_stragglers: bool = True) -> ComputeProfile:
-    """A step's merged profile → per replica and chunk times. O(replicas x chunks + slow ranks), not O(ranks).
+def combine_shard_steps(merged: MergedSteps, layout, with_stragglers: bool = True) -> ComputeTimes:
+    """A step's merged shard steps → per replica and chunk times. O(replicas x chunks + slow ranks), not O(ranks).
 
     A tensor/context-parallel group runs at the pace of its slowest rank: the shards' per-group jitter
     (log-normal per rank, its group maximum drawn in the shard that holds the group from the (seed, step)
@@ -145,8 +145,8 @@ def combine_profiles(merged: MergedProfile, layout, with_stragglers: bool = True
     speed = group_speeds(layout, merged.group_speed, slow if with_slow else slow[:0], factor)
     slowest = int(slow[np.argmax(factor)]) if with_slow else -1
     fwd, bwd, opt = slowed(merged.forward_s[None, :], merged.backward_s[None, :], merged.optimizer_s, speed,
-                           slowest_replica(speed), v)          # the planner's: `layouts.fast` (`step.speed`)
-    return ComputeProfile(fwd=fwd, bwd=bwd, opt=opt, attn_fwd=merged.attention_fwd_s,
+                           slowest_replica(speed), v)          # the planner's: `layouts.steps` (`step.speed`)
+    return ComputeTimes(fwd=fwd, bwd=bwd, opt=opt, attn_fwd=merged.attention_fwd_s,
                           attn_bwd=merged.attention_bwd_s, slowest_rank=slowest)
 
 
@@ -171,7 +171,7 @@ def stage_finish(pipe_end: np.ndarray, reduce_end: np.ndarray, norm_s, opt: np.n
     return start, start + opt + after
 
 
-def cp_exposed(comm: StepComm, prof: ComputeProfile, cp: int) -> tuple[float, float]:
+def cp_exposed(comm: StepComm, prof: ComputeTimes, cp: int) -> tuple[float, float]:
     """Seconds per layer and microbatch that the context-parallel ring adds: cp - 1 block passes, each
     hidden behind the attention on the block in hand (attention / cp) where it is shorter. With degraded
     instances (`comm.replica_cp_block_s`), [replicas, 1] arrays. Over layouts (the planner: `cp`, the blocks and
@@ -236,13 +236,13 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, state: MergedStat
         scenario: the resolved Scenario.
         cluster: its Cluster.
         shards: the shard set (actors).
-        state: what the shards said once, merged (`replay.profile.merge_states`).
+        state: what the shards said once, merged (`replay.shard_steps.merge_states`).
         comm: from `step_comm`.
         programs: from `stage_programs` for this scenario.
         on_step: called with each finished StepRecord (the run directory appends it to steps.csv).
         step_costs: storage costs per step; the data stall comes before the step's compute, the
             checkpoint stall after its optimizer. None: storage costs nothing.
-        tally: given each step's merged profile (the per-rank compute of the result, `ComputeTally`).
+        tally: given each step's merged shard steps (the per-rank compute of the result, `ComputeTally`).
 
     Returns:
         (steps, slices of the critical replica on the virtual clock).
@@ -255,10 +255,10 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, state: MergedStat
     clock = 0.0
     for step in range(t.warmup_steps + t.steps):
         wall0 = time.perf_counter()
-        merged = merge_profiles(shards.profiles(step), state, layout.dp * layout.pp)
+        merged = merge_shard_steps(shards.shard_steps(step), state, layout.dp * layout.pp)
         if tally is not None:
             tally.add(step, merged)
-        prof = combine_profiles(merged, layout)
+        prof = combine_shard_steps(merged, layout)
         fc, bc = prof.fwd, prof.bwd
         cp_f, cp_b = cp_exposed(comm, prof, layout.cp)
         rtp_f, rtp_b, send_f, send_b, send_last = _replica_comm(comm, layout.dp)
@@ -289,7 +289,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, state: MergedStat
         stall, ckpt = step_costs(step, float(done[crit_stage] + overhead)) if step_costs else (0.0, 0.0)
         straggle = 0.0
         if prof.slowest_rank >= 0:   # what the slow ranks cost: the same step with them at speed 1
-            base = combine_profiles(merged, layout, with_stragglers=False)
+            base = combine_shard_steps(merged, layout, with_stragglers=False)
             bf_f, bf_b = fsdp_exposed(comm, base.fwd, base.bwd, layers)
             ex_b = execute(programs, base.fwd + tp_f + bf_f, base.bwd + tp_b + bf_b, send_f, send_b, last)
             done_b = stage_finish(ex_b.stage_end.max(axis=0), gradient_reduction(ex_b, comm, layout.pp, m)[0],

@@ -1,6 +1,6 @@
 """Replay knowledge → the typed records of a `RunResult` that the report reads (and never recomputes).
 
-* `ComputeTally`: each rank's own compute seconds per step, accumulated from the merged profiles the replay
+* `ComputeTally`: each rank's own compute seconds per step, accumulated from the merged shard steps the replay
   reads every step (`RunResult.stage_compute_s`, `slow_rank_compute_s`).
 * `comm_records`: the engine's `StepComm` → per-chunk and per-stage communication (`ChunkComm`, `StageComm`).
 * `stage_dp_exposure`: each stage's exposed data-parallel seconds per step, off the replayed timeline
@@ -14,13 +14,13 @@ import numpy as np
 
 from ..cluster import stage_sum
 from .result import ChunkComm, Slice, StageComm, StepRecord
-from .profile import MergedProfile
+from .shard_steps import MergedSteps
 
 
 class ComputeTally:
-    """Each rank's own compute seconds per step, from the merged profile of every replayed step.
+    """Each rank's own compute seconds per step, from the merged shard steps of every replayed step.
 
-    A merged profile (`replay.profile.MergedProfile`) gives the seconds of one microbatch of each chunk
+    A merged shard steps (`replay.shard_steps.MergedSteps`) gives the seconds of one microbatch of each chunk
     (`forward_s`, `backward_s`) and of the optimizer (`optimizer_s`) of each stage at speed 1, and the slow
     ranks with their slowdown. A rank of stage s at speed f computes
     f x (microbatches x sum over its chunks of (fwd + bwd) + opt[s]) per step. Sparse: every rank of a stage
@@ -38,8 +38,8 @@ class ComputeTally:
         self._extra: dict[bool, dict[int, float]] = {True: {}, False: {}}   # slow rank -> summed extra seconds
         self._n = {True: 0, False: 0}
 
-    def add(self, step: int, merged: MergedProfile) -> None:
-        """Add one step's merged profile."""
+    def add(self, step: int, merged: MergedSteps) -> None:
+        """Add one step's merged shard steps."""
         pp, group = self.layout.pp, self.layout.tp * self.layout.cp
         fwd, bwd, opt = merged.forward_s, merged.backward_s, merged.optimizer_s
         base = stage_sum(self.microbatches * (fwd + bwd), pp) + opt
@@ -66,7 +66,7 @@ class ComputeTally:
 
 def comm_records(comm, pp: int, microbatches: int, chunk_layers: list[int]) -> tuple[list[ChunkComm],
                                                                                      list[StageComm]]:
-    """Per-chunk and per-stage communication seconds from the replay's communication plan.
+    """Per-chunk and per-stage communication seconds from the replay's comm.
 
     Args:
         comm: `ultracluster.replay.engine.StepComm` (arrays tp_fwd, tp_bwd, send_fwd, send_bwd per chunk,
@@ -102,10 +102,10 @@ def stage_dp_exposure(slices: list[Slice], stage_comm: list[StageComm], measured
     Per stage and step: how long the gradient reduction outlasts the stage's last forward/backward (the
     dp slices that end by the optimizer's start), plus the dp slices after the optimizer (ZeRO-1's
     parameter all-gather). For the critical stage this is the breakdown's `dp_comm_s`. Mean over the
-    measured steps the timeline kept; the plan's unoverlapped `StageComm.dp_comm_s` (NaN when unknown) for
+    measured steps the timeline kept; the comm's unoverlapped `StageComm.dp_comm_s` (NaN when unknown) for
     a stage without slices.
     """
-    plan = [next((c.dp_comm_s for c in stage_comm if c.stage == s), float("nan")) for s in range(pp)]
+    unoverlapped = [next((c.dp_comm_s for c in stage_comm if c.stage == s), float("nan")) for s in range(pp)]
     keep = set(measured)
     by: dict[tuple[int, int], dict[str, list[Slice]]] = {}
     for x in slices:
@@ -122,4 +122,4 @@ def stage_dp_exposure(slices: list[Slice], stage_comm: list[StageComm], measured
         after = [x.end_s - x.start_s for x in dp if x.start_s >= t_opt1 - eps]
         tail = max(0.0, max(before) - max(x.end_s for x in ops)) if before else 0.0
         exposures.setdefault(stage, []).append(tail + float(np.sum(after)))
-    return [float(np.mean(exposures[s])) if exposures.get(s) else plan[s] for s in range(pp)]
+    return [float(np.mean(exposures[s])) if exposures.get(s) else unoverlapped[s] for s in range(pp)]

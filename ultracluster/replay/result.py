@@ -181,5 +181,5 @@ class RunResult:
     stage_dp_exposed_s: list[float] = field(default_factory=list)
     # one checkpoint and one restore alone on the file system (`storage.estimates`); None without storage
     storage: StorageFigures | None = None
-    # further summary.json keys priced beside the replay (the 80 % interval, `ultracluster.uncertainty`)
+    # further summary.json keys timed beside the replay (the 80 % interval, `ultracluster.uncertainty`)
     interval: dict[str, float] = field(default_factory=dict)

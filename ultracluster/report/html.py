@@ -200,7 +200,7 @@ dashed line: the rank's HBM capacity</p>{memory_svg(report.memory)}{frame_table(
 <h2>Stages</h2><p class="note">seconds per step over all ranks of the stage; idle = step time - compute -
 exposed comm - data stall - checkpoint - other</p>{frame_table(stages, ref=step)}
 <h2>Slowest ranks</h2>{slowest_ranks(report.ranks, step)}
-<h2>Collectives</h2><p class="note">each kind as priced once (time) and how often the critical rank runs it per
+<h2>Collectives</h2><p class="note">each kind as timed once and how often the critical rank runs it per
 step</p>{frame_table(report.collectives.drop(columns=["time_us"], errors="ignore"))}
 <h2>Emulation</h2><p class="note">how the emulator ran (never a prediction)</p>{_fields_table(report.emulation, False)}
 <h2>Scenario</h2><pre>{escape(json.dumps(report.scenario, indent=2, default=str))}</pre>"""

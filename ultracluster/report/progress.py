@@ -1,5 +1,5 @@
 """Run events (actors starting and started, steps replayed), or counted work in phases (the planner's layouts
-enumerated and priced, its replays; a sweep's variants) → a progress display on stderr.
+enumerated and evaluated, its replays; a sweep's variants) → a progress display on stderr.
 
 On a terminal (a TTY): one bar line, redrawn in place a few times a second, that appears only once the
 work has taken `delay_s` (2 s), so short runs print nothing, and is erased when it ends. Elsewhere
@@ -175,7 +175,7 @@ def _pace(per_s: float) -> str:
 
 
 class WorkProgress(_Display):
-    """Progress of counted work in phases (the planner: layouts enumerated, layouts priced, layouts replayed),
+    """Progress of counted work in phases (the planner: layouts enumerated, layouts evaluated, layouts replayed),
     with the count done, the rate and an estimate of the time left from the phase's rate so far.
 
     On a TTY the bar; elsewhere a line when a phase starts, one every `every_s` seconds while it runs, and one

@@ -107,7 +107,7 @@ def _means(steps: pd.DataFrame) -> tuple[float, dict[str, float], pd.DataFrame]:
 
 def stage_dp(result: RunResult, pp: int) -> np.ndarray:
     """Exposed data-parallel seconds per step of each stage: the replay's `stage_dp_exposed_s`, else (nothing
-    replayed) the plan's unoverlapped `StageComm.dp_comm_s`, NaN when unknown."""
+    replayed) the step comm's unoverlapped `StageComm.dp_comm_s`, NaN when unknown."""
     if len(result.stage_dp_exposed_s) == pp:
         return np.asarray(result.stage_dp_exposed_s, dtype=float)
     return np.array([next((c.dp_comm_s for c in result.stage_comm if c.stage == s), np.nan) for s in range(pp)])

@@ -37,7 +37,7 @@ def emulation_info(result: RunResult) -> dict:
 def comm_by_kind(result: RunResult, measured: list) -> dict[str, float]:
     """Each collective kind's exposed and hidden seconds per step on the critical path, means over `measured`.
 
-    Exposed: what the kind adds to the step. The replay's in-layer time `tp_comm_s` of a step is the plan's
+    Exposed: what the kind adds to the step. The replay's in-layer time `tp_comm_s` of a step is the step comm's
     tensor- and expert-parallel collectives of the critical (replica, stage) (`StageComm.tp_comm_s`, or the
     replica's own with degraded instances, `RunResult.replica_tp_comm_s`) plus the context-parallel ring's
     exposed blocks: `step.split.inlayer_split` splits it between tp, cp and ep (the expert all-to-alls' seconds
@@ -47,7 +47,7 @@ def comm_by_kind(result: RunResult, measured: list) -> dict[str, float]:
     Hidden: the kind's seconds per step on the critical stage that ran behind compute. For tp, cp and ep, its
     collectives.csv seconds (`time_s` x `count_per_step`, counted on stage 0, scaled by layers) less the
     exposed ones; for pp, the sends the critical stage issues (`StageComm.pp_send_s`) less `pp_comm_s`; for dp,
-    `dp_comm_hidden_s`. At least 0 (the table prices healthy links: on a degraded replica a kind can expose
+    `dp_comm_hidden_s`. At least 0 (the table times healthy links: on a degraded replica a kind can expose
     more than the table holds).
     """
     lay = result.layout

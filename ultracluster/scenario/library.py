@@ -3,7 +3,7 @@ and at most `operators.MAX_WORK`, else a Problem naming the operator and the key
 
 The expressions never raise (`operators._compile` computes in float64 with its errors silenced), so a division by
 zero, an overflow or a negative figure is found here, when the scenario is read, and never ends a run; a figure
-that goes bad only at a layout the planner tries makes that layout infeasible (`layouts.parts`)."""
+that goes bad only at a layout the planner tries makes that layout infeasible (`layouts.batched_parts`)."""
 from __future__ import annotations
 
 import ast

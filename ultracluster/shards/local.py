@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ..network.algorithms import schedule
-from ..replay.profile import ShardProfile, ShardState
+from ..replay.shard_steps import ShardStep, ShardState
 from ..storage import StorageServer, fsx_spec
 from .worker import ShardWorker
 
@@ -22,12 +22,12 @@ class LocalShards:
     def states(self) -> list[ShardState]:
         return [w.state() for w in self.workers]
 
-    def profiles(self, step: int) -> list[ShardProfile]:
-        return [w.profile(step) for w in self.workers]
+    def shard_steps(self, step: int) -> list[ShardStep]:
+        return [w.shard_step(step) for w in self.workers]
 
     def reduce_payload(self, step: int) -> tuple[int, bool]:
         """All-reduce the payload in the steps of the DP group's algorithm (`payload_algorithm`): in each
-        step every shard first sends, to each peer the schedule names, the chunks it owes it, then every
+        step every shard first sends, to each peer the schedule names, the segments it owes it, then every
         receiver adds or stores them. Returns (bytes moved, every shard holds the exact sum)."""
         if self._algorithm is None:
             self._algorithm = self.workers[0].payload_algorithm()
@@ -36,9 +36,9 @@ class LocalShards:
         moved = 0
         for k, st in enumerate(schedule(self._algorithm, "all_reduce", len(self.workers)).steps):
             pairs = sorted(set(zip(st.src.tolist(), st.dst.tolist())))
-            sent = [(s, d, self.workers[s].send_chunks(k, d)) for s, d in pairs]
+            sent = [(s, d, self.workers[s].send_segments(k, d)) for s, d in pairs]
             for s, d, data in sent:
-                moved += self.workers[d].recv_chunks(k, s, data)
+                moved += self.workers[d].recv_segments(k, s, data)
         return moved, all(w.check_payload() for w in self.workers)
 
 

@@ -5,10 +5,10 @@ payload exchange.
 in-process runner call it directly (`shards.local`). It owns whole instances, so a contiguous range of ranks
 and of (replica, stage) groups. Once, in its `ShardState`, it reports what stays the same in every step: on the
 chip model, the times of the stages it is the owner of (those whose first rank in replica 0 it holds,
-`replay.profile.priced_stages`: a stage takes the same time in every replica, so each is timed by one shard and
+`replay.shard_steps.timed_stages`: a stage takes the same time in every replica, so each is timed by one shard and
 the driver merges disjoint parts): their chunk and optimizer times, hardware FLOPs, unnamed residual and the
 matmuls that hide the tensor-parallel collectives (the driver times none of it); and the stragglers among its
-ranks. Per step, in its `ShardProfile`, only the step's jitter of the groups it holds, drawn from the stream
+ranks. Per step, in its `ShardStep`, only the step's jitter of the groups it holds, drawn from the stream
 keyed by (seed, step) at each group's position, so every folding into actors gives the same numbers.
 Its answers are frozen and grow with the stages and groups it holds, never with its cores.
 """
@@ -22,12 +22,12 @@ from .. import chip, speed_draws
 from .. import operators as opslib
 from ..cluster import Cluster, ShardSpec, build_cluster
 from ..network.algorithms import schedule
-from ..replay.profile import ShardProfile, ShardState, priced_stages, shard_stage_times
+from ..replay.shard_steps import ShardStep, ShardState, timed_stages, shard_stage_times
 from ..units import MIB
 
 PAYLOAD_MAX_BYTES = 1 << 30   # per actor; beyond it `emulation.payload_scale` is too large for one machine
 # What one shard actor's process costs, measured by benchmarks/actor_footprint.py (docs/performance.md, "Shard
-# actors"): a peak RSS of 155-159 MiB with a 2 MiB payload, growing by 10 x its payload (the buffer, the chunks it
+# actors"): a peak RSS of 155-159 MiB with a 2 MiB payload, growing by 10 x its payload (the buffer, the segments it
 # sends and receives, the exact sum it checks against).
 ACTOR_BASE_BYTES = 160 * MIB
 ACTOR_PAYLOAD_COPIES = 10
@@ -57,7 +57,7 @@ def payload(seed: int, shard: int, step: int, n: int) -> np.ndarray:
 
 
 def ring_bounds(n: int, parts: int) -> np.ndarray:
-    """Chunk boundaries of an n-element buffer split into `parts` ring chunks."""
+    """Segment boundaries of an n-element buffer split into `parts` ring segments."""
     return np.linspace(0, n, parts + 1).astype(np.int64)
 
 
@@ -72,7 +72,7 @@ class ShardWorker:
         self._groups = np.arange(first, last + 1, dtype=np.int64)      # group id = replica x pp + stage
         self._group_size = size
         self._sigma = speed_draws.jitter_sigma(scenario, cluster.calibration)
-        stages = priced_stages(lay, shard.first_rank, shard.ranks)
+        stages = timed_stages(lay, shard.first_rank, shard.ranks)
         # the chip model only where this shard is a stage's owner (none: it times nothing)
         times = chip.chunk_times(scenario, cluster, opslib.library_for(scenario)) if stages.size else None
         self._stage_times = shard_stage_times(times, stages, lay.pp, lay.pp * lay.virtual_stages)
@@ -89,7 +89,7 @@ class ShardWorker:
     def state(self) -> ShardState:
         """What it says once: its instances and, of the scenario's degraded ones (`faults.degraded`), those it owns,
         its times of the stages it times and its slow ranks. The driver merges the shards' states once
-        (`replay.profile.merge_states`), times the collectives on the degraded parts and composes every step
+        (`replay.shard_steps.merge_states`), times the collectives on the degraded parts and composes every step
         from them."""
         lo, n = self.shard.first_instance, self.shard.instances
         mine = []
@@ -100,20 +100,20 @@ class ShardWorker:
         return ShardState(shard=self.shard.index, first_instance=lo, instances=n, degraded=tuple(mine),
                           stage_times=self._stage_times, slow_ranks=self._slow_ranks, slow_factors=self._slow_factors)
 
-    def profile(self, step: int) -> ShardProfile:
+    def shard_step(self, step: int) -> ShardStep:
         """This shard's answer for `step`: the step's jitter of the groups it holds (draw `group` of the (seed,
-        step) stream, so a group two shards hold gets one value). See `replay.profile.ShardProfile`."""
+        step) stream, so a group two shards hold gets one value). See `replay.shard_steps.ShardStep`."""
         jitter = speed_draws.group_jitter_of(self.scenario.seed, step, int(self._groups[0]), self._groups.size,
                                       self._group_size, self._sigma)
-        return ShardProfile(shard=self.shard.index, first_group=int(self._groups[0]), group_speed=jitter)
+        return ShardStep(shard=self.shard.index, first_group=int(self._groups[0]), group_speed=jitter)
 
     # --- the payload all-reduce between shards, in the steps of the DP group's algorithm --------------
     def payload_algorithm(self) -> str:
         """The algorithm the actors use to all-reduce the payload (see `payload_algorithm`)."""
         return payload_algorithm(self.scenario, self.cluster)
 
-    def _ring_slice(self, c: int) -> slice:
-        """Ring chunk c of the payload buffer (a piece of the buffer, not a pipeline chunk)."""
+    def _segment_slice(self, c: int) -> slice:
+        """Ring segment c of the payload buffer."""
         return slice(int(self._ring_bounds[c]), int(self._ring_bounds[c + 1]))
 
     def start_payload(self, step: int, algorithm: str = "ring") -> int:
@@ -124,23 +124,23 @@ class ShardWorker:
         self._payload_schedule = schedule(algorithm, "all_reduce", len(self.cluster.shards))
         return self._payload.nbytes
 
-    def _ring_chunks(self, k: int, src: int, dst: int) -> np.ndarray:
-        """The ring chunks that step k of the payload schedule moves from shard src to shard dst."""
+    def _ring_segments(self, k: int, src: int, dst: int) -> np.ndarray:
+        """The ring segments that step k of the payload schedule moves from shard src to shard dst."""
         st = self._payload_schedule.steps[k]
-        return st.chunk[(st.src == src) & (st.dst == dst)]
+        return st.segment[(st.src == src) & (st.dst == dst)]
 
-    def send_chunks(self, k: int, dst: int) -> np.ndarray:
-        """Step k's chunks from this shard to shard `dst`, concatenated in schedule order."""
-        chunks = self._ring_chunks(k, self.shard.index, dst)
-        return np.concatenate([self._payload[self._ring_slice(int(c))] for c in chunks])
+    def send_segments(self, k: int, dst: int) -> np.ndarray:
+        """Step k's segments from this shard to shard `dst`, concatenated in schedule order."""
+        segments = self._ring_segments(k, self.shard.index, dst)
+        return np.concatenate([self._payload[self._segment_slice(int(c))] for c in segments])
 
-    def recv_chunks(self, k: int, src: int, data: np.ndarray) -> int:
+    def recv_segments(self, k: int, src: int, data: np.ndarray) -> int:
         """Apply step k's message from shard `src`: add (reduce-scatter steps) or store (gather steps).
         Returns the bytes received."""
         reduce = self._payload_schedule.steps[k].reduce
         at = 0
-        for c in self._ring_chunks(k, src, self.shard.index):
-            sl = self._ring_slice(int(c))
+        for c in self._ring_segments(k, src, self.shard.index):
+            sl = self._segment_slice(int(c))
             size = sl.stop - sl.start
             if reduce:
                 self._payload[sl] += data[at:at + size]

@@ -1,5 +1,5 @@
 """The step's composition, written once for `run`, the planner and the report: the rules that sit around the
-model's physics (HBM per stage, chunk times, the communication plan) and turn them into a step and its figures.
+model's physics (HBM per stage, chunk times, the step's comm) and turn them into a step and its figures.
 
 - `hbm`: a stage's HBM total, the worst stage and whether the layout fits (`hbm_totals`);
 - `speed`: how jitter and stragglers slow the chunks and the optimizer (`group_speeds`, `slowed`);

@@ -1,6 +1,6 @@
 """A rank's HBM per pipeline stage → its total, the worst stage and feasibility: the one rule `run`
-(`memory.stage_memory`, `memory.infeasible_reason`), the planner (`layouts.parts.batched_memory`,
-`layouts.fast.evaluate`) and the planner's headroom (`layouts.search.apply_headroom`) all apply."""
+(`memory.stage_memory`, `memory.infeasible_reason`), the planner (`layouts.batched_parts.batched_memory`,
+`layouts.steps.evaluate`) and the planner's headroom (`layouts.ranking.apply_headroom`) all apply."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,6 +1,6 @@
 """A step time → the figures of merit: tokens/s, MFU, the cluster's price per hour, cost per step and US dollars
 per million tokens. The one formula of `run`'s summary (`report.summary`) and the planner's rows
-(`layouts.fast.evaluate`, `layouts.search.assemble` with the plan's prices)."""
+(`layouts.steps.evaluate`, `layouts.ranking.assemble` with the plan's prices)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,7 +1,7 @@
 """The price of an instance, US dollars per instance-hour, and where it comes from: the user's override (the
 scenario's `cluster.price_per_hour_usd`, which `--price-per-hour` sets) when given, else the catalog's public
 On-Demand price, else none. The one lookup of `run` (`emulate`), the planner (`plan.options.resolve_prices`,
-`layouts.pricer.Pricer.cluster`) and the summary's `price_source`."""
+`layouts.evaluator.Evaluator.cluster`) and the summary's `price_source`."""
 from __future__ import annotations
 
 from ..cluster.catalog import INSTANCES

@@ -1,6 +1,6 @@
 """How jitter and stragglers slow a step: each (replica, stage) group runs at its slowest rank's pace, its
 chunks at that speed, the optimizer at the slowest replica's. The one rule of the replay
-(`replay.engine.combine_profiles`, per replica) and the planner (`layouts.fast`, each stage at its slowest
+(`replay.engine.combine_shard_steps`, per replica) and the planner (`layouts.steps`, each stage at its slowest
 replica's speed)."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ number is from docs/sources.md §1-2, "ref §x" in the modules):
 * `server`: `StorageServer`: one file system's state on a virtual clock: two burst-credit buckets (network,
   disk) and the transfers in flight, shared max-min fairly (`ultracluster.fairshare`), advanced from event to
   event (a fluid model: rates are constant between events).
-* `plan`: `storage_plan`: what training asks of it (data per step per instance; checkpoint bytes per instance
+* `plan`: `storage_traffic`: what training asks of it (data per step per instance; checkpoint bytes per instance
   from the model and optimizer layout; restore reads).
 * `costs`: `StorageCosts`: the replay engine's `StepCosts` hook, failures and restores, with fast-forwarding of
   steps in which nothing changes (`StorageCosts.run`), used by `goodput`.
@@ -23,7 +23,7 @@ from .fsx import (
     CLIENT_NON_EFA_BYTES_PER_S, CLIENT_PER_SERVER_BYTES_PER_S, GBPS, GIB, KINDS, LATENCY_HDD_S, LATENCY_SSD_S, MB,
     READ, READ_CACHED, TIB, TIERS, WRITE, FsxSpec, Tier, auto_metadata_iops, fsx_spec, tier_allowed,
 )
-from .traffic import StorageTraffic, checkpoint_bytes_per_rank, storage_plan
+from .traffic import StorageTraffic, checkpoint_bytes_per_rank, storage_traffic
 from .server import StorageServer
 
 __all__ = [
@@ -31,5 +31,5 @@ __all__ = [
     "LATENCY_HDD_S", "LATENCY_SSD_S", "MB", "StorageProgress", "READ", "READ_CACHED", "StorageCosts", "StorageTraffic",
     "StorageFigures", "StorageServer", "TIB", "TIERS", "Tier", "WRITE", "auto_metadata_iops",
     "checkpoint_bytes_per_rank",
-    "estimates", "figures", "fsx_spec", "max_min_fair", "storage_plan", "tier_allowed",
+    "estimates", "figures", "fsx_spec", "max_min_fair", "storage_traffic", "tier_allowed",
 ]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .fsx import READ, READ_CACHED, WRITE
-from .traffic import StorageTraffic, storage_plan
+from .traffic import StorageTraffic, storage_traffic
 
 
 @dataclass
@@ -62,21 +62,21 @@ class StorageCosts:
         cluster: its cluster.
         server: the file system (StorageServer, or the Ray actor's proxy); None when the scenario has no
             storage (loading and checkpoints are free, a checkpoint is durable at once).
-        plan: the bytes (default: `storage_plan`).
+        traffic: the bytes (default: `storage_traffic`).
     """
 
-    def __init__(self, scenario, cluster, server=None, plan: StorageTraffic | None = None):
+    def __init__(self, scenario, cluster, server=None, traffic: StorageTraffic | None = None):
         self.server = server
         spec = server.spec if server is not None else None
-        self.plan = plan or storage_plan(scenario, cluster, spec)
+        self.traffic = traffic or storage_traffic(scenario, cluster, spec)
         self.free = server is None
         st, ck = scenario.storage, scenario.checkpoint
         self.prefetch = st.prefetch_steps if st else 0
         self.every = ck.every_steps if ck else 0
         self.mode = ck.mode if ck else "sync"
         self.latency = spec.latency_s if spec else 0.0
-        self.meta_s = self.plan.checkpoint_files / spec.metadata_iops if spec else 0.0
-        self.has_data = not self.free and float(self.plan.data.sum()) > 0
+        self.meta_s = self.traffic.checkpoint_files / spec.metadata_iops if spec else 0.0
+        self.has_data = not self.free and float(self.traffic.data.sum()) > 0
         self.limit = math.inf
         self.t = 0.0
         self.step = 0
@@ -103,7 +103,7 @@ class StorageCosts:
 
     def _kick(self) -> None:
         if self.has_data and not self._loading and self._ready <= self._allowed:
-            self.server.submit("data", READ, self.plan.data, delay_s=self.latency)
+            self.server.submit("data", READ, self.traffic.data, delay_s=self.latency)
             self._loading = True
 
     def _run_until(self, t: float) -> None:
@@ -157,9 +157,9 @@ class StorageCosts:
             return 0.0
         if self._writing is not None:          # back-pressure: the previous write must end first
             self._wait("ckpt")
-        self._run_until(self.server.now + self.plan.d2h_s)
+        self._run_until(self.server.now + self.traffic.d2h_s)
         self._writing = covered
-        self.server.submit("ckpt", WRITE, self.plan.checkpoint, delay_s=self.meta_s + self.latency)
+        self.server.submit("ckpt", WRITE, self.traffic.checkpoint, delay_s=self.meta_s + self.latency)
         if self.mode == "sync":
             self._wait("ckpt")
         return self.server.now - t1
@@ -189,7 +189,7 @@ class StorageCosts:
         """
         if self.free:
             return self.t if self.t <= limit else None
-        p, s = self.plan, self.server
+        p, s = self.traffic, self.server
         s.submit("restore", READ, p.restore, delay_s=self.meta_s + self.latency)
         s.submit("restore_cached", READ_CACHED, p.restore_cached, delay_s=self.meta_s + self.latency)
         while (s.busy("restore") or s.busy("restore_cached")) and s.now < limit:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .fsx import READ, READ_CACHED, WRITE, FsxSpec, fsx_spec
-from .traffic import storage_plan
+from .traffic import storage_traffic
 from .server import StorageServer
 
 
@@ -56,22 +56,22 @@ def estimates(scenario, cluster, spec: FsxSpec | None = None) -> dict[str, float
     if scenario.storage is None:
         return {}
     spec = spec or fsx_spec(scenario.storage, cluster.links.efa_bytes_per_s)
-    plan = storage_plan(scenario, cluster, spec)
-    meta = plan.checkpoint_files / spec.metadata_iops + spec.latency_s
+    traffic = storage_traffic(scenario, cluster, spec)
+    meta = traffic.checkpoint_files / spec.metadata_iops + spec.latency_s
     s = StorageServer(spec, cluster.instances)
-    s.submit("ckpt", WRITE, plan.checkpoint, delay_s=meta)
+    s.submit("ckpt", WRITE, traffic.checkpoint, delay_s=meta)
     s.advance(wait_for="ckpt")
     write = s.now
     r = StorageServer(spec, cluster.instances)
-    r.submit("restore", READ, plan.restore, delay_s=meta)
-    r.submit("restore_cached", READ_CACHED, plan.restore_cached, delay_s=meta)
+    r.submit("restore", READ, traffic.restore, delay_s=meta)
+    r.submit("restore_cached", READ_CACHED, traffic.restore_cached, delay_s=meta)
     while r.transfers:
         r.advance(stop_on_finish=True)
-    out = {"data_gb_per_step": float(plan.data.sum()) / 1e9,
+    out = {"data_gb_per_step": float(traffic.data.sum()) / 1e9,
            "fsx_read_gb_s": float(min(spec.net_bytes_per_s, spec.disk_read_bytes_per_s) / 1e9),
            "fsx_write_gb_s": float(min(spec.net_bytes_per_s, spec.disk_write_bytes_per_s) / 1e9)}
     if scenario.checkpoint is not None:
-        out |= {"checkpoint_gb": float(plan.checkpoint_bytes / 1e9), "checkpoint_write_s": float(write),
-                "checkpoint_block_s": float(plan.d2h_s + (write if scenario.checkpoint.mode == "sync" else 0.0)),
-                "restore_s": float(r.now + plan.d2h_s)}
+        out |= {"checkpoint_gb": float(traffic.checkpoint_bytes / 1e9), "checkpoint_write_s": float(write),
+                "checkpoint_block_s": float(traffic.d2h_s + (write if scenario.checkpoint.mode == "sync" else 0.0)),
+                "restore_s": float(r.now + traffic.d2h_s)}
     return out

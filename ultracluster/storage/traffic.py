@@ -79,7 +79,7 @@ def checkpoint_bytes_per_rank(scenario, cluster) -> tuple[np.ndarray, np.ndarray
     return np.where(cp0 if shard.weights else first, w, 0.0), np.where(cp0 if shard.optimizer else first, o, 0.0)
 
 
-def storage_plan(scenario, cluster, spec: FsxSpec | None = None) -> StorageTraffic:
+def storage_traffic(scenario, cluster, spec: FsxSpec | None = None) -> StorageTraffic:
     """What training reads and writes, per instance (see StorageTraffic)."""
     layout, n, st = cluster.layout, cluster.instances, scenario.storage
     inst = instance_of(np.arange(cluster.ranks), cluster.ranks_per_instance)

@@ -1,14 +1,14 @@
-"""`ultracluster sweep`: many variants of a scenario priced over the Ray cluster → one table, one page.
+"""`ultracluster sweep`: many variants of a scenario timed over the Ray cluster → one table, one page.
 
 The composition root, one call per stage: `spec.build` (the variants, every one validated before any runs) →
-each variant priced by `price.price_variant` (the numbers of `run`, in process), as Ray tasks over the attached
+each variant timed by `evaluate.evaluate_variant` (the numbers of `run`, in process), as Ray tasks over the attached
 cluster (`actors.plan_tasks.map_on_ray`, the planner's task machinery), in this process when that is faster, or
 replayed on Ray actors with `actors` → `output` (sweep.csv, sweep.parquet, sweep.json, the terminal table) and
 `html` (sweep.html). Every row depends on its variant alone, so the table is the same wherever it ran.
 
 A sweep directory is locked while a sweep writes it. Each finished row is appended to sweep-rows.jsonl at once,
 so an interrupted sweep keeps its rows, and a sweep of the same scenario and options into the same directory
-prices only the variants it has no row for; any other reuse of a directory needs `force`. docs/sweeps.md.
+times only the variants it has no row for; any other reuse of a directory needs `force`. docs/sweeps.md.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..errors import OutDirError, RunInterrupted
 from .output import ROWS_FILE, SWEEP_FILES, format_sweep, read_rows, table, write_sweep_dir
-from .price import price_variant
+from .evaluate import evaluate_variant
 from .spec import MAX_VARIANTS, SweepPlan, Variant, build
 
 __all__ = ["MAX_VARIANTS", "SweepPlan", "SweepResult", "build", "format_sweep", "run_sweep"]
@@ -45,7 +45,7 @@ class SweepResult:
 
 def _task(shared: dict, scenario) -> dict:
     """A Ray task (or this process): one variant's row."""
-    return price_variant(scenario, shared["hours"], shared["assumptions_on"])
+    return evaluate_variant(scenario, shared["hours"], shared["assumptions_on"])
 
 
 def identity(plan: SweepPlan, options: dict) -> str:
@@ -92,14 +92,14 @@ def _prior(out: Path, ident: str, force: bool) -> dict[str, dict]:
 def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, actors: bool = False,
               assumptions_on: bool = True, force: bool = False, progress=None,
               log: Callable[[str], None] | None = None) -> SweepResult:
-    """Price every variant of `plan` and write the sweep directory.
+    """Time every variant of `plan` and write the sweep directory.
 
     Args:
         plan: the variants (`spec.build`, every one validated).
         out: the sweep directory (sweep.csv, sweep.parquet, sweep.json, sweep.html, sweep-rows.jsonl).
         address: the Ray cluster to run the variants on (None: RAY_ADDRESS, a Ray running in this process, or this
             process, with an embedded Ray where that is faster).
-        actors: replay each variant on Ray actors (`runner.run`) instead of pricing it in a task.
+        actors: replay each variant on Ray actors (`runner.run`) instead of timing it in a task.
         assumptions_on: False when the variants were built with `--assumptions off` (the rows say so).
         force: replace another sweep's rows in `out`.
         progress: a `report.WorkProgress` (told the variants done), or None.
@@ -139,7 +139,7 @@ def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, acto
         write_sweep_dir(out, _frame(plan, rows), {**meta, "finished": False}, plan, html=False)
         by, nodes = "in-process", 0
         if progress is not None:
-            progress.phase("pricing", len(plan.variants), unit="variants")
+            progress.phase("evaluating", len(plan.variants), unit="variants")
             progress.advance(len(rows))
 
         def done(v: Variant, row: dict) -> None:
@@ -152,7 +152,7 @@ def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, acto
             if progress is not None:
                 progress.advance(len(rows))
         try:
-            by, nodes = _price_all(plan, todo, done, address, actors, assumptions_on, log)
+            by, nodes = _evaluate_all(plan, todo, done, address, actors, assumptions_on, log)
         except KeyboardInterrupt as stop:
             frame = _frame(plan, rows)
             write_sweep_dir(out, frame, {**meta, "finished": False, "interrupted": getattr(stop, "signal_name",
@@ -171,9 +171,9 @@ def _frame(plan: SweepPlan, rows: dict[str, dict]) -> pd.DataFrame:
     return table([rows[v.key] for v in plan.variants if v.key in rows], plan.keys)
 
 
-def _price_all(plan: SweepPlan, todo: list[Variant], done, address, actors: bool, assumptions_on: bool,
+def _evaluate_all(plan: SweepPlan, todo: list[Variant], done, address, actors: bool, assumptions_on: bool,
                log) -> tuple[str, int]:
-    """Price the variants not yet priced: on Ray actors, as Ray tasks, or here; returns (by what, Ray nodes)."""
+    """Time the variants not yet timed: on Ray actors, as Ray tasks, or here; returns (by what, Ray nodes)."""
     from ..actors import plan_tasks
 
     shared = {"hours": plan.hours, "assumptions_on": assumptions_on}
@@ -183,7 +183,7 @@ def _price_all(plan: SweepPlan, todo: list[Variant], done, address, actors: bool
         if actors:
             session.enter_context(plan_tasks.planning_ray(address, _actor_slots(todo)))
             for v in todo:
-                done(v, price_variant(v.scenario, plan.hours, assumptions_on, actors=True, address=address))
+                done(v, evaluate_variant(v.scenario, plan.hours, assumptions_on, actors=True, address=address))
             return "Ray actors (--actors)", plan_tasks.alive_nodes()
         if plan_tasks.wanted(address):
             session.enter_context(plan_tasks.planning_ray(address, 0))
@@ -200,7 +200,7 @@ def _price_all(plan: SweepPlan, todo: list[Variant], done, address, actors: bool
         rest = todo[2:]
         cpus = os.cpu_count() or 1
         if rest and cpus > 1 and len(rest) * each * (1 - 1 / cpus) > EMBEDDED_RAY_START_S + first:
-            log(f"sweep: {len(rest)} more variants at about {each:.1f} s each: pricing them on an embedded Ray "
+            log(f"sweep: {len(rest)} more variants at about {each:.1f} s each: evaluating them on an embedded Ray "
                 f"({cpus} CPUs)")
             session.enter_context(plan_tasks.planning_ray(None, 0))
             return "Ray tasks (embedded)", _map(rest, shared, done)

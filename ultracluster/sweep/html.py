@@ -16,7 +16,7 @@ from html import escape
 import pandas as pd
 
 from ..report import html_kit as kit
-from .price import WARNING_JOIN
+from .evaluate import WARNING_JOIN
 
 __all__ = ["HEAT_HIGH", "HEAT_LOW", "LINE_COLORS", "sweep_html"]
 

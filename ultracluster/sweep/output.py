@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..report.atomic import atomic_write_bytes, atomic_write_text
-from .price import FIGURES, WARNING_JOIN
+from .evaluate import FIGURES, WARNING_JOIN
 
 ROWS_FILE = "sweep-rows.jsonl"
 SWEEP_FILES = {"sweep.csv", "sweep.parquet", "sweep.json", "sweep.html", ROWS_FILE}
@@ -39,7 +39,7 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def table(rows: list[dict], keys: list[str]) -> pd.DataFrame:
-    """The sweep table: `variant`, a column per varied key, the figures (`price.FIGURES`), `key`; in variant
+    """The sweep table: `variant`, a column per varied key, the figures (`evaluate.FIGURES`), `key`; in variant
     order."""
     cols = ["variant", *keys, *FIGURES, "key"]
     frame = pd.DataFrame([{c: r.get(c) for c in cols} for r in sorted(rows, key=lambda r: r["variant"])],

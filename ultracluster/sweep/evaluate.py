@@ -1,6 +1,6 @@
-"""One variant → one row of the sweep table: its summary as `run` gives it, priced in this process.
+"""One variant → one row of the sweep table: its summary as `run` gives it, timed in this process.
 
-`price_variant` is what a Ray task (or this process) runs for each variant: the variant's scenario emulated with
+`evaluate_variant` is what a Ray task (or this process) runs for each variant: the variant's scenario emulated with
 in-process shards (`emulate`, the stages `run` runs, with the same numbers: `runner.predict`), its 80 % interval,
 with `hours` the long run of `run --hours` (`goodput.long_run`, the replayed step as its unit of work), and the
 training budget's days and dollars with that goodput (`goodput.time_and_cost`). With `actors` the variant is
@@ -47,7 +47,7 @@ def _summary(scenario: Scenario, actors: bool, address: str | None) -> tuple[dic
     return summarize(result), result.storage
 
 
-def price_variant(scenario: Scenario, hours: float | None = None, assumptions_on: bool = True,
+def evaluate_variant(scenario: Scenario, hours: float | None = None, assumptions_on: bool = True,
                   actors: bool = False, address: str | None = None) -> dict:
     """The row of one variant (FIGURES), as the summary and goodput.json of `run [--hours H]` give them.
 

@@ -1,6 +1,6 @@
-"""Actors carry their share: each shard prices the pipeline stages it runs the replica-0 ranks of, and the driver
+"""Actors carry their share: each shard times the pipeline stages it runs the replica-0 ranks of, and the driver
 composes the step only from what the shards report (chunk and optimizer times, hardware FLOPs, the unnamed
-residual, the matmuls that hide the tensor-parallel collectives); it prices no chunk itself."""
+residual, the matmuls that hide the tensor-parallel collectives); it times no chunk itself."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -16,7 +16,7 @@ from ultracluster.cluster.fitted_files import fitted
 from ultracluster.emulate import emulate
 from ultracluster.errors import ActorError
 from ultracluster.runner import predict
-from ultracluster.replay.profile import merge_stage_times
+from ultracluster.replay.shard_steps import merge_stage_times
 from ultracluster.report.summary import summarize
 
 # a residual per layer pass and TP collectives hidden behind backward matmuls: both reach the summary only
@@ -44,10 +44,10 @@ def stage_sets(states) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("per_actor, pp, instances, extra, want", [
-    (1, 4, 4, {}, [[0], [1], [2], [3]]),                          # one stage per shard: each prices its own
+    (1, 4, 4, {}, [[0], [1], [2], [3]]),                          # one stage per shard: each times its own
     (2, 4, 4, {}, [[0, 1], [2, 3]]),                              # two stages per shard
-    (4, 4, 4, {}, [[0, 1, 2, 3]]),                                # folded into one shard: it prices all
-    (1, 2, 4, {}, [[0], [1], [], []]),                            # dp 2: the replica-0 shards price
+    (4, 4, 4, {}, [[0, 1, 2, 3]]),                                # folded into one shard: it times all
+    (1, 2, 4, {}, [[0], [1], [], []]),                            # dp 2: the replica-0 shards time
     (1, 2, 2, {"virtual_stages": 2, "pp_schedule": "interleaved"}, [[0], [1]]),   # chunks 0, 2 and 1, 3
 ])
 def test_each_stage_is_priced_by_one_shard_and_the_parts_are_the_full_table(per_actor, pp, instances, extra, want):
@@ -69,7 +69,7 @@ def test_each_stage_is_priced_by_one_shard_and_the_parts_are_the_full_table(per_
 
 
 def test_only_the_pricing_shards_run_the_chip_model_and_the_driver_runs_it_never(monkeypatch):
-    sc = scenario(1, pp=2, instances=4)                   # 4 shards, 2 of them replica 0's pricers
+    sc = scenario(1, pp=2, instances=4)                   # 4 shards, 2 of them replica 0's evaluators
     want = predict(sc, CALIBRATION)
     calls = []
     real = chip.chunk_times
@@ -99,7 +99,7 @@ def test_the_merge_names_a_stage_no_shard_priced_or_two_did_and_pricers_that_dis
 
 def test_ray_actors_price_their_own_stages_and_give_the_in_process_summary(ray_session, monkeypatch):
     """Four real actors on the session's Ray, one stage each; the driver's chip model is switched off (any call
-    fails), so every number of the summary comes from what the actors priced, and equals the in-process run."""
+    fails), so every number of the summary comes from what the actors timed, and equals the in-process run."""
     from ultracluster.actors.launch import launch_actors
 
     sc = scenario(1)
@@ -114,11 +114,11 @@ def test_ray_actors_price_their_own_stages_and_give_the_in_process_summary(ray_s
                                          for a in shards.actors]))
             yield shards
 
-    def no_pricing(*args, **kw):
+    def no_timing(*args, **kw):
         raise AssertionError("the driver priced a chunk")
 
-    monkeypatch.setattr(chip, "chunk_times", no_pricing)
-    monkeypatch.setattr(chip, "tp_hide_seconds", no_pricing)
+    monkeypatch.setattr(chip, "chunk_times", no_timing)
+    monkeypatch.setattr(chip, "tp_hide_seconds", no_timing)
     result = emulate(sc, actors, calibration=CALIBRATION)
     got = summarize(result)
     assert result.actors == 4 and seen == [[[0], [1], [2], [3]]] * 2

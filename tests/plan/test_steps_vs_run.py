@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ultracluster import load_scenario, stacks
 from ultracluster.runner import predict
-from ultracluster.layouts import fast
+from ultracluster.layouts import steps
 from ultracluster.layouts.space import SearchSpace, enumerate_layouts
 
 from plan_scenarios import variant
@@ -29,20 +29,20 @@ KINDS = {
 }
 
 
-def priced(base, pricer):
+def priced(base, evaluator):
     table = enumerate_layouts(base, SearchSpace(stacks=stacks.NAMES))      # every stack that runs on trn1
-    return table, fast.evaluate(pricer, table)
+    return table, steps.evaluate(evaluator, table)
 
 
 @pytest.fixture(scope="module")
 def jittered(dense):
-    return (dense, *priced(dense, fast.Pricer(dense)))
+    return (dense, *priced(dense, steps.Evaluator(dense)))
 
 
 @pytest.fixture(scope="module")
 def exact():
     base = load_scenario(variant(name="plan-small-exact", faults={"jitter": 0.0}))
-    return (base, *priced(base, fast.Pricer(base, shared_last_sends=True)))
+    return (base, *priced(base, steps.Evaluator(base, shared_last_sends=True)))
 
 
 def pick(table, res, kind, u):
@@ -52,7 +52,7 @@ def pick(table, res, kind, u):
 
 
 def replayed(base, table, i):
-    return predict(fast.layout_scenario(base, table.iloc[i].to_dict()))
+    return predict(steps.layout_scenario(base, table.iloc[i].to_dict()))
 
 
 @settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -83,7 +83,7 @@ def test_infeasible_layouts_agree_with_run():
                           "training": {"seq_len": 4096, "global_batch": 64, "steps": 1, "warmup_steps": 0},
                           "parallelism": {"tp": 8}, "cluster": {"instance": "trn1.32xlarge", "instances": 2}})
     table = enumerate_layouts(base)
-    res = fast.evaluate(fast.Pricer(base), table)
+    res = steps.evaluate(steps.Evaluator(base), table)
     bad, good = np.flatnonzero(~res["feasible"].to_numpy()), np.flatnonzero(res["feasible"].to_numpy())
     assert bad.size > 100 and good.size > 100
     for i in list(bad[:: bad.size // 4][:4]) + list(good[:: good.size // 2][:2]):

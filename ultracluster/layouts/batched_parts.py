@@ -1,10 +1,10 @@
-"""The three parts of a layout's price, batched over layouts: HBM per stage, chunk times, communication.
+"""The three parts of a layout's time, batched over layouts: HBM per stage, chunk times, communication.
 
 Each is the model's one implementation, called with many rows: `memory`'s row-axis functions (`stage_memory`
 calls them with one), `chip.layer_costs` / `chunk_rows` / `optimizer_seconds` (`chunk_times` calls them with
 one), `replay.comm`'s pieces (`step_comm` composes them for one layout). What is here is only the batching: the
 rows grouped by what they share (per-rank shapes, pipeline shapes), memos, and the activation peak read off a
-short program (`_counts`) where `run` walks the executed one.
+short program (`program_counts`) where `run` walks the executed one.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from ..units import GIB
 from ..replay import comm
 from ..replay.comm import StepComm
 from ..step.hbm import hbm_totals
-from .pricer import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Pricer, calibration_index, layout_scenario
-from .schedules import _run_lengths, program_arrays
+from .evaluator import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Evaluator, calibration_index, layout_scenario
+from .schedules import run_lengths, program_arrays
 
 # ----------------------------------------------------------------------------------------------------------
 # Batched: per-rank shapes
@@ -64,8 +64,8 @@ def distinct_rows(table: pd.DataFrame, columns: tuple[str, ...]) -> tuple[np.nda
 SHAPE_COLUMNS = ("instance", "lnc", "tp", "cp", "micro_batch", "recompute", "sequence_parallel", "ep")
 
 
-def shapes(pr: Pricer, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.ndarray]:
-    """Price every distinct per-rank shape of `table` (`rows`: its rows, `fast.RowView`) (`chip.layer_costs`: one
+def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.ndarray]:
+    """Time every distinct per-rank shape of `table` (`rows`: its rows, `steps.RowView`) (`chip.layer_costs`: one
     `evaluate` call per where and phase).
 
     Returns:
@@ -92,8 +92,8 @@ def shapes(pr: Pricer, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.ndar
                   working=saved[:, 3], variables=V, rates=R, ops=tuple(ops), bad=bad), srow
 
 
-def _shape_inputs(pr: Pricer, r) -> tuple:
-    """What pricing row r's per-rank shape needs (kept per shape across a search's pieces): its shape
+def _shape_inputs(pr: Evaluator, r) -> tuple:
+    """What timing row r's per-rank shape needs (kept per shape across a search's pieces): its shape
     variables, operators, cluster, recomputation, calibration and saved activation bytes (per layer, embedding,
     head, and full recomputation's one-layer working set)."""
     info = pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r))
@@ -107,7 +107,7 @@ def _shape_inputs(pr: Pricer, r) -> tuple:
 
 
 @dataclass
-class Group:
+class PipeRows:
     """Rows sharing (pp, virtual stages): chunk arrays of one width."""
 
     rows: np.ndarray
@@ -118,7 +118,7 @@ class Group:
     expert: np.ndarray
 
 
-def groups(pr: Pricer, table: pd.DataFrame) -> list[Group]:
+def pipe_rows(pr: Evaluator, table: pd.DataFrame) -> list[PipeRows]:
     model = pr.scenario.model
     out = []
     for (pp, v), idx in table.groupby(["pp", "virtual_stages"], sort=True).indices.items():
@@ -129,12 +129,12 @@ def groups(pr: Pricer, table: pd.DataFrame) -> list[Group]:
         pairs = [pr.memo(("params", a, pp, v, b), lambda a=a, b=b: opslib.chunk_params_split(
             model, a, layers, pp, b)) for a, b in distinct.tolist()]
         back = back.reshape(-1)
-        out.append(Group(rows=np.asarray(idx), pp=pp, v=v, layers=layers,
+        out.append(PipeRows(rows=np.asarray(idx), pp=pp, v=v, layers=layers,
                          dense=np.array([p[0] for p in pairs])[back], expert=np.array([p[1] for p in pairs])[back]))
     return out
 
 
-def cluster_columns(pr: Pricer, table: pd.DataFrame, names: tuple[str, ...]) -> list[np.ndarray]:
+def cluster_columns(pr: Evaluator, table: pd.DataFrame, names: tuple[str, ...]) -> list[np.ndarray]:
     """Per row, figures of its cluster (one lookup per distinct instance type, count and lnc): capacity_gib,
     reserve_gib, price_per_hour_usd, peak_flop_per_s."""
     which, firsts = distinct_rows(table, ("instance", "instances", "lnc"))
@@ -146,7 +146,7 @@ def cluster_columns(pr: Pricer, table: pd.DataFrame, names: tuple[str, ...]) -> 
     return [np.array([get[n](c) for c in infos], dtype=float)[which] for n in names]
 
 
-def _counts(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
+def program_counts(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
     """Per stage, the distinct vectors of microbatches in flight per local chunk along the executed program
     (what `memory.in_flight_peak` walks), so a stage's peak is a max of dot products. A long 1F1B or
     interleaved program holds the same vectors as a short one once its steady state repeats (checked: the
@@ -154,7 +154,7 @@ def _counts(schedule: str, p: int, m: int, v: int) -> list[np.ndarray]:
     per stage a peak that grows by the same step over three lengths (GPipe holds every microbatch) is
     extrapolated; otherwise the full program is walked."""
     P = p if schedule == "interleaved" else 1
-    lengths = [x for x in _run_lengths("1f1b" if schedule == "gpipe" else schedule, p, m, v) if x + 2 * P < m]
+    lengths = [x for x in run_lengths("1f1b" if schedule == "gpipe" else schedule, p, m, v) if x + 2 * P < m]
     for m_run in lengths:
         here, longer = _held(schedule, p, m_run, v), _held(schedule, p, m_run + P, v)
         if all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(here, longer)):
@@ -178,7 +178,7 @@ def _held(schedule: str, p: int, m: int, v: int) -> tuple[np.ndarray, ...]:
 # Batched: memory, chunk times, communication (each through the function named in its docstring)
 
 
-def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray, grps: list[Group]) -> dict:
+def batched_memory(pr: Evaluator, table: pd.DataFrame, sh: Shapes, srow: np.ndarray, pipes: list[PipeRows]) -> dict:
     """The worst stage's HBM of every row, through `memory`'s batched functions (`memory.stage_memory` is the
     same with one row): arrays [rows] of MEMORY_COLUMNS."""
     per_param = memory.bytes_per_param(pr.scenario.training)
@@ -187,12 +187,12 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     sched, m_all = table["pp_schedule"].to_numpy(), table["microbatches"].to_numpy()
     zero_all, dp_all, ep_all = table["zero"].to_numpy(), table["dp"].to_numpy(), table["ep"].to_numpy()
     cap_all, reserve_all = cluster_columns(pr, table, ("capacity_gib", "reserve_gib"))
-    for g in grps:
+    for g in pipes:
         k = srow[g.rows]
         zero = zero_all[g.rows]
         W, G, O = memory.stage_state_gib(g.dense, g.expert, g.layers, g.pp, dp_all[g.rows], ep_all[g.rows],
                                          zero >= 1, zero >= 3, per_param, zero >= 2)
-        # activations depend on the row's shape alone: each distinct shape's peaks are priced once
+        # activations depend on the row's shape alone: each distinct shape's peaks are timed once
         ks, kinv = np.unique(k, return_inverse=True)
         act = memory.chunk_activation_bytes(g.layers, sh.saved_layer[ks], sh.saved_emb[ks], sh.saved_head[ks])
         A = np.zeros((len(g.rows), g.pp))
@@ -202,7 +202,7 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
             idx = np.flatnonzero(which == key_i)
             sc, m = SCHEDULES_BY_CODE[key >> 32], key & ((1 << 32) - 1)
             held = pr.memo(("held", sc, g.pp, int(m), g.v),
-                           lambda: memory.stacked_held(_counts(sc, g.pp, int(m), g.v)))
+                           lambda: memory.stacked_held(program_counts(sc, g.pp, int(m), g.v)))
             used, back = np.unique(kinv[idx], return_inverse=True)
             A[idx] = memory.stage_peaks(held, act[used].reshape(used.size, g.v, g.pp))[back]
         A = (A + sh.working[k, None]) / GIB
@@ -219,7 +219,7 @@ def batched_memory(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     return out
 
 
-def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray, g: Group, js) -> tuple:
+def batched_chunks(pr: Evaluator, table: pd.DataFrame, sh: Shapes, srow: np.ndarray, g: PipeRows, js) -> tuple:
     """`chip.chunk_times` of rows js of a group, through its batched functions: forward and backward seconds per
     microbatch [n, chunks], optimizer seconds per stage [n, pp], one layer's attention core forward and backward [n]."""
     idx = g.rows[js]
@@ -239,10 +239,10 @@ def batched_chunks(pr: Pricer, table: pd.DataFrame, sh: Shapes, srow: np.ndarray
     return fwd, bwd, opt, sh.costs.attn_fwd[k], sh.costs.attn_bwd[k]
 
 
-def batched_comm(pr: Pricer, rows: list, sh: Shapes, srow: np.ndarray, g: Group, js: np.ndarray) -> tuple[StepComm,
+def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: PipeRows, js: np.ndarray) -> tuple[StepComm,
                                                                                                         np.ndarray]:
     """`replay.comm.step_comm` of rows js of group g: the same pieces (`replay.comm`), each memoized by what it
-    depends on, with memoized collectives (`Pricer.prices`) and no records, assembled over the rows
+    depends on, with memoized collectives (`Evaluator.comm_times`) and no records, assembled over the rows
     (`comm.assemble`). Returns the StepComm (every field with a leading row axis; a row that reduces no
     gradients in buckets, ZeRO-3 with `fsdp_schedule: layerwise`, has one empty bucket per chunk) and [n]
     whether each row has buckets."""
@@ -261,8 +261,8 @@ def batched_comm(pr: Pricer, rows: list, sh: Shapes, srow: np.ndarray, g: Group,
     for a, (i, j) in enumerate(zip(idx.tolist(), js.tolist())):
         r, k = rows[i], int(srow[i])
         ck = (r.instance, int(r.instances), int(r.lnc), calibration_index(r))
-        price = pr.prices(ck)
-        cl = price.cluster
+        times = pr.comm_times(ck)
+        cl = times.cluster
         cal = cl.calibration
         tp, cp, v, dp, ep = int(r.tp), int(r.cp), int(r.virtual_stages), int(r.dp), int(r.ep)
         sp, zero = bool(r.sequence_parallel), int(r.zero)
@@ -270,7 +270,7 @@ def batched_comm(pr: Pricer, rows: list, sh: Shapes, srow: np.ndarray, g: Group,
 
         def in_layer():
             vk = {name: V[name][k] for name in ("T", "h", "e", "hkv", "d")}
-            return comm.layer_comm(price, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, bool(full[a]),
+            return comm.layer_comm(times, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, bool(full[a]),
                                    comm.hides_tp(cal, par, tp), sh.costs.hide[k])
 
         layer[:, a] = pr.memo(("layer-comm", ck, sh.keys[k], pp if ep > 1 else 0), in_layer)
@@ -278,7 +278,7 @@ def batched_comm(pr: Pricer, rows: list, sh: Shapes, srow: np.ndarray, g: Group,
 
         def sends():
             placed = dataclasses.replace(cl, layout=Layout(tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v))
-            return comm.pipeline_sends(price, placed, send_bytes, chunks)
+            return comm.pipeline_sends(times, placed, send_bytes, chunks)
 
         send_groups, send[a] = pr.memo(("sends", ck, group_ranks(tp, cp), pp, v, send_bytes), sends)
         # what dp_comm and last_sends read of the training (precision, master weights, ZeRO stage) varies only
@@ -286,16 +286,16 @@ def batched_comm(pr: Pricer, rows: list, sh: Shapes, srow: np.ndarray, g: Group,
         training = lambda: pr.memo(("training", zero), lambda: layout_scenario(pr.scenario, r).training)  # noqa: E731
         dense, stride = g.dense[j], replica_ranks(tp, cp, pp)
         nb, nb_s, after[a], gather[a], scatter[a] = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), lambda: comm.dp_comm(
-            price, cl, dense, g.expert[j], g.layers, training(), dp, ep, stride, pp, layerwise))
+            times, cl, dense, g.expert[j], g.layers, training(), dp, ep, stride, pp, layerwise))
         if nb.size:
             buckets[a], bucket_s[a] = nb, nb_s
         else:
             has[a] = False
         if sharing:
-            last[a] = comm.last_sends(price, cl, send[a], send_bytes, send_groups, dense, training(), dp, stride, nb)
-        norm[a] = pr.memo(("norm", ck), lambda: comm.norm_seconds(price, cl))
+            last[a] = comm.last_sends(times, cl, send[a], send_bytes, send_groups, dense, training(), dp, stride, nb)
+        norm[a] = pr.memo(("norm", ck), lambda: comm.norm_seconds(times, cl))
         overlap[a] = cal.dp_overlap
-    if last is None:      # priced alone, the last microbatch's gradient sends are the others' (`last_sends`)
+    if last is None:      # timed alone, the last microbatch's gradient sends are the others' (`last_sends`)
         last = comm.gradient_sends(send)
     return comm.assemble(g.layers, tuple(layer), send, last, (buckets, bucket_s, after, gather, scatter), norm, full,
                          overlap), has

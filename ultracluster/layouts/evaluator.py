@@ -1,5 +1,5 @@
-"""Layout rows → their scenarios and clusters, and what a process pricing layouts keeps: memoized collectives
-(`MemoPrices`, how the communication plan's pieces price them here), cluster figures, memoized pieces."""
+"""Layout rows → their scenarios and clusters, and what a process timing layouts keeps: memoized collectives
+(`MemoCommTimes`, how the step's comm's pieces time them here), cluster figures, memoized pieces."""
 from __future__ import annotations
 
 import copy
@@ -14,7 +14,7 @@ from ..cluster.fitted_files import fitted
 from ..memory import capacity_gib
 from ..network import collective_time
 from ..network.collectives import concurrent_time
-from ..replay.comm import Prices
+from ..replay.comm import CommTimes
 from ..scenario import Scenario
 from ..step.counts import ultraserver_default
 from ..step.price import instance_price
@@ -27,12 +27,12 @@ MEMORY_COLUMNS = ("hbm_peak_gib", "hbm_capacity_gib", "worst_stage", "weights_gi
 PARTS = ("memory", "chunks", "comm")
 SCHEDULES_BY_CODE = ("gpipe", "1f1b", "interleaved")
 SCHEDULE_CODE = {name: i for i, name in enumerate(SCHEDULES_BY_CODE)}
-# the Calibration switches (its bool fields: mechanisms on or off): one Pricer prices every row with one operator list
+# the Calibration switches (its bool fields: mechanisms on or off): one Evaluator times every row with one operator list
 SWITCHES = tuple(f.name for f in fields(Calibration) if f.type in ("bool", bool))
 
 
 def calibration_index(row: Any) -> int:
-    """The row's calibration: column `cal`, an index into `Pricer.calibrations` (0 when the table has none)."""
+    """The row's calibration: column `cal`, an index into `Evaluator.calibrations` (0 when the table has none)."""
     return int(row.get("cal", 0) if isinstance(row, dict) else getattr(row, "cal", 0))
 
 
@@ -80,39 +80,39 @@ class ClusterInfo:
     capacity_gib: float
 
 
-# the memo entries that depend on the keys a stack prices a layout by beyond its columns (`stacks.PRICING_KEYS`:
+# the memo entries that depend on the keys a stack times a layout by beyond its columns (`stacks.TIMING_KEYS`:
 # the attention kernel and dropout change a shape's operators, TP overlap a layer's exposed collectives): kept per
-# `Pricer.variant`; every other entry (clusters, collectives, sends, gradient buckets, pipelines, speeds) is shared
+# `Evaluator.variant`; every other entry (clusters, collectives, sends, gradient buckets, pipelines, speeds) is shared
 CELL_MEMO = frozenset({"shape", "layer-comm", "training"})
 
 
-def pricing_values(scenario: Scenario) -> tuple:
-    """The values of `stacks.PRICING_KEYS` of a scenario: layouts that agree on them share a Pricer variant."""
-    return tuple(getattr(getattr(scenario, k.split(".")[0]), k.split(".")[1]) for k in stacks.PRICING_KEYS)
+def timing_values(scenario: Scenario) -> tuple:
+    """The values of `stacks.TIMING_KEYS` of a scenario: layouts that agree on them share an Evaluator variant."""
+    return tuple(getattr(getattr(scenario, k.split(".")[0]), k.split(".")[1]) for k in stacks.TIMING_KEYS)
 
 
-class Pricer:
+class Evaluator:
     """What a process evaluating layouts of one scenario keeps: clusters, memoized collectives and pieces.
 
-    Layouts of several stacks (a table's `stack` column) are priced by variants of it (`variant`): one per setting
-    of the keys a stack prices by beyond a layout's columns (`stacks.PRICING_KEYS`), each with its own operators
+    Layouts of several stacks (a table's `stack` column) are timed by variants of it (`variant`): one per setting
+    of the keys a stack times by beyond a layout's columns (`stacks.TIMING_KEYS`), each with its own operators
     and shapes (CELL_MEMO), all sharing the clusters, collectives and the other memo entries."""
 
     def __init__(self, scenario: Scenario, calibration: Calibration | None = None,
                  sources: dict[str, str] | None = None, shared_last_sends: bool = False,
                  calibrations: tuple[Calibration, ...] | None = None):
         """`calibrations`: several settings of the numeric factors (the interval's factor ends); a table's
-        `cal` column picks one per row. Their switches must agree (one operator list prices every row)."""
+        `cal` column picks one per row. Their switches must agree (one operator list times every row)."""
         self.scenario = scenario
         self.shared_last_sends = shared_last_sends
         self.calibrations = tuple(calibrations) if calibrations else (calibration or fitted(),)
         self.calibration = self.calibrations[0]
         switches = {(f, getattr(c, f)) for c in self.calibrations for f in SWITCHES}
         if len(switches) != len(SWITCHES):
-            raise ValueError(f"Pricer calibrations differ in a switch ({', '.join(SWITCHES)}); "
+            raise ValueError(f"Evaluator calibrations differ in a switch ({', '.join(SWITCHES)}); "
                              "only numeric factors may vary between rows")
         self.library = opslib.library_for(scenario)
-        # one implementation: every part is priced batched (`sources` is kept for its callers and plan.json)
+        # one implementation: every part is timed batched (`sources` is kept for its callers and plan.json)
         if sources and any(v != "batched" for v in sources.values()):
             raise ValueError(f"every part of the fast path is batched (one implementation); given {sources}")
         self.sources = {part: "batched" for part in PARTS}
@@ -121,12 +121,12 @@ class Pricer:
         self._conc: dict[tuple, float] = {}
         self._memo: dict[tuple, Any] = {}          # CELL_MEMO entries: this variant's
         self._shared: dict[tuple, Any] = {}        # the others: every variant's
-        self._variants: dict[tuple, Pricer] = {pricing_values(scenario): self}
+        self._variants: dict[tuple, Evaluator] = {timing_values(scenario): self}
 
-    def variant(self, scenario: Scenario) -> "Pricer":
-        """The Pricer of `scenario` (this one's with another stack's pricing keys: `stacks.for_cell`), sharing this
-        one's clusters, collectives and stack-free memo entries; one per distinct `pricing_values`."""
-        key = pricing_values(scenario)
+    def variant(self, scenario: Scenario) -> "Evaluator":
+        """The Evaluator of `scenario` (this one's with another stack's timing keys: `stacks.for_cell`), sharing this
+        one's clusters, collectives and stack-free memo entries; one per distinct `timing_values`."""
+        key = timing_values(scenario)
         p = self._variants.get(key)
         if p is None:
             p = self._variants[key] = copy.copy(self)
@@ -145,7 +145,7 @@ class Pricer:
                                       "pp_schedule": "1f1b", "virtual_stages": 1, "zero": 1,
                                       "sequence_parallel": False})
             prec = self.scenario.training.precision
-            own = self.scenario.cluster   # the user's price is for the scenario's own instance type (`layout_scenario`)
+            own = self.scenario.cluster   # the user's time is for the scenario's own instance type (`layout_scenario`)
             price = instance_price(key[0], own.price_per_hour_usd if key[0] == own.instance else None)
             info = ClusterInfo(cluster=cl, rates=chip.rank_rates(cl, prec), chips=cl.chips,
                                peak_flop_per_s=cl.chips * cl.chip.dense_flop_per_s[prec],
@@ -180,9 +180,9 @@ class Pricer:
             t = self._conc[key] = float(concurrent_time(self.cluster(*ck).cluster, list(transfers), in_graph=True)[0])
         return t
 
-    def prices(self, ck: tuple) -> "MemoPrices":
-        """How the communication plan's pieces price collectives on cluster `ck`: memoized, no records."""
-        return self.memo(("prices", ck), lambda: MemoPrices(self, ck))
+    def comm_times(self, ck: tuple) -> "MemoCommTimes":
+        """How the step's comm's pieces time collectives on cluster `ck`: memoized, no records."""
+        return self.memo(("comm_times", ck), lambda: MemoCommTimes(self, ck))
 
     def memo(self, key: tuple, make: Callable[[], Any]) -> Any:
         store = self._memo if key[0] in CELL_MEMO else self._shared
@@ -192,11 +192,11 @@ class Pricer:
         return val
 
 
-class MemoPrices(Prices):
-    """`replay.comm.Prices` for a Pricer: its memoized collectives, no records; the last gradient sends share
-    links with the first buckets only with `Pricer(shared_last_sends=True)`."""
+class MemoCommTimes(CommTimes):
+    """`replay.comm.CommTimes` for an Evaluator: its memoized collectives, no records; the last gradient sends share
+    links with the first buckets only with `Evaluator(shared_last_sends=True)`."""
 
-    def __init__(self, pr: Pricer, ck: tuple):
+    def __init__(self, pr: Evaluator, ck: tuple):
         super().__init__(pr.cluster(*ck).cluster, keep_records=False)
         self.pr, self.ck = pr, ck
         self.shares_links = pr.shared_last_sends

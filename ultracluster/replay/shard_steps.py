@@ -1,15 +1,15 @@
 """Shards' answers → what the driver composes the step from. Once per run, each shard's `ShardState`: its times of
 the stages it times (`StageTimes`), its slow ranks and its degraded instances, merged once into a `MergedState`
-(`merge_states`: `merge_stage_times`, `merge_slow_ranks`, `merge_degraded`). Per step, its `ShardProfile`: only
-the step's jitter of the groups it holds, merged with the run's `MergedState` into the step's `MergedProfile`
-(`merge_profiles`). Nothing the shards say once is sent or merged again in a step.
+(`merge_states`: `merge_stage_times`, `merge_slow_ranks`, `merge_degraded`). Per step, its `ShardStep`: only
+the step's jitter of the groups it holds, merged with the run's `MergedState` into the step's `MergedSteps`
+(`merge_shard_steps`). Nothing the shards say once is sent or merged again in a step.
 
 A shard owns whole instances, so it holds a contiguous range of global ranks and, with them, a contiguous
 range of (replica, stage) groups, group id = replica x pp + stage (`cluster.rank_coords`): its tp x cp ranks
 are consecutive.
 
 - Chunk times: a pipeline stage's chunks take the same time in every replica, so each stage is timed by
-  exactly one shard, the one holding the stage's first rank in replica 0 (`priced_stages`); every other
+  exactly one shard, the one holding the stage's first rank in replica 0 (`timed_stages`); every other
   shard of that stage times nothing for it. One owner per stage, not a merge of identical answers: the
   chip model times a layer's kernels once whatever the number of stages asked, so the fewer shards time,
   the less the run computes. With folding one shard may time every stage; with data parallelism the
@@ -38,8 +38,8 @@ import numpy as np
 from ..chip import ChunkTimes
 
 
-def priced_stages(layout, first_rank: int, ranks: int) -> np.ndarray:
-    """The pipeline stages a shard holding global ranks [first_rank, first_rank + ranks) prices: those whose
+def timed_stages(layout, first_rank: int, ranks: int) -> np.ndarray:
+    """The pipeline stages a shard holding global ranks [first_rank, first_rank + ranks) times: those whose
     first rank in replica 0 (rank stage x tp x cp, `cluster.rank_coords`) it holds. Every stage has exactly
     one such shard, and it runs that stage."""
     group = layout.tp * layout.cp
@@ -56,7 +56,7 @@ def stage_chunks(stages: np.ndarray, pp: int, chunks: int) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class StageTimes:
-    """One shard's times of the pipeline stages it times (`priced_stages`), on the chip model at speed 1; the
+    """One shard's times of the pipeline stages it times (`timed_stages`), on the chip model at speed 1; the
     same every step, so reported once, in its `ShardState`.
 
     Attributes:
@@ -128,7 +128,7 @@ def merge_stage_times(parts: Sequence[StageTimes], pp: int, n_chunks: int) -> Ch
 
 
 @dataclass(frozen=True, eq=False)
-class ShardProfile:
+class ShardStep:
     """One shard's answer for one step: this step's jitter of the (replica, stage) groups it holds. What is the
     same every step (its stage times, its slow ranks) it said once, in its `ShardState`.
 
@@ -146,7 +146,7 @@ class ShardProfile:
 
 
 @dataclass(frozen=True, eq=False)
-class MergedProfile:
+class MergedSteps:
     """One step's compute over the whole cluster: the run's pipeline at speed 1 and slow ranks (the
     `MergedState`'s arrays, shared, not copied) with the step's jitter of each group."""
 
@@ -176,12 +176,12 @@ def _covered_once(parts: list[np.ndarray], n: int, what: str, answers: str = "st
                          f"more than one shard")
 
 
-def merge_profiles(profiles: Sequence[ShardProfile], state: MergedState, groups: int) -> MergedProfile:
-    """The shards' answers for one step → one profile over the whole cluster: the run's `state` (merged once)
+def merge_shard_steps(shard_steps: Sequence[ShardStep], state: MergedState, groups: int) -> MergedSteps:
+    """The shards' answers for one step → one merged step over the whole cluster: the run's `state` (merged once)
     with the step's group speeds, those two shards share taken once (they are equal).
 
     Args:
-        profiles: one per shard.
+        steps: one per shard.
         state: the shards' once-per-run answers, merged (`merge_states`).
         groups: replicas x stages of the layout.
 
@@ -189,14 +189,14 @@ def merge_profiles(profiles: Sequence[ShardProfile], state: MergedState, groups:
         ValueError: a group that no shard answered for (a shard set that does not cover the cluster).
     """
     speed = np.full(groups, np.nan)
-    for p in profiles:
+    for p in shard_steps:
         part = speed[p.first_group:p.first_group + p.group_speed.size]
         np.fmax(part, p.group_speed, out=part)
     if np.isnan(speed).any():
-        raise ValueError(f"the shards' profiles do not cover every group of the cluster: no speed for group(s) "
+        raise ValueError(f"the shards' steps do not cover every group of the cluster: no speed for group(s) "
                          f"{np.flatnonzero(np.isnan(speed))[:10].tolist()}")
     times = state.times
-    return MergedProfile(forward_s=times.forward_s, backward_s=times.backward_s, optimizer_s=times.optimizer_s,
+    return MergedSteps(forward_s=times.forward_s, backward_s=times.backward_s, optimizer_s=times.optimizer_s,
                          attention_fwd_s=times.attention_fwd_s, attention_bwd_s=times.attention_bwd_s,
                          group_speed=speed, slow_ranks=state.slow_ranks, slow_factors=state.slow_factors)
 
@@ -209,7 +209,7 @@ class ShardState:
     Attributes:
         shard: shard index.
         first_instance, instances: the contiguous range of instances it owns.
-        stage_times: its times of the stages it times (`priced_stages`; `merge_stage_times`).
+        stage_times: its times of the stages it times (`timed_stages`; `merge_stage_times`).
         slow_ranks, slow_factors: its global ranks that run slower for the whole run, and by how much.
         degraded: per `faults.degraded` entry touching them, (entry index, that entry's part restricted to
             this shard's instances); `cluster.DegradedPart`.

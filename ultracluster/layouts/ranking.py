@@ -1,7 +1,7 @@
-"""Layout table → checked sources → chunks priced (here or by Ray tasks) → ranked layouts and plan records.
+"""Layout table → checked sources → blocks timed (here or by Ray tasks) → ranked layouts and plan records.
 
-Pure: no Ray, no files. `actors.plan_tasks` runs `evaluate_chunk` as Ray tasks; `plan.plan` composes.
-Chunks are cut in the table's fixed order, and every layout's numbers depend on that layout alone (the
+Pure: no Ray, no files. `actors.plan_tasks` runs `evaluate_block` as Ray tasks; `plan.plan` composes.
+Blocks are cut in the table's fixed order, and every layout's numbers depend on that layout alone (the
 fast path is elementwise over its layout axis), so the results are the same whatever evaluates them:
 one process, or Ray tasks on any number of nodes.
 """
@@ -19,8 +19,8 @@ from ..scenario import Scenario
 from ..stacks import SHORT, explicit as stacks_explicit
 from ..step import merit
 from ..step.hbm import HBM_PARTS, hbm_totals
-from . import fast
-from .fast import LAYOUT_COLUMNS, Pricer
+from . import steps
+from .steps import LAYOUT_COLUMNS, Evaluator
 
 OBJECTIVES = {                # objective -> (column, smaller is better)
     "tokens_per_s": ("tokens_per_s", False),
@@ -30,22 +30,22 @@ OBJECTIVES = {                # objective -> (column, smaller is better)
 SCHEDULE_SHORT = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved": "int"}
 RECOMPUTE_SHORT = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc"}
 
-_WORKER_PRICERS: dict[tuple, Pricer] = {}     # per process: warm caches across the chunks it evaluates
+_WORKER_EVALUATORS: dict[tuple, Evaluator] = {}     # per process: warm caches across the blocks it evaluates
 
 
 CLUSTER_COLUMNS = ["instance", "instances", "lnc"]
 
 
-def chunks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
-    """The table cut into at least `pieces` chunks along its clusters (instance type, count, lnc), largest first,
-    each in pipeline-shape order (`by_group`).
+def blocks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
+    """The table cut into at least `pieces` blocks along its clusters (instance type, count, lnc), largest first,
+    each in pipeline-shape order (`by_pipe_rows`).
 
-    A chunk holds the layouts of one cluster, or a consecutive part of a cluster larger than the table over
-    `pieces`: a process that prices a chunk shares across it what a cluster's layouts share (its collectives),
-    where chunks that mix clusters make every process price every cluster's (more CPU seconds on two Ray workers:
-    docs/performance.md, `benchmarks/plan_limits.py`). Largest first, so the last chunks to finish are small.
+    A block holds the layouts of one cluster, or a consecutive part of a cluster larger than the table over
+    `pieces`: a process that times a block shares across it what a cluster's layouts share (its collectives),
+    where blocks that mix clusters make every process time every cluster's (more CPU seconds on two Ray workers:
+    docs/performance.md, `benchmarks/plan_limits.py`). Largest first, so the last blocks to finish are small.
     """
-    table = by_group(table)
+    table = by_pipe_rows(table)
     n = len(table)
     size = max(1, math.ceil(n / max(pieces, 1)))
     keys = table[CLUSTER_COLUMNS].astype(str).agg("|".join, axis=1).to_numpy()
@@ -58,28 +58,28 @@ def chunks(table: pd.DataFrame, pieces: int = 1) -> list[pd.DataFrame]:
     return sorted(out, key=len, reverse=True)
 
 
-GROUP_COLUMNS = CLUSTER_COLUMNS + ["stack", "pp", "virtual_stages"]
+PIPE_COLUMNS = CLUSTER_COLUMNS + ["stack", "pp", "virtual_stages"]
 
 
-def by_group(table: pd.DataFrame) -> pd.DataFrame:
+def by_pipe_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The table's rows ordered by cluster, stack and pipeline shape (pp, virtual stages), otherwise in table order
     (its index kept): consecutive pieces of it share their per-shape work (one pipeline program, its sends and
     its schedule runs per shape; a stack's operators), where pieces of the table's own order each hold every
     shape."""
-    return table.sort_values([c for c in GROUP_COLUMNS if c in table.columns], kind="stable")
+    return table.sort_values([c for c in PIPE_COLUMNS if c in table.columns], kind="stable")
 
 
-def evaluate_chunk(scenario: Scenario, calibration: Calibration | None, sources: dict[str, str],
-                   table: pd.DataFrame, pricer: Pricer | None = None) -> pd.DataFrame:
-    """Price one chunk; reuses this process's Pricer for the same scenario (caches stay warm). The `reason` of a
+def evaluate_block(scenario: Scenario, calibration: Calibration | None, sources: dict[str, str],
+                   table: pd.DataFrame, evaluator: Evaluator | None = None) -> pd.DataFrame:
+    """Time one block; reuses this process's Evaluator for the same scenario (caches stay warm). The `reason` of a
     layout that does not fit is left None: `apply_headroom` words every one."""
-    if pricer is None:
+    if evaluator is None:
         key = (scenario.model_dump_json(), stacks_explicit(scenario), repr(calibration), tuple(sorted(sources.items())))
-        pricer = _WORKER_PRICERS.get(key)
-        if pricer is None:
-            _WORKER_PRICERS.clear()
-            pricer = _WORKER_PRICERS[key] = Pricer(scenario, calibration, sources)
-    out = fast.evaluate(pricer, table, reasons=False)
+        evaluator = _WORKER_EVALUATORS.get(key)
+        if evaluator is None:
+            _WORKER_EVALUATORS.clear()
+            evaluator = _WORKER_EVALUATORS[key] = Evaluator(scenario, calibration, sources)
+    out = steps.evaluate(evaluator, table, reasons=False)
     out.index = table.index
     return out
 

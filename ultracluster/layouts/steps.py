@@ -2,23 +2,23 @@
 layout axis.
 
 The fast path is the model `run` replays, evaluated for many layouts in one pass, not a second model: the HBM
-of each stage, the chunk times and the communication plan come from the same functions `run` calls with a batch
+of each stage, the chunk times and the step's comm come from the same functions `run` calls with a batch
 of one (`memory.stage_state_gib` and the activation functions, `chip.layer_costs` / `chunk_rows` /
-`optimizer_seconds`, `replay.comm`'s pieces), with each distinct per-rank shape priced once (all shapes in one
-`evaluate` call per where and phase), each distinct collective once and each piece of the communication plan
+`optimizer_seconds`, `replay.comm`'s pieces), with each distinct per-rank shape timed once (all shapes in one
+`evaluate` call per where and phase), each distinct collective once and each piece of the step's comm
 once per what it depends on (memos).
 
-The batched parts are in `parts.py`, the layout → scenario and cluster helpers and the per-process memo in
-`pricer.py`. The step is then composed with `replay.engine`'s own pieces (`group_speeds`, `cp_exposed`,
+The batched parts are in `batched_parts.py`, the layout → scenario and cluster helpers and the per-process memo in
+`evaluator.py`. The step is then composed with `replay.engine`'s own pieces (`group_speeds`, `cp_exposed`,
 `fsdp_exposed`, `chunk_seconds`, `stage_finish`), with the pipeline run for every layout and measured step at once (`schedules.pipeline_times`)
 and the gradient-bucket queue in closed form (`bucket_queue_end`). One difference: the engine runs every
 data-parallel replica's pipeline with its own jitter and stragglers, step by step, and takes the slowest; the fast
 path runs one pipeline whose stages each take their slowest replica's speed, averaged over the measured steps:
 exact without jitter and stragglers, within 0.2 % with the default 1 % jitter over the Llama-3.1-70B sweep
 (docs/plan.md). Two more: the last microbatch's gradient
-sends are priced alone, where the replay prices them sharing links with the first gradient buckets
+sends are timed alone, where the replay times them sharing links with the first gradient buckets
 (`concurrent_time`: a thousand times the cost of the rest of a layout, for at most 0.13 % of a step over the
-Llama-3.1-70B sweep; `Pricer(shared_last_sends=True)` prices them as the replay does); and storage stalls
+Llama-3.1-70B sweep; `Evaluator(shared_last_sends=True)` times them as the replay does); and storage stalls
 and checkpoints are not in the fast path. The replayed layouts carry all three exactly.
 """
 from __future__ import annotations
@@ -39,19 +39,19 @@ from ..replay.engine import bucket_queue_end
 from ..replay.result import StageMemory
 from ..step import merit, speed as step_speed
 from ..step.hbm import HBM_PARTS, hbm_totals
-from .parts import (Group, Shapes, _counts, batched_chunks, batched_comm, batched_memory, cluster_columns,
-                    distinct_rows, groups, shapes)
-from .pricer import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Pricer, calibration_index,
+from .batched_parts import (PipeRows, Shapes, program_counts, batched_chunks, batched_comm, batched_memory, cluster_columns,
+                    distinct_rows, pipe_rows, shapes)
+from .evaluator import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Evaluator, calibration_index,
                      layout_scenario)
 from .schedules import pipeline_times
 
-__all__ = ["LAYOUT_COLUMNS", "MEMORY_COLUMNS", "PARTS", "ClusterInfo", "Group", "Pricer", "Shapes", "bucket_queue_end",
-           "evaluate", "layout_scenario", "speeds", "_counts"]
+__all__ = ["LAYOUT_COLUMNS", "MEMORY_COLUMNS", "PARTS", "ClusterInfo", "PipeRows", "Evaluator", "Shapes", "bucket_queue_end",
+           "evaluate", "layout_scenario", "speeds", "program_counts"]
 
 
-def speeds(pr: Pricer, tp: int, cp: int, pp: int, dp: int, steps: list[int], sigma: float) -> np.ndarray:
+def speeds(pr: Evaluator, tp: int, cp: int, pp: int, dp: int, steps: list[int], sigma: float) -> np.ndarray:
     """[steps, pp] each stage's speed factor (>= 1) in each measured step of a tp x cp x pp x dp layout: its
-    slowest replica's, with jitter and stragglers drawn as `replay.engine.combine_profiles` draws them."""
+    slowest replica's, with jitter and stragglers drawn as `replay.engine.combine_shard_steps` draws them."""
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp)
     seed, ranks, size = pr.scenario.seed, layout.ranks, group_ranks(tp, cp)
     slow, factor = pr.memo(("stragglers", ranks), lambda: speed_draws.stragglers(pr.scenario, ranks))
@@ -98,14 +98,14 @@ def _operator_reasons(sh: Shapes, srow: np.ndarray) -> np.ndarray | None:
     return np.array(sh.bad, dtype=object)[srow]
 
 
-def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFrame:
+def evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool = True) -> pd.DataFrame:
     """Predict every layout of `table` (LAYOUT_COLUMNS and `microbatches`, one row per layout).
 
     `reasons`: write `run`'s reason for every layout that does not fit (False: None everywhere, for a caller
-    that words its own from the memory columns, as the planner's `search.apply_headroom` does).
+    that words its own from the memory columns, as the planner's `ranking.apply_headroom` does).
 
-    A table with a `stack` column is priced as each row's stack runs it: its rows by the Pricer variant of their
-    (stack, pipelined or not) cell (`Pricer.variant`, `stacks.for_cell`), one evaluation per distinct variant.
+    A table with a `stack` column is timed as each row's stack runs it: its rows by the Evaluator variant of their
+    (stack, pipelined or not) cell (`Evaluator.variant`, `stacks.for_cell`), one evaluation per distinct variant.
 
     Returns:
         DataFrame indexed like `table`: feasible, reason, MEMORY_COLUMNS, step_time_s, tokens_per_s, mfu,
@@ -119,8 +119,8 @@ def evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool = True) -> pd.DataFr
     return out.sort_index()
 
 
-def by_variant(pr: Pricer, table: pd.DataFrame) -> list[tuple[Pricer, np.ndarray]]:
-    """The rows of `table` (positions) by the Pricer variant that prices them (one part without a `stack` column)."""
+def by_variant(pr: Evaluator, table: pd.DataFrame) -> list[tuple[Evaluator, np.ndarray]]:
+    """The rows of `table` (positions) by the Evaluator variant that times them (one part without a `stack` column)."""
     if "stack" not in table.columns or table.empty:
         return [(pr, np.arange(len(table)))]
     which, firsts = distinct_rows(table.assign(_piped=table["pp"].to_numpy() > 1), ("stack", "_piped"))
@@ -131,14 +131,14 @@ def by_variant(pr: Pricer, table: pd.DataFrame) -> list[tuple[Pricer, np.ndarray
     return [(v, np.flatnonzero(code == j)) for j, v in enumerate(ids.values())]
 
 
-def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
+def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
     sc = pr.scenario
     t = sc.training
     table = table.reset_index(drop=True)
     rows = RowView(table)
     sh, srow = shapes(pr, table, rows)
-    grps = groups(pr, table)
-    mem = batched_memory(pr, table, sh, srow, grps)
+    pipes = pipe_rows(pr, table)
+    mem = batched_memory(pr, table, sh, srow, pipes)
     out = pd.DataFrame(mem)
     out["worst_stage"] = out["worst_stage"].astype(int)
     hbm = hbm_totals(*(mem[k][:, None] for k in HBM_PARTS), mem["hbm_capacity_gib"][:, None])
@@ -165,8 +165,8 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
     overhead = np.array([c.step_overhead_s for c in cals])[which]
     cols = {c: table[c].to_numpy() for c in ("tp", "cp", "dp", "microbatches", "pp_schedule")}
     pending: dict[tuple, list[dict]] = {}
-    unpriced: dict[int, str] = {}       # rows whose optimizer work is not a valid number: infeasible
-    for g in grps:
+    untimed: dict[int, str] = {}       # rows whose optimizer work is not a valid number: infeasible
+    for g in pipes:
         js = np.flatnonzero(feasible[g.rows])
         if js.size == 0:
             continue
@@ -176,7 +176,7 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
             wrong = ~(np.isfinite(OPT) & (OPT >= 0) & (OPT <= opslib.MAX_WORK)).all(axis=1)
             for j in np.flatnonzero(wrong).tolist():
                 s = int(np.flatnonzero(~(np.isfinite(OPT[j]) & (OPT[j] >= 0) & (OPT[j] <= opslib.MAX_WORK)))[0])
-                unpriced[int(idx[j])] = (f"the scenario's optimizer operators give {OPT[j, s]:g} s on pipeline stage "
+                untimed[int(idx[j])] = (f"the scenario's optimizer operators give {OPT[j, s]:g} s on pipeline stage "
                                          f"{s} at this layout's parameters (allowed: a finite number >= 0)")
             OPT = np.where(wrong[:, None], 0.0, OPT)
         c, has = batched_comm(pr, rows, sh, srow, g, js)
@@ -194,7 +194,7 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
         ring = cp > 1                 # context parallel: the ring's exposed seconds, every such row at once
         cp_f, cp_b = np.zeros(idx.size), np.zeros(idx.size)
         if ring.any():
-            prof = engine.ComputeProfile(fwd=fc[ring], bwd=bc[ring], opt=OPT[ring], attn_fwd=attn_f[ring],
+            prof = engine.ComputeTimes(fwd=fc[ring], bwd=bc[ring], opt=OPT[ring], attn_fwd=attn_f[ring],
                                          attn_bwd=attn_b[ring], slowest_rank=-1)
             cp_f[ring], cp_b[ring] = engine.cp_exposed(_Rows(cp_block_fwd_s=c.cp_block_fwd_s[ring],
                                                              cp_block_bwd_s=c.cp_block_bwd_s[ring]),
@@ -226,12 +226,12 @@ def _evaluate(pr: Pricer, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
         rs_end = np.where(x["has"][:, None], queued, 0.0)
         done = engine.stage_finish(end, rs_end, x["norm"][:, None], x["opt"], x["after"])[1]
         step_time[x["i"]] = done.max(axis=1) + x["overhead"]
-    if unpriced:
-        rows_ = np.array(sorted(unpriced))
+    if untimed:
+        rows_ = np.array(sorted(untimed))
         step_time[rows_] = np.nan
         out.loc[rows_, "feasible"] = False
         reasons = out["reason"].to_numpy(dtype=object)
-        reasons[rows_] = [unpriced[i] for i in rows_.tolist()]
+        reasons[rows_] = [untimed[i] for i in rows_.tolist()]
         out["reason"] = reasons
     price, peak = cluster_columns(pr, table, ("price_per_hour_usd", "peak_flop_per_s"))
     fom = merit.figures(step_time, sc.tokens_per_step, opslib.model_flops_per_step(sc), peak,

@@ -15,7 +15,7 @@ import numpy as np
 from ..cluster import Cluster
 from . import algorithms as algs
 from .calibration import NetworkCalibration
-from .flows import Profile, members_and_levels, profile
+from .flows import LinkLoads, members_and_levels, link_loads
 from .groups import Group
 from .selection import MESH_MAX_BYTES, RDH_MAX_BYTES, stages
 from .topology import Fabric, fabric
@@ -23,10 +23,10 @@ from .topology import Fabric, fabric
 
 @dataclass(frozen=True)
 class StepTable:
-    """Steps of many profiles stacked for vectorized costing (the fit evaluates thousands of calibrations).
+    """Steps of many collectives' link loads stacked for vectorized costing (the fit evaluates thousands of calibrations).
 
     Attributes:
-        row: [steps] index of the profile (collective) each step belongs to.
+        row: [steps] index of the link loads (collective) each step belongs to.
         tier_max, latency_s, repeat, reduce, pipelined: per step, as in StepLoad.
         spans_efa: [rows] the collective spans EFA.
         generation: [rows] chip generation of each collective ("trainium", "trainium2", "trainium3").
@@ -42,8 +42,8 @@ class StepTable:
     generation: np.ndarray
 
 
-def step_table(profiles: Sequence[Profile]) -> StepTable:
-    steps = [(i, s) for i, p in enumerate(profiles) for s in p.steps]
+def step_table(loads: Sequence[LinkLoads]) -> StepTable:
+    steps = [(i, s) for i, p in enumerate(loads) for s in p.steps]
     return StepTable(
         row=np.array([i for i, _ in steps], dtype=np.int64),
         tier_max=np.array([s.tier_max for _, s in steps]).reshape(-1, 3),
@@ -51,8 +51,8 @@ def step_table(profiles: Sequence[Profile]) -> StepTable:
         repeat=np.array([s.repeat for _, s in steps], dtype=float),
         reduce=np.array([s.reduce for _, s in steps], dtype=bool),
         pipelined=np.array([s.pipelined for _, s in steps], dtype=bool),
-        spans_efa=np.array([p.spans_efa for p in profiles], dtype=bool),
-        generation=np.array([p.generation for p in profiles], dtype=object),
+        spans_efa=np.array([p.spans_efa for p in loads], dtype=bool),
+        generation=np.array([p.generation for p in loads], dtype=object),
     )
 
 
@@ -115,21 +115,21 @@ def _kept(store: dict, key, make, limit: int = 1 << 16):
     return hit
 
 
-# The TableCosts of the profiles one collective compares (`_priced`), by the profiles' identities (cached by
-# `flows.profile`) and calibration; the StepTables of those profiles, whatever the calibrations that cost them.
-_COSTS: dict[tuple, tuple[tuple[Profile, ...], TableCosts]] = {}
-_TABLES: dict[tuple, tuple[tuple[Profile, ...], StepTable]] = {}
+# The TableCosts of the link loads one collective compares (`_timed`), by the link loads' identities (cached by
+# `flows.link_loads`) and calibration; the StepTables of those link loads, whatever the calibrations that cost them.
+_COSTS: dict[tuple, tuple[tuple[LinkLoads, ...], TableCosts]] = {}
+_TABLES: dict[tuple, tuple[tuple[LinkLoads, ...], StepTable]] = {}
 _COSTS_MAX = 8192
 
 
-def _profile_costs(profs: list[Profile], cal: NetworkCalibration) -> TableCosts:
+def _link_loads_costs(profs: list[LinkLoads], cal: NetworkCalibration) -> TableCosts:
     ids = tuple(map(id, profs))
     table = _kept(_TABLES, ids, lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
     return _kept(_COSTS, (ids, cal), lambda: (tuple(profs), table_costs(table, cal)), _COSTS_MAX)[1]
 
 
 @functools.lru_cache(maxsize=4096)
-def _check(op: str, group: Group, fab: Fabric) -> None:
+def check_collective(op: str, group: Group, fab: Fabric) -> None:
     if op not in algs.OPS:
         raise ValueError(f"unknown op {op!r}; known: {', '.join(algs.OPS)}")
     if group.per_instance < 1 or group.instances < 1:
@@ -142,7 +142,7 @@ def _check(op: str, group: Group, fab: Fabric) -> None:
                          f"{fab.ranks_per_instance} ranks")
 
 
-def _breakpoints(fab: Fabric, op: str, nbytes: float, group: Group, above: bool) -> list[float]:
+def breakpoints(fab: Fabric, op: str, nbytes: float, group: Group, above: bool) -> list[float]:
     """Buffer sizes just over (above) or just under (below) `nbytes`'s neighbouring size thresholds of
     Neuron's algorithm choice (any stage's)."""
     if above:
@@ -195,13 +195,13 @@ def _in_graph(cal: NetworkCalibration) -> NetworkCalibration:
 
 def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
                     calibration: NetworkCalibration | None = None,
-                    in_graph: bool | None = None) -> tuple[float, float, Profile]:
-    """(bandwidth seconds, other seconds, profile) of one collective; their sum is `collective_time`.
+                    in_graph: bool | None = None) -> tuple[float, float, LinkLoads]:
+    """(bandwidth seconds, other seconds, link loads) of one collective; their sum is `collective_time`.
 
     Neuron switches algorithms at fixed sizes (1 MiB, 56 MiB), its measured sweet spots (H11). With
-    `calibration.algorithm_envelope` (the default), where the model prices the algorithm just above a later
+    `calibration.algorithm_envelope` (the default), where the model times the algorithm just above a later
     switch lower than the one chosen for this size, that cheaper choice is taken: this size pays the price
-    (and the link loads) of the algorithm above the switch. Without it, the chosen algorithm's price is
+    (and the link loads) of the algorithm above the switch. Without it, the chosen algorithm's time is
     floored at the price just below the previous switch, the extra counting as "other" time. Either way a
     larger message never finishes sooner than a smaller one.
 
@@ -215,8 +215,8 @@ def collective_cost(cluster: Cluster, op: str, nbytes: float, group: Group,
     """
     fab, cal, sync = _setting(cluster, op, group, calibration, in_graph)
     if group.ranks <= 1 or nbytes <= 0:
-        return 0.0, 0.0, Profile((), "none", group.ranks, fab.generation)
-    busy, other, prof = _priced(fab, op, float(nbytes), group, cal)
+        return 0.0, 0.0, LinkLoads((), "none", group.ranks, fab.generation)
+    busy, other, prof = _timed(fab, op, float(nbytes), group, cal)
     return busy, other + sync, prof
 
 
@@ -230,7 +230,7 @@ def _setting(cluster: Cluster, op: str, group: Group, calibration: NetworkCalibr
         cal = _in_graph(cal)
         sync = 1.0                       # the graph's hand-off to the collective cores and back
     fab = _fabric_of(cluster)
-    _check(op, group, fab)
+    check_collective(op, group, fab)
     return fab, cal, sync * cal.sync_s(fab.generation)
 
 
@@ -251,63 +251,63 @@ def _unsized(fab: Fabric) -> Fabric:
 def _canonical(fab: Fabric, group: Group) -> tuple[Fabric, Group]:
     """The same collective moved to the cluster's first instances: the fabric repeats itself every instance
     (every UltraServer on an UltraServer fabric), so a group shifted by whole periods costs the same (its
-    profile's resources move with it; only `collective_time`'s seconds and algorithm are read from it)."""
+    link loads' resources move with it; only `collective_time`'s seconds and algorithm are read from it)."""
     period = fab.ranks_per_instance * (fab.us_instances if fab.ultraserver else 1)
     shift = group.first_rank // period * period
     return _unsized(fab), (dataclasses.replace(group, first_rank=group.first_rank - shift) if shift else group)
 
 
 # (fabric, op, bytes, group, calibration) in canonical place (`_canonical`) -> (bandwidth s, other s, algorithm);
-# (fabric, op, bytes, group, envelope) -> what `_priced` compares
+# (fabric, op, bytes, group, envelope) -> what `_timed` compares
 _SECONDS: dict[tuple, tuple[float, float, str]] = {}
-_COMPARED: dict[tuple, tuple[list[Profile], np.ndarray]] = {}
+_COMPARED: dict[tuple, tuple[list[LinkLoads], np.ndarray]] = {}
 
 
 def _seconds(fab: Fabric, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -> tuple[float, float, str]:
-    """`_priced`'s seconds and algorithm of the collective in canonical place, memoized."""
+    """`_timed`'s seconds and algorithm of the collective in canonical place, memoized."""
     fab, group = _canonical(fab, group)
 
-    def price() -> tuple[float, float, str]:
-        busy, other, prof = _priced(fab, op, nbytes, group, cal)
+    def timed() -> tuple[float, float, str]:
+        busy, other, prof = _timed(fab, op, nbytes, group, cal)
         return busy, other, prof.algorithm
 
-    return _kept(_SECONDS, (fab, op, nbytes, group, cal), price)
+    return _kept(_SECONDS, (fab, op, nbytes, group, cal), timed)
 
 
-def _compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool) -> tuple[list[Profile], np.ndarray]:
-    """(profiles, sizes) a collective of `nbytes` compares: its own and those just over the later switches
+def _compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool) -> tuple[list[LinkLoads], np.ndarray]:
+    """(link loads, sizes) a collective of `nbytes` compares: its own and those just over the later switches
     (envelope), or those just under the earlier ones and its own (the floor). They do not depend on the
-    calibration's numbers, so a search pricing one collective at many calibrations finds them once."""
-    def find() -> tuple[list[Profile], np.ndarray]:
+    calibration's numbers, so a search timing one collective at many calibrations finds them once."""
+    def find() -> tuple[list[LinkLoads], np.ndarray]:
         if envelope:
-            sizes = [nbytes] + _breakpoints(fab, op, float(nbytes), group, above=True)
-            profs = [profile(fab, op, nbytes, group)] + [_profile_at(fab, op, n, group) for n in sizes[1:]]
+            sizes = [nbytes] + breakpoints(fab, op, float(nbytes), group, above=True)
+            profs = [link_loads(fab, op, nbytes, group)] + [_link_loads_at(fab, op, n, group) for n in sizes[1:]]
         else:
-            sizes = _breakpoints(fab, op, float(nbytes), group, above=False) + [float(nbytes)]
-            profs = [_profile_at(fab, op, n, group) for n in sizes[:-1]] + [profile(fab, op, nbytes, group)]
+            sizes = breakpoints(fab, op, float(nbytes), group, above=False) + [float(nbytes)]
+            profs = [_link_loads_at(fab, op, n, group) for n in sizes[:-1]] + [link_loads(fab, op, nbytes, group)]
         return profs, np.array(sizes)
 
     return _kept(_COMPARED, (fab, op, nbytes, group, envelope), find)
 
 
-def _priced(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -> tuple[float, float, Profile]:
-    """(bandwidth seconds, other seconds, profile) of one collective at its size, before any in-graph sync."""
+def _timed(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -> tuple[float, float, LinkLoads]:
+    """(bandwidth seconds, other seconds, link loads) of one collective at its size, before any in-graph sync."""
     profs, sizes = _compared(fab, op, nbytes, group, cal.algorithm_envelope)
     if cal.algorithm_envelope:
-        busy, other = _profile_costs(profs, cal).times(sizes)
+        busy, other = _link_loads_costs(profs, cal).times(sizes)
         best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper
         return float(busy[best]), float(other[best]), profs[best]
-    busy, other = _profile_costs(profs, cal).times(sizes)
+    busy, other = _link_loads_costs(profs, cal).times(sizes)
     total = busy + other
     floor = float(total[:-1].max()) if len(sizes) > 1 else 0.0
     return float(busy[-1]), float(other[-1]) + max(0.0, floor - float(total[-1])), profs[-1]
 
 
 @functools.lru_cache(maxsize=4096)
-def _profile_at(fab: Fabric, op: str, nbytes: float, group: Group) -> Profile:
-    """`profile` at a size just over or under one of Neuron's switches (`_breakpoints`): every size of the
+def _link_loads_at(fab: Fabric, op: str, nbytes: float, group: Group) -> LinkLoads:
+    """`link_loads` at a size just over or under one of Neuron's switches (`breakpoints`): every size of the
     collective compares these, so they are kept."""
-    return profile(fab, op, nbytes, group)
+    return link_loads(fab, op, nbytes, group)
 
 
 def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,

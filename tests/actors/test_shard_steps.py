@@ -8,7 +8,7 @@ from ultracluster import chip, load_scenario, speed_draws
 from ultracluster.shards.local import LocalShards
 from ultracluster.cluster import build_cluster
 from ultracluster.runner import predict
-from ultracluster.replay.profile import ShardProfile, merge_degraded, merge_profiles, merge_states
+from ultracluster.replay.shard_steps import ShardStep, merge_degraded, merge_shard_steps, merge_states
 
 
 def merged_state(shards, cl):
@@ -32,17 +32,17 @@ def test_a_shard_answers_for_its_own_groups_and_a_group_two_shards_hold_gets_one
     cl = build_cluster(sc, 1)
     shards = LocalShards(sc, cl)
     state = merged_state(shards, cl)
-    profs = shards.profiles(3)
+    profs = shards.shard_steps(3)
     assert len(profs) == 8 and all(p.group_speed.size == 1 for p in profs)   # one group each, not 32 ranks
     assert [p.first_group for p in profs] == [0, 0, 1, 1, 2, 2, 3, 3]
     for a, b in zip(profs[::2], profs[1::2]):
         assert a.group_speed[0] == b.group_speed[0]
     lay = cl.layout
     want = speed_draws.group_jitter(sc.seed, 3, (lay.dp, lay.pp), lay.tp * lay.cp, 0.02).ravel()
-    np.testing.assert_array_equal(merge_profiles(profs, state, lay.dp * lay.pp).group_speed, want)
-    assert not np.array_equal(want, merge_profiles(shards.profiles(4), state, lay.dp * lay.pp).group_speed)
+    np.testing.assert_array_equal(merge_shard_steps(profs, state, lay.dp * lay.pp).group_speed, want)
+    assert not np.array_equal(want, merge_shard_steps(shards.shard_steps(4), state, lay.dp * lay.pp).group_speed)
     with pytest.raises(ValueError, match="do not cover"):
-        merge_profiles(profs[:3], state, lay.dp * lay.pp)
+        merge_shard_steps(profs[:3], state, lay.dp * lay.pp)
 
 
 def test_a_step_carries_only_the_jitter_and_the_once_per_run_answers_are_merged_once(monkeypatch):
@@ -52,7 +52,7 @@ def test_a_step_carries_only_the_jitter_and_the_once_per_run_answers_are_merged_
     import ultracluster.emulate as em
     from ultracluster.shards.local import local_shards
 
-    assert [f for f in ShardProfile.__dataclass_fields__] == ["shard", "first_group", "group_speed"]
+    assert [f for f in ShardStep.__dataclass_fields__] == ["shard", "first_group", "group_speed"]
     sc = scenario(1, tp=32, cp=1, instances=8, pp=4)
     calls = []
     real = em.merge_states
@@ -67,7 +67,7 @@ def test_a_step_carries_only_the_jitter_and_the_once_per_run_answers_are_merged_
     cl = build_cluster(sc, 1)
     shards = LocalShards(sc, cl)
     state = merged_state(shards, cl)
-    a, b = (merge_profiles(shards.profiles(s), state, cl.layout.dp * cl.layout.pp) for s in (0, 1))
+    a, b = (merge_shard_steps(shards.shard_steps(s), state, cl.layout.dp * cl.layout.pp) for s in (0, 1))
     assert a.forward_s is b.forward_s is state.times.forward_s and a.slow_ranks is state.slow_ranks
 
 
@@ -77,7 +77,7 @@ def test_each_stage_is_priced_by_one_shard_that_runs_it_and_the_merge_puts_the_p
     lay = cl.layout
     assert (lay.pp, lay.dp, len(cl.shards)) == (4, 2, 8)
     shards = LocalShards(sc, cl)
-    states, profs = shards.states(), shards.profiles(0)
+    states, profs = shards.states(), shards.shard_steps(0)
     # shard i runs stage i % 4; the replica-0 shards 0-3 time one stage each, the replica-1 shards none
     assert [s.stage_times.stages.tolist() for s in states] == [[0], [1], [2], [3], [], [], [], []]
     assert [s.stage_times.chunks.tolist() for s in states][:4] == [[0], [1], [2], [3]]
@@ -88,7 +88,7 @@ def test_each_stage_is_priced_by_one_shard_that_runs_it_and_the_merge_puts_the_p
         assert st.forward_s.size == st.chunks.size and st.optimizer_s.size == st.stages.size
         assert ((s.slow_ranks >= sh.first_rank) & (s.slow_ranks < sh.first_rank + sh.ranks)).all()
     state = merge_states(states, lay.pp, lay.pp, cl.instances)
-    merged = merge_profiles(profs, state, lay.dp * lay.pp)
+    merged = merge_shard_steps(profs, state, lay.dp * lay.pp)
     full = chip.chunk_times(sc, cl)
     for field in ("forward_s", "backward_s", "optimizer_s"):
         np.testing.assert_array_equal(getattr(merged, field), getattr(full, field))
@@ -117,7 +117,7 @@ def test_a_shard_prices_only_its_stages_with_interleaved_chunks():
 
 @pytest.mark.parametrize("tp, cp, pp", [(32, 2, 1), (8, 1, 1), (32, 1, 4), (32, 2, 2)])
 def test_folding_one_or_eight_instances_per_actor_gives_the_same_profiles_and_summary(tp, cp, pp):
-    # pp > 1: with one instance per actor the shards hold different stages and price one each (or none)
+    # pp > 1: with one instance per actor the shards hold different stages and time one each (or none)
     one, eight = scenario(1, tp, cp, pp=pp), scenario(8, tp, cp, pp=pp)
     c1, c8 = build_cluster(one, 1), build_cluster(eight, 8)
     assert (len(c1.shards), len(c8.shards)) == (8, 1)
@@ -125,7 +125,7 @@ def test_folding_one_or_eight_instances_per_actor_gives_the_same_profiles_and_su
     m1, m8 = merged_state(s1, c1), merged_state(s8, c8)
     groups = c1.layout.dp * c1.layout.pp
     for step in range(3):
-        a, b = merge_profiles(s1.profiles(step), m1, groups), merge_profiles(s8.profiles(step), m8, groups)
+        a, b = merge_shard_steps(s1.shard_steps(step), m1, groups), merge_shard_steps(s8.shard_steps(step), m8, groups)
         for field in ("forward_s", "backward_s", "optimizer_s", "group_speed", "slow_ranks", "slow_factors"):
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     p1, p8, p_auto = predict(one), predict(eight), predict(load_scenario(
