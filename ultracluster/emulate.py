@@ -23,6 +23,7 @@ from .shards.local import local_storage
 from .shards.worker import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
 from .cluster import Capacity, build_cluster, fold
 from .cluster.calibration import Calibration
+from .step import merit
 from .step.price import instance_price as price_per_hour
 from .cluster.calibration_profile import calibration_for
 from .errors import Problem, ScenarioError
@@ -77,8 +78,8 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
         neuron_cores=cluster.neuron_cores, ranks=cluster.ranks, instances=cluster.instances,
         instance_type=cluster.instance.name, actors=len(cluster.shards),
         model_flops_per_step=opslib.model_flops_per_step(scenario),
-        peak_flop_per_s=cluster.chips * cluster.chip.dense_flop_per_s[t.precision],
-        tokens_per_step=t.global_batch * t.seq_len, feasible=reason is None, reason=reason, layout=run_layout,
+        peak_flop_per_s=merit.peak_flop_per_s(cluster.chips, cluster.chip, t.precision),
+        tokens_per_step=scenario.tokens_per_step, feasible=reason is None, reason=reason, layout=run_layout,
         memory=memory, shard_instances=[(s.first_instance, s.first_instance + s.instances - 1) for s in cluster.shards],
         price_per_hour_usd=price_per_hour(cluster.instance.name, scenario.cluster.price_per_hour_usd),
         storage=storage, **replayed)

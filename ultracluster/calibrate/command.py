@@ -21,6 +21,7 @@ from ..cluster.calibration import Calibration
 from ..cluster.fitted_files import fitted, fitted_document
 from ..cluster.catalog import INSTANCES
 from ..errors import Problem, ScenarioError
+from ..step import merit
 from .fit import (CANDIDATES, MIN_INDEPENDENT, MIN_SENSITIVITY, PENALTY, SHIPPED_WEIGHT, penalties, ScenarioRows, Timing, Problem as Fit,
                   fold_factors, identify, jacobian_at, residuals, shipped_factors, solve_all, terms_of, weighted_quantile)
 from .measurements import Row, read_measurements
@@ -98,7 +99,7 @@ def unreachable(rows_by_scenario: dict[str, ScenarioRows], base: Calibration, co
     for key, g in rows_by_scenario.items():
         sc = g.scenario
         spec = INSTANCES[sc.cluster.instance]
-        peak = sc.cluster.instances * spec.chips * spec.chip.dense_flop_per_s[sc.training.precision]
+        peak = merit.peak_flop_per_s(sc.cluster.instances * spec.chips, spec.chip, sc.training.precision)
         at_peak = model_flops_per_step(sc) / peak          # the step at MFU 100 %
         lo, hi = reachable(g, base, correction[key])
         for r in g.rows:
@@ -283,9 +284,9 @@ def _domain(rows_by_scenario: dict[str, ScenarioRows], terms) -> dict:
             continue
         g = rows_by_scenario[t.rows_by_scenario[0]]
         cl = build_cluster(g.scenario, g.instances)
-        peak = cl.chips * cl.chip.dense_flop_per_s[g.scenario.training.precision]
+        peak = merit.peak_flop_per_s(cl.chips, cl.chip, g.scenario.training.precision)
         step = math.exp(-t.log_target)                     # the median throughput's step time
-        items.append((g.generation, g.scenario, opslib.model_flops_per_step(g.scenario) / (peak * step),
+        items.append((g.generation, g.scenario, merit.mfu(opslib.model_flops_per_step(g.scenario), peak, step),
                       g.rows[0].scenario_path))
     return domain_of(items)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..step import merit
 from .training import (FIT, INPUTS, MECHANISMS, REPO, RESIDUAL_CHECK, TRN2_PROBES, Layouts, rounded, base_calibration,
                        fit)
 
@@ -178,8 +179,8 @@ def domain(lay: Layouts) -> dict:
             continue
         sc = lay.scenarios[n]
         cl = build_cluster(sc, sc.cluster.instances)
-        peak = cl.chips * cl.chip.dense_flop_per_s[sc.training.precision]
-        items.append((cl.chip.name, sc, opslib.model_flops_per_step(sc) / (peak * sc_step(lay, n)), n))
+        peak = merit.peak_flop_per_s(cl.chips, cl.chip, sc.training.precision)
+        items.append((cl.chip.name, sc, merit.mfu(opslib.model_flops_per_step(sc), peak, sc_step(lay, n)), n))
     return domain_of(items)
 
 

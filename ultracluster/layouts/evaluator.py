@@ -16,6 +16,7 @@ from ..network import collective_time
 from ..network.collectives import concurrent_time
 from ..replay.comm import CommTimes
 from ..scenario import Scenario
+from ..step import merit
 from ..step.counts import ultraserver_default
 from ..step.price import instance_price
 
@@ -148,7 +149,7 @@ class Evaluator:
             own = self.scenario.cluster   # the user's time is for the scenario's own instance type (`layout_scenario`)
             price = instance_price(key[0], own.price_per_hour_usd if key[0] == own.instance else None)
             info = ClusterInfo(cluster=cl, rates=chip.rank_rates(cl, prec), chips=cl.chips,
-                               peak_flop_per_s=cl.chips * cl.chip.dense_flop_per_s[prec],
+                               peak_flop_per_s=merit.peak_flop_per_s(cl.chips, cl.chip, prec),
                                price_per_hour_usd=float("nan") if price is None else float(price),
                                capacity_gib=capacity_gib(cl))
             self._clusters[key] = info

@@ -36,13 +36,14 @@ from typing import Sequence
 import numpy as np
 
 from ..chip import ChunkTimes
+from ..cluster.placement import group_ranks
 
 
 def timed_stages(layout, first_rank: int, ranks: int) -> np.ndarray:
     """The pipeline stages a shard holding global ranks [first_rank, first_rank + ranks) times: those whose
     first rank in replica 0 (rank stage x tp x cp, `cluster.rank_coords`) it holds. Every stage has exactly
     one such shard, and it runs that stage."""
-    group = layout.tp * layout.cp
+    group = group_ranks(layout.tp, layout.cp)
     first_of_stage = np.arange(layout.pp, dtype=np.int64) * group
     return np.flatnonzero((first_of_stage >= first_rank) & (first_of_stage < first_rank + ranks))
 

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..cluster import placement
+
 if TYPE_CHECKING:
     from ultracluster.replay.result import RunResult
 
@@ -93,7 +95,7 @@ def shard_of_instance(shard_instances: list, instance: np.ndarray) -> np.ndarray
 
 def group_first_rank(g: dict[str, int], replica, stage):
     """First global rank of a (replica, stage) group: tp innermost, then cp, then pp, then dp."""
-    return (np.asarray(replica) * g["pp"] + np.asarray(stage)) * g["tp"] * g["cp"]
+    return placement.group_first_rank(g["tp"], g["cp"], g["pp"], np.asarray(replica), np.asarray(stage))
 
 
 # --- the three tables -------------------------------------------------------------------------------------

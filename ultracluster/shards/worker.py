@@ -21,6 +21,7 @@ import numpy as np
 from .. import chip, speed_draws
 from .. import operators as opslib
 from ..cluster import Cluster, ShardSpec, build_cluster
+from ..cluster.placement import group_ranks, replica_ranks
 from ..network.algorithms import schedule
 from ..replay.shard_steps import ShardStep, ShardState, timed_stages, shard_stage_times
 from ..units import MIB
@@ -67,7 +68,7 @@ class ShardWorker:
     def __init__(self, scenario, cluster: Cluster, shard: ShardSpec):
         self.scenario, self.cluster, self.shard = scenario, cluster, shard
         lay = cluster.layout
-        size = lay.tp * lay.cp                       # ranks of a (replica, stage) group, consecutive
+        size = group_ranks(lay.tp, lay.cp)           # ranks of a (replica, stage) group, consecutive
         first, last = shard.first_rank // size, (shard.first_rank + shard.ranks - 1) // size
         self._groups = np.arange(first, last + 1, dtype=np.int64)      # group id = replica x pp + stage
         self._group_size = size
@@ -173,8 +174,8 @@ def payload_algorithm(scenario, cluster: Cluster) -> str:
     if shards <= 1 or lay.dp <= 1:
         return "ring"
     per_rank = payload_elements(scenario, cluster) * 8 / max(scenario.emulation.payload_scale, 1e-30) \
-        / (lay.tp * lay.cp * lay.pp)
-    name = collective_time(cluster, "all_reduce", per_rank, group_of(cluster, lay.dp, lay.tp * lay.cp * lay.pp))[1]
+        / replica_ranks(lay.tp, lay.cp, lay.pp)
+    name = collective_time(cluster, "all_reduce", per_rank, group_of(cluster, lay.dp, replica_ranks(lay.tp, lay.cp, lay.pp)))[1]
     outer = name[len("hierarchical("):-1].split("+")[-1] if name.startswith("hierarchical(") else name
     outer = outer.removeprefix("z-")
     if outer == "mesh" or (outer == "rdh" and is_pow2(shards)):

@@ -6,6 +6,18 @@ from __future__ import annotations
 import numpy as np
 
 
+def peak_flop_per_s(chips, chip, precision: str) -> float:
+    """A cluster's dense peak at the training precision: chips x the chip's (`ChipSpec.dense_flop_per_s`), the
+    denominator of every MFU."""
+    return chips * chip.dense_flop_per_s[precision]
+
+
+def mfu(model_flops_per_step, peak_flop_per_s, step_time_s):
+    """Model FLOPs utilization: the model's FLOPs per step over what the peak does in the step (arrays or
+    scalars)."""
+    return model_flops_per_step / (peak_flop_per_s * step_time_s)
+
+
 def figures(step_time_s, tokens_per_step, model_flops_per_step, peak_flop_per_s, instances,
             price_per_hour_usd) -> dict:
     """Figures of merit of a step, elementwise over arrays (a plan's rows) or of scalars (a run).
@@ -26,6 +38,6 @@ def figures(step_time_s, tokens_per_step, model_flops_per_step, peak_flop_per_s,
     with np.errstate(divide="ignore", invalid="ignore"):
         cluster_usd = np.asarray(instances, dtype=float) * np.asarray(price_per_hour_usd, dtype=float)
         cost = cluster_usd * step / 3600
-        return {"tokens_per_s": tokens / step, "mfu": model_flops_per_step / (peak_flop_per_s * step),
+        return {"tokens_per_s": tokens / step, "mfu": mfu(model_flops_per_step, peak_flop_per_s, step),
                 "cluster_usd_per_hour": cluster_usd, "cost_per_step_usd": cost,
                 "usd_per_million_tokens": np.where(tokens != 0, cost / tokens * 1e6, np.nan)}
