@@ -313,8 +313,8 @@ FSX_CHART = REPO / "docs" / "sweeps-fsx.svg"
 
 
 def _fsx_sweep(conservative: bool):
-    """docs/sweeps.md's example: the 12 FSx variants with --hours 720, priced in this process as a sweep's tasks
-    price them (`sweep.evaluate.evaluate_variant`)."""
+    """docs/sweeps.md's example: the 12 FSx variants with --hours 720, evaluated in this process as a sweep's tasks
+    evaluate them (`sweep.evaluate.evaluate_variant`)."""
     from ultracluster.sweep import build
     from ultracluster.sweep.output import table
     from ultracluster.sweep.evaluate import evaluate_variant

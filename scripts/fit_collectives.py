@@ -193,7 +193,7 @@ def fit_all(data: Path) -> Fit:
     base = _trn1_fit(trn1, ASSUMED["neuronlink_efficiency_trn1"])
     default = base.with_(**{k: getattr(base, v) for k, v in FROM_TRN1.items()})
     # the dated rows' runtime kept RDH at 32 MiB although a 56 MiB KangaRing measured faster: that profile
-    # prices each size with the algorithm chosen for it (floored), not the cheaper envelope
+    # times each size with the algorithm chosen for it (floored), not the cheaper envelope
     examples = _fit(_problem(data, _is_trn2), PROFILE_FITTED, default.with_(algorithm_envelope=0.0))
     floor = ASSUMED["neuronlink_efficiency_trn1"]
     while floor - FLOOR_STEP > 0 and _in_band(trn1, _trn1_fit(trn1, floor - FLOOR_STEP)):

@@ -28,7 +28,7 @@ def render(res: dict, data: Path) -> str:
         "factors minimise the sum of squared log errors over the fitted layouts and the pairs' scaling (bounded least "
         "squares, `scipy.optimize.least_squares`, from fixed starts inside each factor's physical bounds: "
         "deterministic). A stack engine's graph cost that no pipelined fitted layout sees follows the one that is "
-        "(an engine with no pipelined row is priced like one that has them). "
+        "(an engine with no pipelined row is timed like one that has them). "
         "Every other factor is set from a source or a physical argument below and named as an assumption.", "",
         f"Between-release spread (RMS over layouts of the standard deviation of log seq/s): "
         f"{100 * res['release_spread']:.1f} %. In-sample RMS log error: {100 * res['rms_log_error']:.1f} %.", "",
@@ -52,10 +52,10 @@ def render(res: dict, data: Path) -> str:
         lines.append(f"| `{name}` | {show(res[name])} | {show(ident['low'])} – {show(ident['high'])} "
                      f"(bounds {show(lo)} – {show(hi)}) | {meaning.get(name, '')} |")
     at_bound = {"tensor_efficiency": "the fitted layouts run at least as fast as the model allows at TensorE's "
-                                     "peak: what the model prices beside the matmuls (their shapes, the engines' "
+                                     "peak: what the model times beside the matmuls (their shapes, the engines' "
                                      "element passes, the collectives) already carries the inefficiency, and the "
                                      "data cannot tell a higher ceiling from lower costs elsewhere",
-                "graph_s_nxd": "the one NxD pipeline layout (a15-a17), priced with the attention kernel its script "
+                "graph_s_nxd": "the one NxD pipeline layout (a15-a17), timed with the attention kernel its script "
                                "runs, leaves nothing to a graph execution of NxD's engine; the identifiable range "
                                "is what it could still hold",
                 "graph_s_nemo": "the NeMo pipeline layouts leave nothing to a graph execution of NeMo's engine"}

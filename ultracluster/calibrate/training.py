@@ -204,7 +204,7 @@ def rounded(v: float) -> float:
 
 def engine_ties(lay: Layouts, names, free) -> dict:
     """The stack engines' graph costs (`graph_s_*`) that no pipelined layout among `names` sees: each is tied to
-    an engine cost that one does (an engine with no pipelined row is priced like one that has them), or held at
+    an engine cost that one does (an engine with no pipelined row is timed like one that has them), or held at
     its lower bound when none does. {factor: the factor it follows, or a value}."""
     from ..stacks import STACKS
 
