@@ -16,7 +16,8 @@ from test_report_frames import make_infeasible, make_result
 from ultracluster.cli import main
 from ultracluster.errors import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK
 from ultracluster.report import Report, RunDirError, build_report, write_run_dir
-from ultracluster.report.frames import CSV_MAX_BYTES, HEADER_MAX_BYTES, TABLES
+from ultracluster.report.frames import TABLES
+from ultracluster.report.readback import CSV_MAX_BYTES, HEADER_MAX_BYTES
 
 
 @pytest.fixture()

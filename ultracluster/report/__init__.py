@@ -1,5 +1,6 @@
 """Replay events (RunResult) → pandas Report → run-directory files (CSV/Parquet, JSON, trace, HTML)."""
-from ultracluster.report.frames import Report, RunDirError, build_report
+from ultracluster.report.frames import Report, build_report
+from ultracluster.report.readback import RunDirError
 from ultracluster.report.progress import Progress, WorkProgress
 from ultracluster.report.table import format_compare, format_summary
 from ultracluster.report.write import StepWriter, render_run_dir, write_compare_html, write_run_dir

@@ -9,7 +9,6 @@ multiplied by the group size.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import fields
@@ -19,17 +18,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ultracluster.errors import Problem, UltraclusterError, shorten, shorten_text
 from ultracluster.network.collectives import bus_factor
 from ultracluster.replay.result import (
     BREAKDOWN_KEYS, CollectiveRecord, RunResult, Slice, StageMemory, StepRecord,
 )
 from ultracluster.report import accessor  # noqa: F401  (registers df.uc)
 from ultracluster.report.atomic import write_tables
+from ultracluster.report.readback import read_run_dir
 from ultracluster.report.ranks import geometry, group_first_rank, rank_tables, shard_of_instance
 from ultracluster.report.summary import emulation_info, summarize
-from ultracluster.yaml_input import InputError, open_regular, read_bounded
-from ultracluster.units import MIB
 
 if TYPE_CHECKING:
     from ultracluster.storage.estimates import StorageFigures
@@ -39,27 +36,6 @@ TABLES = ("steps", "breakdown", "memory", "collectives", "timeline", "ranks", "s
 # the typed fields of a forward/backward slice, used to split it and then left out of the timeline table
 SLICE_OP_FIELDS = ("kind", "microbatch", "chunk")
 STREAM_ORDER = {"storage": 0, "compute": 1, "tp": 2, "pp": 3, "dp": 4, "optimizer": 5}
-JSON_MAX_BYTES = 64 * MIB        # summary.json, run.json, scenario.json as `Report.from_run_dir` reads them
-CSV_MAX_BYTES = 1024 * MIB       # each table
-HEADER_MAX_BYTES = 64 * 1024     # a CSV's first line
-
-
-class RunDirError(UltraclusterError):
-    """A run directory cannot be read back (missing or malformed files); lists every problem.
-
-    Args:
-        problems: path of the file, what was found, what is needed.
-    """
-
-    def __init__(self, problems: list[Problem]):
-        self.problems = list(problems)
-        super().__init__(self.problems)
-
-    def __reduce__(self):
-        return (type(self), (self.problems,))
-
-    def __str__(self) -> str:
-        return "\n".join(map(str, self.problems))
 
 
 def records_frame(records: list, cls: type) -> pd.DataFrame:
@@ -176,132 +152,7 @@ class Report:
             RunDirError: the directory or summary.json is missing (for an interrupted run, the problem says
                 so, from run.json), or a file is malformed: each problem names the file.
         """
-        run = Path(run_dir)
-        if not run.is_dir():
-            raise RunDirError([Problem(str(run), "no such directory" if not run.exists() else "a file",
-                                       "a run directory written by `ultracluster run`")])
-        problems: list[Problem] = []
-
-        def read_json(name: str, required: bool):
-            path = run / name
-            if not path.exists():
-                if required:
-                    problems.append(Problem(str(path), "<missing>", "the summary.json that `ultracluster run` "
-                                                                    "writes last (is the run finished?)"))
-                return None
-            try:
-                return json.loads(read_bounded(path, JSON_MAX_BYTES, "JSON file"))
-            except InputError as err:
-                problems.append(_file_problem(path, err))
-            except ValueError as err:
-                problems.append(Problem(str(path), f"unreadable JSON ({shorten_text(str(err), 120)})",
-                                        "the file as `ultracluster run` wrote it"))
-            return None
-
-        emulation = read_json("run.json", False)
-        unfinished = isinstance(emulation, dict) and emulation.get("finished") is False
-        if unfinished and not (run / "summary.json").exists():
-            ended = (f"interrupted by {emulation.get('signal')}" if emulation.get("interrupted")
-                     else f"failed ({shorten_text(str(emulation.get('error')), 160)})")
-            problems.append(Problem(str(run / "summary.json"), "<missing>",
-                                    f"the summary.json of a finished run; this run {ended} after "
-                                    f"{emulation.get('steps_finished', '?')} step(s) (run.json); steps.csv "
-                                    f"keeps them"))
-            raise RunDirError(problems)
-        summary, scenario = read_json("summary.json", True), read_json("scenario.json", False)
-        if summary is not None and not isinstance(summary, dict):
-            problems.append(Problem(str(run / "summary.json"), type(summary).__name__, "a JSON object"))
-        blank, tables = _blank(), {}
-        infeasible = isinstance(summary, dict) and summary.get("feasible") is False
-        for name in TABLES:
-            path = run / f"{name}.csv"
-            empty = getattr(blank, name)
-            if not path.exists() and not path.is_symlink():
-                tables[name] = empty.copy()
-                continue
-            try:
-                tables[name] = read_table(path, empty, empty_numbers=infeasible and name in ("stages", "shards"))
-            except InputError as err:
-                problems.append(_file_problem(path, err))
-        if problems:
-            raise RunDirError(problems)
-        emulation = emulation if isinstance(emulation, dict) else {}
-        return cls(tables["steps"], tables["breakdown"], tables["memory"], tables["collectives"],
-                   tables["timeline"], summary, scenario if isinstance(scenario, dict) else {},
-                   shard_instances=[tuple(s) for s in emulation.get("shard_instances", [])], emulation=emulation,
-                   ranks=tables["ranks"], stages=tables["stages"], shards=tables["shards"])
-
-
-def _file_problem(path: Path, err: InputError) -> Problem:
-    """A run directory's file that could not be read (why, and what is allowed) or that is malformed (where)."""
-    if err.reason:
-        return Problem(str(path), err.reason, err.allowed.removesuffix(f" ({err.reason})"))
-    return Problem(str(path), err.given, err.allowed)
-
-
-def read_table(path: Path, schema: pd.DataFrame, empty_numbers: bool = False) -> pd.DataFrame:
-    """One CSV table of a run directory, validated against the columns and dtypes the run writes.
-
-    Args:
-        path: the CSV file.
-        schema: an empty frame with the table's columns and dtypes (`_blank()`).
-        empty_numbers: whether a float cell may be empty (a statistic an infeasible run could not measure).
-
-    Returns:
-        The table with the schema's columns (in its order) and dtypes; an empty file or a header alone
-        gives the empty schema.
-
-    Raises:
-        InputError: not a regular file or over 1 GiB; a first line that is not the run's header; a row
-            without every column; a value that does not parse as its column's type, or a number that is not
-            finite: `given` names the line and column.
-    """
-    columns = list(schema.columns)
-    with open_regular(path, CSV_MAX_BYTES, "CSV file") as f:
-        first = f.readline(HEADER_MAX_BYTES + 1)
-        if not first:
-            return schema.copy()
-        if len(first) > HEADER_MAX_BYTES:
-            raise InputError(f"a first line of more than {HEADER_MAX_BYTES // 1024} KiB", f"the header line the "
-                             f"run writes: {', '.join(columns)}", in_document=True)
-        f.seek(0)
-        try:
-            raw = pd.read_csv(f, header=None, dtype=str, keep_default_na=False, encoding="utf-8")
-        except (ValueError, UnicodeDecodeError) as err:   # pandas' ParserError is a ValueError
-            raise InputError(f"unreadable CSV ({shorten_text(str(err), 160)})", "the file as `ultracluster run` "
-                             "wrote it", in_document=True) from None
-    header = raw.iloc[0].tolist()
-    if header != columns:
-        missing = [c for c in columns if c not in header]
-        unexpected = [c for c in header if c not in columns]
-        detail = "; ".join(x for x in (f"missing {shorten(missing)}" if missing else "",
-                                       f"unexpected {shorten(unexpected)}" if unexpected else "",
-                                       "" if missing or unexpected else "columns out of order or repeated") if x)
-        raise InputError(f"a header with {detail}", f"the columns the run writes, in order: {', '.join(columns)}",
-                         in_document=True)
-    rows = raw.iloc[1:].reset_index(drop=True)     # a short row reads as empty cells: refused below
-    rows.columns = columns
-    out = {}
-    for col in columns:
-        text, kind = rows[col], schema[col].dtype
-        if kind == bool:
-            ok, values, want = text.isin(["True", "False"]).to_numpy(), (text == "True").to_numpy(), "True or False"
-        elif pd.api.types.is_integer_dtype(kind):
-            ok = text.str.fullmatch(r"[-+]?[0-9]{1,18}").to_numpy(dtype=bool)
-            values, want = np.where(ok, text.where(ok, "0"), "0").astype(np.int64), "an integer"
-        elif pd.api.types.is_float_dtype(kind):
-            values = pd.to_numeric(text.where(text != "", "nan"), errors="coerce").to_numpy(dtype=np.float64)
-            ok = np.isfinite(values) | ((text == "").to_numpy() & empty_numbers)
-            want = "a finite number" + (" or an empty cell" if empty_numbers else "")
-        else:
-            ok, values, want = np.ones(len(text), dtype=bool), text.to_numpy(dtype=object), "text"
-        if not ok.all():
-            i = int(np.flatnonzero(~ok)[0])
-            raise InputError(f"line {i + 2}, column {col}: {shorten(text.iloc[i])}", want, in_document=True)
-        out[col] = values
-    if not len(rows):
-        return schema.copy()
-    return pd.DataFrame(out, columns=columns).astype(schema.dtypes.to_dict())
+        return cls(**read_run_dir(run_dir, {name: getattr(_blank(), name) for name in TABLES}))
 
 
 _BLANK: Report | None = None
