@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .step.price import CATALOG_PRICE, NO_PRICE_HINT, price_source   # noqa: F401 (re-exported)
+from .step.price import NO_PRICE_HINT
 from .storage import StepSpan, StorageCosts, StorageFigures, StorageServer, figures, fsx_spec
 
 CAUSES = ("checkpoint_s", "data_stall_s", "lost_work_s", "detection_s", "restart_s", "restore_s")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ultracluster.layouts.steps import bucket_queue_end
+from ultracluster.replay.engine import bucket_queue_end
 from ultracluster.layouts.schedules import pipeline_times
 from ultracluster.replay.engine import StepComm, gradient_reduction
 from ultracluster.replay.schedule import execute, stage_programs

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from ultracluster.goodput import NO_PRICE_HINT, long_run, time_and_cost
+from ultracluster.goodput import long_run, time_and_cost
+from ultracluster.step.price import NO_PRICE_HINT
 from ultracluster.runner import predict
 from ultracluster.scenario import load_scenario
 

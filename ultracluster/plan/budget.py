@@ -14,7 +14,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..goodput import NO_PRICE_HINT, expected_goodput, time_and_cost
+from ..goodput import expected_goodput, time_and_cost
+from ..step.price import NO_PRICE_HINT
 from ..scenario import Scenario
 
 

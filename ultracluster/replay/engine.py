@@ -28,7 +28,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from ..cluster import Cluster, group_first_rank, stage_sum
-from ..step.speed import group_speeds, slowed, slowest_replica   # noqa: F401 (group_speeds re-exported)
+from ..step.speed import group_speeds, slowed, slowest_replica
 from .comm import DP_BUCKET_BYTES, StepComm, send_group, microbatches, step_comm   # noqa: F401 (re-exported: replay.engine.step_comm)
 from .result import Slice, StepRecord
 from .shard_steps import MergedSteps, MergedState, ShardStep, ShardState, merge_shard_steps
@@ -147,7 +147,7 @@ def combine_shard_steps(merged: MergedSteps, layout, with_stragglers: bool = Tru
     fwd, bwd, opt = slowed(merged.forward_s[None, :], merged.backward_s[None, :], merged.optimizer_s, speed,
                            slowest_replica(speed), v)          # the planner's: `layouts.steps` (`step.speed`)
     return ComputeTimes(fwd=fwd, bwd=bwd, opt=opt, attn_fwd=merged.attention_fwd_s,
-                          attn_bwd=merged.attention_bwd_s, slowest_rank=slowest)
+                        attn_bwd=merged.attention_bwd_s, slowest_rank=slowest)
 
 
 def chunk_seconds(tp_fwd: np.ndarray, tp_bwd: np.ndarray, fc: np.ndarray, bc: np.ndarray, cp_f, cp_b,
@@ -323,9 +323,9 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, state: MergedStat
 def _stage_shards(cluster: Cluster, replica: int) -> list[int]:
     """Shard holding the first rank of each stage of a data-parallel replica."""
     lay = cluster.layout
-    firsts = group_first_rank(lay.tp, lay.cp, lay.pp, replica, np.arange(lay.pp)).tolist()
+    firsts = group_first_rank(lay.tp, lay.cp, lay.pp, replica, np.arange(lay.pp))
     bounds = np.array([sh.first_rank for sh in cluster.shards])
-    return [int(np.searchsorted(bounds, r, side="right") - 1) for r in firsts]
+    return (np.searchsorted(bounds, firsts, side="right") - 1).tolist()
 
 
 def _slices(ex: Execution, d: int, comm: StepComm, rs_end: np.ndarray, reduce_start: np.ndarray, opt: np.ndarray,

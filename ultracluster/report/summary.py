@@ -120,9 +120,10 @@ def days_and_dollars(result: RunResult, summary: dict) -> dict:
     """The training budget's days and dollars (`goodput.time_and_cost`) with the goodput the scenario's failures
     and checkpoints leave (`goodput.expected_goodput`, closed form): summary.json's `train_tokens`, `train_steps`,
     `goodput`, `goodput_source`, `time_to_train_days`, `total_cost_usd` and `price_source` (where the price comes
-    from, or `goodput.NO_PRICE_HINT`). The days and dollars are None without a budget (`training.budget_tokens`
+    from, or `step.price.NO_PRICE_HINT`). The days and dollars are None without a budget (`training.budget_tokens`
     or `budget_steps`), the dollars without a price."""
-    from ultracluster.goodput import expected_goodput, price_source, time_and_cost
+    from ultracluster.goodput import expected_goodput, time_and_cost
+    from ultracluster.step.price import price_source
 
     sc = result.scenario
     t, ck, f = sc.get("training") or {}, sc.get("checkpoint") or {}, sc.get("faults") or {}

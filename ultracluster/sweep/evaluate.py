@@ -13,7 +13,8 @@ import math
 import time
 import traceback
 
-from ..goodput import NO_PRICE_HINT, long_run, time_and_cost
+from ..goodput import long_run, time_and_cost
+from ..step.price import NO_PRICE_HINT
 from ..scenario import Scenario
 from .assumptions import assumptions
 
