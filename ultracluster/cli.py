@@ -18,6 +18,8 @@ a bad flag or any bad variant (every one named, nothing runs) or a sweep directo
 from __future__ import annotations
 
 import argparse
+import errno
+import io
 import json
 import math
 import re
@@ -154,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--out", help="directory for sensitivity.csv and sensitivity.html (default runs/<name>-sensitivity)")
     sv.add_argument("--calibration", dest="calibration_profile", metavar="PROFILE.json",
                     help="a calibration profile from `ultracluster calibrate` instead of the shipped fit")
+    sv.add_argument("--force", action="store_true", help="replace an earlier sensitivity.csv and sensitivity.html there")
     sv.add_argument("--quiet", action="store_true", help="print nothing but errors")
     cb = sub.add_parser("calibrate", help="fit the model's free factors to your measured runs (a profile for "
                                           "--calibration); or re-verify a profile with --check")
@@ -162,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
                          "tokens_per_s; note, pair)")
     cb.add_argument("--out", metavar="PROFILE.json", help="the profile to write (calibrate.html beside it)")
     cb.add_argument("--check", metavar="PROFILE.json", help="re-verify a profile against its own rows")
+    cb.add_argument("--force", action="store_true", help="replace an existing profile (and calibrate.html beside it)")
     cb.add_argument("--quiet", action="store_true", help="print nothing but errors")
     k = sub.add_parser("check", help="check a run directory against the output contract (docs/design.md)")
     k.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `ultracluster run`")
@@ -176,6 +180,7 @@ def _render(args) -> int:
     """`report` and `compare`: read run directories back, render, print."""
     from .report import Report, RunDirError, format_compare, format_summary, render_run_dir, write_compare_html
 
+    from .report.output_rule import check_out_file
     from .report.rundir import RunDirLock
 
     dirs = [args.run_dir] if args.command == "report" else list(args.run_dirs)
@@ -185,6 +190,8 @@ def _render(args) -> int:
         if args.command == "report" and Path(dirs[0]).is_dir():
             with RunDirLock(dirs[0]):   # no run may replace the directory while it is read and re-rendered
                 report = Report.from_run_dir(dirs[0])
+                for rendered in ("report.html", "trace.json"):    # the output rule: re-rendered, never a device
+                    check_out_file(Path(dirs[0]) / rendered, True, "RUN_DIR:")
                 render_run_dir(report, dirs[0])
             reports = [report]
         else:
@@ -219,8 +226,11 @@ def _render(args) -> int:
 
 def _compare_page(out: str | None, dirs: list[str], force: bool) -> Path:
     """Where `compare` writes its page (compare.csv beside it): `--out DIR/compare.html` (a path ending in .html is
-    the page), else `compare/` beside the first run directory; OutDirError for a place that holds an earlier
-    comparison (without --force), a run directory, or a file."""
+    the page), else `compare/` beside the first run directory. The output rule (`report.rundir`): OutDirError for
+    a place that holds an earlier comparison (without --force), files a comparison does not write, a run
+    directory (or one inside a run directory being compared), a device or a file."""
+    from .report.output_rule import TEMP_FILE, check_out_dir, check_out_file
+
     if out is None:
         first = Path(dirs[0])
         folder = (first.parent if first.name not in ("", ".", "..") else first.resolve().parent) / "compare"
@@ -232,18 +242,29 @@ def _compare_page(out: str | None, dirs: list[str], force: bool) -> Path:
         folder = Path(out)
         page = folder / "compare.html"
     shown = shorten_text(str(folder))
-    if folder.exists() and not folder.is_dir():
-        raise OutDirError(f"--out: {shown} is a file, not a directory; give --out NEWDIR")
-    if any(folder.resolve() == Path(d).resolve() for d in dirs) or (folder / "summary.json").exists():
-        raise OutDirError(f"--out: {shown} is a run directory; a comparison goes beside the runs, give --out NEWDIR")
-    earlier = [p for p in (page, folder / "compare.csv") if p.exists()]
-    if earlier and not force:
-        import time
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(max(p.stat().st_mtime for p in earlier)))
-        raise OutDirError(f"--out: {shown} already holds a comparison ({', '.join(p.name for p in earlier)}, "
-                          f"written {stamp}); a new comparison never replaces it silently: add --force to replace "
-                          f"it, or give --out NEWDIR")
+    if (folder / "summary.json").exists() or any(folder.resolve() == Path(d).resolve() or
+                                                 Path(d).resolve() in folder.resolve().parents for d in dirs):
+        raise OutDirError(f"--out: {shown} is a run directory or inside one; a comparison goes beside the runs, give "
+                          f"--out NEWDIR")
+    if out is not None and out.endswith(".html"):      # the page named: two files among whatever is there
+        check_out_file(page, force)
+        check_out_file(folder / "compare.csv", force)
+        return page
+    check_out_dir(folder, force, lambda e: e.name in COMPARE_FILES or bool(TEMP_FILE.match(e.name)),
+                  _earlier_comparison, "--out:", "a comparison")
     return page
+
+
+COMPARE_FILES = ("compare.html", "compare.csv")
+
+
+def _earlier_comparison(folder: Path) -> str | None:
+    import time
+    found = [folder / f for f in COMPARE_FILES if (folder / f).exists()]
+    if not found:
+        return None
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(max(p.stat().st_mtime for p in found)))
+    return f"a comparison ({', '.join(p.name for p in found)}, written {stamp})"
 
 
 def _check(run_dir: str) -> int:
@@ -263,6 +284,11 @@ def _check(run_dir: str) -> int:
     for prob in problems:
         print(f"  - {prob}")
     return EXIT_CONTRACT
+
+
+def _inputs_of(args) -> list[str]:
+    """The files a command reads (its scenario, its calibration profile): the output rule never writes over them."""
+    return [x for x in (getattr(args, "scenario", None), getattr(args, "calibration_profile", None)) if x]
 
 
 def _goodput(scenario, report, hours: float, out: Path) -> dict:
@@ -334,8 +360,9 @@ def _run(scenario, args) -> int:
     # a bar on a terminal (runs over 2 s), plain lines elsewhere, nothing with --quiet
     shown = None if args.quiet else Progress(scenario.name)
     goodput = None
+    run_dir = RunDirectory(out, force=args.force, inputs=_inputs_of(args))
     try:
-        with _signals_end_the_run(), RunDirectory(out, force=args.force) as run_dir:
+        with _signals_end_the_run(), run_dir:
             if run_dir.stale:
                 print(f"note: took over the lock of {out} from pid {run_dir.stale.get('pid', '?')} on host "
                       f"{run_dir.stale.get('host', '?')}, which is no longer running; removed what it left",
@@ -348,9 +375,14 @@ def _run(scenario, args) -> int:
         stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
         if shown:
             shown.finish()
-        kept = f"{out / 'steps.csv'} keeps them" if finished else f"{out} is left as it was"
+        kept = (f"{out} keeps the earlier finished run ({run_dir.kept_earlier})" if run_dir.kept_earlier
+                else f"{out / 'steps.csv'} keeps them" if finished else f"{out} is left as it was")
         print(f"interrupted after {len(finished)} step(s) ({stop.signal_name}); {kept}", file=sys.stderr)
         return stop.exit_code
+    except UltraclusterError as err:
+        if run_dir.kept_earlier:
+            err.args = (f"{err}; {out} keeps the earlier finished run ({run_dir.kept_earlier})",)
+        raise
     finally:
         if shown:
             shown.finish()
@@ -371,12 +403,14 @@ def _run(scenario, args) -> int:
 def _plan(scenario, args) -> int:
     """`plan`: search the layouts, replay the best, write the plan directory, print the best layouts."""
     from .plan import format_plan, parse_prices, plan, search_space
+    from .plan.output import check_plan_dir
     from .report import WorkProgress
 
     space = search_space(args.instance_types, args.instances, args.tp, args.pp, args.max_cp, args.max_zero,
                          args.micro_batches, args.recompute, args.schedules, args.virtual_stages, args.stack, args.lnc)
     prices = parse_prices(args.price_per_hour)[1] if args.price_per_hour else None
     out = Path(args.out) if args.out else Path("plans") / scenario.name
+    check_plan_dir(out, args.force, inputs=_inputs_of(args))    # the output rule, before anything is searched
     # a bar on a terminal, plain lines elsewhere (each phase, and every 10 s), nothing with --quiet
     shown = None if args.quiet else WorkProgress(f"plan {scenario.name}")
     say = shown.say if shown else (lambda line: None)
@@ -414,7 +448,7 @@ def _sweep(args) -> int:
     the sweep directory, print the table. Exit 0; 2 bad input (nothing runs); 4 a variant failed (the others'
     rows are written); 128 + the signal when interrupted (the finished rows kept)."""
     from .report import WorkProgress
-    from .sweep import MAX_VARIANTS, build, format_sweep, run_sweep
+    from .sweep import MAX_VARIANTS, build, check_sweep_dir, format_sweep, run_sweep
 
     problems = []
     if args.assumptions not in ("on", "off"):
@@ -449,6 +483,11 @@ def _sweep(args) -> int:
             _print_problems(err)
         return EXIT_BAD_INPUT
     out = Path(args.out) if args.out else Path("sweeps") / (plan.base.name + ("-assumptions-off" if off else ""))
+    try:
+        check_sweep_dir(out, _inputs_of(args))       # the output rule, before the lock; a rerun's rows are reused
+    except OutDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     shown = None if args.quiet else WorkProgress(f"sweep {plan.base.name}")
     say = shown.say if shown else (lambda line: None)
     for note in plan.notes:
@@ -502,18 +541,22 @@ def _print_problems(err: ScenarioError) -> None:
 def _sensitivity(scenario, args) -> int:
     """`ultracluster sensitivity`: time the scenario in this process, then each uncertain factor at both ends."""
     from .runner import predict
-    from .report.write import write_sensitivity
+    from .report.write import SENSITIVITY_FILES, write_sensitivity
+    from .report.output_rule import TEMP_FILE, check_out_dir
     from .report.sensitivity import SENSITIVITY_COLUMNS, sensitivity_rows, tornado_text
     from .layouts.setting_times import setting_step_times
     from .uncertainty import interval
 
+    out = Path(args.out or Path("runs") / f"{scenario.name}-sensitivity")
+    check_out_dir(out, args.force, lambda e: e.name in SENSITIVITY_FILES or bool(TEMP_FILE.match(e.name)),
+                  lambda d: ", ".join(f for f in SENSITIVITY_FILES if (d / f).exists()) or None,
+                  "sensitivity directory", "sensitivity", inputs=_inputs_of(args))
     s = predict(scenario)
     if not s["feasible"]:
         print(f"infeasible: {s['reason']}", file=sys.stderr)
         return EXIT_INFEASIBLE
     iv = interval(scenario, s["step_time_s"], times=setting_step_times)
     rows = sensitivity_rows(iv)
-    out = Path(args.out or Path("runs") / f"{scenario.name}-sensitivity")
     write_sensitivity(out, scenario.name, iv.point_s, iv.low_s, iv.high_s, rows, SENSITIVITY_COLUMNS)
     if not args.quiet:
         print(tornado_text(iv, rows))
@@ -548,16 +591,20 @@ def _calibrate(args) -> int:
                 return EXIT_CONTRACT
             print(f"ok: {args.check} re-verifies: its rows re-predict with its factors, which are their fit")
             return EXIT_OK
+        _check_profile_out(args.out, args.force, [args.measurements])   # the output rule, before the fit
         say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr))
         with _signals_end_the_run():
             done = calibrate(args.measurements, log=say)
+        base = Path(args.measurements).parent          # the rows' scenario files are inputs too
+        _check_profile_out(args.out, args.force, [args.measurements] + [
+            str(base / r["scenario"]) for r in done.profile.get("rows", []) if isinstance(r.get("scenario"), str)])
         profile, page = write_profile(done.profile, args.out)
     except ScenarioError as err:
         src = f" {shorten_text(err.source)}" if getattr(err, "source", None) else ""
         print(f"error: measurements{src} have {len(err.problems)} problem(s); nothing written:", file=sys.stderr)
         _print_list(err.problems)
         return EXIT_BAD_INPUT
-    except ProfileError as err:
+    except (ProfileError, OutDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as stop:
@@ -573,7 +620,92 @@ def _calibrate(args) -> int:
     return EXIT_OK
 
 
+class _ClosedStreamSafe:
+    """A text stream whose reader may go away (`ultracluster run ... | head -3`): the first write or flush that
+    finds the pipe closed (EPIPE) points the descriptor at /dev/null and every later write is dropped, so a
+    closed stdout or stderr stops the printing and never the command."""
+
+    def __init__(self, stream) -> None:
+        self._stream, self._gone = stream, False
+
+    def _closed(self) -> None:
+        self._gone = True
+        try:
+            import os
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())   # what the interpreter flushes at exit goes nowhere, quietly
+            os.close(null)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._closed()
+            except OSError as err:
+                if err.errno != errno.EPIPE:
+                    raise
+                self._closed()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._closed()
+            except OSError as err:
+                if err.errno != errno.EPIPE:
+                    raise
+                self._closed()
+
+    def isatty(self) -> bool:
+        return not self._gone and self._stream.isatty()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def _streams_that_may_close():
+    """sys.stdout and sys.stderr as `_ClosedStreamSafe` for the command's duration (restored after)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _ClosedStreamSafe(sys.stdout), _ClosedStreamSafe(sys.stderr)
+    try:
+        yield
+    finally:
+        for guarded in (sys.stdout, sys.stderr):
+            if isinstance(guarded, _ClosedStreamSafe):
+                guarded.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def _check_profile_out(out: str, force: bool, inputs: list[str]) -> None:
+    """The output rule for `calibrate --out PROFILE.json` and the calibrate.html written beside it."""
+    from .calibrate.output import html_path
+    from .report.output_rule import check_out_file
+
+    check_out_file(out, force, "--out", inputs)
+    page = html_path(out)
+    if page.name == Path(out).name:
+        raise OutDirError(f"--out {shorten_text(out)}: that is the name of the page written beside the profile; "
+                          f"give the profile another name, e.g. --out profile.json")
+    check_out_file(page, force, "--out (calibrate.html, beside the profile)", inputs)
+
+
 def main(argv: list[str] | None = None) -> int:
+    with _streams_that_may_close():
+        try:
+            return _main(argv)
+        except OSError as err:            # a write the output rule could not foresee (a full disk, /proc): one line
+            where = f"{shorten_text(str(err.filename))}: " if err.filename else ""
+            print(f"error: cannot write {where}{err.strerror or err}", file=sys.stderr)
+            return EXIT_BAD_INPUT if err.filename else EXIT_RUNTIME
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("report", "compare"):
         return _render(args)
@@ -591,6 +723,9 @@ def main(argv: list[str] | None = None) -> int:
         from .network.bench import run_cli
         try:
             return run_cli(args)
+        except OutDirError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         except ScenarioError as err:
             for prob in err.problems:
                 print(f"error: {prob}", file=sys.stderr)

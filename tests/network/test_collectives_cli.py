@@ -36,7 +36,8 @@ def test_what_if_flags_change_the_answer(tmp_path):
     assert main(args + ["--efa-gbps", "6400", "--csv", str(fast)]) == 0
     t = [float(next(csv.DictReader(open(p)))["time_us"]) for p in (base, fast)]
     assert t[1] < t[0]
-    assert main(args + ["--lnc", "1", "--ranks", "256", "--csv", str(fast)]) == 0
+    assert main(args + ["--lnc", "1", "--ranks", "256", "--csv", str(fast)]) == 2      # never over a file silently
+    assert main(args + ["--lnc", "1", "--ranks", "256", "--csv", str(fast), "--force"]) == 0
 
 
 def test_sizes_take_power_of_two_suffixes():

@@ -122,7 +122,7 @@ def test_an_earlier_plan_is_not_replaced_silently(scenarios_dir, tmp_path, capsy
     capsys.readouterr()
     assert main(["plan", *flags, "--micro-batches", "1"]) == 2
     err = capsys.readouterr().err
-    assert f"error: --out: {out} already holds a plan" in err and "--force" in err and "--out NEWDIR" in err
+    assert f"error: plan directory {out} already holds a plan" in err and "--force" in err and "--out NEWDIR" in err
     assert (out / "plan.json").read_bytes() == first
     assert main(["plan", *flags, "--micro-batches", "1", "--force"]) == 0
     done = capsys.readouterr()

@@ -151,6 +151,14 @@ def test_a_rerun_replaces_the_directory_whole_and_an_interrupted_one_keeps_only_
         seen.append(rec.step)
         if len(seen) == 2:
             raise KeyboardInterrupt
+    finished = {p.name: p.read_bytes() for p in out.iterdir()}
+    run_dir = RunDirectory(out)
+    with pytest.raises(KeyboardInterrupt), run_dir:  # a finished run is replaced only by a finished one
+        run(scenario(5), out=run_dir, shards_factory=local_shards, on_step=stop_after_two)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == finished and beside(out) == []
+    assert run_dir.kept_earlier.startswith("scenario ") and "feasible" in run_dir.kept_earlier
+    seen.clear()
+    out = tmp_path / "other" / "unfinished"
     with pytest.raises(KeyboardInterrupt):
         run(scenario(5), out=out, shards_factory=local_shards, on_step=stop_after_two)
     assert sorted(p.name for p in out.iterdir()) == ["run.json", "steps.csv"]     # no summary.json

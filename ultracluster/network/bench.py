@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import re
 import sys
 from dataclasses import dataclass
@@ -192,13 +193,17 @@ def format_table(rows: list[Row], cluster: Cluster, dtype: str) -> str:
 
 
 def write_csv(rows: list[Row], path: str) -> None:
-    """The rows with exactly the columns op, ranks, instances, bytes, time_us, algbw_gb_s, busbw_gb_s, algorithm."""
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(CSV_COLUMNS)
-        for r in rows:
-            w.writerow([r.op, r.ranks, r.instances, r.bytes, f"{r.time_us:.4f}", f"{r.algbw_gb_s:.6f}",
-                        f"{r.busbw_gb_s:.6f}", r.algorithm])
+    """The rows with exactly the columns op, ranks, instances, bytes, time_us, algbw_gb_s, busbw_gb_s, algorithm,
+    written atomically (a symlink at `path` is replaced, never what it points to)."""
+    from ..report.atomic import atomic_write_text
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\r\n")
+    w.writerow(CSV_COLUMNS)
+    for r in rows:
+        w.writerow([r.op, r.ranks, r.instances, r.bytes, f"{r.time_us:.4f}", f"{r.algbw_gb_s:.6f}",
+                    f"{r.busbw_gb_s:.6f}", r.algorithm])
+    atomic_write_text(path, buf.getvalue())
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -220,10 +225,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="core (default: every logical NeuronCore a rank), die (Trainium3) or chip: one rank per die "
                         "or per chip")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the rows as CSV")
+    p.add_argument("--force", action="store_true", help="replace an existing --csv FILE")
 
 
 def run_cli(args: argparse.Namespace, out=None) -> int:
     """Run the subcommand; bad arguments raise ScenarioError (the CLI prints them and exits 2)."""
+    if args.csv:                                # the output rule, before anything is timed
+        from ..report.output_rule import check_out_file
+        check_out_file(args.csv, args.force, "--csv")
     sizes = parse_sizes(args.sizes)
     cluster = bench_cluster(args.instance, args.instances, args.lnc, args.efa_gbps, args.neuronlink_gbps,
                             args.calibration)

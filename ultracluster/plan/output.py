@@ -13,6 +13,7 @@ import gzip
 import io
 import json
 import math
+import re
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from .. import stacks
-from ..errors import OutDirError
 from ..replay.result import BREAKDOWN_KEYS
 from ..report.atomic import atomic_write_bytes
+from ..report.output_rule import TEMP_FILE, check_out_dir
+from ..report.rundir import RUN_FILE
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
 from ..layouts.ranking import END_NAMES
@@ -134,22 +136,44 @@ def plan_rows(table):
     return table[keep.to_numpy(dtype=bool)]
 
 
-def check_plan_dir(out: str | Path, force: bool) -> bool:
-    """Whether `out` holds an earlier plan (then replaced only with `force`: OutDirError otherwise)."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise OutDirError(f"--out: {out} is a file, not a plan directory; give --out NEWDIR")
-    found = [f for f in PLAN_FILES if (out / f).exists()] + sorted(p.name for p in out.glob("top-*.yaml"))
-    if not found:
+TOP_FILE = re.compile(r"^top-[0-9]+\.yaml$")
+TOP_RUN = re.compile(r"^top-[0-9]+$|^\.top-[0-9]+\.(lock|partial-.+)$")   # runs/: the replays' run directories
+
+
+def _plan_owns(entry: Path) -> bool:
+    """Whether a plan writes `entry` of its directory: its files, top-N.yaml, runs/ holding only the replays' run
+    directories (runs/top-N/ with nothing but run files, their locks), and the temporary files of a killed write."""
+    name = entry.name
+    if TEMP_FILE.match(name) or (name in PLAN_FILES or TOP_FILE.match(name)) and not entry.is_dir():
+        return True
+    if name != "runs" or entry.is_symlink() or not entry.is_dir():
         return False
-    if not force:
-        when = ""
-        if (out / "plan.json").exists():
-            stamp = datetime.fromtimestamp((out / "plan.json").stat().st_mtime, timezone.utc)
-            when = f" written {stamp:%Y-%m-%d %H:%M} UTC"
-        raise OutDirError(f"--out: {out} already holds a plan ({', '.join(found[:3])}{when}); a new plan never "
-                          f"replaces it silently: add --force to replace it, or give --out NEWDIR")
+    for run in entry.iterdir():
+        if not TOP_RUN.match(run.name) or run.is_symlink():
+            return False
+        if run.is_dir() and any(f.is_dir() or not RUN_FILE.match(f.name) for f in run.iterdir()):
+            return False
     return True
+
+
+def _earlier_plan(out: Path) -> str | None:
+    found = [f for f in PLAN_FILES if (out / f).exists()] + sorted(p.name for p in out.glob("top-*.yaml"))
+    found += ["runs/" + p.name for p in sorted((out / "runs").glob("top-*"))] if (out / "runs").is_dir() else []
+    if not found:
+        return None
+    when = ""
+    if (out / "plan.json").exists():
+        stamp = datetime.fromtimestamp((out / "plan.json").stat().st_mtime, timezone.utc)
+        when = f" written {stamp:%Y-%m-%d %H:%M} UTC"
+    return f"a plan ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}{when})"
+
+
+def check_plan_dir(out: str | Path, force: bool, inputs=()) -> bool:
+    """The output rule for a plan directory (`report.rundir.check_out_dir`): whether `out` holds an earlier plan
+    (then replaced only with `force`: OutDirError otherwise). A directory holding anything a plan does not write
+    (the user's files, a runs/ with other entries), a file, a device, or the plan's own input is refused
+    whatever `force` says."""
+    return check_out_dir(out, force, _plan_owns, _earlier_plan, "plan directory", "a plan", inputs=inputs)
 
 
 def write_plan_dir(result: PlanResult, out: str | Path) -> Path:

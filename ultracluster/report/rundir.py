@@ -12,13 +12,17 @@ For a run directory ``<parent>/<name>``:
   system offers one, else two renames), so ``<name>`` always holds the files of exactly one run: a finished
   one (with summary.json) or an interrupted or failed one (steps.csv with the finished steps, run.json with
   ``finished: false``, the signal or the error, and never a summary.json). A run that ends before it wrote
-  anything (bad input, interrupted before its first step) leaves ``<name>`` as it was.
+  anything (bad input, interrupted before its first step) leaves ``<name>`` as it was, and so does one that
+  does not finish where ``<name>`` holds a finished run: a finished run is replaced by a finished one only.
 * An existing ``<name>`` is replaced only when it holds nothing but files a run writes (``*.csv``,
   ``*.json``, ``*.html``, ``*.parquet``): never a directory with subdirectories or other files, never the
   current directory or one above it. One that holds an earlier run (its summary.json, steps.csv or run.json) is
   replaced only when asked to (``force``; the CLI's ``run --force``, the same rule as ``plan --force``).
 
 Only this module and ``write.py`` create files in run directories.
+
+``RunDirectory`` applies the output rule (`output_rule`) to a run directory: never a device, a file, the run's
+own input or a directory holding it.
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ultracluster.errors import OutDirError, RunInterrupted, shorten_text
+from ultracluster.report.output_rule import input_clash, special_kind
 from ultracluster.report.write import StepWriter, write_run_record
 
 RUN_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.(csv|json|html|parquet)$|^\..+\.tmp$")
@@ -189,21 +194,26 @@ class RunDirectory:
     Args:
         out: the run directory.
         force: replace an earlier run found there (False: OutDirError naming it, as `run` without --force).
+        inputs: the files the run reads (its scenario, its calibration profile): never inside the directory.
 
     Attributes:
         target: the run directory (symlinks resolved).
         path: the staging directory to write into (beside ``target``, on the same file system).
         steps: the StepWriter of ``path``/steps.csv.
         stale: the record of a dead run whose lock was taken over (its staging directory removed), or None.
+        kept_earlier: after exit, when this run did not finish and the directory held a finished run: that
+            run's description (it was kept, and this run's files were dropped), else None.
 
     Raises:
         OutDirError: on enter, when another run holds the directory, it is a file, it holds files no run
             writes, it is the current directory or holds it, or (without `force`) it holds an earlier run.
     """
 
-    def __init__(self, out: str | os.PathLike, force: bool = True) -> None:
+    def __init__(self, out: str | os.PathLike, force: bool = True, inputs=()) -> None:
         self.out = os.fspath(out)
         self.force = force
+        self.inputs = tuple(inputs)
+        self.kept_earlier: str | None = None
         self.target = _place(out)
         token = f"{os.getpid()}-{secrets.token_hex(3)}"
         self.path = self.target.parent / f".{self.target.name}.partial-{token}"
@@ -240,8 +250,10 @@ class RunDirectory:
         if cwd is not None and (self.target == cwd or self.target in cwd.parents):
             raise OutDirError(f"run directory {shown}: it is the current directory or holds it; a run replaces "
                               f"its directory as a whole, so choose one below it (e.g. runs/NAME)")
+        input_clash("run directory", shown, self.target, self.inputs)
         if self.target.exists() and not self.target.is_dir():
-            raise OutDirError(f"run directory {shown}: it is a file, not a directory")
+            kind = special_kind(os.stat(self.target).st_mode) or "a file"
+            raise OutDirError(f"run directory {shown}: it is {kind}, not a directory")
         if self.target.is_dir():
             foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in self.target.iterdir()
                              if p.is_dir() or not RUN_FILE.match(p.name))
@@ -277,6 +289,10 @@ class RunDirectory:
                     return             # the staging directory was removed under the run: nothing to move
                 if kind is not None and not any(self.path.iterdir()):
                     shutil.rmtree(self.path, ignore_errors=True)  # nothing written: the directory stays as it was
+                elif kind is not None and (self.target / "summary.json").is_file():
+                    # a finished run is replaced only by a finished one (--force): this one did not finish
+                    self.kept_earlier = earlier_run(self.target)
+                    shutil.rmtree(self.path, ignore_errors=True)
                 else:
                     if kind is not None:
                         self._record_unfinished(exc)
@@ -381,3 +397,4 @@ def signals_held():
                 handler(held[0], None)
             elif handler == signal.SIG_DFL:
                 signal.raise_signal(held[0])
+

@@ -85,6 +85,9 @@ def write_goodput(result: GoodputResult, out_dir: str | os.PathLike) -> dict:
     return s
 
 
+SENSITIVITY_FILES = ("sensitivity.csv", "sensitivity.html")
+
+
 def write_sensitivity(out_dir: str | os.PathLike, scenario_name: str, point_s: float, low_s: float, high_s: float,
                       rows: list[dict], columns: Sequence[str]) -> tuple[Path, Path]:
     """Write sensitivity.csv (one row per uncertain factor, `columns`) and sensitivity.html (the tornado

@@ -312,8 +312,10 @@ class SweepSpec(_Spec):
 class Scenario(_Spec):
     """A resolved, validated scenario: every default filled, every derived value computed."""
 
-    name: str = Field(pattern=r"^[a-z0-9._-]+$", max_length=200,
-                      description="Scenario name; names the output folder (so at most 200 characters).")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=200,
+                      description="Scenario name; names the output folder, so a plain name: lower-case letters, "
+                                  "digits, '.', '_' and '-', starting with a letter or digit (never '.', '..' or a "
+                                  "path), at most 200 characters.")
     seed: int = Field(0, ge=0, description="Seed of every random draw (jitter, stragglers, faults) [0].")
     stack: Literal["neuronx-distributed", "neuronx-nemo-megatron", "megatron-lm-neuron", "axlearn", "custom"] = Field(
         "custom", description="Training stack: fills the keys not given with its defaults (attention kernel, "

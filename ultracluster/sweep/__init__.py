@@ -29,7 +29,7 @@ from .output import ROWS_FILE, SWEEP_FILES, format_sweep, read_rows, table, writ
 from .evaluate import evaluate_variant
 from .spec import MAX_VARIANTS, SweepPlan, Variant, build
 
-__all__ = ["MAX_VARIANTS", "SweepPlan", "SweepResult", "build", "format_sweep", "run_sweep"]
+__all__ = ["MAX_VARIANTS", "SweepPlan", "SweepResult", "build", "check_sweep_dir", "format_sweep", "run_sweep"]
 EMBEDDED_RAY_START_S = 12.0    # as the planner (plan.command.EMBEDDED_RAY_START_S): what an embedded Ray must
                                # save to pay off
 
@@ -87,6 +87,16 @@ def _prior(out: Path, ident: str, force: bool) -> dict[str, dict]:
     for n in names:
         (out / n).unlink()
     return {}
+
+
+def check_sweep_dir(out: str | Path, inputs=()) -> None:
+    """The output rule for a sweep directory (`report.rundir.check_out_dir`), before its lock is taken: no file,
+    device or FIFO, nothing of the sweep's input, no file a sweep does not write. Whether its rows are reused or
+    (another sweep's, with --force) replaced is `run_sweep`'s to decide."""
+    from ..report.output_rule import TEMP_FILE, check_out_dir
+
+    check_out_dir(out, True, lambda e: e.name in SWEEP_FILES or bool(TEMP_FILE.match(e.name)), lambda d: None,
+                  "sweep directory", "a sweep", inputs=inputs)
 
 
 def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, actors: bool = False,
