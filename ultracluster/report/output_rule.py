@@ -98,7 +98,7 @@ def check_out_file(path: str | os.PathLike, force: bool, flag: str = "--out", in
     p = Path(path)
     shown = shorten_text(os.fspath(path))
     if not os.fspath(path) or p.name in ("", ".", ".."):
-        raise OutDirError(f"{flag} {shown!r}: not a file name; give a file path, e.g. {flag} NAME.json")
+        raise OutDirError(f"{flag} {shown!r}: not a file name; give a file path")
     real = _real(p)
     input_clash(flag, shown, real, inputs)
     try:

@@ -1,0 +1,209 @@
+"""The output rule (`report.output_rule`), command by command: each writing command is pointed at what a user
+already has (an earlier output, their own files, a device, a FIFO, a symlink, the command's own input) and must
+exit 2 with one line naming the path, leaving every file as it was (sha256 before and after). The refusals come
+before anything is timed, so each case takes the CLI's start-up and no Ray (run dirs for `compare` and `report`
+are written once, in this process, with local shards). A closed stdout stops the printing, never the command."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ultracluster import load_scenario
+from ultracluster.cli import main
+from ultracluster.errors import EXIT_BAD_INPUT, EXIT_OK
+from ultracluster.runner import run
+from ultracluster.shards.local import local_shards
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = REPO / "scenarios" / "smoke.yaml"
+FAST = 10.0                   # seconds a refusal may take (issue 47's bound), in this process
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every entry under `root`: a file's sha256, a symlink's target, a directory, a FIFO or a device as such."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            mode = p.lstat().st_mode
+            key = str(p.relative_to(root))
+            if stat.S_ISLNK(mode):
+                out[key] = "-> " + os.readlink(p)
+            elif stat.S_ISREG(mode):
+                out[key] = hashlib.sha256(p.read_bytes()).hexdigest()
+            else:
+                out[key] = "dir" if stat.S_ISDIR(mode) else f"mode {stat.S_IFMT(mode):o}"
+    return out
+
+
+def refused(capsys, argv: list[str], names: str, root: Path) -> str:
+    """Run `argv` in this process; it must exit 2 with one `error:` line naming `names`, fast, and leave every
+    file under `root` as it was. Returns the line."""
+    before = tree(root)
+    capsys.readouterr()
+    t0 = time.perf_counter()
+    rc = main(argv)
+    took = time.perf_counter() - t0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == EXIT_BAD_INPUT, err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0], err
+    assert "Traceback" not in err and took < FAST
+    assert tree(root) == before
+    return lines[0]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """A user's directory, the current one: the smoke scenario, measurements, notes, an earlier profile."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(SMOKE, tmp_path / "smoke.yaml")
+    (tmp_path / "in.csv").write_text("scenario,step_time_s\nsmoke.yaml,0.45\n")
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "profile.json").write_text('{"mine": true}\n')
+    (tmp_path / "calibrate.html").write_text("<p>my page</p>\n")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "notes.txt")
+    os.mkfifo(tmp_path / "fifo")
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> list[Path]:
+    """Two finished run directories of the smoke scenario (local shards: no Ray)."""
+    root = tmp_path_factory.mktemp("runs")
+    out = []
+    for seed in (1, 2):
+        run(load_scenario(SMOKE, [f"seed={seed}"]), out=root / f"s{seed}", shards_factory=local_shards)
+        out.append(root / f"s{seed}")
+    return out
+
+
+def test_calibrate_never_writes_over_its_input_a_profile_a_page_or_a_device(home, capsys):
+    refused(capsys, ["calibrate", "in.csv", "--out", "in.csv"], "--out in.csv: it is this command's own input", home)
+    refused(capsys, ["calibrate", "in.csv", "--out", "in.csv", "--force"], "own input", home)
+    refused(capsys, ["calibrate", "in.csv", "--out", "profile.json"], "--out profile.json: a file already exists", home)
+    (home / "p2.json").unlink(missing_ok=True)
+    refused(capsys, ["calibrate", "in.csv", "--out", "p2.json"], "calibrate.html", home)   # the page beside it
+    refused(capsys, ["calibrate", "in.csv", "--out", "/dev/null"], "/dev/null: it is a device", home)
+    refused(capsys, ["calibrate", "in.csv", "--out", "/dev/null", "--force"], "a device", home)
+    refused(capsys, ["calibrate", "in.csv", "--out", "fifo", "--force"], "a FIFO", home)
+    refused(capsys, ["calibrate", "in.csv", "--out", "link.csv", "--force"], "a symlink", home)
+    refused(capsys, ["calibrate", "in.csv", "--out", "calibrate.html", "--force"], "the page", home)
+    refused(capsys, ["calibrate", "in.csv", "--out", "notes.txt/p.json"], "(Not a directory)", home)
+
+
+def test_collectives_csv_is_never_an_existing_file_a_device_or_a_symlink(home, capsys):
+    base = ["collectives", "--sizes", "1K"]
+    refused(capsys, base + ["--csv", "notes.txt"], "--csv notes.txt: a file already exists", home)
+    refused(capsys, base + ["--csv", "/dev/null", "--force"], "a device", home)
+    refused(capsys, base + ["--csv", "link.csv", "--force"], "a symlink", home)
+    (home / "d").mkdir()
+    refused(capsys, base + ["--csv", "d"], "d: it is a directory", home)
+    refused(capsys, base + ["--csv", "."], "not a file name", home)
+    assert main(base + ["--csv", "notes.txt", "--force"]) == EXIT_OK       # --force replaces a plain file
+    assert (home / "notes.txt").read_text().startswith("op,ranks,instances,bytes")
+
+
+def test_sensitivity_out_at_a_file_a_device_or_an_earlier_table(home, capsys):
+    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "notes.txt"], "notes.txt: it is a file, not a directory",
+            home)
+    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "/dev/null"], "a device", home)
+    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "."], "own input (smoke.yaml)", home)
+    (home / "sens").mkdir()
+    (home / "sens" / "sensitivity.csv").write_text("factor\nmine\n")
+    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens"], "already holds sensitivity.csv", home)
+    (home / "sens" / "notes.txt").write_text("mine\n")
+    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens", "--force"], "1 entry sensitivity does not write",
+            home)
+
+
+def test_plan_never_writes_among_or_deletes_a_users_files(home, capsys):
+    for d in ("runs/top-1", "runs/top-7"):                # issue 47: `plan --out .` deleted these
+        (home / d).mkdir(parents=True)
+        (home / d / "summary.json").write_text('{"scenario": "mine"}\n')
+    refused(capsys, ["plan", "smoke.yaml", "--top", "1", "--out", "."], "plan directory .", home)
+    refused(capsys, ["plan", "smoke.yaml", "--top", "1", "--out", ".", "--force"], "own input", home)
+    plans = home / "plans" / "p"                          # an earlier plan with a replay's run directory
+    (plans / "runs" / "top-7").mkdir(parents=True)
+    (plans / "runs" / "top-7" / "summary.json").write_text("{}\n")
+    (plans / "plan.json").write_text("{}\n")
+    refused(capsys, ["plan", "smoke.yaml", "--top", "1", "--out", str(plans)], "already holds a plan", home)
+    (plans / "runs" / "mine.txt").write_text("mine\n")    # runs/ holding something no plan writes: never, --force or not
+    refused(capsys, ["plan", "smoke.yaml", "--top", "1", "--out", str(plans), "--force"], "runs/", home)
+    refused(capsys, ["plan", "smoke.yaml", "--out", "/dev/null"], "a device", home)
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "", ".hidden", "-x"])
+def test_a_name_that_becomes_a_path_is_a_plain_name(home, capsys, name):
+    for cmd in (["plan", "smoke.yaml", "--top", "1"], ["run", "smoke.yaml"], ["sensitivity", "smoke.yaml"]):
+        before = tree(home)
+        assert main([*cmd, "--set", f"name={name!r}"]) == EXIT_BAD_INPUT
+        err = capsys.readouterr().err
+        assert "  - name: given " in err and "Traceback" not in err
+        assert tree(home) == before
+
+
+def test_run_refuses_a_users_directory_a_device_and_an_earlier_run(home, capsys):
+    refused(capsys, ["run", "smoke.yaml", "--out", "/dev/null"], "/dev/null: it is a device", home)
+    refused(capsys, ["run", "smoke.yaml", "--out", "notes.txt"], "it is a file", home)
+    refused(capsys, ["run", "smoke.yaml", "--out", "."], "the current directory", home)
+    (home / "runs" / "smoke").mkdir(parents=True)
+    (home / "runs" / "smoke" / "summary.json").write_text('{"scenario": "smoke", "feasible": true}\n')
+    (home / "runs" / "smoke" / "steps.csv").write_text("step\n0\n")
+    refused(capsys, ["run", "smoke.yaml"], "already holds a run", home)
+    (home / "runs" / "smoke" / "notes.txt").write_text("mine\n")
+    refused(capsys, ["run", "smoke.yaml", "--force"], "a run does not write (notes.txt)", home)
+    shutil.copy(home / "smoke.yaml", home / "runs" / "own.json")
+    refused(capsys, ["run", "runs/own.json", "--out", "runs", "--force"], "own input", home)
+
+
+def test_sweep_refuses_a_users_directory_a_device_and_its_input(home, capsys):
+    vary = ["sweep", "smoke.yaml", "--vary", "training.micro_batch=1,2"]
+    refused(capsys, vary + ["--out", "/dev/null"], "a device", home)
+    refused(capsys, vary + ["--out", "."], "own input", home)
+    (home / "sw").mkdir()
+    (home / "sw" / "notes.txt").write_text("mine\n")
+    refused(capsys, vary + ["--out", "sw", "--force"], "a sweep does not write (notes.txt)", home)
+    assert not (home / ".sw.lock").exists()                 # refused before the lock is taken
+
+
+def test_compare_and_report_write_only_their_own_files(two_runs, home, capsys):
+    a, b = map(str, two_runs)
+    (home / "cmp").mkdir()
+    (home / "cmp" / "compare.csv").write_text("mine\n")
+    refused(capsys, ["compare", a, b, "--out", "cmp"], "already holds a comparison", home)
+    (home / "cmp" / "notes.txt").write_text("mine\n")
+    refused(capsys, ["compare", a, b, "--out", "cmp", "--force"], "a comparison does not write", home)
+    refused(capsys, ["compare", a, b, "--out", "notes.txt"], "not a directory", home)
+    refused(capsys, ["compare", a, b, "--out", "/dev/null"], "a device", home)
+    refused(capsys, ["compare", a, b, "--out", "calibrate.html"], "a file already exists", home)
+    (home / "link.html").symlink_to(home / "notes.txt")
+    refused(capsys, ["compare", a, b, "--out", "link.html", "--force"], "a symlink", home)
+    refused(capsys, ["compare", a, b, "--out", str(Path(a) / "sub")], "inside one", Path(a).parent)
+    page = Path(a) / "report.html"                          # `report` re-renders its pages: never through a FIFO
+    page.unlink()
+    os.mkfifo(page)
+    try:
+        refused(capsys, ["report", a, "--quiet"], "report.html: it is a FIFO", Path(a).parent)
+    finally:
+        page.unlink()
+
+
+def test_a_closed_stdout_stops_the_printing_not_the_command(tmp_path):
+    """`ultracluster ... | head -1`: the reader gone, the command still writes its output and exits 0."""
+    csv = tmp_path / "c.csv"
+    p = subprocess.Popen([sys.executable, "-m", "ultracluster", "collectives", "--sizes", "1K,1M,1G", "--csv",
+                          str(csv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    p.stdout.close()                                        # every write to stdout now fails with EPIPE
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == EXIT_OK, err
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err
+    assert len(csv.read_text().splitlines()) == 1 + 3
