@@ -721,8 +721,15 @@ def _main(argv: list[str] | None = None) -> int:
         return _sweep(args)
     if args.command == "collectives":
         from .network.bench import run_cli
+        from .report.atomic import atomic_write_text
+        from .report.output_rule import check_out_file
         try:
-            return run_cli(args)
+            if args.csv:                               # the output rule, before anything is timed
+                check_out_file(args.csv, args.force, "--csv")
+            code, text = run_cli(args)
+            if text is not None:
+                atomic_write_text(args.csv, text)      # a new file renamed over the path: never through a link
+            return code
         except OutDirError as err:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_BAD_INPUT

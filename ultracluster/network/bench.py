@@ -192,18 +192,16 @@ def format_table(rows: list[Row], cluster: Cluster, dtype: str) -> str:
     return "\n".join(lines)
 
 
-def write_csv(rows: list[Row], path: str) -> None:
-    """The rows with exactly the columns op, ranks, instances, bytes, time_us, algbw_gb_s, busbw_gb_s, algorithm,
-    written atomically (a symlink at `path` is replaced, never what it points to)."""
-    from ..report.atomic import atomic_write_text
-
+def csv_text(rows: list[Row]) -> str:
+    """The rows as CSV with exactly the columns op, ranks, instances, bytes, time_us, algbw_gb_s, busbw_gb_s,
+    algorithm (the CLI writes it atomically, under the output rule)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\r\n")
     w.writerow(CSV_COLUMNS)
     for r in rows:
         w.writerow([r.op, r.ranks, r.instances, r.bytes, f"{r.time_us:.4f}", f"{r.algbw_gb_s:.6f}",
                     f"{r.busbw_gb_s:.6f}", r.algorithm])
-    atomic_write_text(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -228,11 +226,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing --csv FILE")
 
 
-def run_cli(args: argparse.Namespace, out=None) -> int:
-    """Run the subcommand; bad arguments raise ScenarioError (the CLI prints them and exits 2)."""
-    if args.csv:                                # the output rule, before anything is timed
-        from ..report.output_rule import check_out_file
-        check_out_file(args.csv, args.force, "--csv")
+def run_cli(args: argparse.Namespace, out=None) -> tuple[int, str | None]:
+    """Run the subcommand: (exit code, the CSV's text with --csv, else None); bad arguments raise ScenarioError
+    (the CLI prints them and exits 2)."""
     sizes = parse_sizes(args.sizes)
     cluster = bench_cluster(args.instance, args.instances, args.lnc, args.efa_gbps, args.neuronlink_gbps,
                             args.calibration)
@@ -240,9 +236,4 @@ def run_cli(args: argparse.Namespace, out=None) -> int:
     ranks = args.ranks if args.ranks is not None else cluster.ranks // rank_stride(cluster, args.rank_per)
     rows = sweep(cluster, op, ranks, sizes, args.dtype, args.rank_per)
     print(format_table(rows, cluster, args.dtype), file=out or sys.stdout)
-    if args.csv:
-        try:
-            write_csv(rows, args.csv)
-        except OSError as err:
-            raise ScenarioError([Problem("--csv", args.csv, f"a writable file path ({err.strerror})")]) from None
-    return 0
+    return 0, csv_text(rows) if args.csv else None
