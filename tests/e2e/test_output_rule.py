@@ -139,6 +139,9 @@ def test_plan_never_writes_among_or_deletes_a_users_files(home, capsys):
     (plans / "runs" / "mine.txt").write_text("mine\n")    # runs/ holding something no plan writes: never, --force or not
     refused(capsys, ["plan", "smoke.yaml", "--top", "1", "--out", str(plans), "--force"], "runs/", home)
     refused(capsys, ["plan", "smoke.yaml", "--out", "/dev/null"], "a device", home)
+    (plans / "runs" / "mine.txt").unlink()
+    shutil.copy(home / "smoke.yaml", plans / "top-1.yaml")  # re-planning from a plan's own top-1.yaml, into it
+    refused(capsys, ["plan", str(plans / "top-1.yaml"), "--out", str(plans), "--force"], "own input", home)
 
 
 @pytest.mark.parametrize("name", ["..", ".", "a/b", "", ".hidden", "-x"])
@@ -207,3 +210,32 @@ def test_a_closed_stdout_stops_the_printing_not_the_command(tmp_path):
     assert p.wait(timeout=60) == EXIT_OK, err
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err
     assert len(csv.read_text().splitlines()) == 1 + 3
+
+
+class _ClosedPipe:
+    """A stdout whose reader went away: every write and flush fails as a closed pipe does."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    flush = write
+
+    def isatty(self):
+        return False
+
+
+def test_run_force_into_a_closed_pipe_finishes_and_replaces_the_run_only_when_done(ray_session, two_runs, tmp_path,
+                                                                                   monkeypatch):
+    """`ultracluster run --force 2>&1 | head -3` (issue 45): the run finishes and writes its directory, exit 0."""
+    out = tmp_path / "smoke"
+    shutil.copytree(two_runs[0], out)
+    earlier = tree(out)
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    monkeypatch.setattr(sys, "stderr", _ClosedPipe())
+    rc = main(["run", str(SMOKE), "--out", str(out), "--force"])
+    monkeypatch.undo()
+    assert rc == EXIT_OK
+    record = (out / "run.json").read_text()
+    assert '"finished": false' not in record and (out / "summary.json").is_file()
+    assert len((out / "steps.csv").read_text().splitlines()) == 1 + 4
+    assert tree(out) != earlier and sorted(p.name for p in tmp_path.iterdir()) == ["smoke"]
