@@ -14,6 +14,8 @@ when the directory meets the output contract, 1 with every problem printed, 2 wh
 no layout of the search space fits (it prints the closest and why), 4 for a runtime failure. `sweep` exits 0, 2 for
 a bad flag or any bad variant (every one named, nothing runs) or a sweep directory holding another sweep (without
 --force), 4 when a variant failed (the others' rows written), 128 + the signal when interrupted (rows kept).
+Every command that writes exits 2, with one line naming the path, for an output path the output rule
+(`report.output_rule`) refuses, before it starts anything; a closed stdout or stderr stops the printing only.
 """
 from __future__ import annotations
 
