@@ -709,6 +709,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    for flag in ("out", "csv", "check"):             # an empty path is no path: never a silent default
+        if getattr(args, flag, None) == "":
+            print(f"error: {Problem('--' + flag, '', 'a path')}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     if args.command in ("report", "compare"):
         return _render(args)
     if args.command == "check":

@@ -158,6 +158,9 @@ def test_run_refuses_a_users_directory_a_device_and_an_earlier_run(home, capsys)
     refused(capsys, ["run", "smoke.yaml", "--out", "/dev/null"], "/dev/null: it is a device", home)
     refused(capsys, ["run", "smoke.yaml", "--out", "notes.txt"], "it is a file", home)
     refused(capsys, ["run", "smoke.yaml", "--out", "."], "the current directory", home)
+    for cmd in (["run", "smoke.yaml"], ["plan", "smoke.yaml"], ["sensitivity", "smoke.yaml"],
+                ["calibrate", "in.csv"], ["sweep", "smoke.yaml"]):
+        refused(capsys, [*cmd, "--out", ""], "--out: given ''", home)       # never the default, silently
     (home / "runs" / "smoke").mkdir(parents=True)
     (home / "runs" / "smoke" / "summary.json").write_text('{"scenario": "smoke", "feasible": true}\n')
     (home / "runs" / "smoke" / "steps.csv").write_text("step\n0\n")
