@@ -231,7 +231,7 @@ def _compare_page(out: str | None, dirs: list[str], force: bool) -> Path:
     the page), else `compare/` beside the first run directory. The output rule (`report.rundir`): OutDirError for
     a place that holds an earlier comparison (without --force), files a comparison does not write, a run
     directory (or one inside a run directory being compared), a device or a file."""
-    from .report.output_rule import TEMP_FILE, check_out_dir, check_out_file
+    from .report.output_rule import check_out_dir, check_out_file, owns_files
 
     if out is None:
         first = Path(dirs[0])
@@ -252,8 +252,7 @@ def _compare_page(out: str | None, dirs: list[str], force: bool) -> Path:
         check_out_file(page, force)
         check_out_file(folder / "compare.csv", force)
         return page
-    check_out_dir(folder, force, lambda e: e.name in COMPARE_FILES or bool(TEMP_FILE.match(e.name)),
-                  _earlier_comparison, "--out:", "a comparison")
+    check_out_dir(folder, force, owns_files(COMPARE_FILES), _earlier_comparison, "--out:", "a comparison")
     return page
 
 
@@ -544,13 +543,13 @@ def _sensitivity(scenario, args) -> int:
     """`ultracluster sensitivity`: time the scenario in this process, then each uncertain factor at both ends."""
     from .runner import predict
     from .report.write import SENSITIVITY_FILES, write_sensitivity
-    from .report.output_rule import TEMP_FILE, check_out_dir
+    from .report.output_rule import check_out_dir, owns_files
     from .report.sensitivity import SENSITIVITY_COLUMNS, sensitivity_rows, tornado_text
     from .layouts.setting_times import setting_step_times
     from .uncertainty import interval
 
     out = Path(args.out or Path("runs") / f"{scenario.name}-sensitivity")
-    check_out_dir(out, args.force, lambda e: e.name in SENSITIVITY_FILES or bool(TEMP_FILE.match(e.name)),
+    check_out_dir(out, args.force, owns_files(SENSITIVITY_FILES),
                   lambda d: ", ".join(f for f in SENSITIVITY_FILES if (d / f).exists()) or None,
                   "sensitivity directory", "sensitivity", inputs=_inputs_of(args))
     s = predict(scenario)

@@ -120,8 +120,10 @@ def test_sensitivity_out_at_a_file_a_device_or_an_earlier_table(home, capsys):
     (home / "sens").mkdir()
     (home / "sens" / "sensitivity.csv").write_text("factor\nmine\n")
     refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens"], "already holds sensitivity.csv", home)
+    (home / "sens" / "sensitivity.html").mkdir()            # its name, but a directory: not what it writes
+    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens", "--force"], "(sensitivity.html/)", home)
     (home / "sens" / "notes.txt").write_text("mine\n")
-    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens", "--force"], "1 entry sensitivity does not write",
+    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens", "--force"], "entries sensitivity does not write",
             home)
 
 

@@ -20,6 +20,7 @@ import re
 import stat
 import time
 from pathlib import Path
+from typing import Callable
 
 from ultracluster.errors import OutDirError, shorten_text
 
@@ -82,6 +83,13 @@ def _creatable(flag: str, shown: str, directory: Path) -> None:
     if not os.access(probe, os.W_OK | os.X_OK):
         raise OutDirError(f"{flag} {shown}: cannot create it: {shorten_text(str(probe))} is not writable "
                           f"(permission denied)")
+
+
+def owns_files(names) -> Callable[[Path], bool]:
+    """`check_out_dir`'s `owns` for a command that writes the files `names` (and atomic_write's temporary files):
+    an entry of one of those names that is a directory is not one of them."""
+    names = frozenset(names)
+    return lambda entry: bool(TEMP_FILE.match(entry.name)) or (entry.name in names and not entry.is_dir())
 
 
 def check_out_file(path: str | os.PathLike, force: bool, flag: str = "--out", inputs=()) -> Path:

@@ -93,10 +93,9 @@ def check_sweep_dir(out: str | Path, inputs=()) -> None:
     """The output rule for a sweep directory (`report.rundir.check_out_dir`), before its lock is taken: no file,
     device or FIFO, nothing of the sweep's input, no file a sweep does not write. Whether its rows are reused or
     (another sweep's, with --force) replaced is `run_sweep`'s to decide."""
-    from ..report.output_rule import TEMP_FILE, check_out_dir
+    from ..report.output_rule import check_out_dir, owns_files
 
-    check_out_dir(out, True, lambda e: e.name in SWEEP_FILES or bool(TEMP_FILE.match(e.name)), lambda d: None,
-                  "sweep directory", "a sweep", inputs=inputs)
+    check_out_dir(out, True, owns_files(SWEEP_FILES), lambda d: None, "sweep directory", "a sweep", inputs=inputs)
 
 
 def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, actors: bool = False,
