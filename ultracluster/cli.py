@@ -158,7 +158,8 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--out", help="directory for sensitivity.csv and sensitivity.html (default runs/<name>-sensitivity)")
     sv.add_argument("--calibration", dest="calibration_profile", metavar="PROFILE.json",
                     help="a calibration profile from `ultracluster calibrate` instead of the shipped fit")
-    sv.add_argument("--force", action="store_true", help="replace an earlier sensitivity.csv and sensitivity.html there")
+    sv.add_argument("--force", action="store_true", help="replace an earlier sensitivity.csv and sensitivity.html "
+                                                        "there")
     sv.add_argument("--quiet", action="store_true", help="print nothing but errors")
     cb = sub.add_parser("calibrate", help="fit the model's free factors to your measured runs (a profile for "
                                           "--calibration); or re-verify a profile with --check")
@@ -252,7 +253,8 @@ def _compare_page(out: str | None, dirs: list[str], force: bool) -> Path:
         check_out_file(page, force)
         check_out_file(folder / "compare.csv", force)
         return page
-    check_out_dir(folder, force, owns_files(COMPARE_FILES), _earlier_comparison, "--out:", "a comparison")
+    check_out_dir(folder, force, owns_files(COMPARE_FILES), _earlier_comparison, "comparison directory",
+                  "a comparison")
     return page
 
 

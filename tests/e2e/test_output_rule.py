@@ -138,7 +138,7 @@ def test_plan_never_writes_among_or_deletes_a_users_files(home, capsys):
     (plans / "runs" / "top-7" / "summary.json").write_text("{}\n")
     (plans / "plan.json").write_text("{}\n")
     refused(capsys, ["plan", "smoke.yaml", "--top", "1", "--out", str(plans)], "already holds a plan", home)
-    (plans / "runs" / "mine.txt").write_text("mine\n")    # runs/ holding something no plan writes: never, --force or not
+    (plans / "runs" / "mine.txt").write_text("mine\n")    # runs/ holding what no plan writes: never, --force or not
     refused(capsys, ["plan", "smoke.yaml", "--top", "1", "--out", str(plans), "--force"], "runs/", home)
     refused(capsys, ["plan", "smoke.yaml", "--out", "/dev/null"], "a device", home)
     (plans / "runs" / "mine.txt").unlink()

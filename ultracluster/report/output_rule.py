@@ -157,7 +157,8 @@ def check_out_dir(path: str | os.PathLike, force: bool, owns, earlier, what: str
     except OSError as err:
         raise OutDirError(f"{what} {shown}: cannot use it ({err.strerror or err})") from None
     if not stat.S_ISDIR(mode):
-        raise OutDirError(f"{what} {shown}: it is {special_kind(mode) or 'a file'}, not a directory; give {flag} NEWDIR")
+        raise OutDirError(f"{what} {shown}: it is {special_kind(mode) or 'a file'}, not a directory; give {flag} "
+                          f"NEWDIR")
     try:
         entries = sorted(target.iterdir())
     except OSError as err:
