@@ -244,3 +244,17 @@ def test_run_force_into_a_closed_pipe_finishes_and_replaces_the_run_only_when_do
     assert '"finished": false' not in record and (out / "summary.json").is_file()
     assert len((out / "steps.csv").read_text().splitlines()) == 1 + 4
     assert tree(out) != earlier and sorted(p.name for p in tmp_path.iterdir()) == ["smoke"]
+
+
+def test_a_planted_symlink_is_never_written_through(home, capsys):
+    """A lock beside the output, or an output's own name, as a symlink to a user's file: refused, the file kept."""
+    (home / "runs").mkdir()
+    (home / "runs" / ".smoke.lock").symlink_to(home / "notes.txt")         # truncated by a lock taken through it
+    refused(capsys, ["run", "smoke.yaml"], "(it is a symlink)", home)
+    (home / "sw").mkdir()
+    (home / "sw" / "sweep-rows.jsonl").symlink_to(home / "notes.txt")      # opened "w" by a sweep
+    refused(capsys, ["sweep", "smoke.yaml", "--vary", "training.micro_batch=1,2", "--out", "sw", "--force"],
+            "(sweep-rows.jsonl)", home)
+    (home / "sens").mkdir()
+    (home / "sens" / "sensitivity.csv").symlink_to(home / "notes.txt")
+    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens", "--force"], "(sensitivity.csv)", home)

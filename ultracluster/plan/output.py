@@ -144,7 +144,8 @@ def _plan_owns(entry: Path) -> bool:
     """Whether a plan writes `entry` of its directory: its files, top-N.yaml, runs/ holding only the replays' run
     directories (runs/top-N/ with nothing but run files, their locks), and the temporary files of a killed write."""
     name = entry.name
-    if TEMP_FILE.match(name) or (name in PLAN_FILES or TOP_FILE.match(name)) and not entry.is_dir():
+    if TEMP_FILE.match(name) or (name in PLAN_FILES or TOP_FILE.match(name)) and not entry.is_dir() \
+            and not entry.is_symlink():
         return True
     if name != "runs" or entry.is_symlink() or not entry.is_dir():
         return False

@@ -87,9 +87,11 @@ def _creatable(flag: str, shown: str, directory: Path) -> None:
 
 def owns_files(names) -> Callable[[Path], bool]:
     """`check_out_dir`'s `owns` for a command that writes the files `names` (and atomic_write's temporary files):
-    an entry of one of those names that is a directory is not one of them."""
+    an entry of one of those names that is a directory or a symlink (written through, it could land anywhere)
+    is not one of them."""
     names = frozenset(names)
-    return lambda entry: bool(TEMP_FILE.match(entry.name)) or (entry.name in names and not entry.is_dir())
+    return lambda entry: bool(TEMP_FILE.match(entry.name)) or (
+        entry.name in names and not entry.is_symlink() and not entry.is_dir())
 
 
 def check_out_file(path: str | os.PathLike, force: bool, flag: str = "--out", inputs=()) -> Path:

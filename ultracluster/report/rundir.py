@@ -38,6 +38,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -120,8 +121,12 @@ class RunDirLock:
     def __enter__(self) -> RunDirLock:
         try:
             while self._fd is None:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                # never through a symlink (a planted .NAME.lock -> /etc/passwd would be truncated), never a FIFO
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK, 0o644)
                 try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        raise OSError(errno.EINVAL, f"it is {special_kind(os.fstat(fd).st_mode) or 'a directory'}, "
+                                                    "not a lock file")
                     if self._take(fd):
                         self._fd = fd
                 except BaseException:
@@ -130,8 +135,9 @@ class RunDirLock:
                 if self._fd is None:
                     os.close(fd)
         except OSError as err:
+            why = "it is a symlink" if err.errno == errno.ELOOP else (err.strerror or str(err))
             raise OutDirError(f"run directory {shorten_text(self.out)}: cannot lock it with "
-                              f"{shorten_text(str(self.path))} ({err.strerror or err})") from None
+                              f"{shorten_text(str(self.path))} ({why})") from None
         return self
 
     def _take(self, fd: int) -> bool:
