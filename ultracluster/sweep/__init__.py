@@ -25,6 +25,7 @@ from typing import Callable
 import pandas as pd
 
 from ..errors import OutDirError, RunInterrupted
+from ..report.atomic import atomic_write_text
 from .output import ROWS_FILE, SWEEP_FILES, format_sweep, read_rows, table, write_sweep_dir
 from .evaluate import evaluate_variant
 from .spec import MAX_VARIANTS, SweepPlan, Variant, build
@@ -125,6 +126,7 @@ def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, acto
 
     log = log or (lambda _: None)
     out = Path(out)
+    check_sweep_dir(out)                                # the output rule (the CLI has checked it with its inputs)
     out.parent.mkdir(parents=True, exist_ok=True)
     options = {"hours": plan.hours, "assumptions": assumptions_on, "actors": actors}
     ident = identity(plan, options)
@@ -139,10 +141,8 @@ def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, acto
                 "hours": plan.hours, "assumptions": "on" if assumptions_on else "off", "actors": actors,
                 "variants": len(plan.variants), "reused": len(rows), "notes": plan.notes}
         rows_file = out / ROWS_FILE
-        with open(rows_file, "w", encoding="utf-8") as f:          # the kept rows, then each new one as it ends
-            for v in plan.variants:
-                if v.key in rows:
-                    f.write(json.dumps(rows[v.key]) + "\n")
+        # the kept rows (a new file renamed over the old: never written through a link), then each new one as it ends
+        atomic_write_text(rows_file, "".join(json.dumps(rows[v.key]) + "\n" for v in plan.variants if v.key in rows))
         if rows:
             log(f"sweep: {len(rows)} of {len(plan.variants)} variants already priced in {out}: skipped")
         write_sweep_dir(out, _frame(plan, rows), {**meta, "finished": False}, plan, html=False)
