@@ -428,7 +428,8 @@ def _plan(scenario, args) -> int:
         stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
         if shown:
             shown.finish()
-        print(f"plan interrupted ({stop.signal_name}); {out} may hold an older plan", file=sys.stderr)
+        print(f"plan interrupted ({stop.signal_name}); {out} is as it was (a plan is moved into place only when "
+              f"complete)", file=sys.stderr)
         return stop.exit_code
     finally:
         if shown:

@@ -258,3 +258,27 @@ def test_a_planted_symlink_is_never_written_through(home, capsys):
     (home / "sens").mkdir()
     (home / "sens" / "sensitivity.csv").symlink_to(home / "notes.txt")
     refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens", "--force"], "(sensitivity.csv)", home)
+
+
+def test_plan_force_keeps_the_earlier_plan_until_the_new_one_is_complete(home, monkeypatch):
+    """The new plan is written beside the earlier one and moved into place whole: a plan that fails at the last
+    moment (the swap: a full disk, say) leaves the earlier plan as it was and nothing of its own."""
+    from ultracluster.plan import command, plan, search_space
+
+    plans = home / "plans" / "p"
+    (plans / "runs" / "top-1").mkdir(parents=True)
+    (plans / "runs" / "top-1" / "summary.json").write_text("{}\n")
+    (plans / "plan.json").write_text("{}\n")
+    (plans / "top-1.yaml").write_text("name: mine\n")
+    before = tree(home)
+    seen = []
+
+    def full_disk(staging, target):
+        seen.append(sorted(p.name for p in staging.iterdir()))
+        raise OSError(28, "No space left on device", str(target))
+    monkeypatch.setattr(command, "move_into_place", full_disk)
+    space = search_space(None, None, "8", "2", "1", "1", "1", "none", "1f1b", None, None, None)
+    with pytest.raises(OSError):
+        plan(load_scenario(SMOKE), space, top=1, out=plans, replay=False, force=True)
+    assert "plan.json" in seen[0] and "top-1.yaml" in seen[0]       # the new plan was complete beside it
+    assert tree(home) == before

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,6 +25,7 @@ from ..cluster.calibration import Calibration
 from ..cluster.calibration_profile import calibration_for
 from ..scenario import Scenario, load_scenario
 from ..layouts import ranking
+from ..report.rundir import move_into_place, staging_beside
 from ..layouts.steps import LAYOUT_COLUMNS, Evaluator
 from ..layouts.intervals import INTERVAL_COLUMNS, LayoutEvidence, time_for_ranking
 from ..layouts.space import SearchSpace, own_row, enumerate_layouts, own_stack, searched
@@ -136,6 +138,22 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     if out is not None and check_plan_dir(out, force):
         log(f"plan: replacing the earlier plan in {out} (--force)")
         notes.append(f"replaced an earlier plan in {out} (--force)")
+    # the plan is written beside `out` and moved into place whole when it is complete: an earlier plan stays as it
+    # was until then (an interrupted or failed plan leaves it, and nothing of its own)
+    staging = None if out is None else staging_beside(out)
+    try:
+        return _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, staging, address, calibration,
+                          log, max_search_minutes, progress, replay, price_of, price_sources, notes, hbm_headroom,
+                          keep_runs, rank_by)
+    finally:
+        if staging is not None and staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, staging, address, calibration, log,
+               max_search_minutes, progress, replay, price_of, price_sources, notes, hbm_headroom, keep_runs,
+               rank_by) -> PlanResult:
+    """`plan` after its checks: search, replay (the runs into `staging`/runs/), write `staging`, move it to `out`."""
     calibration = calibration_for(base, calibration)     # the scenario's calibration profile, else the fit
     t0 = time.perf_counter()
     expected = check_size(base, space, max_search_minutes)
@@ -178,8 +196,9 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
             text, sc = layout_yaml(base, r, i, objective, None, overrides)
             yamls.append(text)
             scenarios.append(sc)
-        runs_out = out if keep_runs else None
-        replays = _replay(scenarios, runs_out, address, log, progress) if replay and scenarios else []
+        runs_out = out if keep_runs else None          # where the replays' run directories will be
+        replays = _replay(scenarios, staging if keep_runs else None, address, log, progress) \
+            if replay and scenarios else []
     planned = full.loc[picks.index, ["step_time_low_s", "step_time_high_s"]].to_numpy()   # before the runs' own
     _interval_columns(full, picks.index, replays)
     own_summary = compare_with_scenario(full, objective)
@@ -208,7 +227,8 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     summary["full_table"] = full_table_name()
     result = PlanResult(table=full, summary=summary, top=top_rows, yamls=yamls, replays=replays)
     if out is not None:
-        write_plan_dir(result, out)
+        write_plan_dir(result, staging)
+        move_into_place(staging, Path(os.path.realpath(out)))
     return result
 
 

@@ -321,20 +321,32 @@ class RunDirectory:
 
     def _publish(self) -> None:
         """Move the staging directory into place, replacing the previous run's directory as a whole."""
-        if not self.target.exists():
-            os.rename(self.path, self.target)
-            return
-        if _exchange(self.path, self.target):
-            shutil.rmtree(self.path, ignore_errors=True)         # now the previous run's files
-            return
-        old = self.path.with_name(self.path.name + ".old")
-        os.rename(self.target, old)
-        try:
-            os.rename(self.path, self.target)
-        except BaseException:
-            os.rename(old, self.target)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
+        move_into_place(self.path, self.target)
+
+
+def staging_beside(target: str | os.PathLike) -> Path:
+    """A new staging directory's path beside `target` (same file system): ``.<name>.partial-<pid>-<hex>``."""
+    target = _place(target)
+    return target.parent / f".{target.name}.partial-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def move_into_place(staging: Path, target: Path) -> None:
+    """Replace `target` by the directory `staging` as a whole: an atomic exchange where the file system offers one,
+    else two renames; the previous directory's files are deleted after."""
+    if not target.exists():
+        os.rename(staging, target)
+        return
+    if _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)         # now the previous directory's files
+        return
+    old = staging.with_name(staging.name + ".old")
+    os.rename(target, old)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 _RENAME_EXCHANGE = 2
