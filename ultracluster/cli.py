@@ -626,11 +626,11 @@ def _calibrate(args) -> int:
 
 class _ClosedStreamSafe:
     """A text stream whose reader may go away (`ultracluster run ... | head -3`): the first write or flush that
-    finds the pipe closed (EPIPE) points the descriptor at /dev/null and every later write is dropped, so a
-    closed stdout or stderr stops the printing and never the command."""
+    finds the pipe closed (EPIPE) or the descriptor closed (EBADF) points the descriptor at /dev/null and every
+    later write is dropped, so a closed stdout or stderr stops the printing and never the command."""
 
     def __init__(self, stream) -> None:
-        self._stream, self._gone = stream, False
+        self._stream, self._gone = stream, stream is None     # None: Python found the descriptor closed (`>&-`)
 
     def _closed(self) -> None:
         self._gone = True
@@ -649,7 +649,7 @@ class _ClosedStreamSafe:
             except BrokenPipeError:
                 self._closed()
             except OSError as err:
-                if err.errno != errno.EPIPE:
+                if err.errno not in (errno.EPIPE, errno.EBADF):
                     raise
                 self._closed()
         return len(text)
@@ -661,12 +661,17 @@ class _ClosedStreamSafe:
             except BrokenPipeError:
                 self._closed()
             except OSError as err:
-                if err.errno != errno.EPIPE:
+                if err.errno not in (errno.EPIPE, errno.EBADF):
                     raise
                 self._closed()
 
     def isatty(self) -> bool:
         return not self._gone and self._stream.isatty()
+
+    def fileno(self) -> int:
+        if self._stream is None:
+            raise io.UnsupportedOperation("fileno")
+        return self._stream.fileno()
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)

@@ -215,6 +215,11 @@ def test_a_closed_stdout_stops_the_printing_not_the_command(tmp_path):
     assert p.wait(timeout=60) == EXIT_OK, err
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err
     assert len(csv.read_text().splitlines()) == 1 + 3
+    closed = subprocess.run([sys.executable, "-m", "ultracluster", "collectives", "--sizes", "1K", "--csv",
+                             str(tmp_path / "d.csv")], preexec_fn=lambda: os.close(1), stderr=subprocess.PIPE,
+                            cwd=tmp_path, timeout=60)             # `>&-`: no stdout at all
+    assert closed.returncode == EXIT_OK and b"Traceback" not in closed.stderr, closed.stderr
+    assert (tmp_path / "d.csv").is_file()
 
 
 class _ClosedPipe:
