@@ -26,6 +26,7 @@ from ultracluster.errors import OutDirError, shorten_text
 
 TEMP_FILE = re.compile(r"^\..+\.tmp$")            # atomic_write's temporary file, left by a kill
 
+
 def _stamp(path: Path) -> str:
     try:
         return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(path.lstat().st_mtime))
@@ -59,9 +60,10 @@ def input_clash(shown_flag: str, shown: str, target: Path, inputs) -> None:
             continue
         src = _real(given)
         if _within(src, target):
-            raise OutDirError(f"{shown_flag} {shown}: it is {'' if src == target else 'where '}this command's own "
-                              f"input ({shorten_text(os.fspath(given))}){'' if src == target else ' is'}; a command "
-                              f"never writes over what it reads: give another path")
+            how = "is" if src == target else "holds"
+            raise OutDirError(f"{shown_flag} {shown}: it {how} this command's own input "
+                              f"({shorten_text(os.fspath(given))}); a command never writes over what it reads: give "
+                              f"another path")
 
 
 def _creatable(flag: str, shown: str, directory: Path) -> None:
