@@ -229,8 +229,8 @@ def _render(args) -> int:
 
 def _compare_page(out: str | None, dirs: list[str], force: bool) -> Path:
     """Where `compare` writes its page (compare.csv beside it): `--out DIR/compare.html` (a path ending in .html is
-    the page), else `compare/` beside the first run directory. The output rule (`report.rundir`): OutDirError for
-    a place that holds an earlier comparison (without --force), files a comparison does not write, a run
+    the page), else `compare/` beside the first run directory. The output rule (`report.output_rule`): OutDirError
+    for a place that holds an earlier comparison (without --force), files a comparison does not write, a run
     directory (or one inside a run directory being compared), a device or a file."""
     from .report.output_rule import check_out_dir, check_out_file, owns_files
 
