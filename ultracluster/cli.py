@@ -107,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
                              ("--lnc", "N,...", "LNC settings tried on Trn2 and Trn3 (default 1,2)")):
         pl.add_argument(flag, metavar=meta, help=what)
     sw = sub.add_parser("sweep", help="evaluate many variants of a scenario over the Ray cluster: one table, one page "
-                                      "(sweep.csv, sweep.parquet, sweep.html)")
+                                      "(sweep.csv, sweep.parquet with pyarrow, sweep.html)")
     sw.add_argument("scenario", help="scenario YAML (its sweep: section, if any, is the default --vary)")
     sw.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
                     help="a scenario key and the values it takes (read as YAML, as --set reads them); repeat for "
@@ -477,10 +477,13 @@ def _sweep(args) -> int:
     finally:
         if shown:
             shown.finish()
+    from .sweep.output import NO_PARQUET, parquet_engine, table_files
     if not args.quiet:
         print(format_sweep(result.table, result.summary, plan.keys))
-        print(f"sweep directory: {out} (sweep.csv, sweep.parquet, sweep.html); evaluated by "
+        print(f"sweep directory: {out} ({', '.join(table_files())}, sweep.html); evaluated by "
               f"{result.summary['evaluated_by']} in {result.summary['wall_s']:.1f} s")
+    if not parquet_engine():
+        print(f"note: {NO_PARQUET}", file=sys.stderr)
     for line in result.failures:
         print(f"error: {line}", file=sys.stderr)
     return EXIT_RUNTIME if result.failures else EXIT_OK
