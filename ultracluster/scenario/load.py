@@ -27,7 +27,7 @@ from ultracluster.step.counts import ultraserver_default
 from .. import stacks
 from .checks import check, check_bounds
 from .presets import PRESETS
-from .schema import ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
+from .schema import BOUNDS_KEY, ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
 from ..yaml_input import InputError, load_yaml, read_yaml_file
 
 MISSING = "<missing>"
@@ -282,6 +282,10 @@ def _problem(error: Mapping[str, Any]) -> Problem:
         return Problem(path, error["input"], allowed + (f" (did you mean {close[0]}?)" if close else ""))
     field = None if kind.startswith("uc_") else _field_at(loc)
     allowed = _describe(field.annotation, field.metadata) if field else error["msg"]
+    reason = (field.json_schema_extra or {}).get(BOUNDS_KEY) if field and isinstance(field.json_schema_extra,
+                                                                                     dict) else None
+    if reason and kind != "missing":
+        allowed += f" ({reason})"
     if kind == "missing" and len(loc) == 2 and loc[0] == "model":
         allowed += " (required unless model.preset gives it)"
     return Problem(path, MISSING if kind == "missing" else error["input"], allowed)
@@ -312,6 +316,11 @@ def _field_at(loc: tuple[Any, ...]) -> FieldInfo | None:
     return parent.model_fields.get(loc[-1]) if parent and loc and isinstance(loc[-1], str) else None
 
 
+def _bound_text(x: float) -> str:
+    """A bound in words: 525,600 and 1.2, not 525600 and 1.2000; 1e+18 as 1e+18."""
+    return f"{x:,.0f}" if float(x).is_integer() and abs(x) < 1e7 else f"{x:g}"
+
+
 def _describe(annotation: Any, metadata: Sequence[Any] = ()) -> str:
     """What a field allows, in words: ``"an integer >= 1"``, ``"one of: bf16, fp8, fp32"``, ..."""
     origin, args = get_origin(annotation), get_args(annotation)
@@ -330,7 +339,7 @@ def _describe(annotation: Any, metadata: Sequence[Any] = ()) -> str:
     if model is not None:
         return "a mapping with keys: " + ", ".join(model.model_fields)
     bounds = [
-        f"{symbol} {getattr(m, attr):g}"
+        f"{symbol} {_bound_text(getattr(m, attr))}"
         for m in metadata
         for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
         if hasattr(m, attr)
