@@ -440,7 +440,8 @@ def _sweep(args) -> int:
             sets.append("calibration=" + json.dumps({"profile": str(Path(args.calibration_profile).absolute())}))
         off = args.assumptions == "off"
         plan = build(args.scenario, sets, args.vary, args.zip, args.hours, args.max_variants or MAX_VARIANTS,
-                     options={"actors": args.actors}, prices=by_type, conservative=off)
+                     options={"actors": args.actors}, prices=by_type, conservative=off,
+                     log=None if args.quiet else lambda line: print(line, file=sys.stderr))
     except ScenarioError as err:
         if err.problems and all(p.path.startswith("--") and p.path != "--set" for p in err.problems):
             for prob in err.problems:

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "scenarios" / "smoke.yaml"
 
@@ -51,3 +53,116 @@ def test_sweep_with_pyarrow_writes_parquet_and_a_plain_rerun_removes_the_stale_o
     assert done.returncode == 0, done.stderr
     assert not (out / "sweep.parquet").exists()            # never a table that disagrees with sweep.csv
     assert pd.read_csv(out / "sweep.csv")["seed"].tolist() == [0, 1, 2]
+
+
+def cli(*args: str) -> tuple[int, str, float, int]:
+    """`ultracluster ARGS` in this process: exit code, stderr, seconds and the peak of memory allocated (bytes,
+    tracemalloc: Python's and numpy's allocations)."""
+    import contextlib
+    import io
+    import tracemalloc
+
+    from ultracluster.cli import main
+
+    err = io.StringIO()
+    tracemalloc.start()
+    start = time.monotonic()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                rc = main(list(args))
+            except SystemExit as stop:       # argparse
+                rc = stop.code
+        return rc, err.getvalue(), time.monotonic() - start, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+BOUNDED = 10.0          # seconds: each refusal below (issue 45: "within 10 s and under 1 GiB")
+GiB = 1 << 30
+
+
+def refused(*args: str, names: str) -> str:
+    rc, err, seconds, peak = cli(*args)
+    assert rc == 2 and names in err and "Traceback" not in err, (rc, err)
+    assert seconds < BOUNDED and peak < GiB, (seconds, peak)
+    return err
+
+
+@pytest.mark.parametrize("value", ["abc", "null", "''", "[1]"])
+def test_a_warmup_of_the_wrong_kind_names_the_key(value):
+    err = refused("validate", str(SMOKE), "--set", f"training.warmup_steps={value}",
+                  names="training.warmup_steps: given")
+    assert "an integer >= 0" in err
+
+
+@pytest.mark.parametrize("key,value", [
+    ("cluster.network.efa_gbps", "1e-320"), ("cluster.network.neuronlink_gbps_per_chip", "1e-320"),
+    ("cluster.network.efa_latency_us", "1e308"), ("cluster.network.neuronlink_latency_us", "1e308"),
+    ("storage.capacity_tib", "1e308"), ("storage.capacity_tib", "1e-320"), ("storage.client_gbps", "1e-320"),
+    ("storage.metadata_iops", "1e-320"), ("faults.stragglers.slowdown", "1e308"),
+    ("checkpoint.d2h_gbps_per_chip", "1e-320")])
+def test_rates_and_latencies_beyond_physics_are_refused_by_validate_and_run(key, value, tmp_path):
+    faults = REPO / "scenarios" / "faults-llama3-70b-trn2-sync.yaml"        # storage, checkpoints and faults
+    sets = ["--set", f"{key}={value}"]
+    if key.startswith("faults.stragglers"):
+        sets += ["--set", "faults.stragglers.fraction=0.1"]
+    for command in (["validate"], ["run", "--quiet", "--out", str(tmp_path / "run")]):
+        err = refused(*command, str(faults), *sets, names=f"{key}: given {float(value)!r}"
+                      if value != "1e308" else f"{key}: given 1e+308")
+        assert "<=" in err and ">=" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_collectives_with_a_billion_instances_names_the_bound():
+    refused("collectives", "--instances", "1000000000", names="--instances: given 1000000000; allowed: instance "
+                                                             "counts up to 31,250 for trn2.48xlarge")
+    refused("collectives", "--instances", "1e9", names="--instances")          # argparse: not an integer
+    refused("collectives", "--sizes", "9" * 400, names="--sizes")
+    refused("collectives", "--efa-gbps", "1e-320", names="--efa-gbps: given 1e-320")
+
+
+def test_sweep_hours_are_checked_up_front_as_run_checks_them(tmp_path):
+    faults = str(REPO / "scenarios" / "faults-llama3-70b-trn2-sync.yaml")
+    out = tmp_path / "sw"
+    refused("sweep", faults, "--vary", "checkpoint.mode=sync,async", "--hours", "1e12", "--out", str(out),
+            names="--hours: given 1000000000000.0; allowed: at most 87,600 hours")
+    refused("sweep", faults, "--vary", "faults.instance_mtbf_hours=2000,0.001", "--hours", "720", "--out", str(out),
+            names="faults.instance_mtbf_hours: given 0.001; allowed: with --hours 720 on 64 instances")
+    assert not out.exists()
+
+
+def test_a_swept_integer_beyond_int64_is_refused_at_validation(tmp_path):
+    refused("sweep", str(SMOKE), "--vary", f"seed=0,{1 << 64}", "--out", str(tmp_path / "sw"),
+            names=f"seed: given {1 << 64}; allowed: at most 9,223,372,036,854,775,807")
+    refused("validate", str(SMOKE), "--set", f"emulation.instances_per_actor={1 << 64}",
+            names="emulation.instances_per_actor: given")
+    assert not (tmp_path / "sw").exists()
+
+
+def test_a_grid_of_a_billion_variants_is_counted_not_built(tmp_path):
+    thousand = ",".join(map(str, range(1000)))
+    for grid, allowed in (([thousand] * 3, "1000000000"), ([thousand] * 2, "1000000")):
+        vary = [x for key, values in zip(("seed", "training.steps", "training.warmup_steps"), grid)
+                for x in ("--vary", f"{key}={values}")]
+        err = refused("sweep", str(SMOKE), *vary, "--max-variants", allowed, "--out", str(tmp_path / "sw"),
+                      names="--max-variants: given")
+        assert "at most 50,000 variants in one sweep" in err and "GiB for this one" in err
+
+
+def test_plan_with_a_filter_that_matches_no_layout_says_so(tmp_path):
+    err = refused("plan", str(SMOKE), "--tp", "3", "--out", str(tmp_path / "plan"), names="--tp: given '3'")
+    assert "--tp 3 matches none for smoke" in err and not (tmp_path / "plan").exists()
+
+
+def test_one_library_listed_5000_times_is_refused_at_once(tmp_path):
+    import yaml
+    doc = yaml.safe_load(SMOKE.read_text())
+    library = str(REPO / "operators" / "transformer.yaml")
+    for count, names in ((5000, "operators: given 'a list of 5,000 libraries'; allowed: at most 64"),
+                         (2, "operators[1]: given")):
+        doc["operators"] = [library] * count
+        path = tmp_path / f"ops{count}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        err = refused("validate", str(path), names=names)
+        assert len(err.splitlines()) == 2 or "each library once (operators[0] names the same file)" in err

@@ -85,6 +85,7 @@ SIZE_BOUNDS = {                           # key -> (most, what it counts)
     "checkpoint.every_steps": (1 << 40, "steps"),
     "training.budget_steps": (1 << 40, "optimizer steps"),
     "seed": ((1 << 63) - 1, "(a 64-bit seed)"),
+    "emulation.instances_per_actor": (1 << 20, "instances (more than any cluster of the catalog holds)"),
 }
 LONG_RUN = "for the goodput of hours of training, replay a few steps and add --hours H"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import os
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -88,6 +89,9 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     return scenario
 
 
+MAX_LIBRARIES = 64      # operator libraries a scenario lists (a few in practice: docs/operators.md)
+
+
 def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
     """Replace each `operators` file path by the library it holds, validated like the scenario itself.
 
@@ -100,8 +104,14 @@ def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
         return []
     if not isinstance(entries, list):
         return [Problem("operators", entries, "a list of operator library files (YAML)")]
+    if len(entries) > MAX_LIBRARIES:     # counted before any is read: each read and checked costs tens of ms
+        raw["operators"] = []            # the one problem, not one per entry from the schema
+        return [Problem("operators", f"a list of {len(entries):,} libraries",
+                        f"at most {MAX_LIBRARIES} operator libraries (each adds or replaces operators by name; "
+                        f"merge them into fewer files)")]
     problems: list[Problem] = []
     docs: list[Any] = []
+    seen: dict[Path, int] = {}
     for i, entry in enumerate(entries):
         at = f"operators[{i}]"
         if isinstance(entry, dict):
@@ -111,6 +121,12 @@ def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
             # library (a dict, as every loaded Scenario carries) needs no directory, not even an existing cwd
             base = Path(where).parent if where else Path.cwd()
             path = (base / entry) if not Path(entry).is_absolute() else Path(entry)
+            key = Path(os.path.abspath(path))
+            if key in seen:              # one file twice adds nothing: said, never read again
+                problems.append(Problem(at, entry, f"each library once (operators[{seen[key]}] names the same "
+                                                   f"file)"))
+                continue
+            seen[key] = i
             try:
                 doc = read_yaml_file(path)
             except InputError as err:   # bounded: a FIFO, /dev/zero or a huge file is refused, never read

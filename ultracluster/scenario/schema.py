@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, field_validator
 from pydantic_core import PydanticCustomError
 
-from ultracluster.cluster.catalog import INSTANCES, ranks_per_instance
+from ultracluster.cluster.catalog import INSTANCES, LINK_GBPS_RANGE, LINK_GBPS_WHY, ranks_per_instance
 
 from .presets import PRESETS
 
@@ -44,10 +44,8 @@ def why(reason: str) -> dict[str, str]:
 
 
 # the physical ranges shared by several keys (each reason in words: docs/scenarios.md, "Bounds")
-GBPS_MOST = 100_000.0     # Gbit/s: 12.5 TB/s, above any chip's own HBM (Trn3: 4.9 TB/s, catalog.py) and 31 x the
-                          # fastest instance's EFA (trn2: 3,200 Gbit/s): no link carries more than its ends can feed
-LINK_GBPS = why("Gbit/s; 1: one 1 GbE link; 100,000: 12.5 TB/s, more than any Trainium chip's own HBM feeds "
-                "(4.9 TB/s on Trn3) and 31 x trn2's 3,200 Gbit/s EFA")
+GBPS_MOST = LINK_GBPS_RANGE[1]    # Gbit/s (cluster.catalog: the links' what-if range and its reason)
+LINK_GBPS = why(LINK_GBPS_WHY)
 LATENCY_US = why("microseconds; 0.001: 1 ns, light through 20 cm of fibre; 1,000,000: 1 s, five times around the "
                  "Earth in fibre")
 PRICE_RANGE = (0.01, 100_000.0)   # US dollars per instance-hour (also `--price-per-hour`, layouts.space)

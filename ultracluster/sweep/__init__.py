@@ -204,6 +204,10 @@ def _evaluate_all(plan: SweepPlan, todo: list[Variant], done, address, actors: b
                 f"({cpus} CPUs)")
             session.enter_context(plan_tasks.planning_ray(None, 0))
             return "Ray tasks (embedded)", _map(rest, shared, done)
+        if len(rest) * each > 10:
+            from ..report.progress import duration
+            log(f"sweep: {len(rest)} more variants at about {each:.1f} s each: about {duration(len(rest) * each)} "
+                f"in this process")
         for v in rest:
             done(v, _task(shared, v.scenario))
         return "in-process", 0
