@@ -56,7 +56,7 @@ def test_sweep_with_pyarrow_writes_parquet_and_a_plain_rerun_removes_the_stale_o
 
 
 def cli(*args: str) -> tuple[int, str, float, int]:
-    """`ultracluster ARGS` in this process: exit code, stderr, seconds and the peak of memory allocated (bytes,
+    """`ultracluster ARGS` in this process: exit code, stderr then stdout, seconds and the peak of memory allocated (bytes,
     tracemalloc: Python's and numpy's allocations)."""
     import contextlib
     import io
@@ -64,16 +64,16 @@ def cli(*args: str) -> tuple[int, str, float, int]:
 
     from ultracluster.cli import main
 
-    err = io.StringIO()
+    err, out = io.StringIO(), io.StringIO()
     tracemalloc.start()
     start = time.monotonic()
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:
                 rc = main(list(args))
             except SystemExit as stop:       # argparse
                 rc = stop.code
-        return rc, err.getvalue(), time.monotonic() - start, tracemalloc.get_traced_memory()[1]
+        return rc, err.getvalue() + out.getvalue(), time.monotonic() - start, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
 
@@ -166,3 +166,56 @@ def test_one_library_listed_5000_times_is_refused_at_once(tmp_path):
         path.write_text(yaml.safe_dump(doc))
         err = refused("validate", str(path), names=names)
         assert len(err.splitlines()) == 2 or "each library once (operators[0] names the same file)" in err
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A real run directory of the smoke scenario, written in this process (in-process shards: no Ray)."""
+    from ultracluster.runner import run
+    from ultracluster.shards.local import local_shards
+
+    out = tmp_path_factory.mktemp("runs") / "smoke"
+    run(SMOKE, out=out, shards_factory=local_shards)
+    return out
+
+
+def copy_of(run_dir: Path, tmp_path: Path) -> Path:
+    import shutil
+    return Path(shutil.copytree(run_dir, tmp_path / "copy"))
+
+
+def test_deeply_nested_json_in_a_run_directory_is_refused_naming_the_file(run_dir, tmp_path):
+    bad = copy_of(run_dir, tmp_path)
+    (bad / "summary.json").write_text("[" * 100_000 + "]" * 100_000)          # was a RecursionError in all three
+    for command, rc_wanted in ((["report", str(bad)], 2), (["compare", str(run_dir), str(bad), "--out",
+                                                           str(tmp_path / "cmp")], 2), (["check", str(bad)], 1)):
+        rc, err, seconds, peak = cli(*command)
+        assert rc == rc_wanted and "summary.json" in err and "nested at most 64 deep" in err, err
+        assert "Traceback" not in err and "RecursionError" not in err and seconds < BOUNDED and peak < GiB
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_a_deeply_nested_profile_is_refused_naming_it(tmp_path):
+    (tmp_path / "deep.json").write_text("{\"a\":" * 50_000 + "1" + "}" * 50_000)
+    err = refused("run", str(SMOKE), "--calibration", str(tmp_path / "deep.json"), "--out", str(tmp_path / "r"),
+                  names="deep.json")
+    assert "nested at most 64 deep" in err and not (tmp_path / "r").exists()
+
+
+def test_a_huge_steps_csv_is_refused_in_bounded_time_and_memory(run_dir, tmp_path, monkeypatch):
+    """A steps.csv of 50 MB (a 1 GB one made `check` use 8.9 GB and `report` run past 200 s): both stop at the run's
+    own step count (summary.json's steps_replayed), reading a chunk or a line at a time."""
+    from ultracluster.report import readback
+    bad = copy_of(run_dir, tmp_path)
+    lines = (bad / "steps.csv").read_text().splitlines(keepends=True)
+    with open(bad / "steps.csv", "w") as f:
+        f.write(lines[0])
+        block = lines[2] * 10_000
+        while f.tell() < 50 << 20:
+            f.write(block)
+    monkeypatch.setattr(readback, "CHUNK_ROWS", 1000)                 # a smaller chunk: the bound is met sooner
+    for command, rc_wanted in ((["check", str(bad)], 1), (["report", str(bad)], 2)):
+        rc, err, seconds, peak = cli(*command)
+        assert rc == rc_wanted and "steps.csv" in err and "more than 4" in err, err
+        assert "one per replayed step (summary.json's steps_replayed: 4)" in err
+        assert seconds < BOUNDED and peak < 200 << 20, (command, seconds, peak)    # not the file's 50 MB x 9

@@ -139,14 +139,16 @@ def verify(doc: Any, source: str) -> dict:
 
 def read_profile(path: str | Path) -> dict:
     """Read and verify a profile file (bounded: a regular file of at most 16 MiB)."""
-    from ..yaml_input import InputError, read_bounded
+    from ..yaml_input import InputError, load_json, read_bounded
 
     try:
         data = read_bounded(path, MAX_PROFILE_BYTES, "calibration profile (JSON)")
     except InputError as err:
         raise ProfileError(f"{err.given}: cannot be read; allowed: {err.allowed}") from err
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = load_json(data, str(path))
+    except InputError as err:
+        raise ProfileError(f"{path}: not a calibration profile ({err.allowed})") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProfileError(f"{path}: not a calibration profile (not JSON: {exc})") from exc
     return verify(doc, str(path))

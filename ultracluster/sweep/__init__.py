@@ -25,6 +25,7 @@ from typing import Callable
 import pandas as pd
 
 from ..errors import OutDirError, RunInterrupted
+from ..yaml_input import InputError, load_json, read_bounded
 from .output import ROWS_FILE, SWEEP_FILES, format_sweep, read_rows, table, write_sweep_dir
 from .evaluate import evaluate_variant
 from .spec import MAX_VARIANTS, SweepPlan, Variant, build
@@ -71,8 +72,9 @@ def _prior(out: Path, ident: str, force: bool) -> dict[str, dict]:
     same = False
     if meta.is_file():
         try:
-            same = json.loads(meta.read_text()).get("identity") == ident
-        except (ValueError, OSError):
+            held = load_json(read_bounded(meta, 1 << 24, "sweep.json"), str(meta))
+            same = isinstance(held, dict) and held.get("identity") == ident
+        except (ValueError, OSError, InputError):
             same = False
     if foreign:
         raise OutDirError(f"sweep directory {out} holds files no sweep writes ({', '.join(foreign[:5])}): choose "

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..report.atomic import atomic_write_bytes, atomic_write_text
+from ..yaml_input import InputError, load_json
 from .evaluate import FIGURES, WARNING_JOIN
 
 ROWS_FILE = "sweep-rows.jsonl"
@@ -31,8 +32,8 @@ def read_rows(path: Path) -> list[dict]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            rec = json.loads(line)
-        except ValueError:
+            rec = load_json(line, ROWS_FILE)
+        except (ValueError, InputError):
             continue
         if isinstance(rec, dict) and "key" in rec:
             rows.append(rec)
