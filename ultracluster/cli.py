@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
                              ("--lnc", "N,...", "LNC settings tried on Trn2 and Trn3 (default 1,2)")):
         pl.add_argument(flag, metavar=meta, help=what)
     sw = sub.add_parser("sweep", help="evaluate many variants of a scenario over the Ray cluster: one table, one page "
-                                      "(sweep.csv, sweep.parquet, sweep.html)")
+                                      "(sweep.csv, sweep.parquet with pyarrow, sweep.html)")
     sw.add_argument("scenario", help="scenario YAML (its sweep: section, if any, is the default --vary)")
     sw.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
                     help="a scenario key and the values it takes (read as YAML, as --set reads them); repeat for "
@@ -478,7 +478,8 @@ def _sweep(args) -> int:
             sets.append("calibration=" + json.dumps({"profile": str(Path(args.calibration_profile).absolute())}))
         off = args.assumptions == "off"
         plan = build(args.scenario, sets, args.vary, args.zip, args.hours, args.max_variants or MAX_VARIANTS,
-                     options={"actors": args.actors}, prices=by_type, conservative=off)
+                     options={"actors": args.actors}, prices=by_type, conservative=off,
+                     log=None if args.quiet else lambda line: print(line, file=sys.stderr))
     except ScenarioError as err:
         if err.problems and all(p.path.startswith("--") and p.path != "--set" for p in err.problems):
             for prob in err.problems:
@@ -520,10 +521,13 @@ def _sweep(args) -> int:
     finally:
         if shown:
             shown.finish()
+    from .sweep.output import NO_PARQUET, parquet_engine, table_files
     if not args.quiet:
         print(format_sweep(result.table, result.summary, plan.keys))
-        print(f"sweep directory: {out} (sweep.csv, sweep.parquet, sweep.html); evaluated by "
+        print(f"sweep directory: {out} ({', '.join(table_files())}, sweep.html); evaluated by "
               f"{result.summary['evaluated_by']} in {result.summary['wall_s']:.1f} s")
+    if not parquet_engine():
+        print(f"note: {NO_PARQUET}", file=sys.stderr)
     for line in result.failures:
         print(f"error: {line}", file=sys.stderr)
     return EXIT_RUNTIME if result.failures else EXIT_OK

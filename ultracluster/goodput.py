@@ -54,7 +54,15 @@ def daly_goodput(tau_s: float, delta_s: float, recovery_s: float, mtbf_s: float)
     checkpoint)."""
     if not math.isfinite(mtbf_s):
         return tau_s / (tau_s + delta_s)
-    return tau_s / (mtbf_s * math.exp(recovery_s / mtbf_s) * math.expm1((tau_s + delta_s) / mtbf_s))
+    try:
+        return tau_s / (mtbf_s * math.exp(recovery_s / mtbf_s) * math.expm1((tau_s + delta_s) / mtbf_s))
+    except OverflowError:
+        # failures far more often than a restart takes (R/M or (tau+delta)/M beyond 709, e^x past float64): the
+        # same expression in logarithms, which tends to 0 (no work survives); log(e^x - 1) = x + log1p(-e^-x)
+        x = (tau_s + delta_s) / mtbf_s
+        log_expm1 = math.log(math.expm1(x)) if x < 700 else x + math.log1p(-math.exp(-x))
+        log_den = math.log(mtbf_s) + recovery_s / mtbf_s + log_expm1
+        return math.exp(math.log(tau_s) - log_den) if tau_s > 0 else 0.0
 
 
 SECONDS_PER_DAY = 86400.0

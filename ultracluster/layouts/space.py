@@ -13,7 +13,6 @@ tests/plan/test_space.py loads generated layouts through `load_scenario`.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,6 +23,7 @@ from .. import stacks as stk
 from ..cluster import group_ranks, replica_ranks
 from ..cluster.catalog import INSTANCES, ranks_per_instance, ultraserver_of
 from ..errors import Problem, ScenarioError
+from ..scenario.schema import PRICE_RANGE, PRICE_WHY
 from ..scenario import Scenario
 from ..step.counts import microbatches, ultraserver_default
 from .steps import LAYOUT_COLUMNS
@@ -406,7 +406,8 @@ def parse_prices(text: str) -> tuple[float | None, dict[str, float]]:
             usd = float(value)
         except ValueError:
             usd = float("nan")
-        if not (math.isfinite(usd) and usd > 0) or (name and name not in INSTANCES) or (not name and "=" in item):
+        if not (PRICE_RANGE[0] <= usd <= PRICE_RANGE[1]) or (name and name not in INSTANCES) or \
+                (not name and "=" in item):
             bad = True
         elif name:
             by_type[name] = usd
@@ -415,7 +416,8 @@ def parse_prices(text: str) -> tuple[float | None, dict[str, float]]:
         else:
             bad = True
     if bad or (plain is None and not by_type):
-        raise ScenarioError([Problem("--price-per-hour", text, "US dollars per instance-hour > 0 (the scenario's "
-                                     "instance type), or TYPE=USD pairs, e.g. trn2.48xlarge=40,trn3.48xlarge=60, "
-                                     "TYPE from: " + ", ".join(INSTANCES))])
+        raise ScenarioError([Problem("--price-per-hour", text, f"US dollars per instance-hour from {PRICE_RANGE[0]:g} "
+                                     f"to {PRICE_RANGE[1]:,.0f} (the scenario's instance type; {PRICE_WHY}), or "
+                                     "TYPE=USD pairs, e.g. trn2.48xlarge=40,trn3.48xlarge=60, TYPE from: "
+                                     + ", ".join(INSTANCES))])
     return plain, by_type

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import os
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ from ultracluster.step.counts import ultraserver_default
 from .. import stacks
 from .checks import check, check_bounds
 from .presets import PRESETS
-from .schema import ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
+from .schema import BOUNDS_KEY, ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
 from ..yaml_input import InputError, load_yaml, read_yaml_file
 
 MISSING = "<missing>"
@@ -88,6 +89,9 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     return scenario
 
 
+MAX_LIBRARIES = 64      # operator libraries a scenario lists (a few in practice: docs/operators.md)
+
+
 def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
     """Replace each `operators` file path by the library it holds, validated like the scenario itself.
 
@@ -100,8 +104,14 @@ def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
         return []
     if not isinstance(entries, list):
         return [Problem("operators", entries, "a list of operator library files (YAML)")]
+    if len(entries) > MAX_LIBRARIES:     # counted before any is read: each read and checked costs tens of ms
+        raw["operators"] = []            # the one problem, not one per entry from the schema
+        return [Problem("operators", f"a list of {len(entries):,} libraries",
+                        f"at most {MAX_LIBRARIES} operator libraries (each adds or replaces operators by name; "
+                        f"merge them into fewer files)")]
     problems: list[Problem] = []
     docs: list[Any] = []
+    seen: dict[Path, int] = {}
     for i, entry in enumerate(entries):
         at = f"operators[{i}]"
         if isinstance(entry, dict):
@@ -111,6 +121,12 @@ def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
             # library (a dict, as every loaded Scenario carries) needs no directory, not even an existing cwd
             base = Path(where).parent if where else Path.cwd()
             path = (base / entry) if not Path(entry).is_absolute() else Path(entry)
+            key = Path(os.path.abspath(path))
+            if key in seen:              # one file twice adds nothing: said, never read again
+                problems.append(Problem(at, entry, f"each library once (operators[{seen[key]}] names the same "
+                                                   f"file)"))
+                continue
+            seen[key] = i
             try:
                 doc = read_yaml_file(path)
             except InputError as err:   # bounded: a FIFO, /dev/zero or a huge file is refused, never read
@@ -282,6 +298,10 @@ def _problem(error: Mapping[str, Any]) -> Problem:
         return Problem(path, error["input"], allowed + (f" (did you mean {close[0]}?)" if close else ""))
     field = None if kind.startswith("uc_") else _field_at(loc)
     allowed = _describe(field.annotation, field.metadata) if field else error["msg"]
+    reason = (field.json_schema_extra or {}).get(BOUNDS_KEY) if field and isinstance(field.json_schema_extra,
+                                                                                     dict) else None
+    if reason and kind != "missing":
+        allowed += f" ({reason})"
     if kind == "missing" and len(loc) == 2 and loc[0] == "model":
         allowed += " (required unless model.preset gives it)"
     return Problem(path, MISSING if kind == "missing" else error["input"], allowed)
@@ -312,6 +332,11 @@ def _field_at(loc: tuple[Any, ...]) -> FieldInfo | None:
     return parent.model_fields.get(loc[-1]) if parent and loc and isinstance(loc[-1], str) else None
 
 
+def _bound_text(x: float) -> str:
+    """A bound in words: 525,600 and 1.2, not 525600 and 1.2000; 1e+18 as 1e+18."""
+    return f"{x:,.0f}" if float(x).is_integer() and abs(x) < 1e7 else f"{x:g}"
+
+
 def _describe(annotation: Any, metadata: Sequence[Any] = ()) -> str:
     """What a field allows, in words: ``"an integer >= 1"``, ``"one of: bf16, fp8, fp32"``, ..."""
     origin, args = get_origin(annotation), get_args(annotation)
@@ -330,7 +355,7 @@ def _describe(annotation: Any, metadata: Sequence[Any] = ()) -> str:
     if model is not None:
         return "a mapping with keys: " + ", ".join(model.model_fields)
     bounds = [
-        f"{symbol} {getattr(m, attr):g}"
+        f"{symbol} {_bound_text(getattr(m, attr))}"
         for m in metadata
         for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
         if hasattr(m, attr)
