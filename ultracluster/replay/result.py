@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..cluster.placement import Layout
 
 if TYPE_CHECKING:
+    from ..goodput import GoodputResult
     from ..storage.estimates import StorageFigures
 
 # The breakdown of one step on its critical path, in seconds; the parts add up to the step time.
@@ -183,3 +184,6 @@ class RunResult:
     storage: StorageFigures | None = None
     # further summary.json keys timed beside the replay (the 80 % interval, `ultracluster.uncertainty`)
     interval: dict[str, float] = field(default_factory=dict)
+    # `run --hours H`: the long run over H hours with the replayed step as its unit of work
+    # (`goodput.GoodputResult`, added by `runner` as a copy); summary.json's goodput is then its goodput
+    long_run: GoodputResult | None = None
