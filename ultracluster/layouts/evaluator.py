@@ -17,7 +17,7 @@ from ..network.collectives import concurrent_time
 from ..replay.comm import CommTimes
 from ..scenario import Scenario
 from ..step import merit
-from ..step.counts import ultraserver_default
+from ..step.counts import data_parallel, ultraserver_default
 from ..step.price import instance_price
 
 # the layout columns of a plan table, in plan.csv order (`stack`: the training stack that runs it, `stacks.NAMES`)
@@ -161,7 +161,7 @@ class Evaluator:
         cal = self.calibrations[calibration_index(row)]
         if not row["dp"]:
             sc = layout_scenario(self.scenario, {**row, "dp": 1})
-            row["dp"] = build_cluster(sc, row["instances"], cal).ranks
+            row["dp"] = data_parallel(build_cluster(sc, row["instances"], cal).ranks, row["tp"], row["cp"], row["pp"])
         sc = layout_scenario(self.scenario, row)
         return build_cluster(sc, int(row["instances"]), cal)
 

@@ -20,9 +20,9 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from ultracluster.cluster.catalog import INSTANCES
+from ultracluster.cluster.catalog import INSTANCES, ranks_per_instance
 from ultracluster.errors import Problem, ScenarioError
-from ultracluster.step.counts import ultraserver_default
+from ultracluster.step.counts import data_parallel, sequence_parallel_default, ultraserver_default
 
 from .. import stacks
 from .checks import check, check_bounds
@@ -245,16 +245,16 @@ def _resolve(raw: dict[str, Any]) -> bool:
     if not isinstance(par, dict):
         return True
     tp = _count(par.get("tp", 1))
-    par.setdefault("sequence_parallel", tp is not None and tp > 1)
+    par.setdefault("sequence_parallel", tp is not None and sequence_parallel_default(tp))
     if "dp" in par:
         return True
     degrees = [_count(par.get(key, 1)) for key in ("tp", "pp", "cp")]
     instances, lnc = _count(cluster.get("instances")), cluster.get("lnc")
     par["dp"] = 1
     if spec and instances and type(lnc) is int and lnc in spec.allowed_lnc and None not in degrees:
-        ranks, model_parallel = instances * spec.neuron_cores // lnc, degrees[0] * degrees[1] * degrees[2]
+        ranks, model_parallel = instances * ranks_per_instance(spec, lnc), degrees[0] * degrees[1] * degrees[2]
         if ranks % model_parallel == 0:
-            par["dp"] = ranks // model_parallel
+            par["dp"] = data_parallel(ranks, degrees[0], degrees[2], degrees[1])
     return False
 
 
