@@ -7,7 +7,7 @@ The RunResult is complete: the report reads its fields and never calls back into
 compute tallied from the merged shard steps, per-chunk and per-stage communication, per-stage exposure, the
 storage figures from the cluster built here).
 `runner.run` adds the report and the run directory; `runner.predict`, the sweeps and the interval's settings of a
-scenario with degraded instances (`layouts.setting_times.replayed_step_time`) call it with in-process shards. Below the Ray adapter: whatever runs on Ray (the
+scenario whose degraded instances touch replicas unlike (`layouts.setting_times.replayed_step_time`) call it with in-process shards. Below the Ray adapter: whatever runs on Ray (the
 shard actors, the file system's actor, the Grafana metrics) is given to it by its caller, so importing it loads
 no Ray (tests/test_architecture.py).
 """
