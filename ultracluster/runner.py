@@ -15,7 +15,7 @@ from .actors.launch import attached, launch_actors
 from .actors.metrics import RunMetrics
 from .actors.storage_actor import storage_service
 from .cluster.calibration import Calibration
-from .emulate import emulate
+from .emulate import emulate, in_process
 from .replay.result import StepRecord
 from .report import Report, build_report, write_run_dir
 from .report.rundir import RunDirectory, signals_held
@@ -115,12 +115,10 @@ def finish(scenario: Scenario, result, calibration: Calibration | None = None, h
 def evaluate(scenario: Scenario | str | Path, calibration: Calibration | None = None, intervals: bool = False,
              hours: float | None = None):
     """A scenario emulated in this process, without Ray, files or pandas: its finished RunResult (`finish`), the
-    same numbers as `run` gives (sweeps, calibration fits, `predict`)."""
-    from .shards.local import local_shards
-
+    same numbers as `run` gives (the sweep's variants, `predict`: `emulate.in_process`, then `finish`)."""
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    return finish(scenario, emulate(scenario, local_shards, None, calibration), calibration, hours, intervals)
+    return finish(scenario, in_process(scenario, calibration), calibration, hours, intervals)
 
 
 def predict(scenario: Scenario | str | Path, calibration: Calibration | None = None,

@@ -88,8 +88,7 @@ def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndar
 
 def replayed_step_time(one, cal: Calibration) -> float:
     """One replayed step of `one` (a `one_step` scenario; `emulate` with in-process shards): no Ray, no files."""
-    from ..emulate import emulate
-    from ..shards.local import local_shards
+    from ..emulate import in_process
 
-    res = emulate(one, local_shards, None, cal)
+    res = in_process(one, cal)
     return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")
