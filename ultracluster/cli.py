@@ -294,32 +294,16 @@ def _inputs_of(args) -> list[str]:
     return [x for x in (getattr(args, "scenario", None), getattr(args, "calibration_profile", None)) if x]
 
 
-def _goodput(scenario, report, hours: float, out: Path) -> dict:
-    """`run --hours H`: the long run after the replay, its unit of work the replayed step (computing and
-    communicating for its step time less its storage stalls); goodput.json, failures.csv, time_lost.csv in
-    `out` (`report.write.write_goodput`); returns goodput.json's content."""
-    from .goodput import long_run
+def _goodput(report, out: Path) -> dict:
+    """`run --hours H`: the run's long run (`Report.long_run`, emulated by `runner.run`), with the days and dollars
+    summary.json gives at its goodput, as goodput.json, failures.csv, time_lost.csv in `out`
+    (`report.write.write_goodput`); returns goodput.json's content."""
     from .report.write import write_goodput
 
     s = report.summary
-    busy = s["step_time_s"] - s["data_stall_s"] - s["checkpoint_s"]
-    result = long_run(scenario, busy, hours, storage=report.storage)
-    result.extra.update(budget_days_and_dollars(scenario, s, result.goodput))
+    result = report.long_run
+    result.extra.update({k: s.get(k) for k in ("time_to_train_days", "total_cost_usd", "price_source")})
     return write_goodput(result, out)
-
-
-def budget_days_and_dollars(scenario, summary: dict, goodput: float) -> dict:
-    """goodput.json's days and dollars: the training budget at the long run's goodput (`goodput.time_and_cost`)."""
-    from .goodput import time_and_cost
-
-    t = scenario.training
-    out = {"time_to_train_days": None, "total_cost_usd": None, "price_source": summary.get("price_source")}
-    if t.budget_tokens is None and t.budget_steps is None:
-        return out
-    s = summary
-    tc = time_and_cost(s["step_time_s"] - s["data_stall_s"] - s["checkpoint_s"], s["tokens_per_step"],
-                       s["instances"], s["price_per_hour_usd"], goodput, tokens=t.budget_tokens, steps=t.budget_steps)
-    return {**out, **{k: (v if math.isfinite(v) else None) for k, v in tc.items() if k != "train_steps"}}
 
 
 @contextmanager
@@ -371,9 +355,9 @@ def _run(scenario, args) -> int:
                       f"{run_dir.stale.get('host', '?')}, which is no longer running; removed what it left",
                       file=sys.stderr)
             report = run(scenario, out=run_dir, address=args.address, on_step=lambda rec: finished.append(rec.step),
-                         progress=shown)
-            if args.hours is not None and report.summary["feasible"]:
-                goodput = _goodput(scenario, report, args.hours, run_dir.path)
+                         progress=shown, hours=args.hours)
+            if report.long_run is not None:
+                goodput = _goodput(report, run_dir.path)
     except KeyboardInterrupt as stop:
         stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
         if shown:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..cluster import Cluster, Layout, Links, z_links
 from ..cluster.catalog import (INSTANCES, LINK_GBPS_RANGE, LINK_GBPS_WHY, largest_cluster, largest_cluster_text,
-                                ultraserver_of)
+                                ranks_per_instance, ultraserver_of)
 from ..errors import Problem, ScenarioError
 from .algorithms import OPS
 from .collectives import Group, bus_factor, collective_time
@@ -99,7 +99,7 @@ def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbp
         efa_latency_s=spec.efa_latency_s,
         **z_links(spec, ultraserver, nl_bytes),
     )
-    rpi = spec.neuron_cores // lnc
+    rpi = ranks_per_instance(spec, lnc)
     return Cluster(instance=spec, instances=instances, lnc=lnc, ultraserver=ultraserver,
                    layout=Layout(tp=1, cp=1, pp=1, dp=instances * rpi), links=links, shards=(),
                    calibration=with_network_profile(fitted(), calibration))

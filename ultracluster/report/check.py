@@ -61,7 +61,11 @@ OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" 
                    # the training budget's days and dollars with goodput (docs/design.md, "summary.json")
                    "train_tokens": "number?", "train_steps": "number?", "goodput": "number",
                    "goodput_source": "str", "time_to_train_days": "number?", "total_cost_usd": "number?",
-                   "price_source": "str"}
+                   "price_source": "str",
+                   # which goodput it is (closed form, or emulated by `run --hours` over goodput_hours), the wall
+                   # step and tokens/s at it, and the stack that timed the run
+                   "goodput_method": "str", "goodput_hours": "number", "wall_step_time_s": "number",
+                   "wall_tokens_per_s": "number", "stack": "str"}
 #: The in-layer kinds under the contract's names, beside tp_comm_s (which holds them): each equals its kind's
 #: exposed seconds
 KIND_NAMES = {"cp_comm_s": "comm_cp_exposed_s", "ep_comm_s": "comm_ep_exposed_s"}
@@ -413,4 +417,18 @@ def check_run_dir(run_dir: str | os.PathLike) -> list[Problem]:
                                     f"the summary's scenario {s.get('scenario')!r}"))
     if "run.json" not in missing:
         _read_json(run, "run.json", problems)
+    if (run / "goodput.json").is_file():
+        _check_one_goodput(s, _read_json(run, "goodput.json", problems), problems)
     return problems
+
+
+def _check_one_goodput(s: dict, g: dict | None, problems: list[Problem]) -> None:
+    """`run --hours`: summary.json's headline goodput is the long run's (goodput.json's), and says so."""
+    if g is None or "goodput" not in s or "goodput_method" not in s:
+        return          # a run directory from before the one goodput: nothing to compare
+    if s["goodput_method"] != "emulated":
+        problems.append(Problem("summary.json: goodput_method", s["goodput_method"],
+                                "emulated, beside goodput.json (the run's long run)"))
+    a, b = s.get("goodput"), g.get("goodput")
+    if _is_number(a) and _is_number(b) and not (_close(a, b) or (math.isnan(a) and math.isnan(b))):
+        problems.append(Problem("summary.json: goodput", a, f"goodput.json's goodput {b!r} (one goodput per run)"))

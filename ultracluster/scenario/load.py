@@ -21,14 +21,14 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from ultracluster.cluster.catalog import INSTANCES
+from ultracluster.cluster.catalog import INSTANCES, ranks_per_instance
 from ultracluster.errors import Problem, ScenarioError
-from ultracluster.step.counts import ultraserver_default
+from ultracluster.step.counts import data_parallel, sequence_parallel_default, ultraserver_default
 
 from .. import stacks
 from .checks import check, check_bounds
 from .presets import PRESETS
-from .schema import BOUNDS_KEY, ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
+from .schema import BOUNDS_KEY, EXPLICIT_KEY, ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
 from ..yaml_input import InputError, load_yaml, read_yaml_file
 
 MISSING = "<missing>"
@@ -55,11 +55,14 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     raw, where, problems = _read(source)
     if raw is None:
         raise ScenarioError(problems, where)
+    recorded, bad = _recorded_explicit(raw)
+    problems += bad
     problems += _apply_overrides(raw, overrides)
     problems += _inline_operators(raw, where)
     problems += _inline_calibration(raw, where)
     preset_unknown = _apply_preset(raw)
-    given = stacks.explicit_keys(raw)
+    given = stacks.explicit_keys(raw) if recorded is None else \
+        recorded | stacks.explicit_keys(_overridden(overrides))        # a scenario.json: its own, and the --set
     stacks.apply_defaults(raw)
     dp_given = _resolve(raw)
     bounds = check_bounds(raw)
@@ -90,6 +93,33 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
 
 
 MAX_LIBRARIES = 64      # operator libraries a scenario lists (a few in practice: docs/operators.md)
+
+
+def _recorded_explicit(raw: dict[str, Any]) -> tuple[frozenset[str] | None, list[Problem]]:
+    """Pop EXPLICIT_KEY (a scenario's dict, scenario.json, lists the stack-filled keys it gave itself:
+    `Scenario.to_dict`) from `raw`: (those keys, or None when absent; the problem of a bad list)."""
+    if EXPLICIT_KEY not in raw:
+        return None, []
+    value = raw.pop(EXPLICIT_KEY)
+    allowed = stacks.STACK_KEYS + ("stack",)
+    if not (isinstance(value, list) and all(isinstance(k, str) and k in allowed for k in value)):
+        return None, [Problem(EXPLICIT_KEY, value, "a list of the stack-filled keys the scenario gave itself, each "
+                                                   "one of: " + ", ".join(allowed))]
+    return frozenset(value), []
+
+
+def _overridden(overrides: Sequence[str]) -> dict[str, Any]:
+    """The keys `overrides` set, as a nested dict (their values None): what `stacks.explicit_keys` reads."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        node = out
+        *parents, last = [p for p in key.strip().split(".") if p] or [""]
+        for part in parents:
+            node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
+        if sep and last:
+            node[last] = None
+    return out
 
 
 def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
@@ -261,16 +291,16 @@ def _resolve(raw: dict[str, Any]) -> bool:
     if not isinstance(par, dict):
         return True
     tp = _count(par.get("tp", 1))
-    par.setdefault("sequence_parallel", tp is not None and tp > 1)
+    par.setdefault("sequence_parallel", tp is not None and sequence_parallel_default(tp))
     if "dp" in par:
         return True
     degrees = [_count(par.get(key, 1)) for key in ("tp", "pp", "cp")]
     instances, lnc = _count(cluster.get("instances")), cluster.get("lnc")
     par["dp"] = 1
     if spec and instances and type(lnc) is int and lnc in spec.allowed_lnc and None not in degrees:
-        ranks, model_parallel = instances * spec.neuron_cores // lnc, degrees[0] * degrees[1] * degrees[2]
+        ranks, model_parallel = instances * ranks_per_instance(spec, lnc), degrees[0] * degrees[1] * degrees[2]
         if ranks % model_parallel == 0:
-            par["dp"] = ranks // model_parallel
+            par["dp"] = data_parallel(ranks, degrees[0], degrees[2], degrees[1])
     return False
 
 

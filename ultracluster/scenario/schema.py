@@ -369,6 +369,11 @@ class SweepSpec(_Spec):
         "`run --hours`); `sweep --hours` replaces it [none: the expected goodput, in closed form].")
 
 
+#: The key of a scenario's dict (scenario.json) that lists the stack-filled keys the scenario gave itself
+#: (`Scenario.to_dict`, read back by `load_scenario`); a file written by hand need not name it
+EXPLICIT_KEY = "explicit_keys"
+
+
 class Scenario(_Spec):
     """A resolved, validated scenario: every default filled, every derived value computed."""
 
@@ -399,7 +404,8 @@ class Scenario(_Spec):
         description="Extra operator libraries (files, paths relative to the scenario file) whose operators add "
                     "to or replace the built-in library by name; loaded and inlined when the scenario is read [].")
     # the stack-filled keys the scenario gave itself (`stacks.explicit_keys`, set by `load_scenario`; None: unknown),
-    # so the planner can apply another stack's defaults to the others; not part of the file or its dict
+    # so the planner can apply another stack's defaults to the others; its dict (scenario.json) carries them as
+    # EXPLICIT_KEY, which `load_scenario` reads back, so a reloaded scenario is timed as the original
     _explicit: frozenset[str] | None = PrivateAttr(default=None)
 
     def __eq__(self, other: object) -> bool:
@@ -421,5 +427,10 @@ class Scenario(_Spec):
         return self.training.global_batch * self.training.seq_len
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved scenario as a plain JSON-able dict (the YAML's keys, every default filled)."""
-        return self.model_dump(mode="json")
+        """The resolved scenario as a plain JSON-able dict (the YAML's keys, every default filled), with
+        EXPLICIT_KEY: the stack-filled keys the scenario gave itself, sorted (when known), so that
+        `load_scenario(scenario.to_dict())` gives the scenario back, timed the same."""
+        out = self.model_dump(mode="json")
+        if self._explicit is not None:
+            out[EXPLICIT_KEY] = sorted(self._explicit)
+        return out

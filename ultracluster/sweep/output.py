@@ -47,7 +47,8 @@ def table(rows: list[dict], keys: list[str]) -> pd.DataFrame:
     frame = pd.DataFrame([{c: r.get(c) for c in cols} for r in sorted(rows, key=lambda r: r["variant"])],
                          columns=cols)
     for c in FIGURES:
-        if c in ("status", "reason", "goodput_source", "price_source", "extrapolated", "warnings", "assumptions"):
+        if c in ("status", "reason", "goodput_method", "goodput_source", "price_source", "extrapolated", "warnings",
+                 "assumptions"):
             frame[c] = frame[c].astype(object)
         elif c in ("feasible", "mfu_implausible"):
             frame[c] = frame[c].fillna(False).astype(bool)
@@ -135,7 +136,7 @@ def _value(v) -> str:
 
 def format_sweep(frame: pd.DataFrame, summary: dict, keys: list[str], width: int = WIDTH) -> str:
     """The sweep as a table of at most `width` columns: the varied values, step time with its 80 % interval,
-    tokens/s, MFU, goodput, days and cost to train (what fits, in that order), a mark per warning; then the
+    tokens/s, MFU, goodput (with `--hours`, the wall-clock step and tokens/s at that goodput beside it), days and cost to train (what fits, in that order), a mark per warning; then the
     warnings, the infeasible variants' reasons and the failures, each once."""
     warn_ids: dict[str, int] = {}
     marks = []
@@ -164,6 +165,8 @@ def format_sweep(frame: pd.DataFrame, summary: dict, keys: list[str], width: int
     optional = [
         ("step s (80 %)", [cell(r, "step_time_s", "step_time_low_s", "step_time_high_s") for r in rows]),
         ("goodput", [cell(r, "goodput", None, None, pct=True) for r in rows]),
+        *([("wall step s", [cell(r, "wall_step_time_s", None, None) for r in rows]),     # at the long run's goodput
+           ("wall tok/s", [cell(r, "wall_tokens_per_s", None, None) for r in rows])] if summary.get("hours") else []),
         ("days (80 %)", [cell(r, "time_to_train_days", "time_to_train_low_days", "time_to_train_high_days")
                          for r in rows]),
         ("cost $", [("no price" if r["feasible"] and r["status"] == "ok" and isinstance(r["time_to_train_days"], float)
