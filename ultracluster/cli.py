@@ -290,6 +290,12 @@ def budget_days_and_dollars(scenario, summary: dict, goodput: float) -> dict:
     s = summary
     tc = time_and_cost(s["step_time_s"] - s["data_stall_s"] - s["checkpoint_s"], s["tokens_per_step"],
                        s["instances"], s["price_per_hour_usd"], goodput, tokens=t.budget_tokens, steps=t.budget_steps)
+    if scenario.storage is not None:         # the file system over the same wall time (docs/storage.md, Price)
+        from .storage.fsx import storage_cost_usd
+
+        tc["compute_cost_usd"] = tc["total_cost_usd"]
+        tc["storage_cost_usd"] = float(storage_cost_usd(scenario.storage, tc["time_to_train_days"]))
+        tc["total_cost_usd"] = tc["compute_cost_usd"] + tc["storage_cost_usd"]
     return {**out, **{k: (v if math.isfinite(v) else None) for k, v in tc.items() if k != "train_steps"}}
 
 

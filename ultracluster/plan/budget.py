@@ -17,6 +17,7 @@ import pandas as pd
 from ..goodput import expected_goodput, time_and_cost
 from ..step.price import NO_PRICE_HINT
 from ..scenario import Scenario
+from ..storage.fsx import storage_cost_usd
 
 
 def budget_of(base: Scenario, tokens: float | None) -> tuple[float | None, int | None, str | None]:
@@ -77,7 +78,9 @@ def days_and_dollars(full: pd.DataFrame, base: Scenario, tokens: float | None, c
     per_instance = full["price_per_hour_usd"].to_numpy(float) / instances
     tc = time_and_cost(step, base.tokens_per_step, instances, per_instance, good, tokens=tok, steps=steps)
     full["time_to_train_days"] = tc["time_to_train_days"]
-    full["total_cost_usd"] = tc["total_cost_usd"]
+    full["compute_cost_usd"] = tc["total_cost_usd"]      # the instances; the file system over the same days beside
+    full["storage_cost_usd"] = storage_cost_usd(base.storage, tc["time_to_train_days"])
+    full["total_cost_usd"] = full["compute_cost_usd"] + full["storage_cost_usd"]
     return {"budget": {"tokens": tok if tok is not None else steps * base.tokens_per_step,
                        "steps": steps if steps is not None else tok / base.tokens_per_step, "source": source,
                        "no_price": NO_PRICE_HINT},

@@ -154,6 +154,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         full = ranking.assemble(table, ev.results, None, base.tokens_per_step, price_of, hbm_headroom)
         own = _own_mask(full, base, space)
         _not_run(full, own, base, space)
+        notes += _storage_capacity(full, base, tokens, calibration)
         folded = ranking.fold_equivalent(full)
         budget = days_and_dollars(full, base, tokens, calibration)     # with goodput, where a row can rank
         ranking.mark_pareto(full)           # that can rank, the front and the own
@@ -234,6 +235,28 @@ def _not_run(full: pd.DataFrame, own: np.ndarray, base: Scenario, space: SearchS
         i = np.flatnonzero(own)[0]
         full.loc[i, "feasible"] = False
         full.loc[i, "reason"] = ("no stack searched runs it (the scenario names none): " + "; ".join(why))
+
+
+def _storage_capacity(full: pd.DataFrame, base: Scenario, tokens: float | None, calibration) -> list[str]:
+    """The file system must hold the data set (the plan's budget at `storage.bytes_per_token`) and the checkpoints
+    kept (`storage.capacity_check`, on the scenario's own layout's checkpoint: every layout writes the same model
+    and optimizer state): where it cannot, every row is infeasible with that reason (in place); where it may not
+    (an assumed retention), a note. Returns the notes."""
+    if base.storage is None:
+        return []
+    from ..cluster import build_cluster
+    from ..storage.estimates import capacity_check, figures
+    from .budget import budget_of
+
+    fig = figures(base, build_cluster(base, base.cluster.instances, calibration))
+    tok, steps, _ = budget_of(base, tokens)
+    tok = tok if tok is not None else (steps * base.tokens_per_step if steps is not None else None)
+    cap = capacity_check(base, (fig.checkpoint_gb or 0.0) * 1e9, tok)
+    if cap["capacity_reason"]:
+        full["feasible"] = False
+        full["reason"] = "storage: " + cap["capacity_reason"]
+        return ["storage: " + cap["capacity_reason"]]
+    return ["storage: " + cap["capacity_warning"]] if cap["capacity_warning"] else []
 
 
 def _own_mask(full: pd.DataFrame, base: Scenario, space: SearchSpace) -> np.ndarray:

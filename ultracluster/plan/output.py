@@ -27,6 +27,7 @@ from ..report.atomic import atomic_write_bytes
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
 from ..layouts.ranking import END_NAMES
+from ..step.counts import ultraserver_default
 from .text import OBJECTIVE_SHORT, band_text, fmt_number, mfu_text, ranking_lines
 
 if TYPE_CHECKING:
@@ -63,8 +64,9 @@ def scenario_dict(base: Scenario, row, name: str, prices: dict[str, float] | Non
                           "zero1": zero >= 1, "zero": zero})
     if (d["cluster"]["instance"], d["cluster"]["instances"]) != (row["instance"], int(row["instances"])):
         d["emulation"]["instances_per_actor"] = "auto"   # a folding meant for the scenario's size is not this one's
-    if d["cluster"]["instance"] != row["instance"]:
-        d["cluster"].pop("ultraserver", None)         # the new instance type's default
+    if d["cluster"]["instance"] != row["instance"] or \
+            d["cluster"].get("ultraserver") == ultraserver_default(str(row["instance"])):
+        d["cluster"].pop("ultraserver", None)         # the instance type's default: left to it (a portable plan)
     d["cluster"].update({"instance": str(row["instance"]), "instances": int(row["instances"]), "lnc": int(row["lnc"])})
     d["cluster"].pop("price_per_hour_usd", None)
     if prices and str(row["instance"]) in prices:

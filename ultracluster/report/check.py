@@ -58,7 +58,11 @@ OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" 
                    # the training budget's days and dollars with goodput (docs/design.md, "summary.json")
                    "train_tokens": "number?", "train_steps": "number?", "goodput": "number",
                    "goodput_source": "str", "time_to_train_days": "number?", "total_cost_usd": "number?",
-                   "price_source": "str"}
+                   "price_source": "str",
+                   # the file system: capacity, what it must hold, its price joining the total cost (docs/storage.md)
+                   "storage_capacity_gb": "number", "dataset_gb": "number", "checkpoints_kept": "int",
+                   "storage_needed_gb": "number", "storage_price_source": "str", "compute_cost_usd": "number?",
+                   "storage_cost_usd": "number?"}
 #: The in-layer kinds under the contract's names, beside tp_comm_s (which holds them): each equals its kind's
 #: exposed seconds
 KIND_NAMES = {"cp_comm_s": "comm_cp_exposed_s", "ep_comm_s": "comm_ep_exposed_s"}

@@ -201,6 +201,9 @@ class StorageSpec(_Spec):
         None, gt=0, description="Throughput limit of one client instance, Gbit/s [min(NIC, 100, 5 x file servers)].")
     metadata_iops: float | None = Field(
         None, gt=0, description="Metadata IOPS of the file system [the automatic-mode figure for the capacity].")
+    price_per_tib_month_usd: float | None = Field(
+        None, gt=0, description="US dollars per TiB-month of provisioned capacity, in place of the published "
+        "us-east-1 price of the deployment type and throughput tier (docs/storage.md, Price) [the published price].")
 
     @field_validator("throughput_mbps_per_tib")
     @classmethod
@@ -220,6 +223,11 @@ class CheckpointSpec(_Spec):
     mode: Literal["sync", "async"] = Field(description="sync: training waits for the write; async: it overlaps.")
     d2h_gbps_per_chip: float = Field(
         128.0, gt=0, description="Device-to-host copy rate per chip, Gbit/s (an assumption: no public figure) [128].")
+    keep: int | None = Field(
+        None, ge=1, description="Checkpoints kept on the file system (count; TorchTitan's keep_latest_k, NxD's "
+        "num_kept_ckpts): with the data set they must fit in storage.capacity_tib, else the run is infeasible "
+        "[none: 2 assumed, the last durable one and the one being written; a file system too small for them is a "
+        "warning, too small for one is infeasible].")
 
 
 class StragglersSpec(_Spec):

@@ -16,6 +16,7 @@ import traceback
 from ..goodput import long_run, time_and_cost
 from ..step.price import NO_PRICE_HINT
 from ..scenario import Scenario
+from ..storage.fsx import storage_cost_usd
 from .assumptions import assumptions
 
 NAN = float("nan")
@@ -24,7 +25,8 @@ WARNING_JOIN = " | "      # between a row's warnings in sweep.csv (a warning's o
 FIGURES = ("status", "feasible", "reason", "step_time_s", "step_time_low_s", "step_time_high_s", "tokens_per_s",
            "tokens_per_s_low", "tokens_per_s_high", "mfu", "hbm_peak_gib", "hbm_capacity_gib", "data_stall_s",
            "checkpoint_s", "goodput", "goodput_source", "train_tokens", "time_to_train_days",
-           "time_to_train_low_days", "time_to_train_high_days", "total_cost_usd", "price_per_hour_usd",
+           "time_to_train_low_days", "time_to_train_high_days", "total_cost_usd", "compute_cost_usd",
+           "storage_cost_usd", "price_per_hour_usd",
            "price_source", "usd_per_million_tokens", "failures", "extrapolated", "mfu_implausible", "warnings",
            "assumptions", "wall_s")
 
@@ -101,12 +103,17 @@ def _row(scenario: Scenario, hours: float | None, actors: bool, address: str | N
             tc = time_and_cost(busy, s["tokens_per_step"], s["instances"], s["price_per_hour_usd"], g["goodput"],
                                tokens=t.budget_tokens, steps=t.budget_steps)
             row["time_to_train_days"], row["total_cost_usd"] = tc["time_to_train_days"], tc["total_cost_usd"]
+            if scenario.storage is not None:      # the file system over the same wall time, as `run --hours`
+                row["compute_cost_usd"] = tc["total_cost_usd"]
+                row["storage_cost_usd"] = float(storage_cost_usd(scenario.storage, tc["time_to_train_days"]))
+                row["total_cost_usd"] = row["compute_cost_usd"] + row["storage_cost_usd"]
     days = row.get("time_to_train_days")
     if days is not None and math.isfinite(days):
         step, low, high = s["step_time_s"], s.get("step_time_low_s"), s.get("step_time_high_s")
         if all(isinstance(v, float) and math.isfinite(v) for v in (low, high)):
             row["time_to_train_low_days"], row["time_to_train_high_days"] = days * low / step, days * high / step
-    for k in ("time_to_train_days", "total_cost_usd", "price_per_hour_usd", "usd_per_million_tokens"):
+    for k in ("time_to_train_days", "total_cost_usd", "compute_cost_usd", "storage_cost_usd", "price_per_hour_usd",
+              "usd_per_million_tokens"):
         if row.get(k) is None:
             row[k] = NAN
     if row.get("price_source") == NO_PRICE_HINT:
