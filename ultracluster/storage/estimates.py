@@ -69,16 +69,18 @@ def budget_tokens(scenario) -> float | None:
 
 
 def capacity_check(scenario, checkpoint_bytes: float | None, tokens: float | None = None) -> dict:
-    """Whether the file system holds the data set (the budget's `tokens` x `storage.bytes_per_token`; None: the
-    scenario's budget, unknown without one) and the checkpoints kept (`checkpoint.keep`, else
-    `ASSUMED_CHECKPOINTS_KEPT`): the capacity keys of `StorageFigures`, with `capacity_reason` where it cannot hold
-    them (with a retention given, or even one checkpoint with an assumed one) and `capacity_warning` where it
-    cannot hold the assumed retention."""
+    """Whether the file system holds the checkpoints kept (`checkpoint.keep`, else `ASSUMED_CHECKPOINTS_KEPT`) and
+    the data set (the budget's `tokens` x `storage.bytes_per_token`; None: the scenario's budget, unknown without
+    one): the capacity keys of `StorageFigures`. `capacity_reason` where it cannot hold the checkpoints (the
+    retention given, or one checkpoint with it assumed): the job cannot run. `capacity_warning` where it cannot hold
+    them with the data set, or the assumed retention: the data set must then stream from S3 (an FSx data repository
+    with automatic release), which the model does not time, or the retention is smaller than assumed."""
     st, ck = scenario.storage, scenario.checkpoint
     tokens = budget_tokens(scenario) if tokens is None else tokens
     cap = st.capacity_tib * TIB
     data = tokens * st.bytes_per_token if tokens is not None else 0.0
     one = float(checkpoint_bytes) if checkpoint_bytes and ck is not None else 0.0
+    given = bool(one and ck.keep)
     kept = (ck.keep or ASSUMED_CHECKPOINTS_KEPT) if one else 0
     need = data + kept * one
     out = {"storage_capacity_gb": cap / 1e9, "dataset_gb": data / 1e9 if tokens is not None else None,
@@ -86,22 +88,23 @@ def capacity_check(scenario, checkpoint_bytes: float | None, tokens: float | Non
            "capacity_reason": None, "capacity_warning": None}
     if need <= cap:
         return out
-    assumed = one and not ck.keep
 
-    def words(n_kept: int) -> str:
+    def words(with_data: bool, n_kept: int) -> str:
         parts = ([f"the data set {data / 1e12:,.2f} TB ({tokens:.3g} tokens x {st.bytes_per_token:g} B, "
-                  f"storage.bytes_per_token)"] if data else [])
+                  f"storage.bytes_per_token)"] if with_data and data else [])
         if n_kept:
             parts.append(f"{n_kept} checkpoint{'s' if n_kept > 1 else ''} of {one / 1e12:,.2f} TB"
-                         + (" (checkpoint.keep)" if not assumed else
+                         + (" (checkpoint.keep)" if given else
                             f" ({ASSUMED_CHECKPOINTS_KEPT} assumed: set checkpoint.keep)" if n_kept > 1 else ""))
-        total = data + n_kept * one
+        total = (data if with_data else 0.0) + n_kept * one
         return (f"storage.capacity_tib {st.capacity_tib:g} TiB ({cap / 1e12:,.2f} TB) cannot hold "
                 + " + ".join(parts) + f" = {total / 1e12:,.2f} TB: at least {math.ceil(total / TIB * 10) / 10:g} TiB")
-    if assumed and data + one <= cap:
-        out["capacity_warning"] = words(kept)
+    if one > cap or (given and kept * one > cap):
+        out["capacity_reason"] = words(False, kept if given else 1)
     else:
-        out["capacity_reason"] = words(1 if assumed else kept)
+        out["capacity_warning"] = words(True, kept) + (
+            " (the data set would have to stream from S3 with automatic release, which is not modelled)"
+            if data and data + kept * one > cap and kept * one <= cap else "")
     return out
 
 
