@@ -626,6 +626,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "validate":
             print(f"ok: {args.scenario} ({scenario.name}: {scenario.ranks} ranks, tp {scenario.parallelism.tp} "
                   f"pp {scenario.parallelism.pp} dp {scenario.parallelism.dp})")
+            from .stacks import end_of_support_notes
+            for line in end_of_support_notes([scenario.stack]):
+                print(f"note: {line}")
             return EXIT_OK
         if args.command == "plan":
             return _plan(scenario, args)

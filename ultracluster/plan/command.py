@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from .. import stacks
 from ..shards.worker import actor_bytes
 from ..cluster import fold
 from ..cluster.calibration import Calibration
@@ -155,6 +156,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         own = _own_mask(full, base, space)
         _not_run(full, own, base, space)
         notes += _storage_capacity(full, base, tokens, calibration)
+        notes += [f"end of support: {line}" for line in stacks.end_of_support_notes(searched(base, space))]
         folded = ranking.fold_equivalent(full)
         budget = days_and_dollars(full, base, tokens, calibration)     # with goodput, where a row can rank
         ranking.mark_pareto(full)           # that can rank, the front and the own

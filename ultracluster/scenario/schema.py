@@ -323,7 +323,8 @@ class Scenario(_Spec):
     name: str = Field(pattern=r"^[a-z0-9._-]+$", max_length=200,
                       description="Scenario name; names the output folder (so at most 200 characters).")
     seed: int = Field(0, ge=0, description="Seed of every random draw (jitter, stragglers, faults) [0].")
-    stack: Literal["neuronx-distributed", "neuronx-nemo-megatron", "megatron-lm-neuron", "axlearn", "custom"] = Field(
+    stack: Literal["neuronx-distributed", "neuronx-nemo-megatron", "megatron-lm-neuron", "axlearn", "torchneuron",
+                   "custom"] = Field(
         "custom", description="Training stack: fills the keys not given with its defaults (attention kernel, "
         "dropout, sequence parallelism, TP overlap, ZeRO, recomputation, LNC), prices its pipeline engine's graph "
         "executions, and refuses layouts it does not run (docs/scenarios.md, Training stacks); custom: the "
