@@ -86,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--calibration", dest="calibration_profile", metavar="PROFILE.json",
                     help="a calibration profile from `ultracluster calibrate` instead of the shipped fit")
     pl.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    pl.add_argument("--wide", action="store_true", help="print every table in full columns (wider than 100)")
     pl.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour over the "
                     "catalog: USD for the scenario's type (as cluster.price_per_hour_usd), TYPE=USD for any")
     pl.add_argument("--hbm-headroom", type=float, metavar="FRACTION",
@@ -404,7 +405,7 @@ def _plan(scenario, args) -> int:
             shown.finish()
     s = result.summary
     if not args.quiet:
-        print(format_plan(result))
+        print(format_plan(result, wide=args.wide))
         print(f"plan directory: {out}")
     if not result.top:
         c = s.get("closest")

@@ -30,7 +30,8 @@ from ..layouts.intervals import INTERVAL_COLUMNS, LayoutEvidence, time_for_ranki
 from ..layouts.space import SearchSpace, own_row, enumerate_layouts, own_stack, searched
 from .options import CATALOG_PRICE, MAX_SEARCH_MINUTES, check_options, check_size, resolve_prices
 from .budget import days_and_dollars
-from .compare import compare_with_scenario, stacks_without_a_layout, standing
+from .compare import DECISION_GROUP, compare_with_scenario, decision, decision_groups, stacks_without_a_layout, \
+    standing
 from .output import check_plan_dir, full_table_name, layout_yaml, write_plan_dir
 from .result import PlanResult
 
@@ -164,9 +165,10 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         lev.flags(full)
         kept = own & (full["same_as"].to_numpy() != "")       # the row the own layout is folded into: shown too
         kept = np.isin(full["layout"].to_numpy(), full["same_as"].to_numpy()[kept]) if kept.any() else kept
+        decision_groups(full)              # each (type, count, stack)'s best is timed too: the decision view
         priced = time_for_ranking(full, lev, objective, rank_by, top, max_usd_per_hour,
                                    full["pareto"].to_numpy(dtype=bool) | own | kept, base.tokens_per_step,
-                                   ("instance", "stack"))
+                                   ("instance", "stack", DECISION_GROUP))
         del full["_axes"]
         wall_s = enumerate_s + ev.wall_s + time.perf_counter() - t1
         full["rank_value"] = ranking.at_end(full, objective, rank_by)      # what ranked each row
@@ -185,6 +187,10 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
         replays = _replay(scenarios, runs_out, address, log, progress) if replay and scenarios else []
     planned = full.loc[picks.index, ["step_time_low_s", "step_time_high_s"]].to_numpy()   # before the runs' own
     _interval_columns(full, picks.index, replays)
+    decided = decision(full, objective, max_usd_per_hour, rank_by,
+                       {"instance": list(space.instance_types or (base.cluster.instance,)),
+                        "instances": list(space.instance_counts or (base.cluster.instances,)),
+                        "stack": list(searched(base, space))})
     own_summary = compare_with_scenario(full, objective)
     own_summary["standing"] = standing(full, best, objective, rank_by)
     as_stack = own_stack(base, space)[0]
@@ -198,6 +204,7 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     summary["best_per_stack"] = _json_clean([_record(full.loc[i]) for i in per_stack.index])
     summary["stacks_without_a_layout"] = stacks_without_a_layout(full, searched(base, space), per_stack["stack"])
     summary["mfu_best_published"] = _json_clean(lev.thresholds(full))
+    summary["decision"] = _json_clean(decided)
     summary.update(_json_clean(budget))
     if budget["budget"] is not None:
         summary["tokens"] = budget["budget"]["tokens"]
