@@ -90,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--calibration", dest="calibration_profile", metavar="PROFILE.json",
                     help="a calibration profile from `ultracluster calibrate` instead of the shipped fit")
     pl.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    pl.add_argument("--wide", action="store_true", help="print every table in full columns (wider than 100)")
     pl.add_argument("--price-per-hour", metavar="USD|TYPE=USD,...", help="US dollars per instance-hour over the "
                     "catalog: USD for the scenario's type (as cluster.price_per_hour_usd), TYPE=USD for any")
     pl.add_argument("--hbm-headroom", type=float, metavar="FRACTION",
@@ -302,7 +303,8 @@ def _goodput(report, out: Path) -> dict:
 
     s = report.summary
     result = report.long_run
-    result.extra.update({k: s.get(k) for k in ("time_to_train_days", "total_cost_usd", "price_source")})
+    result.extra.update({k: s.get(k) for k in ("time_to_train_days", "total_cost_usd", "compute_cost_usd",
+                                               "storage_cost_usd", "price_source") if k in s})
     return write_goodput(result, out)
 
 
@@ -420,7 +422,7 @@ def _plan(scenario, args) -> int:
             shown.finish()
     s = result.summary
     if not args.quiet:
-        print(format_plan(result))
+        print(format_plan(result, wide=args.wide))
         print(f"plan directory: {out}")
     if not result.top:
         c = s.get("closest")
@@ -763,6 +765,9 @@ def _main(argv: list[str] | None = None) -> int:
         if args.command == "validate":
             print(f"ok: {args.scenario} ({scenario.name}: {scenario.ranks} ranks, tp {scenario.parallelism.tp} "
                   f"pp {scenario.parallelism.pp} dp {scenario.parallelism.dp})")
+            from .stacks import end_of_support_notes
+            for line in end_of_support_notes([scenario.stack]):
+                print(f"note: {line}")
             return EXIT_OK
         if args.command == "plan":
             return _plan(scenario, args)

@@ -71,6 +71,8 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
                            virtual_stages=layout.virtual_stages, ep=par.ep, pp_schedule=par.pp_schedule,
                            microbatches=microbatches(scenario))
     storage = figures(scenario, cluster)
+    if reason is None and storage is not None and storage.capacity_reason:    # the file system cannot hold them
+        reason = storage.capacity_reason
     replayed = {"ray_nodes": 0} if reason is not None else _replayed(
         scenario, cluster, programs, run_layout, shards_factory, on_step, progress, storage_factory, metrics_factory)
     return RunResult(

@@ -16,6 +16,11 @@ Sources (read in the stacks' public repositories; docs/scenarios.md "Training st
   `nemo/examples/nlp/language_modeling/conf/megatron_gpt_config.yaml`, `test.sh`, `gpt_23b.sh`, `test_llama.sh`.
 - Megatron-LM: aws-neuron/aws-neuron-reference-for-megatron-lm, `pretrain_gpt3_6.7B_32layers_bf16*.sh`.
 - AXLearn: apple/axlearn's Trn2 mesh rules (FSDP x TP at LNC=2) and arXiv 2507.05411.
+- TorchNeuron: the Neuron SDK's "Native PyTorch for AWS Trainium" page (aws-neuron-sdk
+  `frameworks/torch/pytorch-native-overview.rst`) and pytorch/torchtitan (`torchtitan/distributed/fsdp.py`,
+  `torchtitan/config/configs.py`): FSDP2 x DTensor TP, no pipeline yet, eager or torch.compile.
+- End of support: aws-neuron-sdk `about-neuron/announcements/neuron2.x/announce-eos-nxdt-nxd-core-training.rst`,
+  `announce-no-support-pytorch-xla-training.rst`.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ import numpy as np
 
 from ultracluster.errors import Problem
 
-NAMES = ("neuronx-distributed", "neuronx-nemo-megatron", "megatron-lm-neuron", "axlearn", "custom")
+NAMES = ("neuronx-distributed", "neuronx-nemo-megatron", "megatron-lm-neuron", "axlearn", "torchneuron", "custom")
 CHIPS = {"trainium": "trn1", "trainium2": "trn2", "trainium3": "trn3"}
 
 
@@ -81,6 +86,7 @@ class Stack:
     support: Support
     fsdp_schedule: str = "compiler"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    end_of_support: str | None = None                 # where the stack is no longer supported, with its source
 
 
 _ANY_CHIP = (("trn1", "trn2", "trn3"), "")
@@ -90,6 +96,14 @@ _NXD_PIPE = ("neuronx-distributed pipeline/model.py: every 1F1B task (receive, f
 _MEG_PIPE = ("neuronx-nemo-megatron apex pipeline_parallel/p2p_communication.py: _communicate marks a step before "
              "and after each exchange, send_forward_recv_backward and send_backward_recv_forward are one exchange "
              "each (two xm.all_reduce over the pair); the forward and the backward are one graph each")
+
+# end of support, from the Neuron SDK's own announcements (aws-neuron/aws-neuron-sdk @81ce03ae)
+_NXD_EOS = ("NeuronX Distributed Training and the NxD Core training APIs reached end of support after Neuron SDK 2.28 "
+            "(PyTorch 2.9): the SDK moves training to native PyTorch (torchneuron). Source: Neuron SDK "
+            "announce-eos-nxdt-nxd-core-training (2026-02-26) and the 2.29 release notes")
+_XLA_EOS = ("PyTorch/XLA is no longer supported for training from Neuron SDK 2.30 (PyTorch 2.9 the last XLA-based "
+            "version): the SDK moves training to native PyTorch (torchneuron). Source: Neuron SDK "
+            "announce-no-support-pytorch-xla-training (2026-05-20)")
 
 STACKS: dict[str, Stack] = {
     "neuronx-distributed": Stack(
@@ -110,7 +124,8 @@ STACKS: dict[str, Stack] = {
             schedules=(("1f1b", "interleaved"), "pipeline/scheduler.py: 1F1B and interleaved; no GPipe training schedule"),
             cp=(True, "parallel_layers/parallel_state.py: context-parallel groups"),
             ep=(True, "modules/moe: expert parallelism (Mixtral, DBRX examples)"),
-            lnc=((1, 2), "Neuron SDK: LNC=1 or 2 on Trn2/Trn3, LNC=2 the default"))),
+            lnc=((1, 2), "Neuron SDK: LNC=1 or 2 on Trn2/Trn3, LNC=2 the default")),
+        end_of_support=_NXD_EOS),
     "neuronx-nemo-megatron": Stack(
         name="neuronx-nemo-megatron", label="NeMo Megatron (neuronx-nemo-megatron)",
         defaults={"training.attention": "materialized", "model.dropout": {"gelu": 0.1, "swiglu": 0.0},
@@ -130,7 +145,8 @@ STACKS: dict[str, Stack] = {
             schedules=(("1f1b", "interleaved"), "apex fwd_bwd_pipelining_without_interleaving / with_interleaving"),
             cp=(False, "no context parallelism in the fork"),
             ep=(False, "no MoE expert parallelism in the Neuron fork's examples"),
-            lnc=((1,), "Trn1 only: LNC=1"))),
+            lnc=((1,), "Trn1 only: LNC=1")),
+        end_of_support=_XLA_EOS),
     "megatron-lm-neuron": Stack(
         name="megatron-lm-neuron", label="Megatron-LM (Neuron reference fork)",
         defaults={"training.attention": "materialized", "model.dropout": 0.0,
@@ -150,7 +166,8 @@ STACKS: dict[str, Stack] = {
             schedules=(("1f1b",), "Megatron's 1F1B"),
             cp=(False, "no context parallelism in the fork"),
             ep=(False, "no MoE in the fork"),
-            lnc=((1,), "Trn1 only: LNC=1"))),
+            lnc=((1,), "Trn1 only: LNC=1")),
+        end_of_support=_XLA_EOS),
     "axlearn": Stack(
         name="axlearn", label="AXLearn",
         defaults={"training.attention": "flash", "model.dropout": 0.0, "parallelism.sequence_parallel": True,
@@ -168,6 +185,42 @@ STACKS: dict[str, Stack] = {
             cp=(False, "no context-parallel axis in the Neuron mesh rules"),
             ep=(False, "no expert axis in the Neuron mesh rules"),
             lnc=((2,), "the Trn2 mesh rule runs LNC=2"))),
+    # TorchNeuron, native PyTorch on Neuron (the SDK's training path after PyTorch/XLA): no measured run exists, so
+    # every cell of it is outside the calibration (`extrapolated`: cell, widened by the group-out error)
+    "torchneuron": Stack(
+        name="torchneuron", label="TorchNeuron (native PyTorch, TorchTitan)",
+        defaults={"training.attention": "flash", "model.dropout": 0.0, "parallelism.sequence_parallel": True,
+                  "parallelism.tp_comm_overlap": False, "training.zero": 3, "training.recompute": "selective",
+                  "parallelism.fsdp_schedule": "layerwise", "cluster.lnc": 2},
+        defaults_source=("TorchTitan (pytorch/torchtitan @b5bcd76): FSDP2 fully_shard per transformer block "
+                         "(torchtitan/distributed/fsdp.py apply_fsdp_to_decoder: each block's parameters "
+                         "all-gathered before its forward and backward with FSDP2's implicit one-block prefetch, its "
+                         "gradients reduce-scattered after its backward), DTensor TP with enable_sequence_parallel "
+                         "= True, enable_async_tensor_parallel = False (and only under torch.compile: "
+                         "torchtitan/config/configs.py), per-op selective activation checkpointing "
+                         "(torchtitan/distributed/activation_checkpoint.py); the NKI flash-attention kernel and "
+                         "LNC=2 as the Neuron SDK's Trn2 defaults"),
+        engine=Engine(1.0, 0.0, 0.0, "graph_s_nxd", "none",
+                      "the SDK's Native PyTorch for AWS Trainium page: torch.compile(backend='neuron') receives the "
+                      "forward and backward FX graphs (AOT Autograd) and compiles them, one graph execution a "
+                      "microbatch as an XLA stack's, at the NxD engine's fitted cost per graph (an assumption: no "
+                      "TorchNeuron run is published); eager dispatch (Adaptive Eager Execution: ATen ops dispatched "
+                      "as they are called, with operator fusion) has no published cost and is not priced apart"),
+        support=Support(
+            chips=(("trn2", "trn3"), "TorchNeuron is supported on Trainium2 and Trainium3 (Neuron SDK TorchNeuron "
+                   "docs)"),
+            pp=(False, "the SDK's Native PyTorch for AWS Trainium page: FSDP, DTensor, DDP and TP; 'Support for "
+                "additional parallelism strategies such as Pipeline Parallelism (PP) will be available soon'"),
+            zero=((0, 3), "DDP (ZeRO 0) or FSDP2 (ZeRO 3, TorchTitan's data_parallel_shard_degree); no ZeRO-1 "
+                  "optimizer"),
+            zero_with_pp=((), "no pipeline yet"),
+            schedules=(("1f1b",), "no pipeline yet"),
+            cp=(False, "the Native PyTorch page lists FSDP, DTensor, DDP and TP only"),
+            ep=(False, "the Native PyTorch page lists no expert parallelism"),
+            lnc=((1, 2), "Neuron SDK: LNC=1 or 2 on Trn2/Trn3, LNC=2 the default")),
+        fsdp_schedule="layerwise",
+        notes=("no measured TorchNeuron run is published: every layout it runs is extrapolated (cell) and its "
+               "interval widened by the calibration's group-out error",)),
     "custom": Stack(
         name="custom", label="custom (explicit keys)", defaults={}, defaults_source="the scenario's own keys",
         engine=Engine(0.0, 0.0, 0.0, None, "none", "no stack engine: today's explicit knobs"),
@@ -177,11 +230,11 @@ STACKS: dict[str, Stack] = {
 }
 NEURON_STACKS = tuple(n for n in NAMES if n != "custom")
 SHORT = {"neuronx-distributed": "nxd", "neuronx-nemo-megatron": "nemo", "megatron-lm-neuron": "megatron",
-         "axlearn": "axlearn", "custom": "custom"}       # a plan row's label names its stack by these
+         "axlearn": "axlearn", "torchneuron": "torchneuron", "custom": "custom"}       # a plan row's label names its stack by these
 # the keys a stack's defaults fill (each stack's `defaults`), and of them those that change how a layout is timed
 # but are no layout column of a plan (the planner times each distinct setting of them apart: `for_cell`)
 STACK_KEYS = tuple(dict.fromkeys(k for s in STACKS.values() for k in s.defaults))
-TIMING_KEYS = ("training.attention", "model.dropout", "parallelism.tp_comm_overlap")
+TIMING_KEYS = ("training.attention", "model.dropout", "parallelism.tp_comm_overlap", "parallelism.fsdp_schedule")
 
 
 def _get(raw: dict, dotted: str) -> tuple[bool, Any]:
@@ -355,6 +408,12 @@ def check(scenario) -> list[Problem]:
     found = unsupported(scenario.stack, _chip(cl.instance), par.pp, t.zero, par.pp_schedule, par.cp, par.ep, cl.lnc,
                         cl.instance)
     return [Problem(key, given, allowed) for key, given, allowed in found]
+
+
+def end_of_support_notes(names) -> list[str]:
+    """One line per stack among `names` that has reached end of support, with its source."""
+    return [f"{n}: {STACKS[n].end_of_support}" for n in dict.fromkeys(names) if n in STACKS
+            and STACKS[n].end_of_support]
 
 
 def graphs_per_microbatch(stack: str, pp: int) -> tuple[float, float]:

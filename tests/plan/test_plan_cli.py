@@ -99,7 +99,7 @@ def test_top_yaml_runs_as_it_is_and_with_another_count(planned, tmp_path):
 def test_terminal_shows_days_and_total_cost(scenarios_dir, tmp_path, capsys):
     out = tmp_path / "ttt"
     assert main(["plan", str(scenarios_dir / "smoke.yaml"), "--objective", "time_to_train", "--tokens", "2e12",
-                 "--top", "1", "--tp", "8", "--pp", "2", "--price-per-hour", "30", "--out", str(out)]) == 0
+                 "--top", "1", "--tp", "8", "--pp", "2", "--price-per-hour", "30", "--out", str(out), "--wide"]) == 0
     text = capsys.readouterr().out
     s = json.loads((out / "plan.json").read_text())
     assert s["prices"] == {"trn1.32xlarge": {"usd_per_hour": 30.0, "source": "cluster.price_per_hour_usd"}}
@@ -180,3 +180,25 @@ def test_nothing_fits_exits_3_with_the_closest(tmp_path, capsys):
     s = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert s["feasible"] == 0 and s["closest"]["hbm_peak_gib"] > s["closest"]["hbm_capacity_gib"]
     assert s["replayed"] == [] and not list((tmp_path / "plan").glob("top-*.yaml"))
+
+
+def test_the_terminal_fits_100_columns_and_leads_with_the_decision(scenarios_dir, tmp_path, capsys):
+    """Without --wide every line of the plan fits 100 columns; the decision view shows the best of each count with
+    its days and dollars, and the verdict between the counts."""
+    out = tmp_path / "narrow"
+    assert main(["plan", str(scenarios_dir / "smoke.yaml"), "--objective", "time_to_train", "--tokens", "2e12",
+                 "--top", "1", "--tp", "8", "--pp", "2", "--instances", "2,4", "--price-per-hour", "30",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) <= 100
+    s = json.loads((out / "plan.json").read_text())
+    rows = s["decision"]["rows"]
+    assert [r["instances"] for r in rows] == [2, 4] and all(r["fits"] for r in rows)
+    assert "decision: the best layout of each instance type, count and stack" in text
+    for r in rows:
+        assert f"{r['time_to_train_days']:,.1f} ({r['time_to_train_low_days']:,.1f}-" in text
+    v = s["decision"]["verdicts"][0]
+    assert v["kind"] == "instances" and v["verdict"].startswith(f"{rows[1]['chips']:,} vs {rows[0]['chips']:,} chips")
+    faster = 100 * (rows[0]["time_to_train_days"] / rows[1]["time_to_train_days"] - 1)
+    assert f"{abs(faster):.1f} % {'faster' if faster >= 0 else 'slower'}" in v["verdict"]
+    assert v["verdict"] in " ".join(text.split())

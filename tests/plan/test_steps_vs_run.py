@@ -92,3 +92,22 @@ def test_infeasible_layouts_agree_with_run():
         reason = res["reason"][i]
         assert s["reason"] == (reason if isinstance(reason, str) else None)
         assert s["hbm_peak_gib"] == pytest.approx(res["hbm_peak_gib"][i], rel=1e-9)
+
+
+def test_torchneuron_and_axlearn_rows_of_one_table_each_equal_their_run():
+    """FSDP x TP on trn2 searched for AXLearn (gradients reduce-scattered once per step, the compiler's schedule) and
+    TorchNeuron (FSDP2: per layer, `parallelism.fsdp_schedule: layerwise`) in one table: each row is timed as its own
+    stack runs it, never with the other's memoized gradient reduction."""
+    base = load_scenario(variant(name="plan-small-fsdp", faults={"jitter": 0.0},
+                                 cluster={"instance": "trn2.48xlarge", "instances": 2}))
+    table = enumerate_layouts(base, SearchSpace(stacks=("axlearn", "torchneuron"), tp=(4,), micro_batches=(1,),
+                                                recompute=("selective",), lnc=(2,)))
+    res = steps.evaluate(steps.Evaluator(base, shared_last_sends=True), table)
+    zero3 = table[(table["zero"] == 3).to_numpy() & res["feasible"].to_numpy()]
+    assert set(zero3["stack"]) == {"axlearn", "torchneuron"}
+    times = {}
+    for i in zero3.index:
+        s = replayed(base, table, int(i))
+        assert res["step_time_s"][i] == pytest.approx(s["step_time_s"], rel=1e-9), table.iloc[i].to_dict()
+        times[table.iloc[i]["stack"]] = s["step_time_s"]
+    assert times["axlearn"] != times["torchneuron"]

@@ -4,6 +4,7 @@ whose instance type has no price says there is no cost axis. sweep.html too: its
 their intervals drawn."""
 from __future__ import annotations
 
+import pytest
 from test_report_browser import colours, load
 
 from ultracluster import load_scenario
@@ -20,17 +21,17 @@ SMALL = SearchSpace(micro_batches=(1, 2), virtual_stages=(2,))
 def test_plan_html_renders_in_chromium(chromium, tmp_path):
     result = plan(load_scenario(SEVEN_B), SMALL, top=3, out=tmp_path / "plan", replay=False)
     assert result.summary["feasible"] and result.summary["feasible"] < result.summary["layouts_evaluated"]
-    # a screen and a half: the near misses follow the two tables (with what ranked them) and the two charts
+    # two screens: the near misses follow the decision view, the tables (with what ranked them) and the two charts
     page = (tmp_path / "plan" / "plan.html").read_text()
     # no stack named: the Neuron stacks that run on trn1, the best of each, and the MFU flag's threshold beside it
     assert "<h2>Best of each stack</h2>" in page and "nxd: 2 x trn1.32xlarge" in page
     best = result.summary["mfu_best_published"]["trn1.32xlarge"]
     assert f"MFU marked ! is above the best published run of its chip (trn1.32xlarge {100 * best:.1f} %)" in page
     assert f"outlined: trn1.32xlarge {100 * best:.1f} %" in page
-    png, errors, requests = load(chromium, tmp_path / "plan" / "plan.html", height=2000)
+    png, errors, requests = load(chromium, tmp_path / "plan" / "plan.html", height=2800)
     assert errors == [] and requests == []
     seen = colours(png)
-    assert len(seen) > 20 and seen.get("ffffff", 0) < 0.98 * 2000 * 1200
+    assert len(seen) > 20 and seen.get("ffffff", 0) < 0.98 * 2800 * 1200
     assert seen.get(DOT_COLOR[1:], 0) > 50 and seen.get(FRONT_COLOR[1:], 0) > 50   # the Pareto chart
     assert seen.get(TOP_COLOR[1:], 0) > 20                                          # the top layouts marked
     assert seen.get(MEMORY_COLORS["weights_gib"][1:], 0) > 200                      # near-miss HBM bars
@@ -67,3 +68,33 @@ def test_sweep_html_renders_in_chromium(chromium, tmp_path, monkeypatch):
     assert seen.get("%02x%02x%02x" % HEAT_HIGH, 0) > 200                                      # the heatmap's best
     page = (tmp_path / "sweep" / "sweep.html").read_text()
     assert page.count('class="interval"') >= 6 and 'class="heatmap"' in page
+
+
+def test_plan_html_leads_with_the_decision_view_and_fits_1400_px(chromium, tmp_path):
+    """The decision view (a row per instance type, count and stack, its days and dollars with FSx, the verdicts
+    between neighbours) comes first, and the page fits a 1,400 px window: no table makes it scroll sideways, and
+    the decision table itself is never boxed away."""
+    scenario = load_scenario({**SEVEN_B, "name": "plan-7b-decision",
+                              "training": {**SEVEN_B["training"], "budget_tokens": 2e11},
+                              "storage": {"kind": "fsx-lustre", "deployment": "PERSISTENT_2", "capacity_tib": 4.8,
+                                          "throughput_mbps_per_tib": 250},
+                              "checkpoint": {"every_steps": 500, "mode": "async"}})
+    space = SearchSpace(micro_batches=(1,), virtual_stages=(2,), instance_counts=(2, 4),
+                        stacks=("neuronx-distributed", "neuronx-nemo-megatron"))
+    result = plan(scenario, space, top=1, out=tmp_path / "plan", replay=False)
+    d = result.summary["decision"]
+    assert [(r["instances"], r["stack"]) for r in d["rows"]] == [(2, "neuronx-distributed"), (2, "neuronx-nemo-megatron"),
+                                                                 (4, "neuronx-distributed"), (4, "neuronx-nemo-megatron")]
+    assert all(r["storage_cost_usd"] > 0 and r["total_cost_usd"] == pytest.approx(r["compute_cost_usd"]
+                                                                                  + r["storage_cost_usd"])
+               for r in d["rows"])
+    assert any(v["verdict"].startswith("64 vs 32 chips (trn1, nxd)") for v in d["verdicts"])
+    page = (tmp_path / "plan" / "plan.html").read_text()
+    assert page.index("<h2>Decision</h2>") < page.index("<h2>Best of each instance type</h2>")
+    widths = []
+    png, errors, requests = load(chromium, tmp_path / "plan" / "plan.html", width=1400, widths=widths)
+    assert errors == [] and requests == []
+    w = widths[0]
+    assert w["page"] <= 1400, w
+    decision = next(t for t in w["tables"] if t["first"] == "instance type" and not t["boxed"])
+    assert decision["width"] <= 1400 - 2 * 24

@@ -121,16 +121,19 @@ SEEN = """JSON.stringify({
 })"""
 
 
-def load(binary: str, page: Path, seen: list | None = None, height: int = 1600) -> tuple[bytes, list[str], list[str]]:
-    """Open a local page; return (PNG screenshot of the first `height` pixels, console/JS errors, URLs requested
-    besides the page). With `seen`, append to it what a reader sees (`SEEN`, parsed)."""
+def load(binary: str, page: Path, seen: list | None = None, height: int = 1600, width: int = 1200,
+         widths: list | None = None) -> tuple[bytes, list[str], list[str]]:
+    """Open a local page in a `width` x `height` window; return (PNG screenshot of the first `height` pixels,
+    console/JS errors, URLs requested besides the page). With `seen`, append to it what a reader sees (`SEEN`,
+    parsed); with `widths`, the page's scroll width and each table's width in px (a page wider than its window
+    scrolls sideways; a table in a `.wide` box scrolls inside it)."""
     b = Browser(binary)
     try:
         target = b.call("Target.createTarget", url="about:blank")["targetId"]
         s = b.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             b.call(f"{domain}.enable", s)
-        b.call("Emulation.setDeviceMetricsOverride", s, width=1200, height=height, deviceScaleFactor=1, mobile=False)
+        b.call("Emulation.setDeviceMetricsOverride", s, width=width, height=height, deviceScaleFactor=1, mobile=False)
         b.call("Page.navigate", s, url=page.resolve().as_uri())
         b.wait_for("Page.loadEventFired")
         # run the page's script once more through a click on a sortable header: its errors count too
@@ -139,6 +142,12 @@ def load(binary: str, page: Path, seen: list | None = None, height: int = 1600) 
         png = base64.b64decode(b.call("Page.captureScreenshot", s, format="png", optimizeForSpeed=True)["data"])
         if seen is not None:
             seen.append(json.loads(b.call("Runtime.evaluate", s, expression=SEEN, returnByValue=True)["result"]["value"]))
+        if widths is not None:
+            widths.append(json.loads(b.call("Runtime.evaluate", s, returnByValue=True, expression=(
+                "JSON.stringify({page: document.documentElement.scrollWidth, tables: Array.prototype.map.call("
+                "document.querySelectorAll('table'), function (t) { return {width: t.getBoundingClientRect().width, "
+                "boxed: t.parentElement.classList.contains('wide'), first: t.querySelector('th').textContent}; })})"
+            ))["result"]["value"]))
         errors, requests = [], []
         for e in b.events:
             m, p = e.get("method"), e.get("params", {})

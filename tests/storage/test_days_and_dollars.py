@@ -53,7 +53,11 @@ def test_summary_goodput_is_the_long_runs_closed_form_and_the_cost_adds_up():
     steps = 1.5e12 / s["tokens_per_step"]
     assert s["train_steps"] == pytest.approx(steps)
     assert s["time_to_train_days"] == pytest.approx(steps * busy / s["goodput"] / 86400, rel=1e-12)
-    assert s["total_cost_usd"] == pytest.approx(s["time_to_train_days"] * 24 * 64 * 40.0, rel=1e-12)
+    assert s["compute_cost_usd"] == pytest.approx(s["time_to_train_days"] * 24 * 64 * 40.0, rel=1e-12)
+    # the 24 TiB PERSISTENT_2 250 MB/s/TiB file system over the same days: $0.210 per GB-month, 730 h a month
+    fsx = 24 * 1024 * 0.210 * s["time_to_train_days"] * 24 / 730
+    assert s["storage_cost_usd"] == pytest.approx(fsx, rel=1e-12)
+    assert s["total_cost_usd"] == pytest.approx(s["compute_cost_usd"] + fsx, rel=1e-12)
     assert s["price_source"] == "cluster.price_per_hour_usd"
 
 

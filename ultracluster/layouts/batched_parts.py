@@ -285,8 +285,9 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
         # with zero
         training = lambda: pr.memo(("training", zero), lambda: layout_scenario(pr.scenario, r).training)  # noqa: E731
         dense, stride = g.dense[j], replica_ranks(tp, cp, pp)
-        nb, nb_s, after[a], gather[a], scatter[a] = pr.memo(("dp", ck, tp, cp, pp, v, dp, ep, zero), lambda: comm.dp_comm(
-            times, cl, dense, g.expert[j], g.layers, training(), dp, ep, stride, pp, layerwise))
+        nb, nb_s, after[a], gather[a], scatter[a] = pr.memo(
+            ("dp", ck, tp, cp, pp, v, dp, ep, zero, layerwise),     # layerwise: the variant's (a stack's timing key)
+            lambda: comm.dp_comm(times, cl, dense, g.expert[j], g.layers, training(), dp, ep, stride, pp, layerwise))
         if nb.size:
             buckets[a], bucket_s[a] = nb, nb_s
         else:

@@ -335,7 +335,7 @@ def layout_record(r) -> dict:
 
 def numbers(r, columns=("step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "hbm_capacity_gib", "hbm_fraction",
                         "usd_per_million_tokens", "price_per_hour_usd", "goodput", "time_to_train_days",
-                        "total_cost_usd")) -> dict:
+                        "total_cost_usd", "compute_cost_usd", "storage_cost_usd")) -> dict:
     """A row's figures as JSON values (None for NaN or absent)."""
     out = {}
     for c in columns:

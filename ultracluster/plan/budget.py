@@ -17,6 +17,7 @@ import pandas as pd
 from ..step.merit import CLOSED_FORM, budget_figures
 from ..step.price import NO_PRICE_HINT
 from ..scenario import Scenario
+from ..storage.fsx import storage_usd_per_hour
 
 
 def budget_of(base: Scenario, tokens: float | None) -> tuple[float | None, int | None, str | None]:
@@ -70,8 +71,10 @@ def budget_columns(full: pd.DataFrame, base: Scenario, tokens: float | None, cal
         per_instance = full["price_per_hour_usd"].to_numpy(float) / instances
         system_mtbf = mtbf * 3600.0 / instances if mtbf else np.full(n, math.inf)
     fig = budget_figures(step[ok], 0.0, base.tokens_per_step, instances[ok], per_instance[ok], every, block, recovery,
-                         system_mtbf[ok], tokens=tok, steps=steps) if ok.any() else None
-    for k in ("goodput", "time_to_train_days", "total_cost_usd") if source is not None else ("goodput",):
+                         system_mtbf[ok], tokens=tok, steps=steps,
+                         storage_usd_per_hour=storage_usd_per_hour(base.storage)) if ok.any() else None
+    for k in (("goodput", "time_to_train_days", "compute_cost_usd", "storage_cost_usd", "total_cost_usd")
+              if source is not None else ("goodput",)):
         col = np.full(n, np.nan)
         if fig is not None:
             col[ok] = fig[k]

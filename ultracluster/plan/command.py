@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from .. import stacks
 from ..shards.worker import actor_bytes
 from ..cluster import fold
 from ..cluster.calibration import Calibration
@@ -31,7 +32,8 @@ from ..layouts.intervals import INTERVAL_COLUMNS, LayoutEvidence, time_for_ranki
 from ..layouts.space import SearchSpace, own_row, enumerate_layouts, own_stack, searched
 from .options import CATALOG_PRICE, MAX_SEARCH_MINUTES, check_options, check_size, resolve_prices
 from .budget import budget_columns
-from .compare import compare_with_scenario, stacks_without_a_layout, standing
+from .compare import DECISION_GROUP, compare_with_scenario, decision, decision_groups, stacks_without_a_layout, \
+    standing
 from .output import check_plan_dir, full_table_name, layout_yaml, write_plan_dir
 from .result import PlanResult
 
@@ -172,6 +174,8 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
         full = ranking.assemble(table, ev.results, None, base.tokens_per_step, price_of, hbm_headroom)
         own = _own_mask(full, base, space)
         _not_run(full, own, base, space)
+        notes += _storage_capacity(full, base, tokens, calibration)
+        notes += [f"end of support: {line}" for line in stacks.end_of_support_notes(searched(base, space))]
         folded = ranking.fold_equivalent(full)
         budget = budget_columns(full, base, tokens, calibration)     # with goodput, where a row can rank
         ranking.mark_pareto(full)           # that can rank, the front and the own
@@ -179,9 +183,10 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
         lev.flags(full)
         kept = own & (full["same_as"].to_numpy() != "")       # the row the own layout is folded into: shown too
         kept = np.isin(full["layout"].to_numpy(), full["same_as"].to_numpy()[kept]) if kept.any() else kept
+        decision_groups(full)              # each (type, count, stack)'s best is timed too: the decision view
         priced = time_for_ranking(full, lev, objective, rank_by, top, max_usd_per_hour,
                                    full["pareto"].to_numpy(dtype=bool) | own | kept, base.tokens_per_step,
-                                   ("instance", "stack"))
+                                   ("instance", "stack", DECISION_GROUP))
         del full["_axes"]
         wall_s = enumerate_s + ev.wall_s + time.perf_counter() - t1
         full["rank_value"] = ranking.at_end(full, objective, rank_by)      # what ranked each row
@@ -201,6 +206,10 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
             if replay and scenarios else []
     planned = full.loc[picks.index, ["step_time_low_s", "step_time_high_s"]].to_numpy()   # before the runs' own
     _interval_columns(full, picks.index, replays)
+    decided = decision(full, objective, max_usd_per_hour, rank_by,
+                       {"instance": list(space.instance_types or (base.cluster.instance,)),
+                        "instances": list(space.instance_counts or (base.cluster.instances,)),
+                        "stack": list(searched(base, space))})
     own_summary = compare_with_scenario(full, objective)
     own_summary["standing"] = standing(full, best, objective, rank_by)
     as_stack = own_stack(base, space)[0]
@@ -214,6 +223,7 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
     summary["best_per_stack"] = _json_clean([_record(full.loc[i]) for i in per_stack.index])
     summary["stacks_without_a_layout"] = stacks_without_a_layout(full, searched(base, space), per_stack["stack"])
     summary["mfu_best_published"] = _json_clean(lev.thresholds(full))
+    summary["decision"] = _json_clean(decided)
     summary.update(_json_clean(budget))
     if budget["budget"] is not None:
         summary["tokens"] = budget["budget"]["tokens"]
@@ -254,6 +264,28 @@ def _not_run(full: pd.DataFrame, own: np.ndarray, base: Scenario, space: SearchS
         i = np.flatnonzero(own)[0]
         full.loc[i, "feasible"] = False
         full.loc[i, "reason"] = ("no stack searched runs it (the scenario names none): " + "; ".join(why))
+
+
+def _storage_capacity(full: pd.DataFrame, base: Scenario, tokens: float | None, calibration) -> list[str]:
+    """The file system must hold the data set (the plan's budget at `storage.bytes_per_token`) and the checkpoints
+    kept (`storage.capacity_check`, on the scenario's own layout's checkpoint: every layout writes the same model
+    and optimizer state): where it cannot, every row is infeasible with that reason (in place); where it may not
+    (an assumed retention), a note. Returns the notes."""
+    if base.storage is None:
+        return []
+    from ..cluster import build_cluster
+    from ..storage.estimates import capacity_check, figures
+    from .budget import budget_of
+
+    fig = figures(base, build_cluster(base, base.cluster.instances, calibration))
+    tok, steps, _ = budget_of(base, tokens)
+    tok = tok if tok is not None else (steps * base.tokens_per_step if steps is not None else None)
+    cap = capacity_check(base, (fig.checkpoint_gb or 0.0) * 1e9, tok)
+    if cap["capacity_reason"]:
+        full["feasible"] = False
+        full["reason"] = "storage: " + cap["capacity_reason"]
+        return ["storage: " + cap["capacity_reason"]]
+    return ["storage: " + cap["capacity_warning"]] if cap["capacity_warning"] else []
 
 
 def _own_mask(full: pd.DataFrame, base: Scenario, space: SearchSpace) -> np.ndarray:

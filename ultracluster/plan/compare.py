@@ -148,3 +148,143 @@ def stacks_without_a_layout(full: pd.DataFrame, stacks: tuple[str, ...], ranked_
         else:
             out[name] = "none of the layouts it runs that fit is within --max-usd-per-hour or has a ranking value"
     return out
+
+
+# --- the decision view: the best layout of each (instance type, count, stack) and verdicts between neighbours ----
+DECISION_GROUP = "_decision_group"     # the column `time_for_ranking` scopes by, so each group's best is timed
+DECISION_KEYS = ("instance", "instances", "stack")
+
+
+def decision_groups(full: pd.DataFrame) -> None:
+    """Add the column naming each row's (instance type, count, stack) group (in place; `decision` drops it)."""
+    full[DECISION_GROUP] = (full["instance"].astype(str) + "|" + full["instances"].astype(str) + "|"
+                            + full["stack"].astype(str))
+
+
+def _row(r: pd.Series, chips_per_instance: int) -> dict:
+    step = float(r["step_time_s"])
+    low, high = float(r.get("step_time_low_s", np.nan)), float(r.get("step_time_high_s", np.nan))
+    out = {k: r[k] for k in DECISION_KEYS}
+    out["instances"] = int(out["instances"])
+    out["chips"] = int(r["instances"]) * chips_per_instance
+    out["fits"] = True
+    out["label"] = r["layout"]
+    out["layout"] = ranking.layout_record(r)
+    out.update(ranking.numbers(r, ("step_time_s", "step_time_low_s", "step_time_high_s", "tokens_per_s",
+                                   "tokens_per_s_low", "tokens_per_s_high", "mfu", "usd_per_million_tokens",
+                                   "price_per_hour_usd", "goodput", "time_to_train_days", "total_cost_usd",
+                                   "compute_cost_usd", "storage_cost_usd", "rank_value")))
+    days, usd = out.get("time_to_train_days"), out.get("total_cost_usd")
+    scale = (low / step, high / step) if np.isfinite(low) and np.isfinite(high) and step > 0 else (None, None)
+    out["time_to_train_low_days"] = days * scale[0] if days is not None and scale[0] else None
+    out["time_to_train_high_days"] = days * scale[1] if days is not None and scale[1] else None
+    out["total_cost_low_usd"] = usd * scale[0] if usd is not None and scale[0] else None
+    out["total_cost_high_usd"] = usd * scale[1] if usd is not None and scale[1] else None
+    out["extrapolated"] = [a for a in str(r.get("extrapolated", "")).split(",") if a]
+    out["mfu_implausible"] = bool(r.get("mfu_implausible", False))
+    return out
+
+
+def _usd(v: float) -> str:
+    a = abs(v)
+    return f"${a / 1e6:.1f} M" if a >= 1e6 else f"${a / 1e3:.0f} k" if a >= 1e3 else f"${a:.0f}"
+
+
+def verdict(a: dict, b: dict) -> tuple[str, bool | None]:
+    """How row `a` stands against row `b` ("0.5 % faster, $2.0 M dearer, intervals overlap: not a finding"), and
+    whether it is a finding (their 80 % intervals apart: days with a budget, else tokens/s; None without intervals).
+    """
+    parts = []
+    if a.get("time_to_train_days") and b.get("time_to_train_days"):
+        pct = 100 * (b["time_to_train_days"] / a["time_to_train_days"] - 1)
+        lo = ("time_to_train_low_days", "time_to_train_high_days")
+        kind = "faster" if pct >= 0 else "slower"
+        parts.append(f"{abs(pct):.1f} % {kind} ({a['time_to_train_days']:,.1f} vs {b['time_to_train_days']:,.1f} days)")
+    else:
+        pct = 100 * (a["tokens_per_s"] / b["tokens_per_s"] - 1)
+        lo = ("tokens_per_s_low", "tokens_per_s_high")
+        parts.append(f"{abs(pct):.1f} % {'faster' if pct >= 0 else 'slower'}")
+    if a.get("total_cost_usd") is not None and b.get("total_cost_usd") is not None:
+        d = a["total_cost_usd"] - b["total_cost_usd"]
+        parts.append(f"{_usd(d)} {'dearer' if d > 0 else 'cheaper'}" if abs(d) >= 0.5 else "as dear")
+    elif a.get("usd_per_million_tokens") is not None and b.get("usd_per_million_tokens") is not None:
+        d = a["usd_per_million_tokens"] - b["usd_per_million_tokens"]
+        parts.append(f"${abs(d):.3f} per M tokens {'dearer' if d > 0 else 'cheaper'}")
+    else:
+        parts.append("no price")
+    ends = [a.get(lo[0]), a.get(lo[1]), b.get(lo[0]), b.get(lo[1])]
+    if any(e is None for e in ends):
+        return ", ".join(parts) + ", no interval", None
+    apart = max(ends[0], ends[1]) < min(ends[2], ends[3]) or max(ends[2], ends[3]) < min(ends[0], ends[1])
+    return ", ".join(parts) + (", intervals apart: a finding" if apart else ", intervals overlap: not a finding"), apart
+
+
+def _short(instance: str) -> str:
+    return instance.split(".")[0]
+
+
+def decision(full: pd.DataFrame, objective: str, max_usd_per_hour: float | None, rank_by: str,
+             space_order: dict[str, list]) -> dict:
+    """plan.json's `decision`: one row per (instance type, count, stack) searched, its best layout by the ranking
+    (`ranking.ranked`: the objective at the `rank_by` end) with days, dollars (compute and storage), goodput and the
+    80 % interval, or why none fits; and the verdicts between neighbours: each instance type against the first
+    searched at the same count and stack, each count against the next smaller at the same type and stack, each
+    stack against the best stack at the same type and count. Drops the group column (`decision_groups`)."""
+    from ..cluster.catalog import INSTANCES
+
+    best = ranking.ranked(full, objective, max_usd_per_hour, rank_by).drop_duplicates(DECISION_GROUP)
+    rows = []
+    for inst in space_order["instance"]:
+        for n in space_order["instances"]:
+            for st in space_order["stack"]:
+                key = f"{inst}|{n}|{st}"
+                hit = best[best[DECISION_GROUP] == key]
+                chips = INSTANCES[inst].chips
+                if len(hit):
+                    rows.append(_row(hit.iloc[0], chips))
+                    continue
+                members = full[full[DECISION_GROUP] == key]
+                if members.empty:
+                    why = f"{st} does not run on {inst}"
+                elif not members["feasible"].any():
+                    why = f"none of its {len(members):,} layouts fits: " + str(members["reason"].iloc[0])
+                else:
+                    why = "no layout can rank (no value on the objective)"
+                rows.append({"instance": inst, "instances": int(n), "chips": int(n) * chips, "stack": st,
+                             "fits": False, "reason": why})
+    del full[DECISION_GROUP]
+    fit = {(r["instance"], r["instances"], r["stack"]): r for r in rows if r["fits"]}
+    verdicts = []
+
+    def add(kind: str, a: dict, b: dict, words: str) -> None:
+        text, finding = verdict(a, b)
+        verdicts.append({"kind": kind, "a": {k: a[k] for k in DECISION_KEYS}, "b": {k: b[k] for k in DECISION_KEYS},
+                         "verdict": f"{words}: {text}", "finding": finding})
+    types, counts, stacks_ = space_order["instance"], sorted(space_order["instances"]), space_order["stack"]
+    from .. import stacks as stk
+    short = stk.SHORT
+    for n in counts:
+        for st in stacks_:
+            b = fit.get((types[0], n, st))
+            for t in types[1:]:
+                a = fit.get((t, n, st))
+                if a and b:
+                    add("instance", a, b, f"{_short(t)} vs {_short(types[0])} ({n:,} x, {short.get(st, st)})")
+    for t in types:
+        for st in stacks_:
+            for n0, n1 in zip(counts, counts[1:]):
+                a, b = fit.get((t, n1, st)), fit.get((t, n0, st))
+                if a and b:
+                    add("instances", a, b, f"{a['chips']:,} vs {b['chips']:,} chips ({_short(t)}, {short.get(st, st)})")
+    col, smaller = ranking.OBJECTIVES[objective]
+    for t in types:
+        for n in counts:
+            group = [fit[(t, n, st)] for st in stacks_ if (t, n, st) in fit]
+            if len(group) < 2:
+                continue
+            lead = sorted(group, key=lambda r: (r["rank_value"] if smaller else -r["rank_value"]))[0]
+            for r in group:
+                if r is not lead:
+                    add("stack", r, lead, f"{short.get(r['stack'], r['stack'])} vs {short.get(lead['stack'], lead['stack'])}"
+                                           f" ({_short(t)} x {n:,})")
+    return {"rows": rows, "verdicts": verdicts, "ranked_by": f"{objective} at the {ranking.END_NAMES[rank_by]}"}

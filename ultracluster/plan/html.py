@@ -12,12 +12,14 @@ infeasible layouts closest to fitting, each with the HBM it needs against what a
 from __future__ import annotations
 
 import math
+import re
 from html import escape
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from .. import stacks
 from ..cluster.catalog import NO_PRICE
 from ..layouts.ranking import END_NAMES, pareto_front
 from ..report import html_kit as kit
@@ -257,6 +259,51 @@ def _hbm(row: dict) -> str:
     return f"{_gib(row.get('hbm_peak_gib'))} of {_gib(row.get('hbm_capacity_gib'))}"
 
 
+def _boxed(table_html: str) -> str:
+    """A wide table in a box that scrolls sideways, so the page itself fits its window."""
+    return f'<div class="wide">{table_html}</div>'
+
+
+def decision_html(s: dict) -> str:
+    """The decision view: a row per (instance type, count, stack) with its best layout, days and dollars (compute
+    and storage) with their 80 % intervals, goodput and the flags; then the verdicts between neighbours, the
+    findings in bold. Narrow enough for a 1,400 px window (the layout the last column)."""
+    d = s.get("decision") or {}
+    rows = d.get("rows") or []
+    if not rows:
+        return ""
+    budget = any(r.get("time_to_train_days") is not None for r in rows if r.get("fits"))
+    cells = []
+    for r in rows:
+        base = [r["instance"], r["instances"], r["chips"], stacks.SHORT.get(r["stack"], r["stack"])]
+        if not r.get("fits"):
+            cells.append(base + [""] * (7 if budget else 5) + [r["reason"]])
+            continue
+        band = (f"{r['time_to_train_low_days']:,.1f}-{r['time_to_train_high_days']:,.1f}"
+                if r.get("time_to_train_low_days") is not None else "")
+        money = ([r.get("time_to_train_days"), band, r.get("total_cost_usd") if r.get("total_cost_usd") is not None
+                  else NO_PRICE, r.get("storage_cost_usd"), r.get("goodput")] if budget else
+                 [r.get("tokens_per_s"), band_text(r.get("tokens_per_s"), r.get("tokens_per_s_low"),
+                                                   r.get("tokens_per_s_high")), r.get("usd_per_million_tokens")])
+        cells.append(base + money + [mfu_text(r), ", ".join(r.get("extrapolated") or []) or "-",
+                                     r["label"].split(": ", 1)[-1]])
+    head = ["instance type", "instances", "chips", "stack"] + (
+        ["days", "days, 80 %", "total $", "of it FSx", "goodput"] if budget else
+        ["tokens/s", "tokens/s, 80 %", "$ per M tokens"]) + ["MFU", "off domain", "best layout"]
+    keys = ["instance", "instances", "chips", "stack"] + (
+        ["days", "band", "total_cost_usd", "storage_cost_usd", "goodput"] if budget else
+        ["tokens_per_s", "band", "usd_per_million_tokens"]) + ["mfu_text", "off", "layout"]
+    verdicts = "".join(f"<li>{'<b>' if v.get('finding') else ''}{escape(v['verdict'])}{'</b>' if v.get('finding') else ''}"
+                       f"</li>" for v in d.get("verdicts") or [])
+    return (f'<h2>Decision</h2><p class="note">the best layout of each instance type, count and stack (ranked by '
+            f'{escape(str(d.get("ranked_by")))}); days and dollars with the 80 % interval of the step; the total is '
+            f'compute plus the file system (FSx)</p>'
+            + re.sub(r"<td>([^<]*)</td></tr>", r'<td style="white-space:normal;text-align:left;min-width:200px">'
+                     r"\1</td></tr>", kit.table(cells, head, keys=keys))
+            + (f'<p class="note">verdicts between neighbours: a finding (bold) only where the 80 % intervals are '
+               f'apart</p><ul class="verdicts">{verdicts}</ul>' if verdicts else ""))
+
+
 def render_plan_html(result: PlanResult) -> str:
     """plan.html of a finished plan (no external URL)."""
     s = result.summary
@@ -283,18 +330,18 @@ def render_plan_html(result: PlanResult) -> str:
                      _step(row), r.get("replay_step_time_s"), r.get("difference"), row["tokens_per_s"], mfu_text(row),
                      _cost(row), *_days_cost(row, tokens), _hbm(row),
                      ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"])
-    top = kit.table(rows, ["#", "layout", "equivalent", *ranks, "step s (80 %)", "replayed step (s)",
+    top = _boxed(kit.table(rows, ["#", "layout", "equivalent", *ranks, "step s (80 %)", "replayed step (s)",
                            "difference", "tokens/s", "MFU", "$ per M tokens", *extra_head, "HBM GiB",
-                           "off domain", "vs scenario's layout"]) if rows else "<p>none</p>"
+                           "off domain", "vs scenario's layout"])) if rows else "<p>none</p>"
     per_type = s.get("best_per_type") or []
     best_rows = [[row["instance"], row["label"], row.get("equivalent") or "", *([row.get("rank_value")] if ranks else []),
                   _step(row), row["tokens_per_s"], mfu_text(row),
                   row.get("price_per_hour_usd") if row.get("price_per_hour_usd") is not None else NO_PRICE,
                   _cost(row), *_days_cost(row, tokens), _hbm(row),
                   ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"] for row in per_type]
-    best = kit.table(best_rows, ["instance type", "layout", "equivalent", *ranks, "step s (80 %)",
+    best = _boxed(kit.table(best_rows, ["instance type", "layout", "equivalent", *ranks, "step s (80 %)",
                                  "tokens/s", "MFU", "$ per hour (cluster)", "$ per M tokens", *extra_head,
-                                 "HBM GiB", "off domain", "vs scenario's layout"]) \
+                                 "HBM GiB", "off domain", "vs scenario's layout"])) \
         if best_rows else "<p>none</p>"
     per_stack = s.get("best_per_stack") or []
     stack_rows = [[row["stack"], row["label"], *([row.get("rank_value")] if ranks else []), _step(row),
@@ -303,8 +350,8 @@ def render_plan_html(result: PlanResult) -> str:
     without = s.get("stacks_without_a_layout") or {}
     by_stack = "" if len(stack_rows) + len(without) < 2 else (
         '<h2>Best of each stack</h2><p class="note">fast path; each stack searched within what it runs</p>'
-        + kit.table(stack_rows, ["stack", "layout", *ranks, "step s (80 %)", "tokens/s", "MFU", "$ per M tokens",
-                                 *extra_head, "HBM GiB", "vs scenario's layout"])
+        + _boxed(kit.table(stack_rows, ["stack", "layout", *ranks, "step s (80 %)", "tokens/s", "MFU",
+                                        "$ per M tokens", *extra_head, "HBM GiB", "vs scenario's layout"]))
         + "".join(f'<p class="note">{escape(k)}: {escape(v)}</p>' for k, v in without.items()))
     ranking = "<br>".join(escape(line.strip()) for line in ranking_lines(s))
     misses = near_misses(result.table)
@@ -315,11 +362,12 @@ def render_plan_html(result: PlanResult) -> str:
                              for i, r in enumerate(misses.itertuples(index=False), 1)], MEMORY_COLORS, "GiB",
                             float(misses["hbm_capacity_gib"].max()),
                             f"HBM per rank: {float(misses['hbm_capacity_gib'].max()):.4f} GiB")
-        miss_html = bars + kit.table([[i, r.layout, _gib(r.hbm_peak_gib), _gib(r.hbm_capacity_gib), r.reason]
+        miss_html = bars + _boxed(kit.table([[i, r.layout, _gib(r.hbm_peak_gib), _gib(r.hbm_capacity_gib), r.reason]
                                    for i, r in enumerate(misses.itertuples(index=False), 1)],
-                                     ["near miss", "layout", "needs (GiB per rank)", "has (GiB per rank)", "why"])
+                                     ["near miss", "layout", "needs (GiB per rank)", "has (GiB per rank)", "why"]))
     notes = "".join(f"<li>{escape(n)}</li>" for n in s.get("notes", []))
     body = f"""<h1>ultracluster plan: {name}</h1>{head}
+{decision_html(s)}
 <h2>Best of each instance type</h2><p class="note">fast path; ranked by {escape(s['objective'])}</p>{best}
 {by_stack}
 <h2>Top layouts</h2><p class="note">{ranking}<br>fast path, and the same layout replayed with the full run path (a

@@ -30,6 +30,7 @@ from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
 from ..scenario.schema import EXPLICIT_KEY
 from ..layouts.ranking import END_NAMES
+from ..step.counts import ultraserver_default
 from .text import OBJECTIVE_SHORT, band_text, fmt_number, mfu_text, ranking_lines
 
 if TYPE_CHECKING:
@@ -67,8 +68,9 @@ def scenario_dict(base: Scenario, row, name: str, prices: dict[str, float] | Non
                           "zero1": zero >= 1, "zero": zero})
     if (d["cluster"]["instance"], d["cluster"]["instances"]) != (row["instance"], int(row["instances"])):
         d["emulation"]["instances_per_actor"] = "auto"   # a folding meant for the scenario's size is not this one's
-    if d["cluster"]["instance"] != row["instance"]:
-        d["cluster"].pop("ultraserver", None)         # the new instance type's default
+    if d["cluster"]["instance"] != row["instance"] or \
+            d["cluster"].get("ultraserver") == ultraserver_default(str(row["instance"])):
+        d["cluster"].pop("ultraserver", None)         # the instance type's default: left to it (a portable plan)
     d["cluster"].update({"instance": str(row["instance"]), "instances": int(row["instances"]), "lnc": int(row["lnc"])})
     d["cluster"].pop("price_per_hour_usd", None)
     if prices and str(row["instance"]) in prices:
@@ -240,11 +242,118 @@ def _cost_cells(row: dict, with_tokens: bool) -> list[str]:
     return cells
 
 
-def format_plan(result: PlanResult) -> str:
-    """The terminal's text: what was searched, the best layouts (the value that ranked them, the point, the 80 %
+TERMINAL_WIDTH = 100      # the terminal's text fits this many columns unless `plan --wide`
+
+
+def _fit(lines: list[str], width: int = TERMINAL_WIDTH) -> list[str]:
+    """Lines wrapped at spaces to `width` columns, continuations indented."""
+    import textwrap
+
+    out = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip())
+        out += textwrap.wrap(line, width, subsequent_indent=" " * (lead + 4), break_long_words=False,
+                             break_on_hyphens=False) or [line]
+    return out
+
+
+def _days_band(r: dict) -> str:
+    d, lo, hi = r.get("time_to_train_days"), r.get("time_to_train_low_days"), r.get("time_to_train_high_days")
+    if d is None:
+        return "n/a"
+    return f"{d:,.1f}" + (f" ({lo:,.1f}-{hi:,.1f})" if lo is not None and hi is not None else "")
+
+
+def _musd(v) -> str:
+    return "n/a" if v is None else f"{v / 1e6:,.2f}"
+
+
+def decision_lines(s: dict, wide: bool = False) -> list[str]:
+    """The decision view on the terminal: a row per (instance type, count, stack) with its best layout, days (80 %
+    interval), total $ (FSx), goodput and MFU, then the verdicts between neighbours. Fits 100 columns (the layout on
+    its own line) unless `wide`."""
+    d = s.get("decision") or {}
+    rows = d.get("rows") or []
+    if not rows:
+        return []
+    budget = any(r.get("time_to_train_days") is not None for r in rows if r.get("fits"))
+    out = [f"decision: the best layout of each instance type, count and stack (by {d.get('ranked_by')}); "
+           f"80 % intervals"]
+    head = ["type", "inst", "chips", "stack"] + (["days (80 %)", "total $M (FSx)", "goodput"] if budget else
+                                                 ["tokens/s (80 %)", "$/M tok"]) + ["MFU"]
+    if wide:
+        head += ["off domain", "layout"]
+    cells, layouts = [], []
+    for r in rows:
+        base = [r["instance"].split(".")[0], f"{r['instances']:,}", f"{r['chips']:,}",
+                stacks.SHORT.get(r["stack"], r["stack"])]
+        if not r.get("fits"):
+            cells.append(base + ["-"] * (len(head) - 4 - (2 if wide else 0)) + (["-", r["reason"]] if wide else []))
+            layouts.append(f"  {r['reason']}")
+            continue
+        if budget:
+            fsx = r.get("storage_cost_usd")
+            total = _musd(r.get("total_cost_usd")) + (f" ({_musd(fsx)})" if fsx else "") \
+                if r.get("total_cost_usd") is not None else "no price"
+            nums = [_days_band(r), total, fmt_number(None if r.get("goodput") is None else 100 * r["goodput"],
+                                                     ".1f", " %")]
+        else:
+            nums = [band_text(r.get("tokens_per_s"), r.get("tokens_per_s_low"), r.get("tokens_per_s_high")),
+                    fmt_number(r.get("usd_per_million_tokens"), ",.3f") if r.get("price_per_hour_usd") else "no price"]
+        off = ",".join(r.get("extrapolated") or []) or "-"
+        cells.append(base + nums + [mfu_text(r)] + ([off, r["label"].split(": ", 1)[-1]] if wide else []))
+        layouts.append(f"  {r['label'].split(': ', 1)[-1]}; off domain: {off}")
+    table = _columns(head, cells, left=(0, 3) if not wide else (0, 3, len(head) - 2, len(head) - 1))
+    out.append(table[0])
+    for line, lay in zip(table[1:], layouts):
+        out.append(line)
+        if not wide:
+            out.append(lay)
+    verdicts = d.get("verdicts") or []
+    if verdicts:
+        out.append("verdicts between neighbours (a finding only where the 80 % intervals are apart):")
+        out += [f"  {v['verdict']}" for v in verdicts]
+    return out
+
+
+def _top_lines(result: PlanResult, with_tokens: bool, spec: str, ranks: list[str]) -> list[str]:
+    """The top layouts in 100 columns: the label, then its figures, then its comparison with the own layout."""
+    s = result.summary
+    by_rank = {r["rank"]: r for r in s["replayed"]}
+    lines = ["#  layout (replayed s: the run's step; the interval is its run's when replayed)"]
+    for i, row in enumerate(result.top, 1):
+        rep = by_rank.get(i, {})
+        lines.append(f"{i}  {_label(row)}")
+        fig = [f"step {band_text(row['step_time_s'], row.get('step_time_low_s'), row.get('step_time_high_s'))} s"]
+        if rep.get("replay_step_time_s") is not None:
+            fig.append(f"replayed {fmt_number(rep.get('replay_step_time_s'), '.4g')} s")
+        if ranks:
+            fig.append(f"{ranks[0]} {fmt_number(row.get('rank_value'), spec)}")
+        fig += [f"{fmt_number(row['tokens_per_s'], ',.0f')} tokens/s", f"MFU {mfu_text(row)}", f"HBM {_hbm(row)} GiB"]
+        lines.append("   " + ", ".join(fig))
+        cost = _cost_cells(row, with_tokens)
+        money = [f"$/M tok {cost[0]}"] + ([f"{cost[1]} days", f"total $ {cost[2]}"] if with_tokens else [])
+        lines.append("   " + ", ".join(money) + f"; off domain: {','.join(row.get('extrapolated') or []) or '-'}")
+        lines.append(f"   vs the scenario's layout: {row.get('vs_scenario') or 'n/a'}")
+    return lines
+
+
+def format_plan(result: PlanResult, wide: bool = True) -> str:
+    """The terminal's text: what was searched, the decision view (the best of each instance type, count and stack,
+    with verdicts between neighbours), the best layouts (the value that ranked them, the point, the 80 %
     interval, where each stands against the evidence, and each against the scenario's own layout) with where
-    their time goes, the best layout of each instance type, and the notes. With --tokens, days to train and the
-    total cost of each."""
+    their time goes, and the notes. With --tokens, days to train and the total cost of each. `wide` False (the
+    CLI without `--wide`): every line within 100 columns, the best of each stack and type left to the decision view
+    and plan.csv."""
+    if not wide:
+        return "\n".join(_fit(_format_plan(result, False).splitlines()))
+    return _format_plan(result, True)
+
+
+def _format_plan(result: PlanResult, wide: bool) -> str:
     s = result.summary
     headroom = s.get("hbm_headroom")
     fit = f"{s['feasible']:,} fit in HBM" + (f" with {100 * headroom:.4g} % headroom" if headroom else "")
@@ -266,22 +375,27 @@ def format_plan(result: PlanResult) -> str:
     rank_by = s.get("rank_by", "point")
     name, spec = OBJECTIVE_SHORT[s["objective"]]
     ranks = [] if rank_by == "point" else [f"{name} {END_NAMES[rank_by]}"]
+    lines += decision_lines(s, wide)
+    if not wide:
+        lines += _top_lines(result, with_tokens, spec, ranks)
+        lines.append("(plan --wide: the best of each stack and instance type, in full columns)")
     head = ["#", "layout", *ranks, "step s (80 % interval)", "replayed s", "tokens/s", "MFU", *cost_head, "HBM GiB",
             "off domain", "vs scenario's layout"]
     rows = []
     by_rank = {r["rank"]: r for r in s["replayed"]}
-    for i, row in enumerate(result.top, 1):
+    for i, row in enumerate(result.top if wide else [], 1):
         rep = by_rank.get(i, {})
         rows.append([str(i), _label(row), *([fmt_number(row.get("rank_value"), spec)] if ranks else []),
                      band_text(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
                      fmt_number(rep.get("replay_step_time_s"), ".4g"), fmt_number(row["tokens_per_s"], ",.0f"), mfu_text(row),
                      *_cost_cells(row, with_tokens), _hbm(row), ",".join(row.get("extrapolated") or []) or "-",
                      row.get("vs_scenario") or "n/a"])
-    lines += _columns(head, rows)
-    if s["replayed"]:
+    if wide:
+        lines += _columns(head, rows)
+    if s["replayed"] and wide:
         lines.append("  the replayed layouts' intervals are their run's (around the replayed step)")
     per_stack = s.get("best_per_stack") or []
-    if len(per_stack) + len(s.get("stacks_without_a_layout") or {}) > 1:
+    if wide and len(per_stack) + len(s.get("stacks_without_a_layout") or {}) > 1:
         lines.append("best of each stack (fast path):")
         head = ["stack", "layout", *ranks, "step s (80 % interval)", "tokens/s", "MFU", *cost_head, "HBM GiB",
                 "vs scenario's layout"]
@@ -292,7 +406,7 @@ def format_plan(result: PlanResult) -> str:
     for name, why in (s.get("stacks_without_a_layout") or {}).items():
         lines.append(f"  {name}: {why}")
     per_type = s.get("best_per_type") or []
-    if per_type:
+    if per_type and wide:
         lines.append("best of each instance type (fast path):")
         head = ["instance", "layout", *ranks, "step s (80 % interval)", "tokens/s", "MFU", "$/hour", *cost_head,
                 "HBM GiB", "off domain"]

@@ -65,7 +65,11 @@ OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" 
                    # which goodput it is (closed form, or emulated by `run --hours` over goodput_hours), the wall
                    # step and tokens/s at it, and the stack that timed the run
                    "goodput_method": "str", "goodput_hours": "number", "wall_step_time_s": "number",
-                   "wall_tokens_per_s": "number", "stack": "str"}
+                   "wall_tokens_per_s": "number", "stack": "str",
+                   # the file system: capacity, what it must hold, its price joining the total cost (docs/storage.md)
+                   "storage_capacity_gb": "number", "dataset_gb": "number", "checkpoints_kept": "int",
+                   "storage_needed_gb": "number", "storage_price_source": "str", "compute_cost_usd": "number?",
+                   "storage_cost_usd": "number?"}
 #: The in-layer kinds under the contract's names, beside tp_comm_s (which holds them): each equals its kind's
 #: exposed seconds
 KIND_NAMES = {"cp_comm_s": "comm_cp_exposed_s", "ep_comm_s": "comm_ep_exposed_s"}

@@ -39,6 +39,9 @@ MAX_HTML_SLICES = 20_000    # timeline rectangles drawn; beyond, only the comput
 TOP_RANKS = 20              # rows of the slowest-ranks table
 HEADLINE = (("step time", "step_time_s"), ("tokens/s", "tokens_per_s"), ("MFU", "mfu"),
             ("HBM peak per rank", "hbm_peak_gib"), ("cost / M tokens", "usd_per_million_tokens"))
+# with a training budget: what a buyer decides on, beside the headline (the total is compute plus the file system)
+BUDGET_CARDS = (("goodput", "goodput"), ("days to train", "time_to_train_days"), ("total cost", "total_cost_usd"),
+                ("of it FSx", "storage_cost_usd"))
 NO_PRICE_HTML = "<span>set cluster.price_per_hour_usd or --price-per-hour</span>"   # the cost card without a price
 
 
@@ -152,6 +155,19 @@ def _cards(s: dict) -> str:
         why = NO_PRICE_HTML if key == "usd_per_million_tokens" and s.get(key) is None and s.get("feasible") else ""
         out.append(f'<div class="card"><span>{escape(label)}</span><b>{escape("no price" if why else text)}</b>'
                    f'{why}</div>')
+    for label, key in BUDGET_CARDS:
+        if s.get("train_tokens") is None or (key == "storage_cost_usd" and s.get(key) is None):
+            continue
+        v = s.get(key)
+        text = ("no price" if v is None and key == "total_cost_usd" else fmt(v, key)
+                + (" days" if key == "time_to_train_days" and isinstance(v, (int, float)) else ""))
+        out.append(f'<div class="card"><span>{escape(label)}</span><b>{escape(text)}</b></div>')
+    if s.get("mfu_implausible"):
+        out.append('<div class="card"><span>flag</span><b>MFU !</b><span>above the best published run of this '
+                   'chip</span></div>')
+    if s.get("extrapolated"):
+        out.append(f'<div class="card"><span>off the calibrated domain</span><b>'
+                   f'{escape(", ".join(s["extrapolated"]))}</b><span>interval widened</span></div>')
     return '<div class="cards">' + "".join(out) + "</div>" + "".join(
         f'<p class="warning"><b>warning:</b> {escape(str(w))}</p>' for w in s.get("warnings") or [])
 

@@ -12,6 +12,7 @@ import math
 from ultracluster.replay.result import BREAKDOWN_KEYS, RunResult
 from ultracluster.step.merit import budget_figures, busy_step_s, figures
 from ultracluster.step.split import inlayer_split
+from ultracluster.storage.fsx import price_per_tib_month, storage_usd_per_hour
 
 NAN = float("nan")
 #: The collective kinds of `comm_<kind>_exposed_s` and `comm_<kind>_hidden_s`: tensor, context and expert
@@ -116,6 +117,44 @@ def goodput_warnings(goodput: dict) -> list[str]:
     return out
 
 
+WRITING_WARNING = 0.5    # a checkpoint interval in which the file system writes more than half the time is warned of
+
+
+def storage_warnings(result: RunResult, summary: dict) -> list[str]:
+    """The file system's warnings: checkpoints it may not hold (an assumed retention, `StorageFigures`), async
+    writes that outlast the checkpoint interval (back-pressure the closed-form goodput does not count), and a
+    Young's interval that keeps the file system writing most of the time."""
+    st = result.storage
+    if st is None:
+        return []
+    out = [st.capacity_warning] if st.capacity_warning else []
+    sc = result.scenario
+    ck, f = sc.get("checkpoint") or {}, sc.get("faults") or {}
+    write, block, every = st.checkpoint_write_s, st.checkpoint_block_s, ck.get("every_steps")
+    step = summary.get("step_time_s")
+    if not (every and write and summary.get("feasible") and isinstance(step, float) and math.isfinite(step)):
+        return out
+    busy = busy_step_s(step, summary.get("data_stall_s", 0.0), summary.get("checkpoint_s", 0.0))
+    interval = every * busy
+    if ck.get("mode") == "async" and write > interval:
+        out.append(f"async checkpoint writes ({write:,.0f} s each) outlast the interval (checkpoint.every_steps "
+                   f"{every} x {busy:.3g} s = {interval:,.0f} s): each checkpoint waits for the previous write "
+                   f"(back-pressure), which the closed-form goodput does not count; `run --hours H` emulates it")
+    mtbf = f.get("instance_mtbf_hours")
+    if mtbf and block and block > 0:
+        from ultracluster.goodput import young_interval
+
+        young = young_interval(block, mtbf * 3600.0 / result.instances)
+        share = write / (young + block) if ck.get("mode") == "async" else write / (young + write)
+        if share > WRITING_WARNING:
+            out.append(f"Young's interval ({young:,.0f} s = sqrt(2 x block {block:.3g} s x system MTBF "
+                       f"{mtbf / result.instances:.3g} h)) keeps the file system writing checkpoints "
+                       f"{100 * min(share, 1.0):.0f} % of the time ({write:,.0f} s per write): a checkpoint cannot "
+                       f"come faster than its write; more throughput (storage.capacity_tib, "
+                       f"storage.throughput_mbps_per_tib) or a longer interval")
+    return out
+
+
 def days_and_dollars(result: RunResult, summary: dict) -> dict:
     """The goodput, the wall-clock step and tokens/s at it, and the training budget's days and dollars, by
     `step.merit.budget_figures` (the one path `plan` and `sweep` take too): summary.json's `train_tokens`,
@@ -144,7 +183,8 @@ def days_and_dollars(result: RunResult, summary: dict) -> dict:
     fig = budget_figures(busy, stall, result.tokens_per_step, result.instances,
                          NAN if result.price_per_hour_usd is None else result.price_per_hour_usd, every, block,
                          recovery, system_mtbf, tokens=tokens, steps=steps,
-                         emulated_goodput=lr.goodput if lr is not None else None)
+                         emulated_goodput=lr.goodput if lr is not None else None,
+                         storage_usd_per_hour=storage_usd_per_hour(sc.get("storage")))
     if lr is not None:
         source = (f"emulated over {lr.hours:g} h ({len(lr.failures)} failures; seed {sc.get('seed', 0)}): "
                   + (f"{lr.checkpoints} checkpoints blocking {lr.checkpoint_block_s:.3g} s each"
@@ -164,12 +204,17 @@ def days_and_dollars(result: RunResult, summary: dict) -> dict:
            "wall_tokens_per_s": fig["wall_tokens_per_s"] if ok else NAN,
            "time_to_train_days": None, "total_cost_usd": None,
            "price_source": price_source(result.instance_type, (sc.get("cluster") or {}).get("price_per_hour_usd"))}
+    if sc.get("storage"):
+        out["storage_price_source"] = price_per_tib_month(sc["storage"])[1]
     if tokens is None and steps is None:
         return out
     out["train_tokens"] = float(tokens if tokens is not None else steps * result.tokens_per_step)
     out["train_steps"] = float(fig["train_steps"])
     for k in ("time_to_train_days", "total_cost_usd"):
         out[k] = None if not math.isfinite(fig[k]) else fig[k]
+    if sc.get("storage"):    # the file system over the same wall time joins the instances' cost
+        for k in ("compute_cost_usd", "storage_cost_usd"):
+            out[k] = None if not math.isfinite(fig[k]) else fig[k]
     if not ok:
         out["time_to_train_days"] = NAN
     return out
@@ -241,7 +286,7 @@ def summarize(result: RunResult) -> dict:
         # the calibration profile the run used (`calibration.profile`, `--calibration`); None: the shipped fit
         "calibration_profile": (result.scenario.get("calibration") or {}).get("profile"),
     }
-    out["warnings"] = warnings_for(result.scenario, out)
+    out["warnings"] = warnings_for(result.scenario, out) + storage_warnings(result, out)
     # the in-layer time's context- and expert-parallel parts under the contract's names, beside tp_comm_s (which
     # holds them: tp_comm_s = comm_tp_exposed_s + cp_comm_s + ep_comm_s)
     at = list(out).index("tp_comm_s") + 1

@@ -158,7 +158,7 @@ def _pct(rel: float) -> str:
     return f"{p:+.1f} %" if abs(p) >= 1 else ("+" if p >= 0 else "-") + f"{_plain(abs(p), 2)} %"
 
 
-HIGHER_IS_BETTER = {"tokens_per_s", "seq_per_s", "mfu", "hfu"}
+HIGHER_IS_BETTER = {"tokens_per_s", "seq_per_s", "mfu", "hfu", "goodput"}
 NEUTRAL = {"instances", "chips", "neuron_cores", "ranks", "hbm_capacity_gib", "price_per_hour_usd"}
 
 
@@ -343,7 +343,11 @@ def format_summary(summary: dict) -> str:
 
 
 COMPARE_KEYS = ("instance_type", "instances", "chips", "ranks", "layout", "feasible", "step_time_s", "tokens_per_s",
-                "seq_per_s", "mfu", "hbm_peak_gib", *BREAKDOWN_KEYS, "cost_per_step_usd", "usd_per_million_tokens")
+                "seq_per_s", "mfu", "hbm_peak_gib", *BREAKDOWN_KEYS, "cost_per_step_usd", "usd_per_million_tokens",
+                # what a buyer decides on (a run with a training budget), and the flags beside the numbers
+                "goodput", "time_to_train_days", "total_cost_usd", "storage_cost_usd", "mfu_implausible",
+                "extrapolated")
+WHOLE_KEYS = ("layout",)   # cells the compare table never cuts (a layout cut in its middle hides its dp)
 
 
 def compare_keys(summaries: list[dict]) -> list[str]:
@@ -369,7 +373,12 @@ def compare_cell(summary: dict, key: str) -> str:
         peak, cap = summary.get(key), summary.get("hbm_capacity_gib")
         if _finite(peak, cap):
             return f"{fmt_value(peak, '', 3)} of {fmt(cap, 'hbm_capacity_gib')}"
-    return fmt(summary.get(key), key, ref=step_ref(summary, key))
+    value = summary.get(key)
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "-"
+    if key == "mfu_implausible" and isinstance(value, bool):
+        return "yes (!)" if value else "no"
+    return fmt(value, key, ref=step_ref(summary, key))
 
 
 def compare_difference(key: str, base: dict, run: dict) -> tuple[str, str]:
@@ -404,7 +413,8 @@ def format_compare(runs: list[tuple[str, dict]], width: int = COMPARE_WIDTH) -> 
 
     def run_col(label: str, s: dict) -> list[str]:
         band = fmt_interval(s.get("step_time_low_s"), s.get("step_time_high_s"), s.get("step_time_s"), "s")
-        return [_short(label), band or "n/a", *(_short(compare_cell(s, k)) for k in keys)]
+        return [_short(label), band or "n/a", *(compare_cell(s, k) if k in WHOLE_KEYS else _short(compare_cell(s, k))
+                                                 for k in keys)]
 
     def diff_col(s: dict, note: str) -> list[str]:
         return [_short(f"vs {runs[0][0]}"), {"": "n/a"}.get(note, note.split(":")[0].removeprefix("intervals ")),

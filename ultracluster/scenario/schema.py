@@ -249,6 +249,11 @@ class StorageSpec(_Spec):
             "operations/s; 1e9: FSx's automatic mode gives 12,000 per 24,000 GiB, 51 million at the largest "
             "capacity, 100,000 TiB (storage/fsx.py)"),
         description="Metadata IOPS of the file system [the automatic-mode figure for the capacity].")
+    price_per_tib_month_usd: float | None = Field(
+        None, gt=0, le=1_000_000.0, json_schema_extra=why(
+            "US dollars per TiB-month; 1,000,000: about 1,500 x the dearest published FSx for Lustre tier"),
+        description="US dollars per TiB-month of provisioned capacity, in place of the published "
+        "us-east-1 price of the deployment type and throughput tier (docs/storage.md, Price) [the published price].")
 
     @field_validator("throughput_mbps_per_tib")
     @classmethod
@@ -271,6 +276,11 @@ class CheckpointSpec(_Spec):
             "Gbit/s per chip; 0.1: a tenth of a 1 GbE link; 100,000: more than the chip's own HBM feeds (4.9 TB/s "
             "on Trn3; PCIe Gen5 x16 carries 512 Gbit/s)"),
         description="Device-to-host copy rate per chip, Gbit/s (an assumption: no public figure) [128].")
+    keep: int | None = Field(
+        None, ge=1, le=100_000, description="Checkpoints kept on the file system (count; TorchTitan's keep_latest_k, NxD's "
+        "num_kept_ckpts): with the data set they must fit in storage.capacity_tib, else the run is infeasible "
+        "[none: 2 assumed, the last durable one and the one being written; a file system too small for them is a "
+        "warning, too small for one is infeasible].")
 
 
 class StragglersSpec(_Spec):
@@ -382,7 +392,8 @@ class Scenario(_Spec):
                                   "digits, '.', '_' and '-', starting with a letter or digit (never '.', '..' or a "
                                   "path), at most 200 characters.")
     seed: int = Field(0, ge=0, description="Seed of every random draw (jitter, stragglers, faults) [0].")
-    stack: Literal["neuronx-distributed", "neuronx-nemo-megatron", "megatron-lm-neuron", "axlearn", "custom"] = Field(
+    stack: Literal["neuronx-distributed", "neuronx-nemo-megatron", "megatron-lm-neuron", "axlearn", "torchneuron",
+                   "custom"] = Field(
         "custom", description="Training stack: fills the keys not given with its defaults (attention kernel, "
         "dropout, sequence parallelism, TP overlap, ZeRO, recomputation, LNC), prices its pipeline engine's graph "
         "executions, and refuses layouts it does not run (docs/scenarios.md, Training stacks); custom: the "

@@ -154,7 +154,7 @@ def _closed_goodput(busy_s, data_stall_s, every_steps, block_s, recovery_s, mtbf
 
 def budget_figures(busy_s, data_stall_s, tokens_per_step, instances, price_per_hour_usd, every_steps=0,
                    block_s=0.0, recovery_s=0.0, mtbf_system_s=math.inf, tokens=None, steps=None,
-                   emulated_goodput=None) -> dict:
+                   emulated_goodput=None, storage_usd_per_hour=0.0) -> dict:
     """The one path from an evaluated step to its goodput, wall-clock step and tokens/s, days and dollars: `run`'s
     summary.json (`report.summary.days_and_dollars`, whose goodput goodput.json then repeats), a sweep's rows (its
     variants' summaries), a plan's rows (`plan.budget`), elementwise over arrays or of scalars.
@@ -172,11 +172,14 @@ def budget_figures(busy_s, data_stall_s, tokens_per_step, instances, price_per_h
             a recovery's seconds (detection + restart + restore), the system's MTBF in seconds (inf: no failures).
         tokens, steps: the training budget (one of them), or neither: days and dollars NaN.
         emulated_goodput: the long run's goodput, or None.
+        storage_usd_per_hour: what the file system costs per wall hour (`storage.fsx.storage_usd_per_hour`; 0:
+            none), paid over the same days as the instances.
 
     Returns:
         {"goodput", "goodput_method", "wall_step_time_s" (busy / goodput: wall seconds per step kept once stalls,
         checkpoints, failures and recovery are paid), "wall_tokens_per_s" (tokens per step / that),
-        "train_steps", "time_to_train_days" (steps x wall step), "total_cost_usd"}.
+        "train_steps", "time_to_train_days" (steps x wall step), "compute_cost_usd" (the instances),
+        "storage_cost_usd" (the file system over the same days), "total_cost_usd" (their sum)}.
     """
     if emulated_goodput is not None:
         good, method = np.asarray(emulated_goodput, dtype=float), EMULATED
@@ -191,10 +194,14 @@ def budget_figures(busy_s, data_stall_s, tokens_per_step, instances, price_per_h
                "wall_tokens_per_s": np.asarray(tokens_per_step, dtype=float) / wall}
     if tokens is None and steps is None:
         n = np.full(good.shape, np.nan)
-        out.update(train_steps=n, time_to_train_days=n, total_cost_usd=n)
+        out.update(train_steps=n, time_to_train_days=n, total_cost_usd=n, compute_cost_usd=n, storage_cost_usd=n)
     else:
         out.update(time_and_cost(busy_s, tokens_per_step, instances, price_per_hour_usd, good, tokens=tokens,
                                  steps=steps))
+        out["compute_cost_usd"] = out["total_cost_usd"]
+        out["storage_cost_usd"] = np.asarray(out["time_to_train_days"]) * 24.0 * np.asarray(storage_usd_per_hour,
+                                                                                             dtype=float)
+        out["total_cost_usd"] = out["compute_cost_usd"] + out["storage_cost_usd"]
     if np.ndim(good) == 0:
         return {k: v if isinstance(v, str) else float(v) for k, v in out.items()}
     return out

@@ -18,15 +18,18 @@ Units: bytes, bytes/s, seconds. MB = 1e6 bytes (AWS's MB/s), TiB = 2**40 bytes, 
 """
 from ..fairshare import max_min_fair
 from .costs import StepSpan, StorageProgress, StorageCosts
-from .estimates import StorageFigures, estimates, figures
+from .estimates import ASSUMED_CHECKPOINTS_KEPT, StorageFigures, budget_tokens, capacity_check, estimates, figures
 from .fsx import (
-    CLIENT_NON_EFA_BYTES_PER_S, CLIENT_PER_SERVER_BYTES_PER_S, GBPS, GIB, KINDS, LATENCY_HDD_S, LATENCY_SSD_S, MB,
+    FSX_PRICE_OVERRIDE, FSX_PRICE_SOURCE, HOURS_PER_MONTH, PRICE_USD_PER_GB_MONTH, price_per_tib_month,
+    storage_cost_usd, CLIENT_NON_EFA_BYTES_PER_S, CLIENT_PER_SERVER_BYTES_PER_S, GBPS, GIB, KINDS, LATENCY_HDD_S, LATENCY_SSD_S, MB,
     READ, READ_CACHED, TIB, TIERS, WRITE, FsxSpec, Tier, auto_metadata_iops, fsx_spec, tier_allowed,
 )
 from .traffic import StorageTraffic, checkpoint_bytes_per_rank, storage_traffic
 from .server import StorageServer
 
 __all__ = [
+    "ASSUMED_CHECKPOINTS_KEPT", "FSX_PRICE_OVERRIDE", "FSX_PRICE_SOURCE", "HOURS_PER_MONTH", "PRICE_USD_PER_GB_MONTH",
+    "budget_tokens", "capacity_check", "price_per_tib_month", "storage_cost_usd",
     "CLIENT_NON_EFA_BYTES_PER_S", "CLIENT_PER_SERVER_BYTES_PER_S", "StepSpan", "FsxSpec", "GBPS", "GIB", "KINDS",
     "LATENCY_HDD_S", "LATENCY_SSD_S", "MB", "StorageProgress", "READ", "READ_CACHED", "StorageCosts", "StorageTraffic",
     "StorageFigures", "StorageServer", "TIB", "TIERS", "Tier", "WRITE", "auto_metadata_iops",

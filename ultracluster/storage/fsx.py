@@ -62,6 +62,54 @@ CLIENT_PER_SERVER_BYTES_PER_S = 5 * GBPS  # ref §1.4: one client-OSS connection
 LATENCY_SSD_S, LATENCY_HDD_S = 0.5e-3, 5e-3   # ref §1.7 suggested defaults per metadata op / data RPC
 
 
+# FSx for Lustre storage prices, US dollars per GB-month of provisioned capacity, US East (N. Virginia), by
+# deployment type and throughput tier: https://aws.amazon.com/fsx/lustre/pricing/ (read 2026-12; the page bills
+# "storage capacity measured in gigabyte-months", prorated by the second). A GB-month here is a GiB of provisioned
+# capacity (a 1.2 TiB = 1,200 GiB file system at $0.145 is $174 a month), so a TiB-month is 1,024 of them. Other
+# regions differ: `storage.price_per_tib_month_usd` overrides. Backups, data transfer and the HDD SSD cache are not
+# priced.
+PRICE_USD_PER_GB_MONTH: dict[tuple[str, float], float] = {
+    ("SCRATCH_2", 200): 0.140,
+    ("PERSISTENT_2", 125): 0.145, ("PERSISTENT_2", 250): 0.210, ("PERSISTENT_2", 500): 0.340,
+    ("PERSISTENT_2", 1000): 0.600,
+    ("PERSISTENT_1", 50): 0.145, ("PERSISTENT_1", 100): 0.210, ("PERSISTENT_1", 200): 0.290,
+    ("PERSISTENT_1", 12): 0.025, ("PERSISTENT_1", 40): 0.083,
+}
+HOURS_PER_MONTH = 730.0        # AWS's billing month (the EC2 and FSx pricing pages' 730 hours)
+FSX_PRICE_SOURCE = "FSx for Lustre price list, us-east-1 (aws.amazon.com/fsx/lustre/pricing)"
+FSX_PRICE_OVERRIDE = "storage.price_per_tib_month_usd"
+
+
+def price_per_tib_month(storage) -> tuple[float, str]:
+    """(US dollars per TiB-month of provisioned capacity, where it comes from) of a scenario's `storage` block:
+    `storage.price_per_tib_month_usd` when given, else the published price of its deployment type and tier."""
+    get = storage.get if isinstance(storage, dict) else (lambda k: getattr(storage, k, None))
+    own = get("price_per_tib_month_usd")
+    if own is not None:
+        return float(own), FSX_PRICE_OVERRIDE
+    return 1024.0 * PRICE_USD_PER_GB_MONTH[(get("deployment"), get("throughput_mbps_per_tib"))], FSX_PRICE_SOURCE
+
+
+def storage_usd_per_hour(storage) -> float:
+    """US dollars the file system costs per wall hour (its capacity x its TiB-month price / the billing month's
+    hours); 0 without storage. `storage`: a StorageSpec or its dict."""
+    if not storage:
+        return 0.0
+    usd, _ = price_per_tib_month(storage)
+    cap = storage["capacity_tib"] if isinstance(storage, dict) else storage.capacity_tib
+    return cap * usd / HOURS_PER_MONTH
+
+
+def storage_cost_usd(storage, days):
+    """US dollars the file system costs over `days` of wall time (its capacity x its TiB-month price x the
+    months): vectorized over `days`; 0 without storage. `storage`: a StorageSpec or its dict."""
+    if not storage:
+        return np.zeros_like(np.asarray(days, dtype=float))
+    usd, _ = price_per_tib_month(storage)
+    cap = storage["capacity_tib"] if isinstance(storage, dict) else storage.capacity_tib
+    return cap * usd * np.asarray(days, dtype=float) * 24.0 / HOURS_PER_MONTH
+
+
 def tier_allowed(deployment: str | None, mbps_per_tib: float) -> str | None:
     """None when (deployment, MB/s per TiB) is a published tier, else what is allowed, in words."""
     if deployment is None or (deployment, mbps_per_tib) in TIERS:

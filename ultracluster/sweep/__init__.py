@@ -27,6 +27,7 @@ import pandas as pd
 from ..errors import OutDirError, RunInterrupted
 from ..report.atomic import atomic_write_text
 from ..yaml_input import InputError, load_json, read_bounded
+from ..step.price import NO_PRICE_HINT
 from .output import ROWS_FILE, SWEEP_FILES, format_sweep, read_rows, table, write_sweep_dir
 from .evaluate import evaluate_variant
 from .spec import MAX_VARIANTS, SweepPlan, Variant, build
@@ -154,6 +155,8 @@ def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, acto
             progress.advance(len(rows))
 
         def done(v: Variant, row: dict) -> None:
+            if v.price_source and row.get("price_source") not in (None, NO_PRICE_HINT):
+                row = {**row, "price_source": v.price_source}       # where the sweep took the variant's price
             rec = {"variant": v.index + 1, "key": v.key, **{k: v.values[k] for k in plan.keys}, **row}
             rows[v.key] = rec
             with open(rows_file, "a", encoding="utf-8") as f:

@@ -38,6 +38,11 @@ NOT_VARIED = ("name", "sweep")   # keys a variant cannot set: its name is the sw
 # (derived per variant) unless dp itself is varied
 RANK_KEYS = ("cluster.instances", "cluster.instance", "cluster.lnc", "parallelism.tp", "parallelism.pp",
              "parallelism.cp")
+# keys whose value follows from the instance type: a file's value is its own type's, so a variant of another type
+# leaves them to that type (its UltraServer default, its price: `--price-per-hour`, else the catalog's) unless the
+# sweep sets them itself (--set, --vary)
+TYPE_KEYS = ("ultraserver", "price_per_hour_usd")
+FLAG_PRICE = "--price-per-hour"
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class Variant:
     values: dict[str, Any]
     scenario: Scenario
     key: str                  # the variant's identity in a sweep directory (its values and the sweep's options)
+    price_source: str | None = None   # where its instance price comes from, when the sweep set it (`build`)
 
     @property
     def label(self) -> str:
@@ -228,23 +234,39 @@ def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped:
                    conservative=conservative)
     variants: list[Variant] = []
     seen: dict[tuple, list] = {}
+    cluster = raw.get("cluster") if isinstance(raw.get("cluster"), dict) else {}
+    given = set(vary) | {o.partition("=")[0].strip() for o in overrides}
+    own_type = [k for k in TYPE_KEYS if k in cluster and f"cluster.{k}" not in given]
+    other_type = raw
+    if own_type:
+        other_type = copy.deepcopy(raw)
+        for k in own_type:
+            other_type["cluster"].pop(k)
+    left: set[str] = set()
     for i, values in enumerate(combinations(vary, zipped)):
         sets = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in values.items()]
         name = f"{base.name}-v{i + 1:0{len(str(total))}d}"[:200]
         try:
-            sc = load_scenario(raw, [*overrides, *sets, f"name={name}"])
+            src = raw
+            sc = load_scenario(src, [*overrides, *sets, f"name={name}"])
+            if own_type and sc.cluster.instance != cluster.get("instance"):    # another type: its own defaults
+                src = other_type
+                left.add(sc.cluster.instance)
+                sc = load_scenario(src, [*overrides, *sets, f"name={name}"])
             more = conservative_sets(sc) if conservative else []
-            if prices and sc.cluster.price_per_hour_usd is None and sc.cluster.instance in prices:
-                more.append(f"cluster.price_per_hour_usd={prices[sc.cluster.instance]!r}")
+            price_from = None
+            if prices and sc.cluster.instance in prices and "cluster.price_per_hour_usd" not in given:
+                more.append(f"cluster.price_per_hour_usd={prices[sc.cluster.instance]!r}")   # the flag wins
+                price_from = FLAG_PRICE
             if more:
-                sc = load_scenario(raw, [*overrides, *sets, *more, f"name={name}"])
+                sc = load_scenario(src, [*overrides, *sets, *more, f"name={name}"])
             if hours is not None and (late := check_hours(sc, hours)):
                 raise ScenarioError(late)
         except ScenarioError as err:
             for p in err.problems:
                 seen.setdefault((p.path, repr(p.given), p.allowed), [p, 0, values])[1] += 1
             continue
-        variants.append(Variant(i, values, sc, variant_key(values, options)))
+        variants.append(Variant(i, values, sc, variant_key(values, options), price_from))
     if seen:
         out = []
         for p, n, values in seen.values():
@@ -252,6 +274,11 @@ def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped:
             out.append(Problem(p.path, p.given, f"{p.allowed} (in {n} of {total} variant{'s' * (total != 1)}, "
                                                 f"the first: {first})"))
         raise ScenarioError(out, str(path))
+    if left:
+        keys = " and ".join(f"cluster.{k}" for k in own_type)
+        notes.append(f"{keys}: the file's, for {cluster.get('instance')}; the variants of "
+                     f"{', '.join(sorted(left))} take their own type's ({FLAG_PRICE} or the catalog for the price); "
+                     f"--set or --vary {keys.split(' and ')[0]} to fix it for every variant")
     return SweepPlan(base=base, keys=list(vary), zipped=zipped, hours=hours, variants=variants, notes=notes)
 
 
