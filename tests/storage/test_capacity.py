@@ -11,6 +11,7 @@ from ultracluster.scenario import load_scenario
 from ultracluster.storage import TIB, capacity_check, price_per_tib_month, storage_cost_usd
 
 BASE = "scenarios/storage-checkpoint-small-fsx.yaml"      # Llama 2 7B on 16 trn1, 2.4 TiB PERSISTENT_2 125
+BIG = "scenarios/goodput-llama3-405b-16k.yaml"             # Llama 3.1 405B: 5.86 TB a checkpoint, 120 TiB
 
 
 def _one_checkpoint_bytes(sc) -> float:
@@ -18,24 +19,24 @@ def _one_checkpoint_bytes(sc) -> float:
 
 
 def test_a_file_system_that_cannot_hold_one_checkpoint_is_infeasible_with_its_reason():
-    sc = load_scenario(BASE, ["storage.capacity_tib=0.05"])       # 55 GB for a 94 GB checkpoint
+    sc = load_scenario(BIG, ["storage.capacity_tib=1.2"])       # FSx's smallest, 1.32 TB, for a 5.86 TB checkpoint
     s = predict(sc)
     assert s["feasible"] is False
-    assert "storage.capacity_tib 0.05 TiB" in s["reason"] and "1 checkpoint of 0.09 TB" in s["reason"]
+    assert "storage.capacity_tib 1.2 TiB" in s["reason"] and "1 checkpoint of 5.86 TB" in s["reason"]
     assert math.isnan(s["step_time_s"])
 
 
 def test_an_assumed_retention_that_does_not_fit_is_a_warning_and_a_given_one_is_infeasible():
-    base = load_scenario(BASE)
+    base = load_scenario(BIG)
     one = _one_checkpoint_bytes(base)
     between = (1.5 * one) / TIB                                   # holds one checkpoint, not the two assumed
-    s = predict(load_scenario(BASE, [f"storage.capacity_tib={between}"]))
+    s = predict(load_scenario(BIG, [f"storage.capacity_tib={between}"]))
     assert s["feasible"] is True and s["checkpoints_kept"] == 2
     assert s["storage_needed_gb"] == pytest.approx(2 * one / 1e9, rel=1e-12)
     assert any("2 assumed: set checkpoint.keep" in w for w in s["warnings"])
-    given = predict(load_scenario(BASE, [f"storage.capacity_tib={between}", "checkpoint.keep=2"]))
+    given = predict(load_scenario(BIG, [f"storage.capacity_tib={between}", "checkpoint.keep=2"]))
     assert given["feasible"] is False and "(checkpoint.keep)" in given["reason"]
-    assert predict(load_scenario(BASE, [f"storage.capacity_tib={between}", "checkpoint.keep=1"]))["feasible"]
+    assert predict(load_scenario(BIG, [f"storage.capacity_tib={between}", "checkpoint.keep=1"]))["feasible"]
 
 
 def test_the_data_set_counts_at_the_scenarios_bytes_per_token():
