@@ -69,3 +69,26 @@ def test_time_to_train_needs_a_budget(scenarios_dir, tmp_path, capsys):
     assert (no_faults.table["goodput"].dropna() == 1.0).all()
     np.testing.assert_allclose(no_faults.top[0]["time_to_train_days"],
                                1e11 / no_faults.top[0]["tokens_per_s"] / 86400, rtol=1e-12)
+
+
+FSX = {"kind": "fsx-lustre", "deployment": "PERSISTENT_2", "throughput_mbps_per_tib": 250}
+
+
+def test_a_file_system_too_small_for_a_checkpoint_makes_every_layout_infeasible_with_its_reason():
+    d = {**BASE, "name": "plan-7b-small-fsx", "storage": {**FSX, "capacity_tib": 0.05}}      # 55 GB, 94 GB each
+    result = plan(load_scenario(d), SPACE, replay=False, top=1)
+    assert result.summary["feasible"] == 0
+    reason = result.summary["closest"]["reason"]
+    assert reason.startswith("storage: storage.capacity_tib 0.05 TiB") and "1 checkpoint of 0.09 TB" in reason
+
+
+def test_a_file_system_that_may_not_hold_the_data_set_is_a_note_and_fsx_joins_each_rows_cost():
+    d = {**BASE, "name": "plan-7b-data-fsx", "storage": {**FSX, "capacity_tib": 0.6}}    # 0.66 TB; 0.8 TB of data
+    result = plan(load_scenario(d), SPACE, replay=False, top=1, objective="time_to_train")
+    assert result.summary["feasible"] > 0
+    assert any(n.startswith("storage: storage.capacity_tib 0.6 TiB") and "stream from S3" in n
+               for n in result.summary["notes"])
+    t = result.table[np.isfinite(result.table["time_to_train_days"].astype(float))]
+    fsx = 0.6 * 1024 * 0.210 * t["time_to_train_days"] * 24 / 730
+    np.testing.assert_allclose(t["storage_cost_usd"], fsx, rtol=1e-12)
+    np.testing.assert_allclose(t["total_cost_usd"], t["compute_cost_usd"] + fsx, rtol=1e-12)

@@ -120,7 +120,8 @@ def _check_summary(s: dict, problems: list[Problem]) -> None:
 
 def _check_budget(s: dict, problems: list[Problem]) -> None:
     """The days and dollars (when present): goodput in [0, 1]; a cost exactly when the price is known, equal to
-    days x 24 x instances x price; the no-price hint where it is not."""
+    days x 24 x instances x price plus the file system's (`storage_cost_usd`); the no-price hint where it is
+    not."""
     good = s.get("goodput")
     if _is_number(good) and not 0 <= good <= 1:
         problems.append(Problem("summary.json: goodput", good, "a fraction of wall time in [0, 1]"))
@@ -128,10 +129,13 @@ def _check_budget(s: dict, problems: list[Problem]) -> None:
     if "price_source" in s and (price is None) != (s["price_source"].startswith("no price")):
         problems.append(Problem("summary.json: price_source", s["price_source"],
                                 "where price_per_hour_usd comes from, or 'no price: ...' exactly when it is null"))
+    fsx = s.get("storage_cost_usd") if _is_number(s.get("storage_cost_usd")) else 0.0
     if _is_number(days) and _is_number(price) and _is_number(usd) and \
-            not _close(usd, days * 24 * s.get("instances", 0) * price):
+            not _close(usd, days * 24 * s.get("instances", 0) * price + fsx):
         problems.append(Problem("summary.json: total_cost_usd", usd, "time_to_train_days x 24 x instances x "
-                                                                     "price_per_hour_usd"))
+                                                                     "price_per_hour_usd + storage_cost_usd"))
+    if _is_number(s.get("compute_cost_usd")) and _is_number(usd) and not _close(usd, s["compute_cost_usd"] + fsx):
+        problems.append(Problem("summary.json: total_cost_usd", usd, "compute_cost_usd + storage_cost_usd"))
     if usd is not None and price is None:
         problems.append(Problem("summary.json: total_cost_usd", usd, "null without a price"))
 
