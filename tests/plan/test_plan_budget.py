@@ -75,20 +75,21 @@ FSX = {"kind": "fsx-lustre", "deployment": "PERSISTENT_2", "throughput_mbps_per_
 
 
 def test_a_file_system_too_small_for_a_checkpoint_makes_every_layout_infeasible_with_its_reason():
-    d = {**BASE, "name": "plan-7b-small-fsx", "storage": {**FSX, "capacity_tib": 0.05}}      # 55 GB, 94 GB each
+    d = {**BASE, "name": "plan-7b-small-fsx", "storage": {**FSX, "capacity_tib": 1.2},      # FSx's smallest, 1.32 TB
+         "checkpoint": {**BASE["checkpoint"], "keep": 20}}                                   # 20 x 94 GB kept
     result = plan(load_scenario(d), SPACE, replay=False, top=1)
     assert result.summary["feasible"] == 0
     reason = result.summary["closest"]["reason"]
-    assert reason.startswith("storage: storage.capacity_tib 0.05 TiB") and "1 checkpoint of 0.09 TB" in reason
+    assert reason.startswith("storage: storage.capacity_tib 1.2 TiB") and "20 checkpoints of 0.09 TB" in reason
 
 
 def test_a_file_system_that_may_not_hold_the_data_set_is_a_note_and_fsx_joins_each_rows_cost():
-    d = {**BASE, "name": "plan-7b-data-fsx", "storage": {**FSX, "capacity_tib": 0.6}}    # 0.66 TB; 0.8 TB of data
+    d = {**BASE, "name": "plan-7b-data-fsx", "storage": {**FSX, "capacity_tib": 1.2, "bytes_per_token": 8}}  # 1.32 TB; 1.6 TB of data
     result = plan(load_scenario(d), SPACE, replay=False, top=1, objective="time_to_train")
     assert result.summary["feasible"] > 0
-    assert any(n.startswith("storage: storage.capacity_tib 0.6 TiB") and "stream from S3" in n
+    assert any(n.startswith("storage: storage.capacity_tib 1.2 TiB") and "stream from S3" in n
                for n in result.summary["notes"])
     t = result.table[np.isfinite(result.table["time_to_train_days"].astype(float))]
-    fsx = 0.6 * 1024 * 0.210 * t["time_to_train_days"] * 24 / 730
+    fsx = 1.2 * 1024 * 0.210 * t["time_to_train_days"] * 24 / 730
     np.testing.assert_allclose(t["storage_cost_usd"], fsx, rtol=1e-12)
     np.testing.assert_allclose(t["total_cost_usd"], t["compute_cost_usd"] + fsx, rtol=1e-12)
