@@ -9,7 +9,13 @@ points of every uncertain factor's range as rows of one table (the planner's fas
 chips, factors, median seconds of the interval over repeats, the same settings replayed one by one, and the
 largest relative difference between the two ways' step times over the settings.
 
-Usage: python benchmarks/intervals.py [--repeats N] [SCENARIO ...]
+Then the degraded rows: each Trn2 scenario of DEGRADED with one degraded instance (`faults.degraded`, a quarter
+of its EFA NICs): the run's own time in this process (`runner.predict`), what its interval adds on the fast path
+(`layouts.setting_times`, the slowest replica's comm: `replay.degraded.slowest_replica_comm`), what it added when
+every setting was replayed (the way before, 53 in-process replays), and the largest step difference between the
+two over the grid's settings.
+
+Usage: python benchmarks/intervals.py [--repeats N] [--degraded-only] [SCENARIO ...]
 """
 from __future__ import annotations
 
@@ -55,9 +61,49 @@ def measure(path: Path, repeats: int) -> dict:
             "max_diff_pct": float(np.max(np.abs(fast / replayed - 1))) * 100}
 
 
+DEGRADED = ("llama2-70b-tp32pp4-trn2-64.yaml", "mixtral-8x7b-trn2.yaml", "llama3.1-8b-128k-cp16-trn2.yaml")
+ONE_DEGRADED = "faults.degraded=[{instances: [1], efa_nics: 4}]"      # one instance at 4 of its 16 EFA NICs
+
+
+def measure_degraded(path: Path, repeats: int) -> dict:
+    """The run's own time, what its interval adds (fast path; every setting replayed), the largest difference."""
+    from ultracluster.layouts import setting_times as st
+    from ultracluster.runner import interval_keys
+
+    sc = load_scenario(path, [ONE_DEGRADED])
+    run_s, fast_s, replay_s = [], [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        s = predict(sc)
+        run_s.append(time.perf_counter() - t0)
+        st._STEP_TIMES.clear()
+        t0 = time.perf_counter()
+        interval_keys(sc, s)
+        fast_s.append(time.perf_counter() - t0)
+    cluster = build_cluster(sc, 1)
+    cal = cluster.calibration
+    settings = [cal] + [cal.with_(**{f.name: float(x)}) for f in factors_for(cluster, pinned=False)
+                        for x in _grid(f, factor_value(cal, f.name))]
+    fast = st.setting_step_times(sc, settings)
+    keep = st.degraded_parts_of
+    st.degraded_parts_of = lambda one: None          # the way before: every setting replayed in process
+    try:
+        st._STEP_TIMES.clear()
+        t0 = time.perf_counter()
+        interval_keys(sc, s)
+        replay_s.append(time.perf_counter() - t0)
+        replayed = st.setting_step_times(sc, settings)
+    finally:
+        st.degraded_parts_of = keep
+    return {"scenario": path.stem, "chips": cluster.chips, "run_s": statistics.median(run_s),
+            "fast_s": statistics.median(fast_s), "replay_s": statistics.median(replay_s),
+            "max_diff_pct": float(np.max(np.abs(fast / replayed - 1))) * 100}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--degraded-only", action="store_true", help="only the degraded rows")
     ap.add_argument("scenarios", nargs="*", default=[str(HERE / n) for n in DEFAULT])
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}; "
@@ -65,10 +111,19 @@ def main() -> None:
     print("\n| scenario | chips | factors | interval s (vectorized, median) | the settings replayed one by one, s "
           "| speed-up | largest step difference (jitter averaged) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for p in args.scenarios:
+    for p in [] if args.degraded_only else args.scenarios:
         r = measure(Path(p), args.repeats)
         print(f"| {r['scenario']} | {r['chips']:,} | {r['factors']} | {r['interval_s']:.3f} | {r['replayed_s']:.3f} "
               f"| {r['replayed_s'] / r['interval_s']:.1f}x | {r['max_diff_pct']:.3f} % |")
+    print("\n| one degraded instance | chips | run s (in process, median) | interval adds, fast path s | "
+          "x the run | interval adds, every setting replayed s | x the run | largest step difference |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name in DEGRADED:
+        r = measure_degraded(HERE / name, args.repeats)
+        print(f"| {r['scenario']} | {r['chips']:,} | {r['run_s']:.3f} | {r['fast_s']:.3f} | "
+              f"{r['fast_s'] / r['run_s']:.1f}x | {r['replay_s']:.3f} | {r['replay_s'] / r['run_s']:.1f}x | "
+              f"{r['max_diff_pct']:.3f} % |")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

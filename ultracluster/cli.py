@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
                              ("--lnc", "N,...", "LNC settings tried on Trn2 and Trn3 (default 1,2)")):
         pl.add_argument(flag, metavar=meta, help=what)
     sw = sub.add_parser("sweep", help="evaluate many variants of a scenario over the Ray cluster: one table, one page "
-                                      "(sweep.csv, sweep.parquet, sweep.html)")
+                                      "(sweep.csv, sweep.parquet with pyarrow, sweep.html)")
     sw.add_argument("scenario", help="scenario YAML (its sweep: section, if any, is the default --vary)")
     sw.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
                     help="a scenario key and the values it takes (read as YAML, as --set reads them); repeat for "
@@ -294,32 +294,16 @@ def _inputs_of(args) -> list[str]:
     return [x for x in (getattr(args, "scenario", None), getattr(args, "calibration_profile", None)) if x]
 
 
-def _goodput(scenario, report, hours: float, out: Path) -> dict:
-    """`run --hours H`: the long run after the replay, its unit of work the replayed step (computing and
-    communicating for its step time less its storage stalls); goodput.json, failures.csv, time_lost.csv in
-    `out` (`report.write.write_goodput`); returns goodput.json's content."""
-    from .goodput import long_run
+def _goodput(report, out: Path) -> dict:
+    """`run --hours H`: the run's long run (`Report.long_run`, emulated by `runner.run`), with the days and dollars
+    summary.json gives at its goodput, as goodput.json, failures.csv, time_lost.csv in `out`
+    (`report.write.write_goodput`); returns goodput.json's content."""
     from .report.write import write_goodput
 
     s = report.summary
-    busy = s["step_time_s"] - s["data_stall_s"] - s["checkpoint_s"]
-    result = long_run(scenario, busy, hours, storage=report.storage)
-    result.extra.update(budget_days_and_dollars(scenario, s, result.goodput))
+    result = report.long_run
+    result.extra.update({k: s.get(k) for k in ("time_to_train_days", "total_cost_usd", "price_source")})
     return write_goodput(result, out)
-
-
-def budget_days_and_dollars(scenario, summary: dict, goodput: float) -> dict:
-    """goodput.json's days and dollars: the training budget at the long run's goodput (`goodput.time_and_cost`)."""
-    from .goodput import time_and_cost
-
-    t = scenario.training
-    out = {"time_to_train_days": None, "total_cost_usd": None, "price_source": summary.get("price_source")}
-    if t.budget_tokens is None and t.budget_steps is None:
-        return out
-    s = summary
-    tc = time_and_cost(s["step_time_s"] - s["data_stall_s"] - s["checkpoint_s"], s["tokens_per_step"],
-                       s["instances"], s["price_per_hour_usd"], goodput, tokens=t.budget_tokens, steps=t.budget_steps)
-    return {**out, **{k: (v if math.isfinite(v) else None) for k, v in tc.items() if k != "train_steps"}}
 
 
 @contextmanager
@@ -371,9 +355,9 @@ def _run(scenario, args) -> int:
                       f"{run_dir.stale.get('host', '?')}, which is no longer running; removed what it left",
                       file=sys.stderr)
             report = run(scenario, out=run_dir, address=args.address, on_step=lambda rec: finished.append(rec.step),
-                         progress=shown)
-            if args.hours is not None and report.summary["feasible"]:
-                goodput = _goodput(scenario, report, args.hours, run_dir.path)
+                         progress=shown, hours=args.hours)
+            if report.long_run is not None:
+                goodput = _goodput(report, run_dir.path)
     except KeyboardInterrupt as stop:
         stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
         if shown:
@@ -478,7 +462,8 @@ def _sweep(args) -> int:
             sets.append("calibration=" + json.dumps({"profile": str(Path(args.calibration_profile).absolute())}))
         off = args.assumptions == "off"
         plan = build(args.scenario, sets, args.vary, args.zip, args.hours, args.max_variants or MAX_VARIANTS,
-                     options={"actors": args.actors}, prices=by_type, conservative=off)
+                     options={"actors": args.actors}, prices=by_type, conservative=off,
+                     log=None if args.quiet else lambda line: print(line, file=sys.stderr))
     except ScenarioError as err:
         if err.problems and all(p.path.startswith("--") and p.path != "--set" for p in err.problems):
             for prob in err.problems:
@@ -520,10 +505,13 @@ def _sweep(args) -> int:
     finally:
         if shown:
             shown.finish()
+    from .sweep.output import NO_PARQUET, parquet_engine, table_files
     if not args.quiet:
         print(format_sweep(result.table, result.summary, plan.keys))
-        print(f"sweep directory: {out} (sweep.csv, sweep.parquet, sweep.html); evaluated by "
+        print(f"sweep directory: {out} ({', '.join(table_files())}, sweep.html); evaluated by "
               f"{result.summary['evaluated_by']} in {result.summary['wall_s']:.1f} s")
+    if not parquet_engine():
+        print(f"note: {NO_PARQUET}", file=sys.stderr)
     for line in result.failures:
         print(f"error: {line}", file=sys.stderr)
     return EXIT_RUNTIME if result.failures else EXIT_OK

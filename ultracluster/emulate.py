@@ -7,7 +7,7 @@ The RunResult is complete: the report reads its fields and never calls back into
 compute tallied from the merged shard steps, per-chunk and per-stage communication, per-stage exposure, the
 storage figures from the cluster built here).
 `runner.run` adds the report and the run directory; `runner.predict`, the sweeps and the interval's settings of a
-scenario with degraded instances (`layouts.setting_times.replayed_step_time`) call it with in-process shards. Below the Ray adapter: whatever runs on Ray (the
+scenario whose degraded instances touch replicas unlike (`layouts.setting_times.replayed_step_time`) call it with in-process shards. Below the Ray adapter: whatever runs on Ray (the
 shard actors, the file system's actor, the Grafana metrics) is given to it by its caller, so importing it loads
 no Ray (tests/test_architecture.py).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import operators as opslib
-from .shards.local import local_storage
+from .shards.local import local_shards, local_storage
 from .shards.worker import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
 from .cluster import Capacity, build_cluster, fold
 from .cluster.calibration import Calibration
@@ -83,6 +83,14 @@ def emulate(scenario: Scenario | str | Path, shards_factory: Callable, on_step: 
         memory=memory, shard_instances=[(s.first_instance, s.first_instance + s.instances - 1) for s in cluster.shards],
         price_per_hour_usd=price_per_hour(cluster.instance.name, scenario.cluster.price_per_hour_usd),
         storage=storage, **replayed)
+
+
+def in_process(scenario: Scenario, calibration: Calibration | None = None) -> RunResult:
+    """`emulate` with in-process shards (`shards.local`): no Ray, no files, no callbacks. The one way a scenario is
+    replayed in this process: `runner.evaluate` (`predict`, the sweep's variants), the calibration fit's replays
+    (`calibrate.command.replay_rows`) and the interval's settings a layout row cannot time
+    (`layouts.setting_times.replayed_step_time`)."""
+    return emulate(scenario, local_shards, None, calibration)
 
 
 def _replayed(scenario: Scenario, cluster, programs: list, run_layout: RunLayout, shards_factory: Callable,

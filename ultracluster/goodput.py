@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .step.merit import (SECONDS_PER_DAY, busy_step_s, daly_goodput, expected_goodput,  # noqa: F401
+                          time_and_cost)  # the closed forms and the budget's arithmetic, re-exported
 from .step.price import NO_PRICE_HINT
 from .storage import StepSpan, StorageCosts, StorageFigures, StorageServer, figures, fsx_spec
 
@@ -46,81 +48,6 @@ def daly_interval(delta_s: float, mtbf_s: float) -> float:
         return mtbf_s
     x = delta_s / (2 * mtbf_s)
     return math.sqrt(2 * delta_s * mtbf_s) * (1 + math.sqrt(x) / 3 + x / 9) - delta_s
-
-
-def daly_goodput(tau_s: float, delta_s: float, recovery_s: float, mtbf_s: float) -> float:
-    """Expected useful fraction of wall time: tau / (M e^(R/M) (e^((tau+delta)/M) - 1)) (Daly 2006, failures
-    exponential with mean M, also during checkpoints and recovery; each costs R plus the work since the last
-    checkpoint)."""
-    if not math.isfinite(mtbf_s):
-        return tau_s / (tau_s + delta_s)
-    return tau_s / (mtbf_s * math.exp(recovery_s / mtbf_s) * math.expm1((tau_s + delta_s) / mtbf_s))
-
-
-SECONDS_PER_DAY = 86400.0
-
-
-def time_and_cost(step_time_s, tokens_per_step, instances, price_per_hour_usd, goodput, tokens=None,
-                  steps=None) -> dict:
-    """Days and dollars to train a budget of `tokens` (or `steps`), with goodput: vectorized over any inputs
-    that broadcast (a plan's rows, a sweep's variants), scalars in, floats out.
-
-    Wall time = steps x `step_time_s` / `goodput`: `step_time_s` is what one step computes and communicates (the
-    replayed step less its data and checkpoint stalls, or a plan row's step time), and `goodput` the useful share
-    of wall time once data stalls, checkpoints, failures and recovery are paid (`expected_goodput`, or a long
-    run's `GoodputResult.goodput`). Cost = wall hours x `instances` x `price_per_hour_usd` (USD per
-    instance-hour; None or NaN: unknown, and the cost is NaN: say `NO_PRICE_HINT`).
-
-    Args:
-        step_time_s: seconds per step (busy: without storage stalls).
-        tokens_per_step: tokens one step trains (global batch x sequence length).
-        instances: instances in the cluster.
-        price_per_hour_usd: USD per instance-hour, None or NaN where unknown.
-        goodput: useful fraction of wall time, in (0, 1]; 0 or NaN gives NaN days.
-        tokens: the training budget in tokens (steps = tokens / tokens_per_step, a fraction allowed).
-        steps: the training budget in optimizer steps (instead of `tokens`).
-
-    Returns:
-        {"train_steps", "time_to_train_days", "total_cost_usd"}: arrays shaped like the broadcast inputs, or
-        floats when every input is a scalar; NaN where the budget, goodput or price is missing.
-    """
-    if (tokens is None) == (steps is None):
-        raise ValueError("time_and_cost: give the budget as tokens or as steps (one of them)")
-
-    def arr(x):
-        return np.asarray(np.nan if x is None else x, dtype=float)
-
-    with np.errstate(divide="ignore", invalid="ignore"):
-        n = arr(tokens) / arr(tokens_per_step) if tokens is not None else arr(steps)
-        g = arr(goodput)
-        days = np.where(g > 0, n * arr(step_time_s) / np.where(g > 0, g, 1.0) / SECONDS_PER_DAY, np.nan)
-        price = arr(price_per_hour_usd)
-        cost = days * 24.0 * arr(instances) * price
-        n = n + np.zeros_like(days)
-    out = {"train_steps": n, "time_to_train_days": days, "total_cost_usd": cost}
-    if all(np.ndim(x) == 0 for x in (step_time_s, tokens_per_step, instances, goodput, tokens, steps)) \
-            and np.ndim(price) == 0:
-        return {k: float(v) for k, v in out.items()}
-    return out
-
-
-
-
-def expected_goodput(busy_s: float, data_stall_s: float, every_steps: int, block_s: float, recovery_s: float,
-                     mtbf_system_s: float) -> float:
-    """The expected useful share of wall time of a long run, in closed form (goodput.json's
-    `closed_form_goodput`): busy / (busy + data stall) x Daly's goodput of a checkpoint period of `every_steps`
-    steps (with their data stalls) that blocks `block_s` per checkpoint, under failures with system MTBF
-    `mtbf_system_s` (inf: none), each costing `recovery_s` (detection + restart + restore) and the work since the
-    last checkpoint. No checkpoints: the stall-free share without failures, 0 with them (every failure restarts
-    the job from its first step)."""
-    step = busy_s + data_stall_s
-    if not (step > 0 and math.isfinite(step)):
-        return float("nan")
-    share = busy_s / step
-    if not every_steps:
-        return share if not math.isfinite(mtbf_system_s) else 0.0
-    return share * daly_goodput(every_steps * step, block_s, recovery_s, mtbf_system_s)
 
 
 @dataclass

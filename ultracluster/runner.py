@@ -15,7 +15,7 @@ from .actors.launch import attached, launch_actors
 from .actors.metrics import RunMetrics
 from .actors.storage_actor import storage_service
 from .cluster.calibration import Calibration
-from .emulate import emulate
+from .emulate import emulate, in_process
 from .replay.result import StepRecord
 from .report import Report, build_report, write_run_dir
 from .report.rundir import RunDirectory, signals_held
@@ -25,7 +25,7 @@ from .scenario import Scenario, load_scenario
 
 def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None = None, address: str | None = None,
         shards_factory: Callable | None = None, on_step: Callable[[StepRecord], None] | None = None,
-        calibration: Calibration | None = None, progress=None) -> Report:
+        calibration: Calibration | None = None, progress=None, hours: float | None = None) -> Report:
     """Emulate a scenario and return its Report; write the run directory when `out` is given.
 
     Args:
@@ -40,6 +40,8 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
         on_step: called with each finished step (progress display).
         calibration: named calibration factors (default: the fitted ones in cluster/calibration.json).
         progress: told when actors start and each step ends (`ultracluster.report.Progress`).
+        hours: `run --hours H`: then emulate H hours of training with failures and checkpoints (`with_long_run`),
+            whose goodput is the summary's (and goodput.json's, which the caller writes from `Report.long_run`).
 
     Returns:
         The Report. An infeasible layout gives a Report whose summary has feasible False and a reason.
@@ -48,7 +50,7 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
         scenario = load_scenario(scenario)
     if out is not None and not isinstance(out, RunDirectory):
         with RunDirectory(out) as run_dir:
-            return run(scenario, run_dir, address, shards_factory, on_step, calibration, progress)
+            return run(scenario, run_dir, address, shards_factory, on_step, calibration, progress, hours)
     writer = out.steps if out is not None else None
 
     def step_done(rec: StepRecord) -> None:
@@ -66,8 +68,7 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
         with attached(address) as capacity:   # working dir; fold the actors for the cluster that runs them
             result = emulate(scenario, lambda sc, cl: launch_actors(sc, cl, address), step_done, calibration,
                              progress, capacity, **on_ray)
-    result = replace(result, interval=interval_keys(scenario, summarize(result), calibration))   # frozen: a copy
-    report = build_report(result)
+    report = build_report(finish(scenario, result, calibration, hours, intervals=True))
     if out is not None:
         write_run_dir(report, out.path)
     return report
@@ -91,15 +92,38 @@ def interval_keys(scenario: Scenario, summary: dict, calibration: Calibration | 
     return {**iv.summary_keys(summary["tokens_per_step"]), "mfu_implausible": implausible}
 
 
-def predict(scenario: Scenario | str | Path, calibration: Calibration | None = None,
-            intervals: bool = False) -> dict:
-    """The summary of a scenario computed in this process, without Ray, files or pandas (for sweeps and
-    calibration fits). Same numbers as `run`; with `intervals`, also its 80 % interval keys."""
-    from .shards.local import local_shards
+def finish(scenario: Scenario, result, calibration: Calibration | None = None, hours: float | None = None,
+           intervals: bool = True):
+    """An emulated RunResult → the RunResult every command summarizes (a copy: it is frozen): with `intervals` its
+    80 % interval (`interval_keys`), with `hours` its long run (`goodput.long_run` over H hours, its unit of work
+    the replayed step less its storage stalls, `step.merit.busy_step_s`), whose goodput is then the summary's."""
+    if not (intervals or hours is not None):
+        return result
+    first = summarize(result)
+    extra = {}
+    if intervals:
+        extra["interval"] = interval_keys(scenario, first, calibration)
+    if hours is not None and first["feasible"]:
+        from .goodput import long_run
+        from .step.merit import busy_step_s
 
+        busy = busy_step_s(first["step_time_s"], first["data_stall_s"], first["checkpoint_s"])
+        extra["long_run"] = long_run(scenario, busy, hours, storage=result.storage)
+    return replace(result, **extra)
+
+
+def evaluate(scenario: Scenario | str | Path, calibration: Calibration | None = None, intervals: bool = False,
+             hours: float | None = None):
+    """A scenario emulated in this process, without Ray, files or pandas: its finished RunResult (`finish`), the
+    same numbers as `run` gives (the sweep's variants, `predict`: `emulate.in_process`, then `finish`)."""
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    result = emulate(scenario, local_shards, None, calibration)
-    if intervals:
-        result = replace(result, interval=interval_keys(scenario, summarize(result), calibration))
-    return summarize(result)
+    return finish(scenario, in_process(scenario, calibration), calibration, hours, intervals)
+
+
+def predict(scenario: Scenario | str | Path, calibration: Calibration | None = None,
+            intervals: bool = False, hours: float | None = None) -> dict:
+    """The summary of a scenario computed in this process, without Ray, files or pandas (for sweeps and
+    calibration fits). Same numbers as `run`; with `intervals`, also its 80 % interval keys; with `hours`, its
+    goodput the long run's (as `run --hours`)."""
+    return summarize(evaluate(scenario, calibration, intervals, hours))

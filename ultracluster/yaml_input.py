@@ -15,11 +15,13 @@ through here, as does every file ``Report.from_run_dir`` reads. What is refused,
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
 from typing import Any, BinaryIO
 
+import numpy as np
 import yaml
 
 from ultracluster.errors import shorten_text
@@ -46,6 +48,35 @@ class InputError(Exception):
     def __init__(self, given: str, allowed: str, in_document: bool = False, reason: str = "") -> None:
         self.given, self.allowed, self.in_document, self.reason = given, allowed, in_document, reason
         super().__init__(given, allowed, in_document, reason)
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKETS = bytes(1 if c in b"[{" else 255 if c in b"]}" else 0 for c in range(256))
+_CHUNK = 4 << 20
+
+
+def json_depth(data: bytes) -> int:
+    """How deep a JSON text's arrays and objects nest (brackets inside strings do not count), in linear time and
+    without recursion: the strings blanked by one regular expression, then a running sum over the brackets."""
+    bare = _JSON_STRING.sub(b'""', data).translate(_BRACKETS)     # [ { -> 1, ] } -> -1 (int8), else 0
+    deepest = level = 0
+    for at in range(0, len(bare), _CHUNK):         # in chunks: a few MiB of int32 at a time, whatever the file
+        depth = np.cumsum(np.frombuffer(bare, dtype=np.int8, count=min(_CHUNK, len(bare) - at), offset=at),
+                          dtype=np.int32) + level
+        if len(depth):
+            deepest, level = max(deepest, int(depth.max())), int(depth[-1])
+    return deepest
+
+
+def load_json(data: bytes | str, source: str = "JSON text") -> Any:
+    """A JSON text as Python values, its nesting refused beyond MAX_DEPTH before it is parsed (an InputError
+    naming `source`, never a RecursionError); not JSON: ValueError, as `json.loads`."""
+    raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else bytes(data)
+    depth = json_depth(raw)
+    if depth > MAX_DEPTH:
+        raise InputError(source, f"JSON nested at most {MAX_DEPTH} deep (it nests {depth:,} deep)", in_document=True,
+                         reason=f"it nests {depth:,} deep")
+    return json.loads(raw.decode("utf-8"))
 
 
 def size_text(n: int) -> str:

@@ -81,6 +81,37 @@ def test_check_finds_a_forged_profile(profile, tmp_path, capsys):
     assert len(problems) == 1 and "tensor_efficiency" in problems[0] and "not the fit" in problems[0]
 
 
+@pytest.mark.parametrize("name", fmt.FACTORS)
+def test_a_resealed_factor_beyond_its_physical_bounds_is_refused_naming_it(profile, name):
+    """A checksum says a profile is whole, not that it can be timed: every factor is checked against its bounds
+    (FACTOR_BOUNDS, the fit's own), whatever the seal; so are the evidence and the fitted ranges."""
+    lo, hi, why = fmt.FACTOR_BOUNDS[name]
+    doc = json.loads(profile.read_text())
+    for value in (lo / 10, hi * 10, 1e-300):
+        forged = fmt.seal({**doc, "factors": {**doc["factors"], name: value}})
+        with pytest.raises(fmt.ProfileError) as err:
+            fmt.verify(forged, "p.json")
+        assert f"p.json: factors.{name}: given {value!r}; allowed: {lo:g} to {hi:g} ({why})" == str(err.value)
+    fmt.verify(fmt.seal({**doc, "factors": {**doc["factors"], name: hi}}), "p.json")     # the bound itself loads
+    with pytest.raises(fmt.ProfileError, match=rf"ranges\.{name}: given \[{hi!r}, {lo!r}\]; allowed: \[low, high\]"):
+        fmt.verify(fmt.seal({**doc, "ranges": {name: [hi, lo]}}), "p.json")
+    with pytest.raises(fmt.ProfileError, match="evidence: given .*log errors from 0 to 3"):
+        fmt.verify(fmt.seal({**doc, "evidence": {**doc["evidence"], "fit_log": 1e300}}), "p.json")
+
+
+def test_a_resealed_tiny_tensor_efficiency_ends_run_with_exit_2(profile, tmp_path, scenarios_dir, capsys):
+    doc = json.loads(profile.read_text())
+    doc["factors"]["tensor_efficiency"] = 1e-300          # was a 4.3e298 s step with exit 0
+    (tmp_path / "resealed.json").write_text(json.dumps(fmt.seal(doc)))
+    out = tmp_path / "run"
+    for argv in (["run", str(scenarios_dir / "smoke.yaml"), "--calibration", str(tmp_path / "resealed.json"),
+                  "--out", str(out), "--quiet"], ["calibrate", "--check", str(tmp_path / "resealed.json")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "factors.tensor_efficiency: given 1e-300; allowed: 0.2 to 1" in err and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_bad_rows_are_named_and_nothing_is_written(tmp_path, scenarios_dir, capsys):
     (tmp_path / "bad.yaml").write_text("name: bad\nmodel: {preset: llama2-7b}\ntraining: {seq_len: 4096}\n")
     (tmp_path / "m.csv").write_text(

@@ -23,6 +23,7 @@ def interval(scenario, point_s, *args, **kw):
     return uncertainty.interval(scenario, point_s, *args, times=step_times, **kw)
 
 REPO = FITTED.parents[2]
+SCENARIOS = REPO / "scenarios"
 
 
 def job(instance: str, tp: int = 8, pp: int = 1, instances: int = 2, seq: int = 4096, precision: str = "bf16"):
@@ -204,15 +205,37 @@ def test_the_vectorized_pricing_is_the_replay_when_nothing_is_random(instance, t
     assert len(set(fast.round(12))) == len(cals)         # every setting moved the step
 
 
-def test_degraded_instances_are_replayed_per_setting():
+def test_degraded_instances_are_timed_on_the_fast_path_as_the_replay_times_them():
+    """A degraded run's interval times every setting in one fast-path evaluation (issue 43: it replayed each), its
+    comm the slowest replica's (`replay.degraded.slowest_replica_comm`): equal to the replay of each setting, on
+    Trn1 and on a Trn2 pipeline (jitter off: with it the fast path takes each stage's slowest replica's speed)."""
+    from ultracluster.layouts import setting_times
+
     sc = load_scenario({"name": "degraded", "model": {"preset": "llama2-7b", "layers": 4},
                         "training": {"seq_len": 2048, "global_batch": 32, "steps": 1, "warmup_steps": 0},
                         "parallelism": {"tp": 8}, "cluster": {"instance": "trn1.32xlarge", "instances": 2},
                         "faults": {"degraded": [{"instances": [1], "efa_nics": 2}]}})
-    cals = [DEFAULT, DEFAULT.with_(efa_efficiency=0.2)]
-    times = step_times(sc, cals)
-    assert times == pytest.approx([replayed_step_time(one_step(sc), c) for c in cals], rel=1e-12)
-    assert times[1] > times[0]
+    trn2 = load_scenario(SCENARIOS / "llama2-70b-tp32pp4-trn2-64.yaml",
+                         ["faults.jitter=0", "faults.degraded=[{instances: [5], efa_nics: 1, neuronlink_scale: 0.5}]"])
+    assert setting_times.degraded_parts_of(one_step(sc)) and setting_times.degraded_parts_of(one_step(trn2))
+    for scenario, cals in ((sc, [DEFAULT, DEFAULT.with_(efa_efficiency=0.2)]),
+                           (trn2, [DEFAULT, DEFAULT.with_(efa_efficiency=0.3), DEFAULT.with_(tensor_efficiency=0.5)])):
+        times = step_times(scenario, cals)
+        assert times == pytest.approx([replayed_step_time(one_step(scenario), c) for c in cals], rel=1e-12)
+        assert times[1] > times[0]
+    healthy = step_times(load_scenario(SCENARIOS / "llama2-70b-tp32pp4-trn2-64.yaml", ["faults.jitter=0"]), [DEFAULT])
+    assert step_times(trn2, [DEFAULT])[0] > 1.5 * healthy[0]           # the degraded instance slows the step
+
+
+def test_degraded_replicas_touched_unlike_are_replayed_per_setting():
+    from ultracluster.layouts import setting_times
+
+    sc = load_scenario(SCENARIOS / "llama2-70b-tp32pp4-trn2-64.yaml",
+                       ["faults.jitter=0", "training.steps=1", "training.warmup_steps=0",
+                        "faults.degraded=[{instances: [0, 1], efa_nics: 1}, {instances: [2], neuronlink_scale: 0.3}]"])
+    assert setting_times.degraded_parts_of(one_step(sc)) is None
+    cals = [DEFAULT, DEFAULT.with_(efa_efficiency=0.3)]
+    assert step_times(sc, cals) == pytest.approx([replayed_step_time(one_step(sc), c) for c in cals], rel=1e-12)
 
 
 def test_the_anchor_run_loads_without_a_working_directory(tmp_path, monkeypatch):

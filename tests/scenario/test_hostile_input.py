@@ -205,3 +205,16 @@ def test_arbitrary_text_is_exit_2_with_short_output(text):
         rc, out = validate_in_process(str(path))
     assert rc == EXIT_BAD_INPUT and len(out.encode()) < OUTPUT_MAX_BYTES, out
     assert "Traceback" not in out
+
+
+def test_json_nesting_is_measured_without_recursion_and_refused_beyond_the_bound():
+    from ultracluster.yaml_input import json_depth, load_json
+    assert json_depth(b'{"a": [1, {"b": "[[[[ \\" {{"}]}') == 3          # brackets inside strings do not count
+    assert load_json(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH) is not None
+    start = time.monotonic()
+    with pytest.raises(InputError) as err:
+        load_json("[" * 1_000_000 + "]" * 1_000_000, "summary.json")        # json.loads: RecursionError
+    assert time.monotonic() - start < 5
+    assert err.value.given == "summary.json" and f"nested at most {MAX_DEPTH} deep" in err.value.allowed
+    with pytest.raises(ValueError):
+        load_json("{not json", "x.json")

@@ -26,7 +26,7 @@ def test_bad_price_names_the_key(value, shown):
         load_scenario(REPO / "scenarios" / "smoke.yaml", [f"cluster.price_per_hour_usd={value}"])
     (problem,) = err.value.problems
     assert problem.path == "cluster.price_per_hour_usd"
-    assert str(problem).startswith(f"cluster.price_per_hour_usd: given {shown}; allowed: a number > 0")
+    assert str(problem).startswith(f"cluster.price_per_hour_usd: given {shown}; allowed: a number >= 0.01 and <= 100,000 (US dollars per instance-hour")
 
 
 def test_the_key_prices_a_run_in_place_of_the_catalog():

@@ -46,6 +46,7 @@ def test_minimal_scenario_resolves_every_default(tmp_path: Path) -> None:
         "name": "tiny",
         "seed": 0,
         "stack": "custom",
+        "explicit_keys": [],          # none of the stack-filled keys given (scenario.json carries them)
         "model": {"preset": None, "layers": 4, "hidden": 512, "heads": 8, "kv_heads": 8, "ffn": 2048,
                   "mlp": "gelu", "vocab": 1000, "tied_embeddings": False, "norm": "rmsnorm", "position": "rotary",
                   "moe": None, "dropout": 0.0},

@@ -2,6 +2,7 @@
 and what it runs (a combination it does not run is bad input, exit 2, before anything runs)."""
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from ultracluster.errors import ScenarioError
 from ultracluster.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = REPO / "scenarios"
 
 
 def doc(stack: str, pp: int = 1, instance: str = "trn1.32xlarge", mlp: str = "swiglu", **training) -> dict:
@@ -121,3 +123,46 @@ def test_support_entries_cite_a_source():
         for entry in (sup.chips, sup.pp, sup.zero, sup.zero_with_pp, sup.schedules, sup.cp, sup.ep, sup.lnc):
             assert entry[1], (name, entry)
         assert stacks.STACKS[name].defaults_source and stacks.STACKS[name].engine.source
+
+
+def test_a_scenario_reloaded_from_its_dict_is_timed_as_the_original(tmp_path):
+    """scenario.json carries the stack-filled keys the scenario gave itself (`explicit_keys`): a NeMo scenario
+    dumped and reloaded keeps them, so a layout another stack runs (the planner's, the interval's) fills the same
+    keys and is timed the same (issue 43: it came out materialized attention instead of flash)."""
+    import json
+
+    import pandas as pd
+
+    from ultracluster.layouts.evaluator import Evaluator
+    from ultracluster.layouts.setting_times import one_step
+    from ultracluster.layouts.space import own_row
+    from ultracluster.layouts.steps import evaluate
+
+    sc = load_scenario(SCENARIOS / "calib-llama2-7b-tp8-nemo-full.yaml")
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(sc.to_dict()))
+    back = load_scenario(json.loads(path.read_text()))
+    assert back == sc and stacks.explicit(back) == stacks.explicit(sc) == {"stack", "training.recompute",
+                                                                            "training.zero"}
+    assert "training.attention" not in stacks.explicit(back)
+    times = []
+    for s in (sc, back):
+        cell = stacks.for_cell(s, "neuronx-distributed", False)
+        assert cell.training.attention == "flash"            # NxD's default without a pipeline, not given here
+        row = pd.DataFrame([{**own_row(one_step(s)), "stack": "neuronx-distributed"}])
+        times.append(float(evaluate(Evaluator(one_step(s)), row)["step_time_s"].iloc[0]))
+    assert times[0] == times[1] and math.isfinite(times[0])
+    # a --set on the reloaded dict is explicit too; a bad list is named
+    again = load_scenario(json.loads(path.read_text()), ["training.attention=materialized"])
+    assert "training.attention" in stacks.explicit(again)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario({**json.loads(path.read_text()), "explicit_keys": ["training.nonsense"]})
+    assert err.value.problems[0].path == "explicit_keys"
+
+
+def test_the_summary_names_the_stack_that_timed_the_run():
+    from ultracluster.runner import predict
+
+    s = predict(load_scenario(SCENARIOS / "calib-llama2-7b-tp8-nemo-full.yaml", ["training.steps=1",
+                                                                                "training.warmup_steps=0"]))
+    assert s["stack"] == "neuronx-nemo-megatron"

@@ -42,10 +42,9 @@ class Calibrated:
 def replay_rows(scenario, cal: Calibration) -> dict:
     """One replayed step in this process (what `runner.predict` gives, without importing Ray): feasible, reason
     and step_time_s."""
-    from ..shards.local import local_shards
-    from ..emulate import emulate
+    from ..emulate import in_process
 
-    res = emulate(scenario, local_shards, None, cal)
+    res = in_process(scenario, cal)
     ok = res.feasible and bool(res.steps)
     return {"feasible": ok, "reason": res.reason, "step_time_s": float(res.steps[-1].step_time_s) if ok else math.nan}
 

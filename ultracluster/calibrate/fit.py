@@ -30,17 +30,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cluster.calibration import TRN1, TRN2, TRN3, Calibration
+from ..cluster.calibration_profile import FACTOR_BOUNDS
 from ..cluster.fitted_files import fitted
 
-# The factors a profile may fit: name → (lower, upper) physical bound, the shipped fit's search bounds
-# (ultracluster.calibrate.training FIT, shipped.TRN2_FIT), a zero lower bound moved to a positive one for logs
-CANDIDATES = {
-    "tensor_efficiency": (0.2, 1.0),
-    "in_graph_sync_s": (1e-6, 5e-3),
-    "in_graph_sync_scale_trn2": (1e-3, 3.0),
-    "graph_s_nxd": (1e-5, 20e-3),
-    "graph_s_nemo": (1e-5, 20e-3),
-}
+# The factors a profile may fit: name → (lower, upper) physical bound (`cluster.calibration_profile.FACTOR_BOUNDS`,
+# which reading a profile checks too: the shipped fit's search bounds, a zero lower bound moved to a positive one)
+CANDIDATES = {k: (lo, hi) for k, (lo, hi, _) in FACTOR_BOUNDS.items()}
 # The training stacks' engine costs (ultracluster/stacks.py): a row moves only the engine of its own stack, and
 # first, where it has a pipeline (six or four graph executions per microbatch and stage); the shipped fit may leave
 # one at its lower bound, which is no prior: its sensitivity is probed at ENGINE_PROBE_S (5 ms: a PP4 run of 32 microbatches

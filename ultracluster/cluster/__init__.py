@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from .calibration import Calibration
 from .fitted_files import fitted, with_network_profile
-from .catalog import INSTANCES, ChipSpec, InstanceSpec, ultraserver_of
+from .catalog import INSTANCES, ChipSpec, InstanceSpec, ranks_per_instance, ultraserver_of
 from .degraded import DegradedPart, degraded_links, degraded_parts
 from .folding import Capacity, Folding, fold, resolve_instances_per_actor
 from .placement import (Layout, group_first_rank, group_ranks, group_span, instance_of, instance_ranks,  # noqa: F401
@@ -82,7 +82,7 @@ class Cluster:
 
     @property
     def ranks_per_instance(self) -> int:
-        return self.instance.neuron_cores // self.lnc
+        return ranks_per_instance(self.instance, self.lnc)
 
     @property
     def ranks_per_chip(self) -> int:
@@ -146,7 +146,7 @@ def build_cluster(scenario, instances_per_actor: int, calibration: Calibration |
     if net is not None and net.calibration != "default":     # a named collective calibration on top
         calibration = with_network_profile(calibration, net.calibration)
     layout = Layout(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, virtual_stages=p.virtual_stages)
-    rpi = spec.neuron_cores // c.lnc
+    rpi = ranks_per_instance(spec, c.lnc)
     ipa = max(1, min(int(instances_per_actor), c.instances))
     shards = tuple(
         ShardSpec(index=i, first_instance=first, instances=min(ipa, c.instances - first),

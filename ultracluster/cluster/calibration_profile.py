@@ -18,15 +18,33 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..errors import UltraclusterError
+from ..errors import UltraclusterError, shorten
 from .calibration import Calibration
 from .fitted_files import fitted
 
 FORMAT = "ultracluster-calibration-profile"
 VERSION = 1
 MAX_PROFILE_BYTES = 16 << 20      # a profile of a few hundred rows with their scenarios inlined is well below
-# The factors a profile may set (ultracluster.calibrate fits these; any other name is a damaged profile)
-FACTORS = ("tensor_efficiency", "in_graph_sync_s", "in_graph_sync_scale_trn2", "graph_s_nxd", "graph_s_nemo")
+# The factors a profile may set (ultracluster.calibrate fits these within these bounds, `calibrate.fit.CANDIDATES`;
+# any other name is a damaged profile): name -> (lowest, highest, why). The shipped fit's search bounds
+# (`calibrate.training.FIT`, `calibrate.shipped.TRN2_FIT`), a zero lower bound moved to a positive one for logs.
+FACTOR_BOUNDS = {
+    "tensor_efficiency": (0.2, 1.0, "the fraction of the chip's matmul peak a matmul sustains: at most all of it; "
+                                    "from 0.2, the shipped fit's search range (calibrate.training.FIT)"),
+    "in_graph_sync_s": (1e-6, 5e-3, "seconds per in-graph collective synchronisation: 1 us (a link's latency) to "
+                                    "5 ms, the shipped fit's search range"),
+    "in_graph_sync_scale_trn2": (1e-3, 3.0, "Trainium2's in-graph synchronisation over Trainium's (ratio): the "
+                                            "shipped fit's search range"),
+    "graph_s_nxd": (1e-5, 20e-3, "seconds per graph execution of NxD's pipeline engine: 10 us (a kernel launch) to "
+                                 "20 ms (the shipped fit's search range)"),
+    "graph_s_nemo": (1e-5, 20e-3, "seconds per graph execution of NeMo's pipeline engine: 10 us (a kernel launch) "
+                                  "to 20 ms (the shipped fit's search range)"),
+}
+FACTORS = tuple(FACTOR_BOUNDS)
+# the evidence's log errors (fit_log, release_sigma): at most a log error of 3 (a factor of 20 per sigma), beyond
+# which the profile predicts nothing
+MAX_LOG_ERROR = 3.0
+ROUNDING = 1e-9                    # the relative slack of a bound (a factor fitted at its bound, through exp(log))
 
 
 class ProfileError(UltraclusterError):
@@ -61,6 +79,12 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def in_bounds(name: str, value: float) -> bool:
+    """Whether a factor's value lies within its physical bounds (FACTOR_BOUNDS, with the slack of rounding)."""
+    lo, hi, _ = FACTOR_BOUNDS[name]
+    return lo * (1 - ROUNDING) <= value <= hi * (1 + ROUNDING)
+
+
 def verify(doc: Any, source: str) -> dict:
     """The profile `doc` (read from `source`) if it is a whole, unedited profile of this format, else ProfileError."""
     def bad(what: str) -> ProfileError:
@@ -83,13 +107,31 @@ def verify(doc: Any, source: str) -> dict:
         raise bad(f"the checksum does not match the content (given {str(doc.get('checksum'))[:80]!r}, content "
                   f"{expected[:19]}…): the file was damaged or edited after `ultracluster calibrate` wrote it; "
                   "recalibrate from the measurements instead of editing a profile")
+    # the values are checked against their physical bounds even when the checksum matches: a checksum says the file
+    # is whole, not that what it holds can be timed (a resealed tensor_efficiency of 1e-300 would give a 4e298 s step)
     factors = doc.get("factors")
     if not isinstance(factors, dict) or not factors or not set(factors) <= set(FACTORS) \
             or not all(_finite(v) and v > 0 for v in factors.values()):
-        raise bad(f"factors: given {factors!r}; allowed: positive numbers for {', '.join(FACTORS)}")
+        raise bad(f"factors: given {shorten(factors)}; allowed: positive numbers for {', '.join(FACTORS)}")
+    for name, value in factors.items():
+        if not in_bounds(name, value):
+            lo, hi, why = FACTOR_BOUNDS[name]
+            raise bad(f"factors.{name}: given {value!r}; allowed: {lo:g} to {hi:g} ({why})")
     ev = doc.get("evidence")
-    if not isinstance(ev, dict) or not all(_finite(ev.get(k)) and ev.get(k) >= 0 for k in ("fit_log", "release_sigma")):
-        raise bad(f"evidence: given {ev!r}; allowed: fit_log and release_sigma, numbers >= 0")
+    if not isinstance(ev, dict) or not all(_finite(ev.get(k)) and 0 <= ev.get(k) <= MAX_LOG_ERROR
+                                           for k in ("fit_log", "release_sigma")):
+        raise bad(f"evidence: given {shorten(ev)}; allowed: fit_log and release_sigma, log errors from 0 to "
+                  f"{MAX_LOG_ERROR:g} (a factor of {math.exp(MAX_LOG_ERROR):.0f} per sigma: beyond it the profile "
+                  f"predicts nothing)")
+    ranges = doc.get("ranges") or {}
+    if not isinstance(ranges, dict):
+        raise bad(f"ranges: given {shorten(ranges)}; allowed: each fitted factor's [low, high]")
+    for name, span in ranges.items():
+        if name in FACTOR_BOUNDS and isinstance(span, list) and len(span) == 2:
+            if not all(_finite(v) and in_bounds(name, v) for v in span) or span[0] > span[1]:
+                lo, hi, why = FACTOR_BOUNDS[name]
+                raise bad(f"ranges.{name}: given {shorten(span)}; allowed: [low, high], low <= high, each from "
+                          f"{lo:g} to {hi:g} ({why})")
     if not isinstance(doc.get("rows"), list) or not doc["rows"]:
         raise bad("rows: given none; allowed: the measured rows the profile was fitted to")
     return doc
@@ -97,14 +139,16 @@ def verify(doc: Any, source: str) -> dict:
 
 def read_profile(path: str | Path) -> dict:
     """Read and verify a profile file (bounded: a regular file of at most 16 MiB)."""
-    from ..yaml_input import InputError, read_bounded
+    from ..yaml_input import InputError, load_json, read_bounded
 
     try:
         data = read_bounded(path, MAX_PROFILE_BYTES, "calibration profile (JSON)")
     except InputError as err:
         raise ProfileError(f"{err.given}: cannot be read; allowed: {err.allowed}") from err
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = load_json(data, str(path))
+    except InputError as err:
+        raise ProfileError(f"{path}: not a calibration profile ({err.allowed})") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProfileError(f"{path}: not a calibration profile (not JSON: {exc})") from exc
     return verify(doc, str(path))

@@ -564,6 +564,14 @@ ULTRACLUSTER_CHIPS: Mapping[str, int] = {
 }
 
 
+# The what-if range of a link's rate (cluster.network's keys, `collectives --efa-gbps`, Gbit/s): from one 1 GbE
+# link to 12.5 TB/s, above any Trainium chip's own HBM (Trn3: 4.9 TB/s, above) and 31 x the fastest instance's EFA
+# (trn2: 3,200 Gbit/s): no link carries more than its ends can feed
+LINK_GBPS_RANGE = (1.0, 100_000.0)
+LINK_GBPS_WHY = ("Gbit/s; 1: one 1 GbE link; 100,000: 12.5 TB/s, more than any Trainium chip's own HBM feeds "
+                 "(4.9 TB/s on Trn3) and 31 x trn2's 3,200 Gbit/s EFA")
+
+
 def largest_cluster(spec: InstanceSpec) -> int:
     """The most instances of a type in the catalog's largest cluster of its chip (`ULTRACLUSTER_CHIPS`)."""
     return ULTRACLUSTER_CHIPS[spec.chip.name] // spec.chips

@@ -17,7 +17,7 @@ from ..network.collectives import concurrent_time
 from ..replay.comm import CommTimes
 from ..scenario import Scenario
 from ..step import merit
-from ..step.counts import ultraserver_default
+from ..step.counts import data_parallel, ultraserver_default
 from ..step.price import instance_price
 
 # the layout columns of a plan table, in plan.csv order (`stack`: the training stack that runs it, `stacks.NAMES`)
@@ -101,10 +101,16 @@ class Evaluator:
 
     def __init__(self, scenario: Scenario, calibration: Calibration | None = None,
                  sources: dict[str, str] | None = None, shared_last_sends: bool = False,
-                 calibrations: tuple[Calibration, ...] | None = None):
+                 calibrations: tuple[Calibration, ...] | None = None, degraded: tuple = (), links=None):
         """`calibrations`: several settings of the numeric factors (the interval's factor ends); a table's
-        `cal` column picks one per row. Their switches must agree (one operator list times every row)."""
+        `cal` column picks one per row. Their switches must agree (one operator list times every row).
+        `degraded`: the scenario's degraded parts (`cluster.DegradedPart`, `Cluster.degraded`), timed as the
+        replay does (`replay.degraded.slowest_replica_comm`; the table's rows must share one layout, the degraded
+        replicas touched alike: `replay.degraded.touched_alike`); `links`: one part, whose degraded links this
+        Evaluator times every collective on (`Cluster.degraded_copy`: a companion of one with `degraded`)."""
         self.scenario = scenario
+        self.degraded, self.links = tuple(degraded), links
+        self._slow: list | None = None
         self.shared_last_sends = shared_last_sends
         self.calibrations = tuple(calibrations) if calibrations else (calibration or fitted(),)
         self.calibration = self.calibrations[0]
@@ -140,11 +146,11 @@ class Evaluator:
         key = (str(instance), int(instances), int(lnc), int(cal))
         info = self._clusters.get(key)
         if info is None:
-            cl = self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "cal": key[3],
+            cl = self._placed(self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "cal": key[3],
                                       "tp": 1, "pp": 1,
                                       "cp": 1, "ep": 1, "dp": 0, "micro_batch": 1, "recompute": "none",
                                       "pp_schedule": "1f1b", "virtual_stages": 1, "zero": 1,
-                                      "sequence_parallel": False})
+                                      "sequence_parallel": False}))
             prec = self.scenario.training.precision
             own = self.scenario.cluster   # the user's time is for the scenario's own instance type (`layout_scenario`)
             price = instance_price(key[0], own.price_per_hour_usd if key[0] == own.instance else None)
@@ -161,13 +167,25 @@ class Evaluator:
         cal = self.calibrations[calibration_index(row)]
         if not row["dp"]:
             sc = layout_scenario(self.scenario, {**row, "dp": 1})
-            row["dp"] = build_cluster(sc, row["instances"], cal).ranks
+            row["dp"] = data_parallel(build_cluster(sc, row["instances"], cal).ranks, row["tp"], row["cp"], row["pp"])
         sc = layout_scenario(self.scenario, row)
         return build_cluster(sc, int(row["instances"]), cal)
 
+    def _placed(self, cl: Cluster) -> Cluster:
+        """`cl` on this Evaluator's degraded links (`links`), else as it is."""
+        return cl if self.links is None else cl.degraded_copy(self.links)
+
+    def slow(self) -> list["Evaluator"]:
+        """One Evaluator per degraded part (`degraded`), timing the step's comm on that part's links: the `slows`
+        of `replay.degraded.slowest_replica_comm`; their own memo, clusters and collectives."""
+        if self._slow is None:
+            self._slow = [Evaluator(self.scenario, calibrations=self.calibrations,
+                                    shared_last_sends=self.shared_last_sends, links=part) for part in self.degraded]
+        return self._slow
+
     def collective(self, ck: tuple, op: str, nbytes: float, group) -> float:
         """`collective_time` seconds as the step's graph issues it, memoized."""
-        key = (ck, op, float(nbytes), group)
+        key = (self._network(ck), op, float(nbytes), group)
         t = self._coll.get(key)
         if t is None:
             t = self._coll[key] = collective_time(self.cluster(*ck).cluster, op, float(nbytes), group, in_graph=True)[0]
@@ -175,11 +193,17 @@ class Evaluator:
 
     def concurrent_first(self, ck: tuple, transfers: tuple) -> float:
         """`concurrent_time(...)[0]`, memoized."""
-        key = (ck, transfers)
+        key = (self._network(ck), transfers)
         t = self._conc.get(key)
         if t is None:
             t = self._conc[key] = float(concurrent_time(self.cluster(*ck).cluster, list(transfers), in_graph=True)[0])
         return t
+
+    def _network(self, ck: tuple) -> tuple:
+        """What a collective's time on cluster `ck` depends on: the cluster and its calibration's collective factors
+        (`Calibration.network`: `network.timing` reads no other), so the settings of the interval that move only
+        the chip's factors share their collectives."""
+        return (*ck[:3], self.calibrations[ck[3]].network) if len(ck) > 3 else ck
 
     def comm_times(self, ck: tuple) -> "MemoCommTimes":
         """How the step's comm's pieces time collectives on cluster `ck`: memoized, no records."""

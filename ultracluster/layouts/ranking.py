@@ -19,6 +19,7 @@ from ..scenario import Scenario
 from ..stacks import SHORT, explicit as stacks_explicit
 from ..step import merit
 from ..step.hbm import HBM_PARTS, hbm_totals
+from ..step.counts import sequence_parallel_default
 from . import steps
 from .steps import LAYOUT_COLUMNS, Evaluator
 
@@ -254,7 +255,7 @@ def _label(stack, instances, instance, lnc, tp, pp, dp, cp, ep, pp_schedule, vir
         text += " " + SCHEDULE_SHORT.get(pp_schedule, pp_schedule) + (f"{virtual_stages}" if
                                                                      pp_schedule == "interleaved" else "")
     text += f" mb{micro_batch} {RECOMPUTE_SHORT.get(recompute, recompute)} zero{zero}"
-    return text + (" no-sp" if tp > 1 and not sequence_parallel else "")
+    return text + (" no-sp" if sequence_parallel_default(tp) and not sequence_parallel else "")
 
 
 RANK_BY = {             # --rank-by → the end of each layout's 80 % interval that ranks it, and how a reader says it

@@ -8,8 +8,9 @@ replay's model over a row axis, each row with its own calibration: `Evaluator(ca
 this process, no Ray, no files. It runs on the driver, after the replay: the settings are a few tens of
 whole-model evaluations that the shard actors, which hold one calibration's chip model of their own stages,
 could not give without a replay per setting; the fast path times them all in one evaluation (docs/design.md,
-"Data flow"). A scenario with degraded instances, which the layout rows cannot carry, is replayed in process once
-per setting instead (`replayed_step_time`).
+"Data flow"). A scenario with degraded instances is timed so too, its comm the slowest replica's
+(`replay.degraded.slowest_replica_comm`, the replay's rule); only where the degraded instances touch replicas
+unlike (`touched_alike`) is each setting replayed in process instead (`replayed_step_time`).
 """
 from __future__ import annotations
 
@@ -35,33 +36,50 @@ def setting_step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
     The settings are rows of one table timed by the planner's fast path (`layout_step_times`: each distinct
     per-rank shape and collective timed once, the pipelines of all rows run at once). Without jitter and
     stragglers it gives the replay's step exactly (tests/chip/test_uncertainty.py); with them, the stages' mean
-    speeds, which the interval only uses as ratios. A scenario with degraded instances (which the layout rows
-    cannot carry) is replayed once per setting instead. Kept by content for the last 32 one-step scenarios.
+    speeds, which the interval only uses as ratios. A scenario with degraded instances is timed so too, its comm
+    the slowest replica's (`degraded_parts_of`), and replayed once per setting only where its degraded replicas
+    are touched unlike. Kept by content for the last 32 one-step scenarios.
     """
     one = one_step(scenario)
     key = (one.model_copy(update={"name": "-", "faults": one.faults and one.faults.model_copy(update=dict(   # not read
         instance_mtbf_hours=None, detect_minutes=0.0, restart_minutes=0.0))}).model_dump_json(), tuple(calibrations))
     if key not in _STEP_TIMES:    # (a sweep's variants that differ in storage or faults time their interval once)
         _STEP_TIMES.pop(next(iter(_STEP_TIMES))) if len(_STEP_TIMES) >= 32 else None
-        _STEP_TIMES[key] = np.array([replayed_step_time(one, cal) for cal in calibrations]) if scenario.faults is not None \
-            and scenario.faults.degraded else layout_step_times(one, pd.DataFrame([own_row(one)]), calibrations,
-                                                                np.arange(len(calibrations))[None, :])[0]
+        parts = degraded_parts_of(one)
+        if parts is None:       # degraded replicas touched unlike: each setting replayed
+            _STEP_TIMES[key] = np.array([replayed_step_time(one, cal) for cal in calibrations])
+        else:
+            _STEP_TIMES[key] = layout_step_times(one, pd.DataFrame([own_row(one)]), calibrations,
+                                                 np.arange(len(calibrations))[None, :], degraded=parts)[0]
     return _STEP_TIMES[key].copy()
 
 
 _STEP_TIMES: dict[tuple, np.ndarray] = {}     # `setting_step_times` of the process's last 32 one-step scenarios
 
 
+def degraded_parts_of(one) -> tuple | None:
+    """The degraded parts of a one-step scenario (`Cluster.degraded`; () without them) when the fast path times it
+    as the replay does (every degraded replica touched alike: `replay.degraded.touched_alike`), else None."""
+    if one.faults is None or not one.faults.degraded:
+        return ()
+    from ..cluster import build_cluster
+    from ..replay.degraded import degraded_groups, touched_alike
+
+    cl = build_cluster(one, 1)
+    return cl.degraded if touched_alike([degraded_groups(cl, p.instances) for p in cl.degraded]) else None
+
+
 def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndarray, evaluators: dict | None = None,
-                      shared_last_sends: bool = True) -> np.ndarray:
+                      shared_last_sends: bool = True, degraded: tuple = ()) -> np.ndarray:
     """Step times [n, k] of one step of each layout row of `one` (a `one_step` scenario; `rows` a table of n
     layouts) under the calibrations `which[i, j]` indexes, in one evaluation of the fast path (NaN: does not fit).
     `evaluators`: Evaluators kept across calls, by calibrations. `shared_last_sends`: the last gradient sends share
     links as in the replay (exact); a plan's many layouts time them alone, as its search does (docs/plan.md)."""
     n, k = which.shape
     evaluators = {} if evaluators is None else evaluators
-    key = (tuple(calibrations), shared_last_sends)
-    pr = evaluators.get(key) or evaluators.setdefault(key, Evaluator(one, calibrations=key[0], shared_last_sends=key[1]))
+    key = (tuple(calibrations), shared_last_sends, tuple(degraded))
+    pr = evaluators.get(key) or evaluators.setdefault(key, Evaluator(one, calibrations=key[0], shared_last_sends=key[1],
+                                                                     degraded=key[2]))
     table = rows.reset_index(drop=True).iloc[np.repeat(np.arange(n), k)].reset_index(drop=True)
     table["cal"] = which.reshape(-1)
     out = evaluate(pr, table)
@@ -70,8 +88,7 @@ def layout_step_times(one, rows, calibrations: list[Calibration], which: np.ndar
 
 def replayed_step_time(one, cal: Calibration) -> float:
     """One replayed step of `one` (a `one_step` scenario; `emulate` with in-process shards): no Ray, no files."""
-    from ..emulate import emulate
-    from ..shards.local import local_shards
+    from ..emulate import in_process
 
-    res = emulate(one, local_shards, None, cal)
+    res = in_process(one, cal)
     return float(res.steps[-1].step_time_s) if res.feasible and res.steps else float("nan")

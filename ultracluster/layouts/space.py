@@ -13,7 +13,6 @@ tests/plan/test_space.py loads generated layouts through `load_scenario`.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,11 +20,12 @@ import numpy as np
 import pandas as pd
 
 from .. import stacks as stk
-from ..cluster import group_ranks, replica_ranks
+from ..cluster import group_ranks
 from ..cluster.catalog import INSTANCES, ranks_per_instance, ultraserver_of
 from ..errors import Problem, ScenarioError
+from ..scenario.schema import PRICE_RANGE, PRICE_WHY
 from ..scenario import Scenario
-from ..step.counts import microbatches, ultraserver_default
+from ..step.counts import data_parallel, microbatches, sequence_parallel_default, ultraserver_default
 from .steps import LAYOUT_COLUMNS
 
 RECOMPUTE = ("none", "selective", "full")
@@ -143,7 +143,7 @@ def _shapes(base: Scenario, space: SearchSpace, ranks: int):
                    and t.seq_len % c == 0]:
             for pp in [p for p in _divisors(ranks // group_ranks(tp, cp)) if p <= m.layers
                        and (space.pp is None or p in space.pp)]:
-                dp = ranks // replica_ranks(tp, cp, pp)
+                dp = data_parallel(ranks, tp, cp, pp)
                 eps = [e for e in _divisors(dp) if moe and moe.experts % e == 0] if moe else [1]
                 for ep in eps:
                     for mb in space.micro_batches:
@@ -248,7 +248,8 @@ def _stack_rows(base: Scenario, space: SearchSpace, cols: dict[str, np.ndarray])
         part = {k: v[keep] for k, v in cols.items()}
         sp = stk.sequence_parallel(name, base)
         if sp is not None:
-            part["sequence_parallel"] = part["tp"] > 1 if sp else np.zeros(int(keep.sum()), dtype=bool)
+            part["sequence_parallel"] = sequence_parallel_default(part["tp"]) if sp else np.zeros(int(keep.sum()),
+                                                                                                   dtype=bool)
         part["stack"] = np.full(int(keep.sum()), name, dtype=object)
         parts.append(part)
     return {k: np.concatenate([p[k] for p in parts]) for k in ["stack", *cols]}
@@ -276,7 +277,7 @@ def _layout_columns(shapes: list[tuple], scheds: list[tuple[str, int]], recomput
             "recompute": np.array(recompute, dtype=object)[stage_and_mode // len(zero_values)],
             "pp_schedule": sched_names[sched], "virtual_stages": virtual[sched],
             "zero": np.array(zero_values, dtype=np.int64)[stage_and_mode % len(zero_values)],
-            "sequence_parallel": tp > 1, "microbatches": numbers[shape, 8]}
+            "sequence_parallel": sequence_parallel_default(tp), "microbatches": numbers[shape, 8]}
 
 
 def own_row(base: Scenario) -> dict:
@@ -406,7 +407,8 @@ def parse_prices(text: str) -> tuple[float | None, dict[str, float]]:
             usd = float(value)
         except ValueError:
             usd = float("nan")
-        if not (math.isfinite(usd) and usd > 0) or (name and name not in INSTANCES) or (not name and "=" in item):
+        if not (PRICE_RANGE[0] <= usd <= PRICE_RANGE[1]) or (name and name not in INSTANCES) or \
+                (not name and "=" in item):
             bad = True
         elif name:
             by_type[name] = usd
@@ -415,7 +417,8 @@ def parse_prices(text: str) -> tuple[float | None, dict[str, float]]:
         else:
             bad = True
     if bad or (plain is None and not by_type):
-        raise ScenarioError([Problem("--price-per-hour", text, "US dollars per instance-hour > 0 (the scenario's "
-                                     "instance type), or TYPE=USD pairs, e.g. trn2.48xlarge=40,trn3.48xlarge=60, "
-                                     "TYPE from: " + ", ".join(INSTANCES))])
+        raise ScenarioError([Problem("--price-per-hour", text, f"US dollars per instance-hour from {PRICE_RANGE[0]:g} "
+                                     f"to {PRICE_RANGE[1]:,.0f} (the scenario's instance type; {PRICE_WHY}), or "
+                                     "TYPE=USD pairs, e.g. trn2.48xlarge=40,trn3.48xlarge=60, TYPE from: "
+                                     + ", ".join(INSTANCES))])
     return plain, by_type

@@ -35,6 +35,7 @@ from .. import operators as opslib
 from ..cluster import Layout, group_ranks
 from ..memory import infeasible_reason
 from ..replay import engine
+from ..replay.degraded import degraded_groups, slowest_replica_comm
 from ..replay.engine import bucket_queue_end
 from ..replay.result import StageMemory
 from ..step import merit, speed as step_speed
@@ -131,6 +132,14 @@ def by_variant(pr: Evaluator, table: pd.DataFrame) -> list[tuple[Evaluator, np.n
     return [(v, np.flatnonzero(code == j)) for j, v in enumerate(ids.values())]
 
 
+def degraded_hits(pr: Evaluator, row) -> list[np.ndarray]:
+    """Each degraded part's (replica, stage) groups hit (`replay.degraded.degraded_groups`) at the layout of `row`,
+    which every row of a degraded Evaluator's table shares (it times one scenario's own layout under its
+    settings: `layouts.setting_times`)."""
+    return pr.memo(("degraded-hits",), lambda: [degraded_groups(pr.layout_cluster(row), part.instances)
+                                                for part in pr.degraded])
+
+
 def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
     sc = pr.scenario
     t = sc.training
@@ -180,6 +189,9 @@ def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame
                                          f"{s} at this layout's parameters (allowed: a finite number >= 0)")
             OPT = np.where(wrong[:, None], 0.0, OPT)
         c, has = batched_comm(pr, rows, sh, srow, g, js)
+        if pr.degraded:          # the replica the degraded instances slow sets the step, as in the replay
+            c = slowest_replica_comm(c, [batched_comm(s, rows, sh, srow, g, js)[0] for s in pr.slow()],
+                                     degraded_hits(pr, rows[int(idx[0])]))
         tp, cp, dp = cols["tp"][idx], cols["cp"][idx], cols["dp"][idx]
         # [n, pp]: each stage at its slowest replica's speed, averaged over the measured steps (once per distinct
         # tp, cp, dp and jitter)

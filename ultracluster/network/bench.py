@@ -17,11 +17,16 @@ import sys
 from dataclasses import dataclass
 
 from ..cluster import Cluster, Layout, Links, z_links
-from ..cluster.catalog import INSTANCES, ultraserver_of
+from ..cluster.catalog import (INSTANCES, LINK_GBPS_RANGE, LINK_GBPS_WHY, largest_cluster, largest_cluster_text,
+                                ranks_per_instance, ultraserver_of)
 from ..errors import Problem, ScenarioError
 from .algorithms import OPS
 from .collectives import Group, bus_factor, collective_time
 from ..units import GBPS, GIB, KIB, MIB
+
+# The largest message timed: 1 TiB, several times any Trainium chip's HBM (Trn3: 144 GiB), so no rank could hold
+# its buffer; beyond it the sizes leave the model's domain (and a long digit string, float64)
+MAX_SIZE_BYTES = 1 << 40
 
 DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "uint8": 1, "int32": 4, "uint32": 4,
           "int16": 2, "uint16": 2}
@@ -41,7 +46,10 @@ def parse_sizes(text: str) -> list[int]:
     out = []
     for item in (x.strip() for x in str(text).split(",")):
         m = re.fullmatch(r"(\d+)\s*([KMGkmg]?)(?:i?[Bb])?", item)
-        value = int(m.group(1)) * SUFFIX[m.group(2).upper()] if m else 0
+        value = int(m.group(1)) * SUFFIX[m.group(2).upper()] if m and len(m.group(1)) <= 20 else 0
+        if m and value > MAX_SIZE_BYTES or m and len(m.group(1)) > 20:
+            raise ScenarioError([Problem("--sizes", item, "byte counts of at most 1024G (1 TiB: more than any "
+                                                          "Trainium chip's HBM holds, so no rank has the buffer)")])
         if value <= 0:
             raise ScenarioError([Problem("--sizes", item or text,
                                          "comma-separated byte counts > 0, with optional K, M or G suffixes "
@@ -69,11 +77,14 @@ def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbp
         problems.append(Problem("--instance", instance, "one of: " + ", ".join(INSTANCES)))
     if instances < 1:
         problems.append(Problem("--instances", instances, "an integer >= 1"))
+    elif spec is not None and instances > largest_cluster(spec):    # as `run` and `plan` bound cluster.instances
+        problems.append(Problem("--instances", instances, largest_cluster_text(spec)))
     if spec is not None and lnc is not None and lnc not in spec.allowed_lnc:
         problems.append(Problem("--lnc", lnc, f"one of {', '.join(map(str, spec.allowed_lnc))} on {spec.name}"))
+    lo, hi = LINK_GBPS_RANGE
     for flag, value in (("--efa-gbps", efa_gbps), ("--neuronlink-gbps", neuronlink_gbps)):
-        if value is not None and not value > 0:
-            problems.append(Problem(flag, value, "a number of Gbit/s > 0"))
+        if value is not None and not lo <= value <= hi:     # the bounds of cluster.network's keys
+            problems.append(Problem(flag, value, f"a number of Gbit/s from {lo:g} to {hi:,.0f} ({LINK_GBPS_WHY})"))
     if problems:
         raise ScenarioError(problems)
     assert spec is not None
@@ -88,7 +99,7 @@ def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbp
         efa_latency_s=spec.efa_latency_s,
         **z_links(spec, ultraserver, nl_bytes),
     )
-    rpi = spec.neuron_cores // lnc
+    rpi = ranks_per_instance(spec, lnc)
     return Cluster(instance=spec, instances=instances, lnc=lnc, ultraserver=ultraserver,
                    layout=Layout(tp=1, cp=1, pp=1, dp=instances * rpi), links=links, shards=(),
                    calibration=with_network_profile(fitted(), calibration))

@@ -1,6 +1,6 @@
 """A plan's days and dollars: the training budget (`--tokens`, else the scenario's `training.budget_tokens` or
 `budget_steps`) at each layout's step time, with the goodput the scenario's failures and checkpoints leave, priced
-by `goodput.time_and_cost` and `goodput.expected_goodput` (the functions `run` uses for summary.json).
+by `step.merit.budget_figures` (the one path of `run`'s summary.json and the sweep's rows).
 
 The fast path has no storage model (docs/plan.md, "Where it is exact"): a checkpoint's block and a restore are the
 scenario's own layout's on its own cluster (`storage.estimates`), and a layout's step is its fast-path step; a
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..goodput import expected_goodput, time_and_cost
+from ..step.merit import CLOSED_FORM, budget_figures
 from ..step.price import NO_PRICE_HINT
 from ..scenario import Scenario
 
@@ -52,7 +52,7 @@ def _failures(base: Scenario, calibration) -> tuple[int, float, float, float | N
     return every, block, recovery, mtbf, words
 
 
-def days_and_dollars(full: pd.DataFrame, base: Scenario, tokens: float | None, calibration=None) -> dict:
+def budget_columns(full: pd.DataFrame, base: Scenario, tokens: float | None, calibration=None) -> dict:
     """`goodput`, `time_to_train_days` and `total_cost_usd` of every row that can rank (in place; NaN elsewhere, and
     the cost NaN where the instance type has no price), and plan.json's `budget`: the tokens and steps, where the
     budget comes from, how the goodput is priced; None without a budget."""
@@ -63,22 +63,22 @@ def days_and_dollars(full: pd.DataFrame, base: Scenario, tokens: float | None, c
     if "same_as" in full.columns:
         ok &= full["same_as"].to_numpy() == ""
     every, block, recovery, mtbf, words = _failures(base, calibration)
-    good = np.full(n, np.nan)
-    if every or mtbf:          # each row's own: its step sets the checkpoint period, its instances the failure rate
-        price = np.frompyfunc(lambda s, k: expected_goodput(s, 0.0, every, block, recovery,
-                                                            mtbf * 3600.0 / k if mtbf else math.inf), 2, 1)
-        good[ok] = price(step[ok], instances[ok]).astype(float)
-    else:
-        good[ok] = 1.0
-    full["goodput"] = good
     tok, steps, source = budget_of(base, tokens)
+    # each row's own: its step sets the checkpoint period, its instances the failure rate (`budget_figures`, the
+    # one path of run's summary and the sweep's rows; no data stall in the fast path)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_instance = full["price_per_hour_usd"].to_numpy(float) / instances
+        system_mtbf = mtbf * 3600.0 / instances if mtbf else np.full(n, math.inf)
+    fig = budget_figures(step[ok], 0.0, base.tokens_per_step, instances[ok], per_instance[ok], every, block, recovery,
+                         system_mtbf[ok], tokens=tok, steps=steps) if ok.any() else None
+    for k in ("goodput", "time_to_train_days", "total_cost_usd") if source is not None else ("goodput",):
+        col = np.full(n, np.nan)
+        if fig is not None:
+            col[ok] = fig[k]
+        full[k] = col
     if source is None:
-        return {"budget": None, "goodput_source": words}
-    per_instance = full["price_per_hour_usd"].to_numpy(float) / instances
-    tc = time_and_cost(step, base.tokens_per_step, instances, per_instance, good, tokens=tok, steps=steps)
-    full["time_to_train_days"] = tc["time_to_train_days"]
-    full["total_cost_usd"] = tc["total_cost_usd"]
+        return {"budget": None, "goodput_source": words, "goodput_method": CLOSED_FORM}
     return {"budget": {"tokens": tok if tok is not None else steps * base.tokens_per_step,
                        "steps": steps if steps is not None else tok / base.tokens_per_step, "source": source,
                        "no_price": NO_PRICE_HINT},
-            "goodput_source": words}
+            "goodput_source": words, "goodput_method": CLOSED_FORM}

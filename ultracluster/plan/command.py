@@ -30,7 +30,7 @@ from ..layouts.steps import LAYOUT_COLUMNS, Evaluator
 from ..layouts.intervals import INTERVAL_COLUMNS, LayoutEvidence, time_for_ranking
 from ..layouts.space import SearchSpace, own_row, enumerate_layouts, own_stack, searched
 from .options import CATALOG_PRICE, MAX_SEARCH_MINUTES, check_options, check_size, resolve_prices
-from .budget import days_and_dollars
+from .budget import budget_columns
 from .compare import compare_with_scenario, stacks_without_a_layout, standing
 from .output import check_plan_dir, full_table_name, layout_yaml, write_plan_dir
 from .result import PlanResult
@@ -173,7 +173,7 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
         own = _own_mask(full, base, space)
         _not_run(full, own, base, space)
         folded = ranking.fold_equivalent(full)
-        budget = days_and_dollars(full, base, tokens, calibration)     # with goodput, where a row can rank
+        budget = budget_columns(full, base, tokens, calibration)     # with goodput, where a row can rank
         ranking.mark_pareto(full)           # that can rank, the front and the own
         lev = LayoutEvidence(base, calibration)
         lev.flags(full)

@@ -142,6 +142,15 @@ def check_size(base: Scenario, space: SearchSpace, max_search_minutes: float) ->
     rate = SLOWEST_LAYOUTS_PER_CPU_S * cpus
     budget = int(max_search_minutes * 60 * rate)
     n, counted = count_layouts(base, space, stop_above=budget)
+    if n == 0 and not space.extra and (given := narrowed(space)):
+        # a filter that leaves nothing is said, never a plan of the scenario's own layout alone
+        flags = " ".join(f"{f} {v}" for f, v in given)
+        raise ScenarioError([Problem(given[0][0] if len(given) == 1 else "plan", flags if len(given) > 1 else
+                                     given[0][1], (
+            f"values that leave at least one layout to search: {flags} matches none for {base.name} "
+            f"({base.model.heads} heads, {base.model.layers} layers, global_batch {base.training.global_batch}) on "
+            f"the clusters searched (each layout's degrees must fit the model's heads, layers and batch and the "
+            f"cluster's ranks: docs/plan.md); widen or drop it"))])
     if n <= budget:
         return n
     every = len(clusters(base, space))
@@ -156,6 +165,24 @@ def check_size(base: Scenario, space: SearchSpace, max_search_minutes: float) ->
         f"{duration(total / rate)} at {rate:,.0f} layouts/s ({cpus} CPU{'s' * (cpus != 1)}). Ask for fewer "
         f"instance counts (a few sizes, e.g. {','.join(map(str, _few(counts)))}) or instance types, or allow it "
         f"with --max-search-minutes {math.ceil(total / rate / 60)}"))])
+
+
+# SearchSpace's fields that narrow the search, as the flags that set them (`plan --tp 3`)
+NARROWING = (("tp", "--tp"), ("pp", "--pp"), ("micro_batches", "--micro-batches"), ("recompute", "--recompute"),
+             ("schedules", "--schedules"), ("virtual_stages", "--virtual-stages"), ("max_cp", "--max-cp"),
+             ("zero", "--max-zero"), ("stacks", "--stack"), ("lnc", "--lnc"), ("instance_types", "--instance-types"),
+             ("instance_counts", "--instances"))
+
+
+def narrowed(space: SearchSpace) -> list[tuple[str, str]]:
+    """The flags that set the search space away from its defaults, with their values as typed (comma-joined)."""
+    default = SearchSpace()
+    out = []
+    for name, flag in NARROWING:
+        value = getattr(space, name)
+        if value != getattr(default, name):
+            out.append((flag, ",".join(map(str, value)) if isinstance(value, tuple) else str(value)))
+    return out
 
 
 def _few(counts: tuple[int, ...], most: int = 5) -> list[int]:

@@ -28,6 +28,7 @@ from ..report.output_rule import TEMP_FILE, check_out_dir
 from ..report.rundir import RUN_FILE
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
+from ..scenario.schema import EXPLICIT_KEY
 from ..layouts.ranking import END_NAMES
 from .text import OBJECTIVE_SHORT, band_text, fmt_number, mfu_text, ranking_lines
 
@@ -55,6 +56,7 @@ def scenario_dict(base: Scenario, row, name: str, prices: dict[str, float] | Non
     if "stack" in row:                               # as the row's stack runs it (its defaults where not given)
         base = stacks.for_cell(base, str(row["stack"]), int(row["pp"]) > 1)
     d = base.to_dict()
+    d.pop(EXPLICIT_KEY, None)        # a top-N.yaml gives every key of its row: all its own
     d["name"] = name
     d["parallelism"].update({"tp": int(row["tp"]), "pp": int(row["pp"]), "cp": int(row["cp"]), "ep": int(row["ep"]),
                              "sequence_parallel": bool(row["sequence_parallel"]),

@@ -86,3 +86,55 @@ def replica_tp_records(comm, pp: int, microbatches: int) -> dict[int, list[float
     np.add.at(out, (slice(None), stage_of), microbatches * per)
     differs = np.flatnonzero((per != base[None, :]).any(axis=1))
     return {int(d): out[d].tolist() for d in differs}
+
+
+def touched_alike(hits: Sequence[np.ndarray]) -> bool:
+    """Whether every data-parallel replica the degraded parts touch is touched alike: the same (replica, stage)
+    groups hit by each part (`hits`: each part's `degraded_groups`). Then that replica's comm is the slowest
+    everywhere (a replica's every collective and send is at least the healthy one's, and a pipeline's times only
+    grow with its durations), and it alone sets the step: `slowest_replica_comm`."""
+    if not hits:
+        return True
+    touched = np.flatnonzero(np.logical_or.reduce([h.any(axis=1) for h in hits]))
+    return all((h[touched] == h[touched[:1]]).all() for h in hits) if touched.size else True
+
+
+def slowest_replica_comm(comm, slows: Sequence, hits: Sequence[np.ndarray]):
+    """The comm of the replica the degraded parts slow (`touched_alike` must hold): `comm` with, for each part in
+    turn, its slow comm (`slows`, on the part's degraded links) where that replica's groups are hit, as
+    `degraded_comm` gives each hit replica; and the stage-wide pieces (data-parallel reduction, ZeRO traffic, the
+    gradient norm) as every replica waits for them. No replica axis: the fields keep `comm`'s shapes, per-chunk
+    masks on the last axis, so it holds over the planner's row axis too (`layouts.steps`, the interval of a
+    degraded run: one evaluation for every setting)."""
+    touched = np.flatnonzero(np.logical_or.reduce([h.any(axis=1) for h in hits])) if hits else np.zeros(0, int)
+    if touched.size == 0:
+        return comm
+    d = int(touched[0])
+    n = np.shape(comm.tp_fwd)[-1]
+    out = comm
+    for slow, hit in zip(slows, hits):
+        pp = hit.shape[1]
+        stage_of = np.arange(n) % pp
+        on = hit[d, stage_of]                                         # [chunks]: replica d's groups on this part
+        sends, recvs = on | np.roll(on, -1), on | np.roll(on, 1)
+        stage_hit = hit.any(axis=0)                                   # [pp]: every replica waits for these
+        chunk_hit = stage_hit[stage_of]
+
+        def worse(a, b, mask):
+            return np.where(mask, np.maximum(a, b), a) if np.size(a) else a
+
+        last = out.send_bwd_last
+        slow_last = slow.send_bwd_last if slow.send_bwd_last is not None else slow.send_bwd
+        rep = bool(hit[d].any())
+        out = replace(
+            out, tp_fwd=worse(out.tp_fwd, slow.tp_fwd, on), tp_bwd=worse(out.tp_bwd, slow.tp_bwd, on),
+            send_fwd=worse(out.send_fwd, slow.send_fwd, sends), send_bwd=worse(out.send_bwd, slow.send_bwd, recvs),
+            send_bwd_last=None if last is None else worse(last, slow_last, recvs),
+            cp_block_fwd_s=worse(out.cp_block_fwd_s, slow.cp_block_fwd_s, rep),
+            cp_block_bwd_s=worse(out.cp_block_bwd_s, slow.cp_block_bwd_s, rep),
+            dp=worse(out.dp, slow.dp, stage_hit), dp_bucket_s=worse(out.dp_bucket_s, slow.dp_bucket_s, chunk_hit),
+            dp_after_s=worse(out.dp_after_s, slow.dp_after_s, stage_hit),
+            fsdp_gather_s=worse(out.fsdp_gather_s, slow.fsdp_gather_s, chunk_hit),
+            fsdp_scatter_s=worse(out.fsdp_scatter_s, slow.fsdp_scatter_s, chunk_hit),
+            norm_s=worse(out.norm_s, slow.norm_s, bool(hit.any())))
+    return out

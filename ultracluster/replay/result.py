@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..cluster.placement import Layout
 
 if TYPE_CHECKING:
+    from ..goodput import GoodputResult
     from ..storage.estimates import StorageFigures
 
 # The breakdown of one step on its critical path, in seconds; the parts add up to the step time.
@@ -183,3 +184,12 @@ class RunResult:
     storage: StorageFigures | None = None
     # further summary.json keys timed beside the replay (the 80 % interval, `ultracluster.uncertainty`)
     interval: dict[str, float] = field(default_factory=dict)
+    @property
+    def ranks_per_instance(self) -> int:
+        """Ranks per instance of the run (its ranks over its instances, which `cluster.catalog.ranks_per_instance`
+        made; 0 without instances)."""
+        return self.ranks // self.instances if self.instances > 0 else 0
+
+    # `run --hours H`: the long run over H hours with the replayed step as its unit of work
+    # (`goodput.GoodputResult`, added by `runner` as a copy); summary.json's goodput is then its goodput
+    long_run: GoodputResult | None = None

@@ -8,6 +8,7 @@ was found, what the contract allows.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import os
@@ -15,7 +16,9 @@ import re
 from pathlib import Path
 
 from ultracluster.errors import Problem
-from ultracluster.yaml_input import InputError, read_bounded
+from ultracluster.errors import shorten_text
+from ultracluster.scenario.checks import MAX_REPLAYED_STEPS
+from ultracluster.yaml_input import InputError, load_json, open_regular, read_bounded
 
 # What `check` reads, bounded like `report` reads a run directory (docs/design.md "Limits on what is read"):
 # regular files only (a FIFO or a device is refused, never waited on), JSON and HTML at most 64 MiB, CSV 1 GiB.
@@ -58,7 +61,11 @@ OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" 
                    # the training budget's days and dollars with goodput (docs/design.md, "summary.json")
                    "train_tokens": "number?", "train_steps": "number?", "goodput": "number",
                    "goodput_source": "str", "time_to_train_days": "number?", "total_cost_usd": "number?",
-                   "price_source": "str"}
+                   "price_source": "str",
+                   # which goodput it is (closed form, or emulated by `run --hours` over goodput_hours), the wall
+                   # step and tokens/s at it, and the stack that timed the run
+                   "goodput_method": "str", "goodput_hours": "number", "wall_step_time_s": "number",
+                   "wall_tokens_per_s": "number", "stack": "str"}
 #: The in-layer kinds under the contract's names, beside tp_comm_s (which holds them): each equals its kind's
 #: exposed seconds
 KIND_NAMES = {"cp_comm_s": "comm_cp_exposed_s", "ep_comm_s": "comm_ep_exposed_s"}
@@ -211,13 +218,26 @@ def _check_comm(s: dict, step: float, problems: list[Problem]) -> None:
                                                                       "seconds, part of tp_comm_s)"))
 
 
-def _read_csv(run: Path, name: str, problems: list[Problem]) -> tuple[list[str], list[dict]] | None:
+def _read_csv(run: Path, name: str, problems: list[Problem], max_rows: int = MAX_REPLAYED_STEPS,
+              why: str = "") -> tuple[list[str], list[dict]] | None:
+    """A table's header and rows, read a line at a time and refused past `max_rows` rows (so that neither memory
+    nor time follows the file's size: a table of one row per replayed step has at most the run's steps)."""
+    import io
     try:
-        reader = csv.DictReader(_text(run / name, MAX_CSV_BYTES, "CSV file").splitlines())
-        rows = list(reader)
-        return list(reader.fieldnames or []), rows
-    except (OSError, UnicodeError, csv.Error, InputError) as err:
-        problems.append(Problem(name, f"unreadable ({err})", "a CSV file with a header row"))
+        with open_regular(run / name, MAX_CSV_BYTES, "CSV file") as raw, \
+                io.TextIOWrapper(raw, encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            rows = list(itertools.islice(reader, max_rows + 1))
+            if len(rows) > max_rows:
+                problems.append(Problem(f"{name}: rows", f"more than {max_rows:,}",
+                                        why or f"at most {max_rows:,} rows"))
+                return None
+            return list(reader.fieldnames or []), rows
+    except InputError as err:
+        problems.append(Problem(name, err.reason or err.given, err.allowed))
+        return None
+    except (OSError, UnicodeError, csv.Error) as err:
+        problems.append(Problem(name, f"unreadable ({shorten_text(str(err), 160)})", "a CSV file with a header row"))
         return None
 
 
@@ -231,8 +251,11 @@ def _floats(row: dict, cols: tuple[str, ...], where: str, problems: list[Problem
 
 def _check_steps(run: Path, s: dict, problems: list[Problem]) -> None:
     tables = {}
+    replayed = s.get("steps_replayed")
+    most = replayed if type(replayed) is int and 0 <= replayed <= MAX_REPLAYED_STEPS else MAX_REPLAYED_STEPS
     for name, cols in (("steps.csv", STEP_COLUMNS), ("breakdown.csv", STEP_COLUMNS)):
-        read = _read_csv(run, name, problems)
+        read = _read_csv(run, name, problems, most, f"one per replayed step (summary.json's steps_replayed: "
+                                                    f"{replayed})" if most == replayed else "")
         if read is None:
             continue
         header, rows = read
@@ -277,8 +300,11 @@ def _check_steps(run: Path, s: dict, problems: list[Problem]) -> None:
 
 def _check_trace(run: Path, feasible: bool, problems: list[Problem]) -> None:
     try:
-        trace = json.loads(_text(run / "trace.json", MAX_JSON_BYTES, "JSON file"))
-    except (OSError, UnicodeError, ValueError, InputError) as err:
+        trace = load_json(_text(run / "trace.json", MAX_JSON_BYTES, "JSON file"), "trace.json")
+    except InputError as err:
+        problems.append(Problem("trace.json", err.reason or err.given, err.allowed))
+        return
+    except (OSError, UnicodeError, ValueError) as err:
         problems.append(Problem("trace.json", f"unreadable ({err})", "Chrome trace-event JSON"))
         return
     events = trace.get("traceEvents") if isinstance(trace, dict) else trace
@@ -334,8 +360,11 @@ def _check_html(run: Path, scenario: object, problems: list[Problem]) -> None:
 
 def _read_json(run: Path, name: str, problems: list[Problem]) -> dict | None:
     try:
-        value = json.loads(_text(run / name, MAX_JSON_BYTES, "JSON file"))
-    except (OSError, UnicodeError, ValueError, InputError) as err:
+        value = load_json(_text(run / name, MAX_JSON_BYTES, "JSON file"), name)
+    except InputError as err:
+        problems.append(Problem(name, err.reason or err.given, err.allowed))
+        return None
+    except (OSError, UnicodeError, ValueError) as err:
         problems.append(Problem(name, f"unreadable ({err})", "a JSON object"))
         return None
     if not isinstance(value, dict):
@@ -388,4 +417,18 @@ def check_run_dir(run_dir: str | os.PathLike) -> list[Problem]:
                                     f"the summary's scenario {s.get('scenario')!r}"))
     if "run.json" not in missing:
         _read_json(run, "run.json", problems)
+    if (run / "goodput.json").is_file():
+        _check_one_goodput(s, _read_json(run, "goodput.json", problems), problems)
     return problems
+
+
+def _check_one_goodput(s: dict, g: dict | None, problems: list[Problem]) -> None:
+    """`run --hours`: summary.json's headline goodput is the long run's (goodput.json's), and says so."""
+    if g is None or "goodput" not in s or "goodput_method" not in s:
+        return          # a run directory from before the one goodput: nothing to compare
+    if s["goodput_method"] != "emulated":
+        problems.append(Problem("summary.json: goodput_method", s["goodput_method"],
+                                "emulated, beside goodput.json (the run's long run)"))
+    a, b = s.get("goodput"), g.get("goodput")
+    if _is_number(a) and _is_number(b) and not (_close(a, b) or (math.isnan(a) and math.isnan(b))):
+        problems.append(Problem("summary.json: goodput", a, f"goodput.json's goodput {b!r} (one goodput per run)"))

@@ -81,19 +81,22 @@ class Report:
         emulation: how the run was emulated (actors, wall seconds, payload bytes): run.json.
         storage: the run's storage figures (`ultracluster.storage.StorageFigures`, also in the summary);
             None without storage or for a report read back from a run directory.
+        long_run: `run --hours`: the long run (`goodput.GoodputResult`), whose goodput is the summary's; None
+            without one or for a report read back (goodput.json holds it).
     """
 
     def __init__(self, steps: pd.DataFrame, breakdown: pd.DataFrame, memory: pd.DataFrame,
                  collectives: pd.DataFrame, timeline: pd.DataFrame, summary: dict, scenario: dict,
                  shard_instances: list[tuple[int, int]] | None = None, emulation: dict | None = None,
                  ranks: pd.DataFrame | None = None, stages: pd.DataFrame | None = None,
-                 shards: pd.DataFrame | None = None, storage: StorageFigures | None = None):
+                 shards: pd.DataFrame | None = None, storage: StorageFigures | None = None, long_run=None):
         self.steps, self.breakdown, self.memory = steps, breakdown, memory
         self.collectives, self.timeline = collectives, timeline
         self.summary, self.scenario = summary, scenario
         self.shard_instances = list(shard_instances or [])
         self.emulation = dict(emulation or {})
         self.storage = storage
+        self.long_run = long_run
         blank = _blank() if ranks is None or stages is None or shards is None else None
         self.ranks = ranks if ranks is not None else blank.ranks.copy()      # a copy: never share the blank's
         self.stages = stages if stages is not None else blank.stages.copy()
@@ -254,5 +257,5 @@ def build_report(result: RunResult) -> Report:
         shard_instances=result.shard_instances,
         emulation=emulation_info(result),
         ranks=ranks, stages=stages, shards=shards,
-        storage=result.storage,
+        storage=result.storage, long_run=result.long_run,
     )

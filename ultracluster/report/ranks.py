@@ -79,7 +79,7 @@ def geometry(result: RunResult) -> dict[str, int] | None:
     if lay is None or result.ranks <= 0 or result.instances <= 0 or lay.ranks != result.ranks:
         return None
     g = {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp}
-    g["ranks_per_instance"] = result.ranks // result.instances
+    g["ranks_per_instance"] = result.ranks_per_instance
     g["ranks_per_chip"] = max(1, result.ranks // max(result.chips, 1))
     return g
 
@@ -303,7 +303,7 @@ def _shards_frame(result: RunResult, v: _RankCompute | None, g: dict | None) -> 
         return empty_frame(SHARD_COLUMNS)
     first = np.array([a for a, _ in si], dtype=np.int64)
     last = np.array([b for _, b in si], dtype=np.int64)
-    rpi = g["ranks_per_instance"] if g else (result.ranks // result.instances if result.instances else 0)
+    rpi = result.ranks_per_instance
     n = len(si)
     cols = {"shard": np.arange(n), "first_instance": first, "last_instance": last, "instances": last - first + 1,
             "first_rank": first * rpi, "ranks": (last - first + 1) * rpi, "in_trace": np.zeros(n, dtype=bool)}

@@ -48,6 +48,7 @@ from types import TracebackType
 from ultracluster.errors import OutDirError, RunInterrupted, shorten_text
 from ultracluster.report.output_rule import input_clash, special_kind
 from ultracluster.report.write import StepWriter, write_run_record
+from ultracluster.yaml_input import InputError, load_json
 
 RUN_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.(csv|json|html|parquet)$|^\..+\.tmp$")
 _SIGNALS = tuple(s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s)
@@ -63,8 +64,9 @@ def earlier_run(path: Path) -> str:
     stamp = next((f.stat().st_mtime for f in (summary, record, path / "steps.csv") if f.is_file()), None)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(stamp)) if stamp is not None else "?"
     try:
-        s = json.loads(summary.read_text()) if summary.is_file() and summary.stat().st_size < 1 << 22 else None
-    except (OSError, ValueError):
+        s = load_json(summary.read_bytes(), str(summary)) if summary.is_file() and summary.stat().st_size < 1 << 22 \
+            else None
+    except (OSError, ValueError, InputError):
         s = None
     if isinstance(s, dict):
         what = f"scenario {shorten_text(str(s.get('scenario', '?')), 80)}, " + (
@@ -170,8 +172,8 @@ class RunDirLock:
 
     def _read(self, fd: int) -> dict:
         try:
-            held = json.loads(os.pread(fd, 65536, 0) or b"{}")
-        except ValueError:
+            held = load_json(os.pread(fd, 65536, 0) or b"{}", "lock file")
+        except (ValueError, InputError):
             return {"pid": "?", "host": "?"}
         return held if isinstance(held, dict) else {"pid": "?", "host": "?"}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ultracluster.replay.result import BREAKDOWN_KEYS, RunResult
-from ultracluster.step.merit import figures
+from ultracluster.step.merit import budget_figures, busy_step_s, figures
 from ultracluster.step.split import inlayer_split
 
 NAN = float("nan")
@@ -117,12 +117,13 @@ def goodput_warnings(goodput: dict) -> list[str]:
 
 
 def days_and_dollars(result: RunResult, summary: dict) -> dict:
-    """The training budget's days and dollars (`goodput.time_and_cost`) with the goodput the scenario's failures
-    and checkpoints leave (`goodput.expected_goodput`, closed form): summary.json's `train_tokens`, `train_steps`,
-    `goodput`, `goodput_source`, `time_to_train_days`, `total_cost_usd` and `price_source` (where the price comes
-    from, or `step.price.NO_PRICE_HINT`). The days and dollars are None without a budget (`training.budget_tokens`
-    or `budget_steps`), the dollars without a price."""
-    from ultracluster.goodput import expected_goodput, time_and_cost
+    """The goodput, the wall-clock step and tokens/s at it, and the training budget's days and dollars, by
+    `step.merit.budget_figures` (the one path `plan` and `sweep` take too): summary.json's `train_tokens`,
+    `train_steps`, `goodput`, `goodput_method` (`closed form`, or `emulated` when the run has a long run,
+    `run --hours`: then the headline goodput is the long run's, the one goodput.json gives), `goodput_source` (in
+    words), `wall_step_time_s`, `wall_tokens_per_s`, `time_to_train_days`, `total_cost_usd` and `price_source`
+    (where the price comes from, or `step.price.NO_PRICE_HINT`). The days and dollars are None without a budget
+    (`training.budget_tokens` or `budget_steps`), the dollars without a price."""
     from ultracluster.step.price import price_source
 
     sc = result.scenario
@@ -130,7 +131,7 @@ def days_and_dollars(result: RunResult, summary: dict) -> dict:
     step = summary["step_time_s"]
     ok = summary["feasible"] and isinstance(step, float) and math.isfinite(step)
     stall = summary.get("data_stall_s", 0.0) if ok else NAN
-    busy = step - stall - summary.get("checkpoint_s", 0.0) if ok else NAN
+    busy = busy_step_s(step, stall, summary.get("checkpoint_s", 0.0)) if ok else NAN
     st = result.storage
     mtbf = f.get("instance_mtbf_hours")
     restore = float(st.restore_s or 0.0) if st is not None else 0.0
@@ -138,23 +139,37 @@ def days_and_dollars(result: RunResult, summary: dict) -> dict:
     every = int(ck.get("every_steps") or 0)
     block = float(st.checkpoint_block_s or 0.0) if st is not None and every else 0.0
     system_mtbf = mtbf * 3600.0 / result.instances if mtbf else math.inf
-    good = expected_goodput(busy, stall, every, block, recovery, system_mtbf) if ok else NAN
     tokens, steps = t.get("budget_tokens"), t.get("budget_steps")
-    source = ("closed form (Daly 2006): " + (f"checkpoints every {every} steps blocking {block:.3g} s"
-                                                       if every else "no checkpoints")
-              + (f", system MTBF {system_mtbf / 3600:.3g} h, {recovery:.0f} s per recovery" if mtbf else
-                 ", no failures") + (f", {100 * stall / (busy + stall):.3g} % data stall" if ok and stall > 0 else ""))
-    out = {"train_tokens": None, "train_steps": None, "goodput": float(good) if ok else NAN,
-           "goodput_source": source, "time_to_train_days": None, "total_cost_usd": None,
+    lr = result.long_run if ok else None
+    fig = budget_figures(busy, stall, result.tokens_per_step, result.instances,
+                         NAN if result.price_per_hour_usd is None else result.price_per_hour_usd, every, block,
+                         recovery, system_mtbf, tokens=tokens, steps=steps,
+                         emulated_goodput=lr.goodput if lr is not None else None)
+    if lr is not None:
+        source = (f"emulated over {lr.hours:g} h ({len(lr.failures)} failures; seed {sc.get('seed', 0)}): "
+                  + (f"{lr.checkpoints} checkpoints blocking {lr.checkpoint_block_s:.3g} s each"
+                     if lr.every_steps else "no checkpoints")
+                  + (f", system MTBF {lr.mtbf_system_s / 3600:.3g} h, {lr.recovery_s:.0f} s per recovery"
+                     if math.isfinite(lr.mtbf_system_s) else ", no failures"))
+    else:
+        source = ("closed form (Daly 2006): " + (f"checkpoints every {every} steps blocking {block:.3g} s"
+                                                 if every else "no checkpoints")
+                  + (f", system MTBF {system_mtbf / 3600:.3g} h, {recovery:.0f} s per recovery" if mtbf else
+                     ", no failures")
+                  + (f", {100 * stall / (busy + stall):.3g} % data stall" if ok and stall > 0 else ""))
+    out = {"train_tokens": None, "train_steps": None, "goodput": fig["goodput"] if ok else NAN,
+           "goodput_method": fig["goodput_method"], "goodput_source": source,
+           **({"goodput_hours": float(lr.hours)} if lr is not None else {}),
+           "wall_step_time_s": fig["wall_step_time_s"] if ok else NAN,
+           "wall_tokens_per_s": fig["wall_tokens_per_s"] if ok else NAN,
+           "time_to_train_days": None, "total_cost_usd": None,
            "price_source": price_source(result.instance_type, (sc.get("cluster") or {}).get("price_per_hour_usd"))}
     if tokens is None and steps is None:
         return out
-    tc = time_and_cost(busy if ok else NAN, result.tokens_per_step, result.instances, result.price_per_hour_usd,
-                       good if ok else NAN, tokens=tokens, steps=steps)
     out["train_tokens"] = float(tokens if tokens is not None else steps * result.tokens_per_step)
-    out["train_steps"] = float(tc["train_steps"])
+    out["train_steps"] = float(fig["train_steps"])
     for k in ("time_to_train_days", "total_cost_usd"):
-        out[k] = None if not math.isfinite(tc[k]) else tc[k]
+        out[k] = None if not math.isfinite(fig[k]) else fig[k]
     if not ok:
         out["time_to_train_days"] = NAN
     return out
@@ -192,6 +207,7 @@ def summarize(result: RunResult) -> dict:
         "neuron_cores": int(result.neuron_cores),
         "ranks": int(result.ranks),
         "layout": result.layout.label() if result.layout is not None else "",
+        "stack": str(result.scenario.get("stack") or "custom"),     # the training stack that timed the run
         "ray_nodes": int(result.ray_nodes),
         "steps_replayed": len(result.steps),
         "steps_measured": len(measured) if ok else 0,

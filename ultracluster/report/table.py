@@ -314,7 +314,8 @@ def format_summary(summary: dict) -> str:
         elif "price_source" in s:
             rows.append(("cost", str(s["price_source"])))
         if _finite(s.get("goodput")):
-            rows.append(("goodput", f"{100 * s['goodput']:.2f} % expected ({s.get('goodput_source')})"))
+            how = "" if s.get("goodput_method") == "emulated" else " expected"     # emulated: its source says so
+            rows.append(("goodput", f"{100 * s['goodput']:.2f} %{how} ({s.get('goodput_source')})"))
         if "time_to_train_days" in s:
             from ultracluster.goodput import budget_text
 

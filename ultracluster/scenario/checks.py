@@ -83,7 +83,9 @@ SIZE_BOUNDS = {                           # key -> (most, what it counts)
     "parallelism.virtual_stages": (4096, "chunks per stage"),
     "storage.prefetch_steps": (MAX_REPLAYED_STEPS, "steps"),
     "checkpoint.every_steps": (1 << 40, "steps"),
+    "training.budget_steps": (1 << 40, "optimizer steps"),
     "seed": ((1 << 63) - 1, "(a 64-bit seed)"),
+    "emulation.instances_per_actor": (1 << 20, "instances (more than any cluster of the catalog holds)"),
 }
 LONG_RUN = "for the goodput of hours of training, replay a few steps and add --hours H"
 
@@ -115,7 +117,9 @@ def check_bounds(raw: dict[str, Any]) -> list[Problem]:
     if problems or not isinstance(t, dict) or not isinstance(par, dict):
         return problems
     steps, warmup = t.get("steps", 3), t.get("warmup_steps", 1)
-    if type(steps) is int and type(warmup) is int and steps + warmup > MAX_REPLAYED_STEPS:
+    if type(steps) is not int or type(warmup) is not int:
+        return problems               # the schema names the value of the wrong type
+    if steps + warmup > MAX_REPLAYED_STEPS:
         problems.append(Problem("training.steps", steps, f"steps + warmup_steps ({warmup}) at most "
                                                          f"{MAX_REPLAYED_STEPS:,} replayed steps; {LONG_RUN}"))
         return problems
@@ -167,7 +171,8 @@ def check_precision(training: TrainingSpec, cluster: ClusterSpec) -> list[Proble
 
 
 def check_model(model: ModelSpec) -> list[Problem]:
-    """Attention heads split the hidden size; KV heads group the query heads; top_k <= experts."""
+    """Attention heads split the hidden size; KV heads group the query heads; top_k <= experts; the router's
+    imbalance at most experts / top_k."""
     problems = []
     if model.hidden % model.heads:
         problems.append(Problem("model.heads", model.heads, f"a divisor of model.hidden ({model.hidden})"))
@@ -175,6 +180,12 @@ def check_model(model: ModelSpec) -> list[Problem]:
         problems.append(Problem("model.kv_heads", model.kv_heads, f"a divisor of model.heads ({model.heads})"))
     if model.moe is not None and model.moe.top_k > model.moe.experts:
         problems.append(Problem("model.moe.top_k", model.moe.top_k, f"at most model.moe.experts ({model.moe.experts})"))
+    elif model.moe is not None and model.moe.imbalance > model.moe.experts / model.moe.top_k:
+        # the busiest expert receives every token at most: tokens x top_k assignments over `experts` experts have
+        # a mean of tokens x top_k / experts, so busiest / mean <= experts / top_k (the same bound holds per rank)
+        problems.append(Problem("model.moe.imbalance", model.moe.imbalance, (
+            f"at most model.moe.experts / top_k = {model.moe.experts / model.moe.top_k:g} (every token routed to "
+            f"the busiest expert)")))
     return problems
 
 

@@ -9,6 +9,7 @@ validation:
 * the model's shape is required only without `model.preset`, whose names are listed;
 * `operators` lists library file paths (the resolved scenario inlines their contents), and
   `calibration.profile` names a profile file (inlined likewise, as `calibration.document`);
+* `explicit_keys`, which scenario.json carries (the stack-filled keys the scenario gave itself), is allowed;
 * checks written as validators are spelled out: `emulation.instances_per_actor` ("auto" or a count) and
   the published FSx throughput tiers of each `storage.deployment`.
 
@@ -23,7 +24,7 @@ import json
 from typing import Any
 
 from .presets import PRESETS
-from .schema import Scenario
+from .schema import EXPLICIT_KEY, Scenario
 
 SCHEMA_FILE = "scenario.schema.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -80,6 +81,13 @@ def scenario_json_schema() -> dict[str, Any]:
     operators = schema["properties"]["operators"]
     operators["items"] = {"type": "string", "description": "An operator library file (YAML), relative to the "
                                                            "scenario file."}
+    from ultracluster.stacks import STACK_KEYS       # the keys a stack fills: what EXPLICIT_KEY may list
+
+    schema["properties"][EXPLICIT_KEY] = {
+        "description": "Written by ultracluster in scenario.json (`Scenario.to_dict`): the stack-filled keys the "
+                       "scenario gave itself, so that a reloaded scenario is timed as the original; a file written "
+                       "by hand need not name it (every key it gives is its own).",
+        "type": "array", "items": {"enum": sorted(STACK_KEYS + ("stack",)), "type": "string"}}
     for name, prop in schema["properties"].items():
         ref = prop.get("$ref", "").rsplit("/", 1)[-1]
         if ref in defs and not defs[ref].get("required") and "anyOf" not in defs[ref] and name in schema["required"]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import os
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,14 +21,14 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from ultracluster.cluster.catalog import INSTANCES
+from ultracluster.cluster.catalog import INSTANCES, ranks_per_instance
 from ultracluster.errors import Problem, ScenarioError
-from ultracluster.step.counts import ultraserver_default
+from ultracluster.step.counts import data_parallel, sequence_parallel_default, ultraserver_default
 
 from .. import stacks
 from .checks import check, check_bounds
 from .presets import PRESETS
-from .schema import ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
+from .schema import BOUNDS_KEY, EXPLICIT_KEY, ClusterSpec, FaultsSpec, ModelSpec, ParallelismSpec, Scenario, TrainingSpec
 from ..yaml_input import InputError, load_yaml, read_yaml_file
 
 MISSING = "<missing>"
@@ -54,11 +55,14 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     raw, where, problems = _read(source)
     if raw is None:
         raise ScenarioError(problems, where)
+    recorded, bad = _recorded_explicit(raw)
+    problems += bad
     problems += _apply_overrides(raw, overrides)
     problems += _inline_operators(raw, where)
     problems += _inline_calibration(raw, where)
     preset_unknown = _apply_preset(raw)
-    given = stacks.explicit_keys(raw)
+    given = stacks.explicit_keys(raw) if recorded is None else \
+        recorded | stacks.explicit_keys(_overridden(overrides))        # a scenario.json: its own, and the --set
     stacks.apply_defaults(raw)
     dp_given = _resolve(raw)
     bounds = check_bounds(raw)
@@ -88,6 +92,36 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     return scenario
 
 
+MAX_LIBRARIES = 64      # operator libraries a scenario lists (a few in practice: docs/operators.md)
+
+
+def _recorded_explicit(raw: dict[str, Any]) -> tuple[frozenset[str] | None, list[Problem]]:
+    """Pop EXPLICIT_KEY (a scenario's dict, scenario.json, lists the stack-filled keys it gave itself:
+    `Scenario.to_dict`) from `raw`: (those keys, or None when absent; the problem of a bad list)."""
+    if EXPLICIT_KEY not in raw:
+        return None, []
+    value = raw.pop(EXPLICIT_KEY)
+    allowed = stacks.STACK_KEYS + ("stack",)
+    if not (isinstance(value, list) and all(isinstance(k, str) and k in allowed for k in value)):
+        return None, [Problem(EXPLICIT_KEY, value, "a list of the stack-filled keys the scenario gave itself, each "
+                                                   "one of: " + ", ".join(allowed))]
+    return frozenset(value), []
+
+
+def _overridden(overrides: Sequence[str]) -> dict[str, Any]:
+    """The keys `overrides` set, as a nested dict (their values None): what `stacks.explicit_keys` reads."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        node = out
+        *parents, last = [p for p in key.strip().split(".") if p] or [""]
+        for part in parents:
+            node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
+        if sep and last:
+            node[last] = None
+    return out
+
+
 def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
     """Replace each `operators` file path by the library it holds, validated like the scenario itself.
 
@@ -100,8 +134,14 @@ def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
         return []
     if not isinstance(entries, list):
         return [Problem("operators", entries, "a list of operator library files (YAML)")]
+    if len(entries) > MAX_LIBRARIES:     # counted before any is read: each read and checked costs tens of ms
+        raw["operators"] = []            # the one problem, not one per entry from the schema
+        return [Problem("operators", f"a list of {len(entries):,} libraries",
+                        f"at most {MAX_LIBRARIES} operator libraries (each adds or replaces operators by name; "
+                        f"merge them into fewer files)")]
     problems: list[Problem] = []
     docs: list[Any] = []
+    seen: dict[Path, int] = {}
     for i, entry in enumerate(entries):
         at = f"operators[{i}]"
         if isinstance(entry, dict):
@@ -111,6 +151,12 @@ def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
             # library (a dict, as every loaded Scenario carries) needs no directory, not even an existing cwd
             base = Path(where).parent if where else Path.cwd()
             path = (base / entry) if not Path(entry).is_absolute() else Path(entry)
+            key = Path(os.path.abspath(path))
+            if key in seen:              # one file twice adds nothing: said, never read again
+                problems.append(Problem(at, entry, f"each library once (operators[{seen[key]}] names the same "
+                                                   f"file)"))
+                continue
+            seen[key] = i
             try:
                 doc = read_yaml_file(path)
             except InputError as err:   # bounded: a FIFO, /dev/zero or a huge file is refused, never read
@@ -245,16 +291,16 @@ def _resolve(raw: dict[str, Any]) -> bool:
     if not isinstance(par, dict):
         return True
     tp = _count(par.get("tp", 1))
-    par.setdefault("sequence_parallel", tp is not None and tp > 1)
+    par.setdefault("sequence_parallel", tp is not None and sequence_parallel_default(tp))
     if "dp" in par:
         return True
     degrees = [_count(par.get(key, 1)) for key in ("tp", "pp", "cp")]
     instances, lnc = _count(cluster.get("instances")), cluster.get("lnc")
     par["dp"] = 1
     if spec and instances and type(lnc) is int and lnc in spec.allowed_lnc and None not in degrees:
-        ranks, model_parallel = instances * spec.neuron_cores // lnc, degrees[0] * degrees[1] * degrees[2]
+        ranks, model_parallel = instances * ranks_per_instance(spec, lnc), degrees[0] * degrees[1] * degrees[2]
         if ranks % model_parallel == 0:
-            par["dp"] = ranks // model_parallel
+            par["dp"] = data_parallel(ranks, degrees[0], degrees[2], degrees[1])
     return False
 
 
@@ -282,6 +328,10 @@ def _problem(error: Mapping[str, Any]) -> Problem:
         return Problem(path, error["input"], allowed + (f" (did you mean {close[0]}?)" if close else ""))
     field = None if kind.startswith("uc_") else _field_at(loc)
     allowed = _describe(field.annotation, field.metadata) if field else error["msg"]
+    reason = (field.json_schema_extra or {}).get(BOUNDS_KEY) if field and isinstance(field.json_schema_extra,
+                                                                                     dict) else None
+    if reason and kind != "missing":
+        allowed += f" ({reason})"
     if kind == "missing" and len(loc) == 2 and loc[0] == "model":
         allowed += " (required unless model.preset gives it)"
     return Problem(path, MISSING if kind == "missing" else error["input"], allowed)
@@ -312,6 +362,11 @@ def _field_at(loc: tuple[Any, ...]) -> FieldInfo | None:
     return parent.model_fields.get(loc[-1]) if parent and loc and isinstance(loc[-1], str) else None
 
 
+def _bound_text(x: float) -> str:
+    """A bound in words: 525,600 and 1.2, not 525600 and 1.2000; 1e+18 as 1e+18."""
+    return f"{x:,.0f}" if float(x).is_integer() and abs(x) < 1e7 else f"{x:g}"
+
+
 def _describe(annotation: Any, metadata: Sequence[Any] = ()) -> str:
     """What a field allows, in words: ``"an integer >= 1"``, ``"one of: bf16, fp8, fp32"``, ..."""
     origin, args = get_origin(annotation), get_args(annotation)
@@ -330,7 +385,7 @@ def _describe(annotation: Any, metadata: Sequence[Any] = ()) -> str:
     if model is not None:
         return "a mapping with keys: " + ", ".join(model.model_fields)
     bounds = [
-        f"{symbol} {getattr(m, attr):g}"
+        f"{symbol} {_bound_text(getattr(m, attr))}"
         for m in metadata
         for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
         if hasattr(m, attr)

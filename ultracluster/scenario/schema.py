@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, field_validator
 from pydantic_core import PydanticCustomError
 
-from ultracluster.cluster.catalog import INSTANCES, ranks_per_instance
+from ultracluster.cluster.catalog import INSTANCES, LINK_GBPS_RANGE, LINK_GBPS_WHY, ranks_per_instance
 
 from .presets import PRESETS
 
@@ -33,6 +33,28 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+BOUNDS_KEY = "x-bounds"   # the JSON Schema keyword (an extension) that says why a key's range is what it is
+
+
+def why(reason: str) -> dict[str, str]:
+    """A field's `json_schema_extra`: the physical reason for its bounds, shown in the schema and with the bound
+    when validation refuses a value (`load._problem`). Every numeric key has bounds, so that what `validate`
+    accepts, `run` can time: nothing overflows float64 or vanishes below its smallest normal number."""
+    return {BOUNDS_KEY: reason}
+
+
+# the physical ranges shared by several keys (each reason in words: docs/scenarios.md, "Bounds")
+GBPS_MOST = LINK_GBPS_RANGE[1]    # Gbit/s (cluster.catalog: the links' what-if range and its reason)
+LINK_GBPS = why(LINK_GBPS_WHY)
+LATENCY_US = why("microseconds; 0.001: 1 ns, light through 20 cm of fibre; 1,000,000: 1 s, five times around the "
+                 "Earth in fibre")
+PRICE_RANGE = (0.01, 100_000.0)   # US dollars per instance-hour (also `--price-per-hour`, layouts.space)
+PRICE_WHY = ("US dollars per instance-hour; 0.01: a cent, below any EC2 price; 100,000: 4,650 x trn1.32xlarge's "
+             "21.50")
+MINUTES_MOST = 525_600.0  # a year of minutes
+YEAR_OF_MINUTES = why("minutes; 525,600: a year")
+
+
 class MoESpec(_Spec):
     """Mixture of experts: each token is routed to ``top_k`` of ``experts`` expert MLPs."""
 
@@ -41,8 +63,12 @@ class MoESpec(_Spec):
     imbalance: float = Field(
         1.0,
         ge=1.0,
+        le=65_536.0,
         description="Load imbalance of the router: tokens of the busiest expert / mean tokens per expert "
-        "(ratio, 1.0 = perfectly balanced). The busiest expert sets the pace of an expert-parallel step.",
+        "(ratio, 1.0 = perfectly balanced; at most experts / top_k, every token at the busiest expert). The "
+        "busiest expert sets the pace of an expert-parallel step.",
+        json_schema_extra=why("ratio; at most experts / top_k, every token at the busiest expert; 65,536: the "
+                              "most experts"),
     )
 
 
@@ -117,7 +143,9 @@ class TrainingSpec(_Spec):
     steps: int = Field(3, ge=1, description="Optimizer steps replayed and reported (count) [3].")
     warmup_steps: int = Field(1, ge=0, description="Steps replayed before those reported (count) [1].")
     budget_tokens: float | None = Field(
-        None, gt=0, description="The training budget in tokens (e.g. 1.5e12): `run` and `sweep` give the days and "
+        None, ge=1, le=1e18, json_schema_extra=why(
+            "tokens; 1e18: 64,000 x Llama 3's 15.6e12, the largest published budget"),
+        description="The training budget in tokens (e.g. 1.5e12): `run` and `sweep` give the days and "
         "US dollars to train it, with the goodput of the scenario's failures and checkpoints (time_to_train_days, "
         "total_cost_usd) [none: no days or dollars]; or budget_steps, not both.")
     budget_steps: int | None = Field(
@@ -152,12 +180,15 @@ class ParallelismSpec(_Spec):
 class NetworkSpec(_Spec):
     """What-if overrides of the catalog's network numbers; absent = the catalog's value."""
 
-    efa_gbps: float | None = Field(None, gt=0, description="EFA bandwidth per instance, Gbit/s.")
-    efa_latency_us: float | None = Field(None, gt=0, description="EFA latency per hop, microseconds.")
+    efa_gbps: float | None = Field(None, ge=1, le=GBPS_MOST, json_schema_extra=LINK_GBPS,
+                                   description="EFA bandwidth per instance, Gbit/s.")
+    efa_latency_us: float | None = Field(None, ge=0.001, le=1e6, json_schema_extra=LATENCY_US,
+                                         description="EFA latency per hop, microseconds.")
     neuronlink_gbps_per_chip: float | None = Field(
-        None, gt=0, description="NeuronLink bandwidth per chip inside an instance, Gbit/s."
-    )
-    neuronlink_latency_us: float | None = Field(None, gt=0, description="NeuronLink latency per hop, microseconds.")
+        None, ge=1, le=GBPS_MOST, json_schema_extra=LINK_GBPS,
+        description="NeuronLink bandwidth per chip inside an instance, Gbit/s.")
+    neuronlink_latency_us: float | None = Field(None, ge=0.001, le=1e6, json_schema_extra=LATENCY_US,
+                                                description="NeuronLink latency per hop, microseconds.")
     calibration: Literal["default", "trn2-nccom-examples"] = Field(
         "default",
         description="Collective calibration: default (Trn2 links at the Trn1-fitted efficiencies) or "
@@ -178,7 +209,8 @@ class ClusterSpec(_Spec):
     )
     network: NetworkSpec = Field(default_factory=NetworkSpec, description="Overrides of the catalog's links.")
     price_per_hour_usd: float | None = Field(
-        None, gt=0, description="On-demand price of one instance, US dollars per instance-hour, in place of the "
+        None, ge=PRICE_RANGE[0], le=PRICE_RANGE[1], json_schema_extra=why(PRICE_WHY),
+        description="On-demand price of one instance, US dollars per instance-hour, in place of the "
         "catalog's (the catalog has a public price for trn1.32xlarge only; docs/sources.md) [the catalog's].")
 
 
@@ -187,20 +219,36 @@ class StorageSpec(_Spec):
 
     kind: Literal["fsx-lustre"] = Field(description="Storage service.")
     deployment: Literal["SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"] = Field(description="FSx deployment type.")
-    capacity_tib: float = Field(gt=0, description="Storage capacity, TiB.")
-    throughput_mbps_per_tib: float = Field(gt=0, description="Throughput per unit of capacity, MB/s per TiB.")
-    bytes_per_token: float = Field(4.0, ge=0, description="Training data read per token, bytes [4].")
+    capacity_tib: float = Field(ge=1.2, le=100_000.0, json_schema_extra=why(
+        "TiB; 1.2: FSx for Lustre's smallest SSD file system, 1,200 GiB (AWS FSx CreateFileSystem StorageCapacity); "
+        "100,000: about 1,000 x FSx's default quota of 100,800 GiB per file system"),
+        description="Storage capacity, TiB.")
+    throughput_mbps_per_tib: float = Field(gt=0, le=1000.0, json_schema_extra=why(
+        "MB/s per TiB; one of the published FSx for Lustre tiers, 12 to 1,000 (storage/fsx.py)"),
+        description="Throughput per unit of capacity, MB/s per TiB.")
+    bytes_per_token: float = Field(4.0, ge=0, le=1_048_576.0, json_schema_extra=why(
+        "bytes; 1,048,576 (1 MiB): a text token is a few bytes, a 16 x 16 RGB image patch 768"),
+        description="Training data read per token, bytes [4].")
     prefetch_steps: int = Field(1, ge=0, description="Steps the data loader runs ahead of compute (count) [1].")
     burst_bucket_s: float = Field(
-        600.0, ge=0, description="Burst credits of a full bucket, in seconds of full burst (AWS does not publish "
+        600.0, ge=0, le=31_536_000.0, json_schema_extra=why("seconds; 31,536,000: a year of full burst"),
+        description="Burst credits of a full bucket, in seconds of full burst (AWS does not publish "
         "the bucket size: an assumption, see docs/storage.md) [600]; 0 = never burst.")
     burst_refill: float = Field(
-        1.0, ge=0, description="Credits earned per second of unused baseline throughput (ratio; AWS does not "
+        1.0, ge=0, le=1000.0, json_schema_extra=why(
+            "ratio; 1,000: a bucket refilled 1,000 x faster than it drains is a file system always at burst"),
+        description="Credits earned per second of unused baseline throughput (ratio; AWS does not "
         "publish the refill rate) [1.0].")
     client_gbps: float | None = Field(
-        None, gt=0, description="Throughput limit of one client instance, Gbit/s [min(NIC, 100, 5 x file servers)].")
+        None, ge=0.1, le=GBPS_MOST, json_schema_extra=why(
+            "Gbit/s; 0.1: a tenth of a 1 GbE link; 100,000: 31 x the fastest instance's EFA (3,200 Gbit/s): no "
+            "client reads faster than its NICs"),
+        description="Throughput limit of one client instance, Gbit/s [min(NIC, 100, 5 x file servers)].")
     metadata_iops: float | None = Field(
-        None, gt=0, description="Metadata IOPS of the file system [the automatic-mode figure for the capacity].")
+        None, ge=1, le=1e9, json_schema_extra=why(
+            "operations/s; 1e9: FSx's automatic mode gives 12,000 per 24,000 GiB, 51 million at the largest "
+            "capacity, 100,000 TiB (storage/fsx.py)"),
+        description="Metadata IOPS of the file system [the automatic-mode figure for the capacity].")
 
     @field_validator("throughput_mbps_per_tib")
     @classmethod
@@ -219,7 +267,10 @@ class CheckpointSpec(_Spec):
     every_steps: int = Field(ge=1, description="Steps between checkpoints (count).")
     mode: Literal["sync", "async"] = Field(description="sync: training waits for the write; async: it overlaps.")
     d2h_gbps_per_chip: float = Field(
-        128.0, gt=0, description="Device-to-host copy rate per chip, Gbit/s (an assumption: no public figure) [128].")
+        128.0, ge=0.1, le=GBPS_MOST, json_schema_extra=why(
+            "Gbit/s per chip; 0.1: a tenth of a 1 GbE link; 100,000: more than the chip's own HBM feeds (4.9 TB/s "
+            "on Trn3; PCIe Gen5 x16 carries 512 Gbit/s)"),
+        description="Device-to-host copy rate per chip, Gbit/s (an assumption: no public figure) [128].")
 
 
 class StragglersSpec(_Spec):
@@ -228,7 +279,9 @@ class StragglersSpec(_Spec):
     fraction: float = Field(
         ge=0, le=1, description="Fraction of ranks (logical NeuronCores) that straggle, drawn from the seed: "
         "round(fraction x ranks) of them (0..1).")
-    slowdown: float = Field(ge=1, description="Compute-time multiplier of a straggler (ratio >= 1).")
+    slowdown: float = Field(ge=1, le=1000.0, json_schema_extra=why(
+        "ratio; 1,000: a rank 1,000 x slower than its peers is down, a failure (faults.instance_mtbf_hours)"),
+        description="Compute-time multiplier of a straggler (ratio >= 1).")
 
 
 def _ids_or_count(value: object) -> object:
@@ -251,7 +304,9 @@ class DegradedSpec(_Spec):
         None, ge=1, description="EFA NICs that still work on each of these instances (1 .. the instance's NICs); "
         "absent = all.")
     neuronlink_scale: float | None = Field(
-        None, gt=0, le=1, description="NeuronLink (and UltraServer link) bandwidth of these instances, as a fraction "
+        None, ge=0.001, le=1, json_schema_extra=why(
+            "fraction; 0.001: a link at less than a thousandth of its rate is down, a failure"),
+        description="NeuronLink (and UltraServer link) bandwidth of these instances, as a fraction "
         "of the catalog's (0 < x <= 1); absent = 1.")
 
 
@@ -260,14 +315,18 @@ class FaultsSpec(_Spec):
 
     stragglers: StragglersSpec | None = Field(None, description="Slow ranks; absent = none.")
     instance_mtbf_hours: float | None = Field(
-        None, gt=0, description="Mean time between failures of one instance, hours; absent = no failures."
-    )
-    restart_minutes: float = Field(10.0, ge=0, description="Time to restart the job after a failure, minutes [10].")
+        None, gt=0, le=1e9, json_schema_extra=why(
+            "hours; 1e9: 114,000 years, above any hardware MTBF quoted (1e5 to 1e6 hours); run --hours bounds the "
+            "failures it replays"),
+        description="Mean time between failures of one instance, hours; absent = no failures.")
+    restart_minutes: float = Field(10.0, ge=0, le=MINUTES_MOST, json_schema_extra=YEAR_OF_MINUTES,
+                                   description="Time to restart the job after a failure, minutes [10].")
     jitter: float | None = Field(
         None, ge=0, le=0.5, description="Sigma of the log-normal per-rank, per-step compute-time noise "
         "[the calibration's compute_jitter, 0.01].")
     detect_minutes: float = Field(
-        5.0, ge=0, description="Time from a failure to its detection, minutes (an assumption) [5].")
+        5.0, ge=0, le=MINUTES_MOST, json_schema_extra=YEAR_OF_MINUTES,
+        description="Time from a failure to its detection, minutes (an assumption) [5].")
     degraded: list[DegradedSpec] = Field(
         default_factory=list, description="Instances running with fewer EFA NICs or slower NeuronLink: a "
         "collective or send that touches one runs at its reduced rates (docs/collectives.md) [none].")
@@ -305,8 +364,14 @@ class SweepSpec(_Spec):
         "the lists paired with zip. `sweep --vary` replaces it.")
     zip: bool = Field(False, description="Pair the lists (all of one length) instead of taking their grid [false].")
     hours: float | None = Field(
-        None, gt=0, description="Then emulate this many hours of each variant with failures and checkpoints (as "
+        None, gt=0, le=87_600.0, json_schema_extra=why("hours; 87,600: ten years, as run --hours (goodput.MAX_HOURS)"),
+        description="Then emulate this many hours of each variant with failures and checkpoints (as "
         "`run --hours`); `sweep --hours` replaces it [none: the expected goodput, in closed form].")
+
+
+#: The key of a scenario's dict (scenario.json) that lists the stack-filled keys the scenario gave itself
+#: (`Scenario.to_dict`, read back by `load_scenario`); a file written by hand need not name it
+EXPLICIT_KEY = "explicit_keys"
 
 
 class Scenario(_Spec):
@@ -339,7 +404,8 @@ class Scenario(_Spec):
         description="Extra operator libraries (files, paths relative to the scenario file) whose operators add "
                     "to or replace the built-in library by name; loaded and inlined when the scenario is read [].")
     # the stack-filled keys the scenario gave itself (`stacks.explicit_keys`, set by `load_scenario`; None: unknown),
-    # so the planner can apply another stack's defaults to the others; not part of the file or its dict
+    # so the planner can apply another stack's defaults to the others; its dict (scenario.json) carries them as
+    # EXPLICIT_KEY, which `load_scenario` reads back, so a reloaded scenario is timed as the original
     _explicit: frozenset[str] | None = PrivateAttr(default=None)
 
     def __eq__(self, other: object) -> bool:
@@ -361,5 +427,10 @@ class Scenario(_Spec):
         return self.training.global_batch * self.training.seq_len
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved scenario as a plain JSON-able dict (the YAML's keys, every default filled)."""
-        return self.model_dump(mode="json")
+        """The resolved scenario as a plain JSON-able dict (the YAML's keys, every default filled), with
+        EXPLICIT_KEY: the stack-filled keys the scenario gave itself, sorted (when known), so that
+        `load_scenario(scenario.to_dict())` gives the scenario back, timed the same."""
+        out = self.model_dump(mode="json")
+        if self._explicit is not None:
+            out[EXPLICIT_KEY] = sorted(self._explicit)
+        return out

@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..errors import OutDirError, RunInterrupted
 from ..report.atomic import atomic_write_text
+from ..yaml_input import InputError, load_json, read_bounded
 from .output import ROWS_FILE, SWEEP_FILES, format_sweep, read_rows, table, write_sweep_dir
 from .evaluate import evaluate_variant
 from .spec import MAX_VARIANTS, SweepPlan, Variant, build
@@ -72,8 +73,9 @@ def _prior(out: Path, ident: str, force: bool) -> dict[str, dict]:
     same = False
     if meta.is_file():
         try:
-            same = json.loads(meta.read_text()).get("identity") == ident
-        except (ValueError, OSError):
+            held = load_json(read_bounded(meta, 1 << 24, "sweep.json"), str(meta))
+            same = isinstance(held, dict) and held.get("identity") == ident
+        except (ValueError, OSError, InputError):
             same = False
     if foreign:
         raise OutDirError(f"sweep directory {out} holds files no sweep writes ({', '.join(foreign[:5])}): choose "
@@ -213,6 +215,10 @@ def _evaluate_all(plan: SweepPlan, todo: list[Variant], done, address, actors: b
                 f"({cpus} CPUs)")
             session.enter_context(plan_tasks.planning_ray(None, 0))
             return "Ray tasks (embedded)", _map(rest, shared, done)
+        if len(rest) * each > 10:
+            from ..report.progress import duration
+            log(f"sweep: {len(rest)} more variants at about {each:.1f} s each: about {duration(len(rest) * each)} "
+                f"in this process")
         for v in rest:
             done(v, _task(shared, v.scenario))
         return "in-process", 0

@@ -2,8 +2,8 @@
 
 `evaluate_variant` is what a Ray task (or this process) runs for each variant: the variant's scenario emulated with
 in-process shards (`emulate`, the stages `run` runs, with the same numbers: `runner.predict`), its 80 % interval,
-with `hours` the long run of `run --hours` (`goodput.long_run`, the replayed step as its unit of work), and the
-training budget's days and dollars with that goodput (`goodput.time_and_cost`). With `actors` the variant is
+with `hours` the long run of `run --hours` (`runner.evaluate`, the replayed step as its unit of work), and the
+training budget's days and dollars with that goodput: the summary's own (`step.merit.budget_figures`). With `actors` the variant is
 replayed by `runner.run` on Ray actors instead (`sweep --actors`). Any error becomes a failed row naming it, so
 one variant cannot stop the others.
 """
@@ -13,7 +13,6 @@ import math
 import time
 import traceback
 
-from ..goodput import long_run, time_and_cost
 from ..step.price import NO_PRICE_HINT
 from ..scenario import Scenario
 from .assumptions import assumptions
@@ -23,29 +22,24 @@ WARNING_JOIN = " | "      # between a row's warnings in sweep.csv (a warning's o
 #: The figures of each row, after the variant's index and its varied keys (sweep.csv, docs/sweeps.md)
 FIGURES = ("status", "feasible", "reason", "step_time_s", "step_time_low_s", "step_time_high_s", "tokens_per_s",
            "tokens_per_s_low", "tokens_per_s_high", "mfu", "hbm_peak_gib", "hbm_capacity_gib", "data_stall_s",
-           "checkpoint_s", "goodput", "goodput_source", "train_tokens", "time_to_train_days",
+           "checkpoint_s", "goodput", "goodput_method", "goodput_source", "wall_step_time_s", "wall_tokens_per_s",
+           "train_tokens", "time_to_train_days",
            "time_to_train_low_days", "time_to_train_high_days", "total_cost_usd", "price_per_hour_usd",
            "price_source", "usd_per_million_tokens", "failures", "extrapolated", "mfu_implausible", "warnings",
            "assumptions", "wall_s")
 
 
-def _summary(scenario: Scenario, actors: bool, address: str | None) -> tuple[dict, object]:
-    """The variant's summary.json (with its interval) and its storage figures."""
-    if actors:
-        from ..runner import run
-
-        rep = run(scenario, address=address)
-        return rep.summary, rep.storage
-    import dataclasses
-
-    from ..shards.local import local_shards
-    from ..emulate import emulate
+def _summary(scenario: Scenario, hours: float | None, actors: bool, address: str | None) -> tuple[dict, object]:
+    """The variant's summary.json (with its interval, and with `hours` its long run's goodput) and its long run
+    (`goodput.GoodputResult`, or None): `runner.run` on Ray actors, else `runner.evaluate` here."""
     from ..report.summary import summarize
-    from ..runner import interval_keys
+    from ..runner import evaluate, run
 
-    result = emulate(scenario, local_shards, None)
-    result = dataclasses.replace(result, interval=interval_keys(scenario, summarize(result)))
-    return summarize(result), result.storage
+    if actors:
+        rep = run(scenario, address=address, hours=hours)
+        return rep.summary, rep.long_run
+    result = evaluate(scenario, intervals=True, hours=hours)
+    return summarize(result), result.long_run
 
 
 def evaluate_variant(scenario: Scenario, hours: float | None = None, assumptions_on: bool = True,
@@ -76,31 +70,21 @@ def evaluate_variant(scenario: Scenario, hours: float | None = None, assumptions
     row["warnings"] = WARNING_JOIN.join([*row.get("warnings", []), *said])
     row["assumptions"] = "on" if assumptions_on else "off"
     row["wall_s"] = time.perf_counter() - t0
-    return {k: row.get(k, NAN if k not in ("reason", "goodput_source", "price_source", "extrapolated") else None)
+    return {k: row.get(k, NAN if k not in ("reason", "goodput_method", "goodput_source", "price_source",
+                                           "extrapolated") else None)
             for k in FIGURES}
 
 
 def _row(scenario: Scenario, hours: float | None, actors: bool, address: str | None) -> dict:
-    s, storage = _summary(scenario, actors, address)
-    row = {k: s.get(k) for k in FIGURES if k in s}
+    s, long_run = _summary(scenario, hours, actors, address)
+    row = {k: s.get(k) for k in FIGURES if k in s}      # goodput, days and dollars: the summary's, as `run` writes
     row["status"] = "ok" if s["feasible"] else "infeasible"
     row["extrapolated"] = ",".join(s.get("extrapolated") or [])
     row["mfu_implausible"] = bool(s.get("mfu_implausible", False))
     row["warnings"] = list(s.get("warnings") or [])
-    row["failures"] = NAN
+    row["failures"] = float(len(long_run.failures)) if long_run is not None else NAN
     if not s["feasible"]:
         return row
-    busy = s["step_time_s"] - s["data_stall_s"] - s["checkpoint_s"]
-    if hours is not None:
-        g = long_run(scenario, busy, hours, storage=storage).summary()
-        row["goodput"] = g["goodput"]
-        row["goodput_source"] = f"emulated over {hours:g} h ({g['failures']} failures; seed {scenario.seed})"
-        row["failures"] = float(g["failures"])
-        t = scenario.training
-        if t.budget_tokens is not None or t.budget_steps is not None:
-            tc = time_and_cost(busy, s["tokens_per_step"], s["instances"], s["price_per_hour_usd"], g["goodput"],
-                               tokens=t.budget_tokens, steps=t.budget_steps)
-            row["time_to_train_days"], row["total_cost_usd"] = tc["time_to_train_days"], tc["total_cost_usd"]
     days = row.get("time_to_train_days")
     if days is not None and math.isfinite(days):
         step, low, high = s["step_time_s"], s.get("step_time_low_s"), s.get("step_time_high_s")

@@ -1,6 +1,7 @@
 """A sweep's rows → its table (one row per variant), the sweep directory's files and the terminal table.
 
-Files (written atomically, `report.atomic`): sweep.csv and sweep.parquet (the table), sweep.json (what was swept,
+Files (written atomically, `report.atomic`): sweep.csv and, where pyarrow is installed (the `parquet` and `test`
+extras), sweep.parquet (the table), sweep.json (what was swept,
 how, and whether it finished), sweep.html (`sweep.html`), and sweep-rows.jsonl, each finished row as it ends (the
 rows an interrupted sweep keeps and a rerun skips). The terminal table fits in 100 columns.
 """
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..report.atomic import atomic_write_bytes, atomic_write_text
+from ..yaml_input import InputError, load_json
 from .evaluate import FIGURES, WARNING_JOIN
 
 ROWS_FILE = "sweep-rows.jsonl"
@@ -30,8 +32,8 @@ def read_rows(path: Path) -> list[dict]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            rec = json.loads(line)
-        except ValueError:
+            rec = load_json(line, ROWS_FILE)
+        except (ValueError, InputError):
             continue
         if isinstance(rec, dict) and "key" in rec:
             rows.append(rec)
@@ -45,7 +47,8 @@ def table(rows: list[dict], keys: list[str]) -> pd.DataFrame:
     frame = pd.DataFrame([{c: r.get(c) for c in cols} for r in sorted(rows, key=lambda r: r["variant"])],
                          columns=cols)
     for c in FIGURES:
-        if c in ("status", "reason", "goodput_source", "price_source", "extrapolated", "warnings", "assumptions"):
+        if c in ("status", "reason", "goodput_method", "goodput_source", "price_source", "extrapolated", "warnings",
+                 "assumptions"):
             frame[c] = frame[c].astype(object)
         elif c in ("feasible", "mfu_implausible"):
             frame[c] = frame[c].fillna(False).astype(bool)
@@ -67,12 +70,35 @@ def _parquet_safe(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return out
 
 
+NO_PARQUET = ("sweep.parquet not written: pyarrow is not installed (pip install 'ultracluster[parquet]'); "
+              "sweep.csv holds the same table")
+
+
+def parquet_engine() -> bool:
+    """Whether pandas can write Parquet here: pyarrow is installed (the `parquet` and `test` extras; the README's
+    plain install has none)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def table_files() -> list[str]:
+    """The sweep table's files on this install: sweep.csv, and sweep.parquet where pyarrow is installed."""
+    return ["sweep.csv", "sweep.parquet"] if parquet_engine() else ["sweep.csv"]
+
+
 def write_sweep_dir(out: Path, frame: pd.DataFrame, summary: dict, plan, html: bool = True) -> None:
-    """sweep.csv, sweep.parquet, sweep.html (with `html`) and last sweep.json."""
+    """sweep.csv, sweep.parquet (where pyarrow is installed; else an earlier sweep's is removed, so that no file
+    disagrees with sweep.csv), sweep.html (with `html`) and last sweep.json."""
     atomic_write_text(out / "sweep.csv", frame.to_csv(index=False))
-    buf = io.BytesIO()
-    _parquet_safe(frame, plan.keys).to_parquet(buf, index=False)
-    atomic_write_bytes(out / "sweep.parquet", buf.getvalue())
+    if parquet_engine():
+        buf = io.BytesIO()
+        _parquet_safe(frame, plan.keys).to_parquet(buf, index=False)
+        atomic_write_bytes(out / "sweep.parquet", buf.getvalue())
+    else:
+        (out / "sweep.parquet").unlink(missing_ok=True)
     if html:
         from .html import sweep_html
         atomic_write_text(out / "sweep.html", sweep_html(frame, summary, plan.keys))
@@ -110,7 +136,7 @@ def _value(v) -> str:
 
 def format_sweep(frame: pd.DataFrame, summary: dict, keys: list[str], width: int = WIDTH) -> str:
     """The sweep as a table of at most `width` columns: the varied values, step time with its 80 % interval,
-    tokens/s, MFU, goodput, days and cost to train (what fits, in that order), a mark per warning; then the
+    tokens/s, MFU, goodput (with `--hours`, the wall-clock step and tokens/s at that goodput beside it), days and cost to train (what fits, in that order), a mark per warning; then the
     warnings, the infeasible variants' reasons and the failures, each once."""
     warn_ids: dict[str, int] = {}
     marks = []
@@ -139,6 +165,8 @@ def format_sweep(frame: pd.DataFrame, summary: dict, keys: list[str], width: int
     optional = [
         ("step s (80 %)", [cell(r, "step_time_s", "step_time_low_s", "step_time_high_s") for r in rows]),
         ("goodput", [cell(r, "goodput", None, None, pct=True) for r in rows]),
+        *([("wall step s", [cell(r, "wall_step_time_s", None, None) for r in rows]),     # at the long run's goodput
+           ("wall tok/s", [cell(r, "wall_tokens_per_s", None, None) for r in rows])] if summary.get("hours") else []),
         ("days (80 %)", [cell(r, "time_to_train_days", "time_to_train_low_days", "time_to_train_high_days")
                          for r in rows]),
         ("cost $", [("no price" if r["feasible"] and r["status"] == "ok" and isinstance(r["time_to_train_days"], float)

@@ -15,14 +15,24 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from ..errors import Problem, ScenarioError
+from ..report.progress import duration
+from ..goodput import check_hours
 from ..scenario import Scenario, load_scenario
 from ..yaml_input import InputError, load_yaml, read_yaml_file
 from .assumptions import conservative_sets
 
 MAX_VARIANTS = 500       # default --max-variants: a larger grid is refused before anything runs (raise the flag)
+# What one variant costs before anything runs (measured: smoke.yaml variants, 2.4 ms and 7.3 KiB each, validated
+# and held, on one core of a 2-vCPU VM) and while it runs (a variant's evaluation, 0.2 s for smoke.yaml to seconds
+# for a large model: sweeps.md); a sweep holds every validated variant, so the most any --max-variants allows is
+# bounded by memory and time: 50,000 variants are about 2 minutes of validation and 360 MiB, and hours of
+# evaluation on one CPU
+VALIDATE_S = 2.4e-3
+VARIANT_BYTES = 7.3 * 1024
+MAX_SWEEP_VARIANTS = 50_000
 NOT_VARIED = ("name", "sweep")   # keys a variant cannot set: its name is the sweep's, and a variant is no sweep
 # keys whose change moves the rank count or the model-parallel degrees: a file's fixed parallelism.dp is dropped
 # (derived per variant) unless dp itself is varied
@@ -105,19 +115,36 @@ def check_vary(vary: dict[str, list[Any]], zipped: bool, where: str, max_variant
     if zipped and len(set(lengths.values())) > 1:
         problems.append(Problem("--zip", ", ".join(f"{k}: {n}" for k, n in lengths.items()),
                                 "lists of one length (zip pairs the i-th values), or no --zip for their grid"))
-    count = (max(lengths.values(), default=0) if zipped else math.prod(lengths.values())) if lengths else 0
-    if count > max_variants:
+    count = variant_count(vary, zipped)
+    if count > MAX_SWEEP_VARIANTS:       # whatever --max-variants says: counted, never built
+        shape = " x ".join(f"{n:,}" for n in lengths.values())
+        problems.append(Problem("--max-variants" if max_variants > MAX_SWEEP_VARIANTS else where,
+                                f"{count:,} variants ({shape})", (
+            f"at most {MAX_SWEEP_VARIANTS:,} variants in one sweep, whatever --max-variants says: every variant "
+            f"is validated and held before any runs (about {duration(VALIDATE_S * count)} and "
+            f"{VARIANT_BYTES * count / 2**30:,.1f} GiB for this one), then timed for 0.2 s to seconds each; vary "
+            f"fewer values, or split the sweep")))
+    elif count > max_variants:
         shape = " x ".join(str(n) for n in lengths.values())
         problems.append(Problem("--max-variants", f"{count:,} variants ({shape})",
                                 f"at most {max_variants:,} variants: raise --max-variants, or vary fewer values"))
     return problems
 
 
-def combinations(vary: dict[str, list[Any]], zipped: bool) -> list[dict[str, Any]]:
-    """Every variant's values, in order: the grid (the last key varying fastest), or the lists paired."""
+def variant_count(vary: dict[str, list[Any]], zipped: bool) -> int:
+    """How many variants the lists give (their product, or with zip the longest), counted, never built."""
+    lengths = [len(v) for v in vary.values() if isinstance(v, list)]
+    if not lengths:
+        return 0
+    return max(lengths) if zipped else math.prod(lengths)
+
+
+def combinations(vary: dict[str, list[Any]], zipped: bool) -> Iterator[dict[str, Any]]:
+    """Every variant's values, in order, one at a time (a stream: never the whole grid in memory): the grid (the
+    last key varying fastest), or the lists paired."""
     keys = list(vary)
     rows = zip(*vary.values()) if zipped else itertools.product(*vary.values())
-    return [dict(zip(keys, r)) for r in rows]
+    return (dict(zip(keys, r)) for r in rows)
 
 
 def _absolute_paths(raw: dict, where: Path) -> dict:
@@ -142,7 +169,7 @@ def variant_key(values: dict[str, Any], options: dict) -> str:
 
 def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped: bool | None, hours: float | None,
           max_variants: int = MAX_VARIANTS, options: dict | None = None, prices: dict[str, float] | None = None,
-          conservative: bool = False) -> SweepPlan:
+          conservative: bool = False, log: Callable[[str], None] | None = None) -> SweepPlan:
     """Read the scenario, take its sweep (the flags over its `sweep:` section), validate every variant.
 
     Args:
@@ -157,6 +184,7 @@ def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped:
             is listed and whose scenario sets no price.
         conservative: every assumption with an argued range at its conservative end (`--assumptions off`,
             `assumptions.conservative_sets`).
+        log: told how long validating the variants will take, when it is more than a few seconds.
 
     Raises:
         ScenarioError: every problem of the flags, the scenario and every variant, each once.
@@ -176,8 +204,8 @@ def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped:
     zipped = bool(base.sweep.zip if zipped is None and base.sweep is not None else zipped)
     if hours is None and base.sweep is not None:
         hours = base.sweep.hours
-    if hours is not None and not (isinstance(hours, (int, float)) and math.isfinite(hours) and hours > 0):
-        problems.append(Problem("--hours", hours, "a number of hours > 0"))
+    if hours is not None:            # as `run --hours` checks it, before anything runs (each variant's failures below)
+        problems += [p for p in check_hours(base, hours) if p.path == "--hours"]
     problems += check_vary(vary, zipped, where, max_variants)
     if problems:
         raise ScenarioError(problems)
@@ -193,14 +221,16 @@ def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped:
         raw["parallelism"] = {k: v for k, v in raw["parallelism"].items() if k != "dp"}
         notes.append(f"parallelism.dp (the file's {raw_dp(path)}) is derived per variant: the sweep varies "
                      f"{', '.join(k for k in vary if k in RANK_KEYS)}; vary parallelism.dp to set it")
-    combos = combinations(vary, zipped)
+    total = variant_count(vary, zipped)
+    if log is not None and VALIDATE_S * total > 5:
+        log(f"sweep: validating {total:,} variants (about {duration(VALIDATE_S * total)}) before any runs")
     options = dict(options or {}, hours=hours, overrides=list(overrides), prices=prices or {},
                    conservative=conservative)
     variants: list[Variant] = []
     seen: dict[tuple, list] = {}
-    for i, values in enumerate(combos):
+    for i, values in enumerate(combinations(vary, zipped)):
         sets = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in values.items()]
-        name = f"{base.name}-v{i + 1:0{len(str(len(combos)))}d}"[:200]
+        name = f"{base.name}-v{i + 1:0{len(str(total))}d}"[:200]
         try:
             sc = load_scenario(raw, [*overrides, *sets, f"name={name}"])
             more = conservative_sets(sc) if conservative else []
@@ -208,6 +238,8 @@ def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped:
                 more.append(f"cluster.price_per_hour_usd={prices[sc.cluster.instance]!r}")
             if more:
                 sc = load_scenario(raw, [*overrides, *sets, *more, f"name={name}"])
+            if hours is not None and (late := check_hours(sc, hours)):
+                raise ScenarioError(late)
         except ScenarioError as err:
             for p in err.problems:
                 seen.setdefault((p.path, repr(p.given), p.allowed), [p, 0, values])[1] += 1
@@ -217,7 +249,7 @@ def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped:
         out = []
         for p, n, values in seen.values():
             first = ", ".join(f"{k}={_text(v)}" for k, v in values.items())
-            out.append(Problem(p.path, p.given, f"{p.allowed} (in {n} of {len(combos)} variant{'s' * (n != 1)}, "
+            out.append(Problem(p.path, p.given, f"{p.allowed} (in {n} of {total} variant{'s' * (total != 1)}, "
                                                 f"the first: {first})"))
         raise ScenarioError(out, str(path))
     return SweepPlan(base=base, keys=list(vary), zipped=zipped, hours=hours, variants=variants, notes=notes)
