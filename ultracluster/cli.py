@@ -24,6 +24,7 @@ import errno
 import io
 import json
 import math
+import os
 import re
 import signal
 import sys
@@ -714,6 +715,14 @@ def _main(argv: list[str] | None = None) -> int:
         return _render(args)
     if args.command == "check":
         return _check(args.run_dir)
+    if args.command in ("run", "plan", "sweep"):
+        # before any file is written (the run directory's lock, its staging directory): with RAY_AUTH_MODE=token
+        # and no token Ray's C++ token loader ends the process without a word (docs/ray-clusters.md)
+        from .actors.auth import token_missing
+        why = token_missing(getattr(args, "address", None) or os.environ.get("RAY_ADDRESS"))
+        if why is not None:
+            print(f"error: {why}", file=sys.stderr)
+            return EXIT_RUNTIME
     if args.command == "calibrate":
         return _calibrate(args)
     if args.command == "schema":

@@ -27,6 +27,23 @@ GIVEN_MAX_CHARS = 200           # the longest value an error message echoes befo
 PROBLEMS_SHOWN = 50             # problems printed at most, then how many more there are
 
 
+def kind_of(document: object) -> str:
+    """A whole document that is not what was expected, in words, without its content (a file's text is never
+    echoed: `calibrate /etc/passwd` names what the file is, not what it holds): "a string of 1,293 characters",
+    "a list of 3 items"; a short number or a bool as itself."""
+    if isinstance(document, (str, bytes)):
+        return f"a {'string' if isinstance(document, str) else 'byte string'} of {len(document):,} characters"
+    if isinstance(document, (list, tuple)):
+        return f"a list of {len(document):,} item{'s' * (len(document) != 1)}"
+    if isinstance(document, dict):
+        return f"a mapping of {len(document):,} key{'s' * (len(document) != 1)}"
+    if document is None:
+        return "an empty document"
+    if isinstance(document, (bool, int, float)) and len(repr(document)) <= 40:
+        return repr(document)
+    return f"a {type(document).__name__}"
+
+
 def shorten(value: object, limit: int = GIVEN_MAX_CHARS) -> str:
     """``repr(value)`` cut to ``limit`` characters, with an ellipsis and the full length when cut.
 

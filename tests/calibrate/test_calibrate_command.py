@@ -238,7 +238,7 @@ def test_off_the_profiles_domain_the_interval_widens_again(profile, scenarios_di
 def test_a_row_no_factor_in_its_range_reaches_is_refused_and_nothing_written(tmp_path, scenarios_dir, capsys,
                                                                              quantity, value, says):
     scenario = scenarios_dir / "smoke.yaml"
-    (tmp_path / "m.csv").write_text(f"scenario,{quantity}\n{scenario},{value}\n{scenario},{value}\n")
+    (tmp_path / "m.csv").write_text(f"scenario,{quantity},note\n{scenario},{value},run a\n{scenario},{value},run b\n")
     out = tmp_path / "out" / "p.json"
     assert main(["calibrate", str(tmp_path / "m.csv"), "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
@@ -263,3 +263,32 @@ def test_the_reachable_range_holds_the_shipped_fits_own_prediction(scenarios_dir
         (g,) = scenario_rows_of(read_measurements(Path(d) / "m.csv")).values()
     lo, hi = reachable(g, fitted(), 0.0)
     assert lo < step < hi and hi / lo > 2
+
+
+def test_copied_rows_are_refused_naming_both_and_a_bom_is_read(tmp_path, scenarios_dir):
+    from ultracluster.calibrate.measurements import read_measurements
+    from ultracluster.errors import ScenarioError
+    smoke = scenarios_dir / "calib-llama2-7b-tp8.yaml"
+    text = f"scenario,step_time_s,note\n{smoke},2.5,a\n{smoke},2.6,a\n"      # two runs of one scenario: kept
+    (tmp_path / "m.csv").write_bytes(b"\xef\xbb\xbf" + text.encode())        # Excel's "CSV UTF-8"
+    assert [r.value for r in read_measurements(tmp_path / "m.csv")] == [2.5, 2.6]
+    (tmp_path / "d.csv").write_text(text + f"{smoke},2.5,a\n" * 20)         # twenty copies of row 1
+    with pytest.raises(ScenarioError) as err:
+        read_measurements(tmp_path / "d.csv")
+    assert len(err.value.problems) == 20
+    assert err.value.problems[0].path == "row 3 (line 4)" and "the same row as row 1 (line 2)" in \
+        err.value.problems[0].given and "each measured run once" in err.value.problems[0].allowed
+
+
+def test_a_file_that_is_no_measurements_file_is_not_echoed(tmp_path, capsys):
+    secret = "root:x:0:0:root:/root:/bin/bash\n" + "daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n" * 30
+    for name in ("passwd", "passwd.yaml"):
+        (tmp_path / name).write_text(secret)
+        assert main(["calibrate", str(tmp_path / name), "--out", str(tmp_path / "p.json")]) == 2
+        err = capsys.readouterr().err
+        assert "daemon" not in err and "nologin" not in err and "Traceback" not in err, err
+    (tmp_path / "m.csv").write_text(f"scenario,step_time_s\n{tmp_path / 'passwd.yaml'},1.0\n")
+    assert main(["calibrate", str(tmp_path / "m.csv"), "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert "daemon" not in err and f"a string of {len(secret.strip()):,} characters" in err, err
+    assert not (tmp_path / "p.json").exists()

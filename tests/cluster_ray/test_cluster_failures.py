@@ -112,3 +112,29 @@ def test_auth_hint_says_what_to_set_in_one_line(monkeypatch, tmp_path):
     assert "RAY_AUTH_MODE is token but no token was found" in auth_hint("h:1")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/etc/ray/token")
     assert "the token from RAY_AUTH_TOKEN_PATH=/etc/ray/token is not the cluster's" in auth_hint("h:1")
+
+
+def test_a_missing_token_is_found_before_any_call_into_ray(monkeypatch, tmp_path):
+    """Ray's order (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token): what Ray's token loader would abort on
+    is said first (`actors.auth.token_missing`); a local Ray makes its own token, but not from an unreadable file."""
+    from ultracluster.actors.auth import token_missing
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(k, raising=False)
+    assert token_missing("h:1") is None                              # no token mode: Ray's to answer
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert "no token was found" in token_missing("h:1") and token_missing(None) is None
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("\n")              # empty: no token
+    assert "~/.ray/auth_token is empty" in token_missing("h:1")
+    (tmp_path / ".ray" / "auth_token").write_text("abc\n")
+    assert token_missing("h:1") is None
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "absent"))
+    for address in ("h:1", None):
+        assert "absent cannot be read (No such file or directory)" in token_missing(address)
+    (tmp_path / "empty").write_text("")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "empty"))
+    assert "is empty" in token_missing("h:1")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "xyz")                      # first in Ray's order
+    assert token_missing("h:1") is None

@@ -219,3 +219,24 @@ def test_a_huge_steps_csv_is_refused_in_bounded_time_and_memory(run_dir, tmp_pat
         assert rc == rc_wanted and "steps.csv" in err and "more than 4" in err, err
         assert "one per replayed step (summary.json's steps_replayed: 4)" in err
         assert seconds < BOUNDED and peak < 200 << 20, (command, seconds, peak)    # not the file's 50 MB x 9
+
+
+@pytest.mark.parametrize("command", ["run", "plan", "sweep"])
+def test_token_mode_without_a_token_is_one_line_and_exit_4_before_any_file(command, tmp_path):
+    """RAY_AUTH_MODE=token and no token anywhere: Ray's C++ token loader ended the process with exit 1, no message,
+    and a stale .NAME.lock and .NAME.partial-* left behind. The check comes first, before any call into Ray and
+    any file: the address (a TEST-NET one, RFC 5737) is never reached."""
+    import os
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(HOME=str(tmp_path), RAY_AUTH_MODE="token")              # no ~/.ray/auth_token there
+    out = tmp_path / "out"
+    extra = ["--vary", "seed=0,1"] if command == "sweep" else []
+    done, seconds = uc(command, str(SMOKE), *extra, "--address", "192.0.2.1:6379", "--out", str(out), env=env,
+                       cwd=tmp_path)
+    assert done.returncode == 4 and seconds < 20, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "RAY_AUTH_MODE is token but no token was found" in lines[0], done.stderr
+    assert "192.0.2.1:6379" in lines[0] and sorted(p.name for p in tmp_path.iterdir()) == []   # nothing written
+    env["RAY_AUTH_TOKEN_PATH"] = str(tmp_path / "absent-token")          # Ray aborts on an unreadable file too
+    done, _ = uc(command, str(SMOKE), *extra, "--out", str(out), env=env, cwd=tmp_path)
+    assert done.returncode == 4 and "absent-token cannot be read" in done.stderr and not out.exists()

@@ -45,11 +45,7 @@ def numeric_fields(model: type[BaseModel] = Scenario, prefix: str = "") -> list[
     is the model of a list's items."""
     out = []
     for name, field in model.model_fields.items():
-        ann = field.annotation
-        kinds = _kinds(ann)
-        if field.metadata and any(isinstance(m, typing.Callable) or hasattr(m, "func") for m in field.metadata):
-            kinds += _kinds(field.metadata[0].json_schema_input_type) if hasattr(field.metadata[0],
-                                                                                 "json_schema_input_type") else ()
+        kinds = _kinds(field.annotation)          # pydantic keeps Annotated's validators in field.metadata
         for k in kinds:
             if isinstance(k, type) and issubclass(k, BaseModel):
                 out += numeric_fields(k, f"{prefix}{name}.")
@@ -57,7 +53,7 @@ def numeric_fields(model: type[BaseModel] = Scenario, prefix: str = "") -> list[
                 (item,) = typing.get_args(k)
                 if isinstance(item, type) and issubclass(item, BaseModel):
                     out += numeric_fields(item, f"{prefix}{name}[0].")
-        if any(k in NUMBER_KINDS for k in kinds) or "instances_per_actor" == name:
+        if any(k in NUMBER_KINDS for k in kinds):
             out.append(prefix + name)
     return list(dict.fromkeys(out))
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from ultracluster.cluster.catalog import INSTANCES, ranks_per_instance
-from ultracluster.errors import Problem, ScenarioError
+from ultracluster.errors import Problem, ScenarioError, kind_of
 from ultracluster.step.counts import data_parallel, sequence_parallel_default, ultraserver_default
 
 from .. import stacks
@@ -211,7 +211,7 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any] | None
         return None, where, [Problem("(file)", err.given, allowed)]
     if not isinstance(data, dict):
         keys = ", ".join(Scenario.model_fields)
-        return None, where, [Problem("(file)", data, f"a mapping of scenario keys ({keys})")]
+        return None, where, [Problem("(file)", kind_of(data), f"a mapping of scenario keys ({keys})")]
     return data, where, []
 
 
