@@ -58,7 +58,7 @@ EXPECTED = {
         "parallelism.tp_comm_overlap": False,
         # train_setup.sh (training_precision="bf16SR"): wrap_with_zero=false
         "training.zero": 0,
-        # gpt_23b.sh: ACT_CHKPNT_GRANULARITY=selective
+        # gpt_23b.sh: export ACT_CHKPNT_GRANULARITY=selective (over test.sh's default, full)
         "training.recompute": "selective",
     },
     # neuronx-nemo-megatron, Llama (swiglu): test_llama.sh
@@ -68,7 +68,9 @@ EXPECTED = {
         "parallelism.sequence_parallel": True,           # test_llama.sh: model.sequence_parallel=True
         "parallelism.tp_comm_overlap": False,            # gpt_model.py, as above
         "training.zero": 0,                              # train_setup.sh: wrap_with_zero=false
-        "training.recompute": "selective",               # the stack's one granularity (gpt_23b.sh)
+        # test_llama.sh (llama_7b.sh, llama_13b.sh) and test_llama_gqa.sh (llama_70b.sh):
+        # model.activations_checkpoint_granularity=full
+        "training.recompute": "full",
     },
     # megatron-lm-neuron: examples/pretrain_gpt3_6.7B_32layers_bf16.sh
     ("megatron-lm-neuron", False, "gelu", "trn1.32xlarge"): {
@@ -84,10 +86,15 @@ EXPECTED = {
     ("axlearn", False, "swiglu", "trn2.48xlarge"): {
         "training.attention": "flash",                   # the NKI flash-attention kernel (arXiv 2507.05411)
         "model.dropout": 0.0,                            # fuji.py: dropout_rate: float = 0.0
-        "parallelism.sequence_parallel": True,           # TP within the chip (model=4), activations sharded
+        # fuji.py _generate_trn2_custom_configs: "Sequence parallel shardings for norms" (their inputs sharded over
+        # the model axis)
+        "parallelism.sequence_parallel": True,
+        # no cited source names it: the stack's stated value (the XLA compiler schedules the TP collectives)
         "parallelism.tp_comm_overlap": True,
         "training.zero": 3,                              # mesh_shape_from_axes(fsdp=-1, model=4): FSDP across chips
-        "training.recompute": "full",                    # arXiv 2507.05411: full recomputation fits Llama-2-70B
+        # arXiv 2507.05411: full recomputation fits Llama-2-70B (fuji.py's newer 70B Trn2 rule saves the QKV and
+        # linear1 outputs: a policy between selective and full, not modelled)
+        "training.recompute": "full",
         "cluster.lnc": 2,                                # "Each TRN2 chip has 4 XLA cores": 8 NeuronCores at LNC=2
     },
 }
