@@ -93,7 +93,8 @@ def scenarios_stacks() -> str:
     for name in stacks.NAMES:
         st = stacks.STACKS[name]
         fills = "; ".join(f"`{k}`: " + (f"{v['pp1']} (pp 1), {v['pipeline']} (pp > 1)" if isinstance(v, dict) and "pp1" in v
-                                          else ", ".join(f"{a} {b:g}" for a, b in v.items()) if isinstance(v, dict)
+                                          else ", ".join(f"{a} {b:g}" if isinstance(b, float) else f"{a} {b}" for a, b in v.items())
+                                          if isinstance(v, dict)
                                           else str(v).lower()) for k, v in st.defaults.items()) or "nothing"
         e, sup = st.engine, st.support
         engine = ("none" if e.graph_factor is None and e.exchange == "none" else

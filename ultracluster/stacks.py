@@ -130,11 +130,12 @@ STACKS: dict[str, Stack] = {
         name="neuronx-nemo-megatron", label="NeMo Megatron (neuronx-nemo-megatron)",
         defaults={"training.attention": "materialized", "model.dropout": {"gelu": 0.1, "swiglu": 0.0},
                   "parallelism.sequence_parallel": True, "parallelism.tp_comm_overlap": False, "training.zero": 0,
-                  "training.recompute": "selective"},
+                  "training.recompute": {"gelu": "selective", "swiglu": "full"}},
         defaults_source=("megatron_gpt_config.yaml, test.sh, gpt_23b.sh, test_llama.sh: core attention with the fused "
                          "softmax (NEURON_FUSE_SOFTMAX=1), GPT hidden and attention dropout 0.1, Llama 0, "
                          "sequence_parallel=True, the async TP all-reduce off with sequence parallelism, "
-                         "wrap_with_zero False (no ZeRO-1), selective activations checkpointing"),
+                         "wrap_with_zero False (no ZeRO-1), selective activations checkpointing for GPT (gpt_23b.sh) "
+                         "and full for Llama (test_llama.sh, test_llama_gqa.sh: activations_checkpoint_granularity=full)"),
         engine=Engine(1.0, 2.0, 2.0, "graph_s_nemo", "fused", _MEG_PIPE),
         support=Support(
             chips=(("trn1",), "the neuronx-nemo-megatron examples and ParallelCluster jobs run trn1.32xlarge; "

@@ -7,12 +7,13 @@ import hashlib
 import math
 import statistics
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from ..step import merit
 from .training import (FIT, INPUTS, MECHANISMS, REPO, RESIDUAL_CHECK, TRN2_PROBES, Layouts, rounded, base_calibration,
-                       fit)
+                       fit, is_read)
 
 
 def pct(x: float) -> float:
@@ -29,28 +30,58 @@ def cross_validate(lay: Layouts) -> dict[str, dict]:
     return out
 
 
+class Fold(NamedTuple):
+    """One leave-one-group-out fold: its kind (`cells` or `families`), its group, the group's fitted layouts (what
+    the fold predicts), the rows it holds out (every row of the group) and the rows its fit reads (`fit_rows`;
+    the fit sees these and no other: `Layouts.of_rows`)."""
+    kind: str
+    group: str
+    layouts: tuple[str, ...]
+    held_out: tuple[dict, ...]
+    fit_rows: tuple[dict, ...]
+
+
+def group_folds(lay: Layouts) -> list[Fold]:
+    """The leave-one-group-out folds, cells first, then model families. A fold's fit reads every row the full
+    fit reads (`is_read`) but those of its group; a same-release pair enters whole or not at all (its ratio
+    needs both rows), so a group holding a pair's layout takes the pair's scaling term out with it."""
+    folds = []
+    for kind, key in (("cells", lay.cell), ("families", lay.family)):
+        groups: dict[str, list[str]] = {}
+        for n in lay.certain:
+            groups.setdefault(key[n], []).append(n)
+        for g, members in groups.items():
+            held = tuple(r for r in lay.rows if key[r["layout"]] == g)
+            fit_rows = [r for r in lay.rows if is_read(r) and key[r["layout"]] != g]
+            out_sdks = {r["sdk"] for r in held if r["quality"] == "pair"}
+            fit_rows = tuple(r for r in fit_rows if not (r["quality"] == "pair" and r["sdk"] in out_sdks))
+            folds.append(Fold(kind, g, tuple(members), held, fit_rows))
+    return folds
+
+
+def fit_fold(lay: Layouts, fold: Fold) -> tuple[dict, list[float], bool]:
+    """A fold's refit on its fit rows alone and the log errors of its group's layouts (against their medians
+    over every release): (factors, errors, whether the pairs' scaling term was fitted)."""
+    seen = lay.of_rows(r["id"] for r in fold.fit_rows)
+    params, _ = fit(seen, seen.certain)
+    err = lay.log_errors(base_calibration(**params), list(fold.layouts), scaling=False)
+    return params, [float(e) for e in err], bool(seen.pairs)
+
+
 def leave_group_out(lay: Layouts) -> dict:
     """Leave-one-group-out: every fitted layout of a group left out at once, the factors refitted on the rest,
-    the group predicted. Groups are the (stack, pipelined or not) cells and, separately, the model families: what
-    a new kind of job costs in error. A group holding a same-release pair's layouts takes the pair's scaling term
-    out with it. Per group its layouts' errors and the refitted factors; per kind the median and worst |error|."""
-    out = {}
-    for kind, key in (("cells", lay.cell), ("families", lay.family)):
-        rows_by_scenario: dict[str, list[str]] = {}
-        for n in lay.certain:
-            rows_by_scenario.setdefault(key[n], []).append(n)
-        folds, errors = {}, []
-        for g, members in rows_by_scenario.items():
-            others = [m for m in lay.certain if m not in members]
-            keep_pair = not (set(members) & lay.pair_layouts)
-            params, _ = fit(lay, others, scaling=keep_pair)
-            err = lay.log_errors(base_calibration(**params), members, scaling=False)
-            folds[g] = {"layouts": {n: pct(float(e)) for n, e in zip(members, err)}, "factors": params,
-                        "pair_kept": keep_pair}
-            errors += [abs(pct(float(e))) for e in err]
-        out[kind] = {"groups": folds, "median_abs_error_pct": round(statistics.median(errors), 2),
-                     "worst_abs_error_pct": round(max(errors), 2)}
-    return out
+    the group predicted (`group_folds`, `fit_fold`). Groups are the (stack, pipelined or not) cells and,
+    separately, the model families: what a new kind of job costs in error. Per group its layouts' errors and the
+    refitted factors; per kind the median and worst |error|."""
+    out: dict[str, dict] = {}
+    for fold in group_folds(lay):
+        params, err, pair_kept = fit_fold(lay, fold)
+        kind = out.setdefault(fold.kind, {"groups": {}, "errors": []})
+        kind["groups"][fold.group] = {"layouts": {n: pct(e) for n, e in zip(fold.layouts, err)}, "factors": params,
+                                      "pair_kept": pair_kept}
+        kind["errors"] += [abs(pct(e)) for e in err]
+    return {k: {"groups": v["groups"], "median_abs_error_pct": round(statistics.median(v["errors"]), 2),
+                "worst_abs_error_pct": round(max(v["errors"]), 2)} for k, v in out.items()}
 
 
 def coverage(lay: Layouts, cv: dict[str, dict]) -> dict:

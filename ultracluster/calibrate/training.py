@@ -13,6 +13,7 @@ files of a repository checkout (data/calibration/), never at import.
 """
 from __future__ import annotations
 
+import copy
 import csv
 import math
 import re
@@ -82,6 +83,16 @@ def rows(data: Path) -> list[dict]:
 FITTED_QUALITIES = ("table", "log")
 
 
+def is_fitted(row: dict) -> bool:
+    """Whether the fit reads a row as part of its layout's median (a `table` or `log` row on Trn1)."""
+    return row["quality"] in FITTED_QUALITIES and row["instance"].startswith("trn1")
+
+
+def is_read(row: dict) -> bool:
+    """Whether the fit reads a row at all: a layout median's row, or a same-release pair's (their ratio)."""
+    return is_fitted(row) or row["quality"] == "pair"
+
+
 def scenario_of(row: dict) -> dict:
     """The scenario a training.csv row describes (1 measured step; the replay is deterministic): the row's stack
     fills what the row does not say (ultracluster/stacks.py)."""
@@ -113,28 +124,39 @@ class Layouts:
     def __init__(self, data: Path):
         from ..scenario import load_scenario
 
-        self.rows = rows(data)
+        self._read(rows(data))
+        self.scenarios = {n: load_scenario(scenario_of(self.rows_by_scenario[n][0])) for n in self.names}
+        self.cell = {n: cell_of(self.scenarios[n]) for n in self.names}
+        self.family = {n: family_of(self.rows_by_scenario[n][0]["model"]) for n in self.names}
+
+    def _read(self, all_rows: list[dict]) -> None:
+        """Everything that follows from the rows themselves: layouts, fitted rows, medians, spread, pairs."""
+        self.rows = all_rows
         rows_by_scenario: dict[str, list[dict]] = {}
         for r in self.rows:
             rows_by_scenario.setdefault(r["layout"], []).append(r)
         self.names = list(rows_by_scenario)
         self.rows_by_scenario = rows_by_scenario
-        self.fit_rows = {n: [r for r in rs if r["quality"] in FITTED_QUALITIES and r["instance"].startswith("trn1")]
-                         for n, rs in rows_by_scenario.items()}
+        self.fit_rows = {n: [r for r in rs if is_fitted(r)] for n, rs in rows_by_scenario.items()}
         shown = {n: self.fit_rows[n] or [r for r in rs if r["quality"] != "pair"] or rs for n, rs in rows_by_scenario.items()}
         self.median = {n: statistics.median(float(r["seq_per_s"]) for r in rs) for n, rs in shown.items()}
         self.quality = {n: rs[0]["quality"] for n, rs in shown.items()}
         self.certain = [n for n in self.names if self.fit_rows[n]]
-        self.scenarios = {n: load_scenario(scenario_of(rows_by_scenario[n][0])) for n in self.names}
         logs = [np.log([float(r["seq_per_s"]) for r in self.fit_rows[n]]) for n in self.certain
                 if len(self.fit_rows[n]) > 1]
         # between-release spread: RMS over layouts of the standard deviation of log seq/s across releases
-        self.spread = float(np.sqrt(np.mean([np.var(x, ddof=1) for x in logs])))
+        self.spread = float(np.sqrt(np.mean([np.var(x, ddof=1) for x in logs]))) if logs else 0.0
         self.pairs = pairs_of(self.rows)
         self.scaling = statistics.median(p["scaling"] for p in self.pairs) if self.pairs else None
-        self.cell = {n: cell_of(self.scenarios[n]) for n in self.names}
-        self.family = {n: family_of(rows_by_scenario[n][0]["model"]) for n in self.names}
         self.pair_layouts = {p[k] for p in self.pairs for k in ("small", "large")}
+
+    def of_rows(self, ids) -> "Layouts":
+        """These layouts seen through only the rows whose `id` is in `ids` (a validation fold's fit): their
+        fitted rows, medians and pairs from those rows alone; the scenarios, cells and families kept."""
+        keep = set(ids)
+        sub = copy.copy(self)
+        sub._read([r for r in self.rows if r["id"] in keep])
+        return sub
 
     def predict(self, calibration, names=None) -> np.ndarray:
         from ..runner import predict
