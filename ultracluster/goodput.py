@@ -107,19 +107,22 @@ def time_and_cost(step_time_s, tokens_per_step, instances, price_per_hour_usd, g
 
 
 def expected_goodput(busy_s: float, data_stall_s: float, every_steps: int, block_s: float, recovery_s: float,
-                     mtbf_system_s: float) -> float:
+                     mtbf_system_s: float, async_write_s: float = 0.0) -> float:
     """The expected useful share of wall time of a long run, in closed form (goodput.json's
     `closed_form_goodput`): busy / (busy + data stall) x Daly's goodput of a checkpoint period of `every_steps`
     steps (with their data stalls) that blocks `block_s` per checkpoint, under failures with system MTBF
     `mtbf_system_s` (inf: none), each costing `recovery_s` (detection + restart + restore) and the work since the
     last checkpoint. No checkpoints: the stall-free share without failures, 0 with them (every failure restarts
-    the job from its first step)."""
+    the job from its first step). `async_write_s`: an async checkpoint's background write; where it outlasts the
+    period (every_steps x step), each checkpoint also waits for the previous write (back-pressure), so the block
+    is the copy plus that wait."""
     step = busy_s + data_stall_s
     if not (step > 0 and math.isfinite(step)):
         return float("nan")
     share = busy_s / step
     if not every_steps:
         return share if not math.isfinite(mtbf_system_s) else 0.0
+    block_s = block_s + max(0.0, async_write_s - every_steps * step)
     return share * daly_goodput(every_steps * step, block_s, recovery_s, mtbf_system_s)
 
 
@@ -179,8 +182,9 @@ class GoodputResult:
         young = young_interval(d, m) if finite and d > 0 else float("nan")
         daly = daly_interval(d, m) if finite and d > 0 else float("nan")
         # Daly over the wall time of a period, times the share of a step that is not data stall
-        closed = self.busy_s / self.step_s * daly_goodput(tau, d, self.recovery_s, m) if self.every_steps \
-            else float("nan")
+        wait = max(0.0, self.checkpoint_write_s - tau) if self.extra.get("checkpoint_mode") == "async" else 0.0
+        closed = self.busy_s / self.step_s * daly_goodput(tau, d + wait, self.recovery_s, m) if self.every_steps \
+            else float("nan")     # an async write longer than the period: each checkpoint waits for the last
         during = {}
         for f in self.failures:
             during[f.during] = during.get(f.during, 0) + 1

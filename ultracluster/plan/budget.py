@@ -53,6 +53,23 @@ def _failures(base: Scenario, calibration) -> tuple[int, float, float, float | N
     return every, block, recovery, mtbf, words
 
 
+def _async_write(base: Scenario, calibration) -> tuple[float, float]:
+    """The scenario's own layout's async checkpoint write, alone on an idle file system and back to back at the
+    baseline write rate (seconds; 0 for sync or without storage): a row whose checkpoint period is shorter waits for
+    it (back-pressure, `goodput.expected_goodput`; `report.summary.back_to_back_write_s` as `run` prices it)."""
+    if base.storage is None or base.checkpoint is None or base.checkpoint.mode != "async":
+        return 0.0, 0.0
+    from ..cluster import build_cluster
+    from ..storage.estimates import figures
+
+    fig = figures(base, build_cluster(base, base.cluster.instances, calibration))
+    idle = float(fig.checkpoint_write_s or 0.0)
+    if not (fig.checkpoint_gb and fig.fsx_write_gb_s):
+        return idle, idle
+    # written back to back (a row's period shorter than the write): burst credits never refill, the baseline rate
+    return idle, max(idle, fig.checkpoint_gb / fig.fsx_write_gb_s)
+
+
 def days_and_dollars(full: pd.DataFrame, base: Scenario, tokens: float | None, calibration=None) -> dict:
     """`goodput`, `time_to_train_days` and `total_cost_usd` of every row that can rank (in place; NaN elsewhere, and
     the cost NaN where the instance type has no price), and plan.json's `budget`: the tokens and steps, where the
@@ -64,10 +81,12 @@ def days_and_dollars(full: pd.DataFrame, base: Scenario, tokens: float | None, c
     if "same_as" in full.columns:
         ok &= full["same_as"].to_numpy() == ""
     every, block, recovery, mtbf, words = _failures(base, calibration)
+    write = _async_write(base, calibration) if every else (0.0, 0.0)
     good = np.full(n, np.nan)
     if every or mtbf:          # each row's own: its step sets the checkpoint period, its instances the failure rate
-        price = np.frompyfunc(lambda s, k: expected_goodput(s, 0.0, every, block, recovery,
-                                                            mtbf * 3600.0 / k if mtbf else math.inf), 2, 1)
+        price = np.frompyfunc(lambda s, k: expected_goodput(
+            s, 0.0, every, block, recovery, mtbf * 3600.0 / k if mtbf else math.inf,
+            write[0] if write[0] <= every * s else write[1]), 2, 1)     # back to back: the baseline write
         good[ok] = price(step[ok], instances[ok]).astype(float)
     else:
         good[ok] = 1.0
