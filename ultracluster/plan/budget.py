@@ -82,6 +82,9 @@ def days_and_dollars(full: pd.DataFrame, base: Scenario, tokens: float | None, c
         ok &= full["same_as"].to_numpy() == ""
     every, block, recovery, mtbf, words = _failures(base, calibration)
     write = _async_write(base, calibration) if every else (0.0, 0.0)
+    if write[0] > 0:
+        words += (f"; an async write takes {write[0]:.3g} s ({write[1]:.3g} s back to back): a row whose checkpoint "
+                  f"period is shorter waits for it (back-pressure)")
     good = np.full(n, np.nan)
     if every or mtbf:          # each row's own: its step sets the checkpoint period, its instances the failure rate
         price = np.frompyfunc(lambda s, k: expected_goodput(
