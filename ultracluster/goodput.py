@@ -106,8 +106,9 @@ class GoodputResult:
         young = young_interval(d, m) if finite and d > 0 else float("nan")
         daly = daly_interval(d, m) if finite and d > 0 else float("nan")
         # Daly over the wall time of a period, times the share of a step that is not data stall
-        closed = self.busy_s / self.step_s * daly_goodput(tau, d, self.recovery_s, m) if self.every_steps \
-            else float("nan")
+        wait = max(0.0, self.checkpoint_write_s - tau) if self.extra.get("checkpoint_mode") == "async" else 0.0
+        closed = self.busy_s / self.step_s * daly_goodput(tau, d + wait, self.recovery_s, m) if self.every_steps \
+            else float("nan")     # an async write longer than the period: each checkpoint waits for the last
         during = {}
         for f in self.failures:
             during[f.during] = during.get(f.during, 0) + 1

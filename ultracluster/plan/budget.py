@@ -53,6 +53,23 @@ def _failures(base: Scenario, calibration) -> tuple[int, float, float, float | N
     return every, block, recovery, mtbf, words
 
 
+def _async_write(base: Scenario, calibration) -> tuple[float, float]:
+    """The scenario's own layout's async checkpoint write, alone on an idle file system and back to back at the
+    baseline write rate (seconds; 0 for sync or without storage): a row whose checkpoint period is shorter waits for
+    it (back-pressure, `goodput.expected_goodput`; `report.summary.back_to_back_write_s` as `run` prices it)."""
+    if base.storage is None or base.checkpoint is None or base.checkpoint.mode != "async":
+        return 0.0, 0.0
+    from ..cluster import build_cluster
+    from ..storage.estimates import figures
+
+    fig = figures(base, build_cluster(base, base.cluster.instances, calibration))
+    idle = float(fig.checkpoint_write_s or 0.0)
+    if not (fig.checkpoint_gb and fig.fsx_write_gb_s):
+        return idle, idle
+    # written back to back (a row's period shorter than the write): burst credits never refill, the baseline rate
+    return idle, max(idle, fig.checkpoint_gb / fig.fsx_write_gb_s)
+
+
 def budget_columns(full: pd.DataFrame, base: Scenario, tokens: float | None, calibration=None) -> dict:
     """`goodput`, `time_to_train_days` and `total_cost_usd` of every row that can rank (in place; NaN elsewhere, and
     the cost NaN where the instance type has no price), and plan.json's `budget`: the tokens and steps, where the
@@ -64,6 +81,10 @@ def budget_columns(full: pd.DataFrame, base: Scenario, tokens: float | None, cal
     if "same_as" in full.columns:
         ok &= full["same_as"].to_numpy() == ""
     every, block, recovery, mtbf, words = _failures(base, calibration)
+    write = _async_write(base, calibration) if every else (0.0, 0.0)
+    if write[0] > 0:
+        words += (f"; an async write takes {write[0]:.3g} s ({write[1]:.3g} s back to back): a row whose checkpoint "
+                  f"period is shorter waits for it (back-pressure)")
     tok, steps, source = budget_of(base, tokens)
     # each row's own: its step sets the checkpoint period, its instances the failure rate (`budget_figures`, the
     # one path of run's summary and the sweep's rows; no data stall in the fast path)
@@ -72,7 +93,10 @@ def budget_columns(full: pd.DataFrame, base: Scenario, tokens: float | None, cal
         system_mtbf = mtbf * 3600.0 / instances if mtbf else np.full(n, math.inf)
     fig = budget_figures(step[ok], 0.0, base.tokens_per_step, instances[ok], per_instance[ok], every, block, recovery,
                          system_mtbf[ok], tokens=tok, steps=steps,
-                         storage_usd_per_hour=storage_usd_per_hour(base.storage)) if ok.any() else None
+                         storage_usd_per_hour=storage_usd_per_hour(base.storage),
+                         # a row whose period is shorter than the write: written back to back
+                         async_write_s=np.where(write[0] <= every * step[ok], write[0], write[1])) \
+        if ok.any() else None
     for k in (("goodput", "time_to_train_days", "compute_cost_usd", "storage_cost_usd", "total_cost_usd")
               if source is not None else ("goodput",)):
         col = np.full(n, np.nan)

@@ -117,6 +117,17 @@ def goodput_warnings(goodput: dict) -> list[str]:
     return out
 
 
+def back_to_back_write_s(st, period_s: float) -> float:
+    """An async checkpoint's write as the closed form prices back-pressure: the write alone on an idle file system
+    (`checkpoint_write_s`, full burst credits) where it ends within the checkpoint period; where it does not, writes
+    run back to back, the burst credits never refill, and each takes the checkpoint at the baseline write rate
+    (`checkpoint_gb` / `fsx_write_gb_s`, if longer)."""
+    write = float(st.checkpoint_write_s or 0.0)
+    if write <= period_s or not (st.checkpoint_gb and st.fsx_write_gb_s):
+        return write
+    return max(write, st.checkpoint_gb / st.fsx_write_gb_s)
+
+
 WRITING_WARNING = 0.5    # a checkpoint interval in which the file system writes more than half the time is warned of
 
 
@@ -139,7 +150,8 @@ def storage_warnings(result: RunResult, summary: dict) -> list[str]:
     if ck.get("mode") == "async" and write > interval:
         out.append(f"async checkpoint writes ({write:,.0f} s each) outlast the interval (checkpoint.every_steps "
                    f"{every} x {busy:.3g} s = {interval:,.0f} s): each checkpoint waits for the previous write "
-                   f"(back-pressure), which the closed-form goodput does not count; `run --hours H` emulates it")
+                   f"(back-pressure); the closed-form goodput counts that wait in the checkpoint's block, `run "
+                   f"--hours H` emulates it with the data loading and burst credits that share the file system")
     mtbf = f.get("instance_mtbf_hours")
     if mtbf and block and block > 0:
         from ultracluster.goodput import young_interval
@@ -178,13 +190,15 @@ def days_and_dollars(result: RunResult, summary: dict) -> dict:
     every = int(ck.get("every_steps") or 0)
     block = float(st.checkpoint_block_s or 0.0) if st is not None and every else 0.0
     system_mtbf = mtbf * 3600.0 / result.instances if mtbf else math.inf
+    wait = back_to_back_write_s(st, every * (busy + stall)) if ok and st is not None and every and \
+        ck.get("mode") == "async" else 0.0
     tokens, steps = t.get("budget_tokens"), t.get("budget_steps")
     lr = result.long_run if ok else None
     fig = budget_figures(busy, stall, result.tokens_per_step, result.instances,
                          NAN if result.price_per_hour_usd is None else result.price_per_hour_usd, every, block,
                          recovery, system_mtbf, tokens=tokens, steps=steps,
                          emulated_goodput=lr.goodput if lr is not None else None,
-                         storage_usd_per_hour=storage_usd_per_hour(sc.get("storage")))
+                         storage_usd_per_hour=storage_usd_per_hour(sc.get("storage")), async_write_s=wait)
     if lr is not None:
         source = (f"emulated over {lr.hours:g} h ({len(lr.failures)} failures; seed {sc.get('seed', 0)}): "
                   + (f"{lr.checkpoints} checkpoints blocking {lr.checkpoint_block_s:.3g} s each"
@@ -196,7 +210,9 @@ def days_and_dollars(result: RunResult, summary: dict) -> dict:
                                                  if every else "no checkpoints")
                   + (f", system MTBF {system_mtbf / 3600:.3g} h, {recovery:.0f} s per recovery" if mtbf else
                      ", no failures")
-                  + (f", {100 * stall / (busy + stall):.3g} % data stall" if ok and stall > 0 else ""))
+                  + (f", {100 * stall / (busy + stall):.3g} % data stall" if ok and stall > 0 else "")
+                  + (f", each checkpoint waiting {wait - every * (busy + stall):.3g} s for the previous async write "
+                     f"(back-pressure)" if ok and wait > every * (busy + stall) else ""))
     out = {"train_tokens": None, "train_steps": None, "goodput": fig["goodput"] if ok else NAN,
            "goodput_method": fig["goodput_method"], "goodput_source": source,
            **({"goodput_hours": float(lr.hours)} if lr is not None else {}),

@@ -126,35 +126,38 @@ def time_and_cost(step_time_s, tokens_per_step, instances, price_per_hour_usd, g
 
 
 def expected_goodput(busy_s: float, data_stall_s: float, every_steps: int, block_s: float, recovery_s: float,
-                     mtbf_system_s: float) -> float:
+                     mtbf_system_s: float, async_write_s: float = 0.0) -> float:
     """The expected useful share of wall time of a long run, in closed form (goodput.json's
     `closed_form_goodput`): busy / (busy + data stall) x Daly's goodput of a checkpoint period of `every_steps`
     steps (with their data stalls) that blocks `block_s` per checkpoint, under failures with system MTBF
     `mtbf_system_s` (inf: none), each costing `recovery_s` (detection + restart + restore) and the work since the
     last checkpoint. No checkpoints: the stall-free share without failures, 0 with them (every failure restarts
-    the job from its first step)."""
+    the job from its first step). `async_write_s`: an async checkpoint's background write; where it outlasts the
+    period (every_steps x step), each checkpoint also waits for the previous write (back-pressure), so the block
+    is the copy plus that wait."""
     step = busy_s + data_stall_s
     if not (step > 0 and math.isfinite(step)):
         return float("nan")
     share = busy_s / step
     if not every_steps:
         return share if not math.isfinite(mtbf_system_s) else 0.0
+    block_s = block_s + max(0.0, async_write_s - every_steps * step)
     return share * daly_goodput(every_steps * step, block_s, recovery_s, mtbf_system_s)
 
 
-def _closed_goodput(busy_s, data_stall_s, every_steps, block_s, recovery_s, mtbf_system_s):
+def _closed_goodput(busy_s, data_stall_s, every_steps, block_s, recovery_s, mtbf_system_s, async_write_s=0.0):
     """`expected_goodput` elementwise over arrays that broadcast (a plan's rows), a float for scalars."""
     args = [np.asarray(x, dtype=float) for x in (busy_s, data_stall_s, every_steps, block_s, recovery_s,
-                                                 mtbf_system_s)]
+                                                 mtbf_system_s, async_write_s)]
     if all(a.ndim == 0 for a in args):
         return expected_goodput(*(float(a) for a in args[:2]), int(args[2]), *(float(a) for a in args[3:]))
-    one = np.frompyfunc(lambda b, d, e, k, r, m: expected_goodput(b, d, int(e), k, r, m), 6, 1)
+    one = np.frompyfunc(lambda b, d, e, k, r, m, w: expected_goodput(b, d, int(e), k, r, m, w), 7, 1)
     return one(*np.broadcast_arrays(*args)).astype(float)
 
 
 def budget_figures(busy_s, data_stall_s, tokens_per_step, instances, price_per_hour_usd, every_steps=0,
                    block_s=0.0, recovery_s=0.0, mtbf_system_s=math.inf, tokens=None, steps=None,
-                   emulated_goodput=None, storage_usd_per_hour=0.0) -> dict:
+                   emulated_goodput=None, storage_usd_per_hour=0.0, async_write_s=0.0) -> dict:
     """The one path from an evaluated step to its goodput, wall-clock step and tokens/s, days and dollars: `run`'s
     summary.json (`report.summary.days_and_dollars`, whose goodput goodput.json then repeats), a sweep's rows (its
     variants' summaries), a plan's rows (`plan.budget`), elementwise over arrays or of scalars.
@@ -172,6 +175,8 @@ def budget_figures(busy_s, data_stall_s, tokens_per_step, instances, price_per_h
             a recovery's seconds (detection + restart + restore), the system's MTBF in seconds (inf: no failures).
         tokens, steps: the training budget (one of them), or neither: days and dollars NaN.
         emulated_goodput: the long run's goodput, or None.
+        async_write_s: an async checkpoint's background write (0: sync or none): the closed form counts the
+            wait for the previous write where it outlasts the period (`expected_goodput`).
         storage_usd_per_hour: what the file system costs per wall hour (`storage.fsx.storage_usd_per_hour`; 0:
             none), paid over the same days as the instances.
 
@@ -184,8 +189,8 @@ def budget_figures(busy_s, data_stall_s, tokens_per_step, instances, price_per_h
     if emulated_goodput is not None:
         good, method = np.asarray(emulated_goodput, dtype=float), EMULATED
     else:
-        good, method = _closed_goodput(busy_s, data_stall_s, every_steps, block_s, recovery_s, mtbf_system_s), \
-            CLOSED_FORM
+        good, method = _closed_goodput(busy_s, data_stall_s, every_steps, block_s, recovery_s, mtbf_system_s,
+                                       async_write_s), CLOSED_FORM
     good = good + np.zeros(np.broadcast(np.asarray(busy_s), np.asarray(instances)).shape)
     with np.errstate(divide="ignore", invalid="ignore"):
         wall = np.where(good > 0, np.asarray(busy_s, dtype=float) / np.where(good > 0, good, 1.0), np.inf)
