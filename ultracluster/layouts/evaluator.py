@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
@@ -111,6 +112,7 @@ class Evaluator:
         self.scenario = scenario
         self.degraded, self.links = tuple(degraded), links
         self._slow: list | None = None
+        self._parent: Evaluator | None = None       # a companion's (`slow`): whose clusters it degrades
         self.shared_last_sends = shared_last_sends
         self.calibrations = tuple(calibrations) if calibrations else (calibration or fitted(),)
         self.calibration = self.calibrations[0]
@@ -145,6 +147,9 @@ class Evaluator:
     def cluster(self, instance: str, instances: int, lnc: int, cal: int = 0) -> ClusterInfo:
         key = (str(instance), int(instances), int(lnc), int(cal))
         info = self._clusters.get(key)
+        if info is None and self._parent is not None:     # a companion: its parent's cluster on degraded links
+            info = parent = self._parent.cluster(*key)
+            info = self._clusters[key] = dataclasses.replace(parent, cluster=self._placed(parent.cluster))
         if info is None:
             cl = self._placed(self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "cal": key[3],
                                       "tp": 1, "pp": 1,
@@ -181,6 +186,8 @@ class Evaluator:
         if self._slow is None:
             self._slow = [Evaluator(self.scenario, calibrations=self.calibrations,
                                     shared_last_sends=self.shared_last_sends, links=part) for part in self.degraded]
+            for s in self._slow:
+                s._parent = self
         return self._slow
 
     def collective(self, ck: tuple, op: str, nbytes: float, group) -> float:
