@@ -7,6 +7,8 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
+import numpy as np
+
 from .. import chip, stacks
 from .. import operators as opslib
 from ..cluster import Cluster, build_cluster
@@ -175,6 +177,22 @@ class Evaluator:
             row["dp"] = data_parallel(build_cluster(sc, row["instances"], cal).ranks, row["tp"], row["cp"], row["pp"])
         sc = layout_scenario(self.scenario, row)
         return build_cluster(sc, int(row["instances"]), cal)
+
+    def add_calibrations(self, calibrations) -> np.ndarray:
+        """The indices (a table's `cal` column) of `calibrations` among this Evaluator's, those it lacks appended
+        (the memo keys name a calibration by its index, so what was timed stays; companions follow)."""
+        have = {c: i for i, c in enumerate(self.calibrations)}
+        new = tuple(dict.fromkeys(c for c in calibrations if c not in have))
+        if new:
+            if {(f, getattr(c, f)) for c in new for f in SWITCHES} - {(f, getattr(self.calibration, f))
+                                                                     for f in SWITCHES}:
+                raise ValueError(f"Evaluator calibrations differ in a switch ({', '.join(SWITCHES)}); "
+                                 "only numeric factors may vary between rows")
+            have.update({c: len(self.calibrations) + i for i, c in enumerate(new)})
+            self.calibrations += new
+            for s in self._slow or ():
+                s.calibrations = self.calibrations
+        return np.array([have[c] for c in calibrations], dtype=np.int64)
 
     def _placed(self, cl: Cluster) -> Cluster:
         """`cl` on this Evaluator's degraded links (`links`), else as it is."""
