@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Callable
+
+import numpy as np
 
 from .. import chip, stacks
 from .. import operators as opslib
@@ -111,6 +114,7 @@ class Evaluator:
         self.scenario = scenario
         self.degraded, self.links = tuple(degraded), links
         self._slow: list | None = None
+        self._parent: Evaluator | None = None       # a companion's (`slow`): whose clusters it degrades
         self.shared_last_sends = shared_last_sends
         self.calibrations = tuple(calibrations) if calibrations else (calibration or fitted(),)
         self.calibration = self.calibrations[0]
@@ -145,6 +149,9 @@ class Evaluator:
     def cluster(self, instance: str, instances: int, lnc: int, cal: int = 0) -> ClusterInfo:
         key = (str(instance), int(instances), int(lnc), int(cal))
         info = self._clusters.get(key)
+        if info is None and self._parent is not None:     # a companion: its parent's cluster on degraded links
+            info = parent = self._parent.cluster(*key)
+            info = self._clusters[key] = dataclasses.replace(parent, cluster=self._placed(parent.cluster))
         if info is None:
             cl = self._placed(self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "cal": key[3],
                                       "tp": 1, "pp": 1,
@@ -171,6 +178,22 @@ class Evaluator:
         sc = layout_scenario(self.scenario, row)
         return build_cluster(sc, int(row["instances"]), cal)
 
+    def add_calibrations(self, calibrations) -> np.ndarray:
+        """The indices (a table's `cal` column) of `calibrations` among this Evaluator's, those it lacks appended
+        (the memo keys name a calibration by its index, so what was timed stays; companions follow)."""
+        have = {c: i for i, c in enumerate(self.calibrations)}
+        new = tuple(dict.fromkeys(c for c in calibrations if c not in have))
+        if new:
+            if {(f, getattr(c, f)) for c in new for f in SWITCHES} - {(f, getattr(self.calibration, f))
+                                                                     for f in SWITCHES}:
+                raise ValueError(f"Evaluator calibrations differ in a switch ({', '.join(SWITCHES)}); "
+                                 "only numeric factors may vary between rows")
+            have.update({c: len(self.calibrations) + i for i, c in enumerate(new)})
+            self.calibrations += new
+            for s in self._slow or ():
+                s.calibrations = self.calibrations
+        return np.array([have[c] for c in calibrations], dtype=np.int64)
+
     def _placed(self, cl: Cluster) -> Cluster:
         """`cl` on this Evaluator's degraded links (`links`), else as it is."""
         return cl if self.links is None else cl.degraded_copy(self.links)
@@ -181,6 +204,8 @@ class Evaluator:
         if self._slow is None:
             self._slow = [Evaluator(self.scenario, calibrations=self.calibrations,
                                     shared_last_sends=self.shared_last_sends, links=part) for part in self.degraded]
+            for s in self._slow:
+                s._parent = self
         return self._slow
 
     def collective(self, ck: tuple, op: str, nbytes: float, group) -> float:

@@ -48,13 +48,22 @@ def setting_step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
         parts = degraded_parts_of(one)
         if parts is None:       # degraded replicas touched unlike: each setting replayed
             _STEP_TIMES[key] = np.array([replayed_step_time(one, cal) for cal in calibrations])
-        else:
-            _STEP_TIMES[key] = layout_step_times(one, pd.DataFrame([own_row(one)]), calibrations,
-                                                 np.arange(len(calibrations))[None, :], degraded=parts)[0]
+        else:           # one Evaluator per scenario, its settings added call by call (an interval makes two)
+            pr = _EVALUATORS.pop(key[0], None) or Evaluator(one, calibrations=tuple(calibrations),
+                                                            shared_last_sends=True, degraded=parts)
+            _EVALUATORS[key[0]] = pr
+            if len(_EVALUATORS) > 8:
+                _EVALUATORS.pop(next(iter(_EVALUATORS)))
+            which = pr.add_calibrations(calibrations)
+            table = pd.DataFrame([own_row(one)]).iloc[np.zeros(which.size, dtype=int)].reset_index(drop=True)
+            table["cal"] = which
+            out = evaluate(pr, table)
+            _STEP_TIMES[key] = np.where(out["feasible"].to_numpy(), out["step_time_s"].to_numpy(dtype=float), np.nan)
     return _STEP_TIMES[key].copy()
 
 
 _STEP_TIMES: dict[tuple, np.ndarray] = {}     # `setting_step_times` of the process's last 32 one-step scenarios
+_EVALUATORS: dict[str, Evaluator] = {}        # and the Evaluators of its last 8, by content (their memo kept)
 
 
 def degraded_parts_of(one) -> tuple | None:
