@@ -315,16 +315,25 @@ FSX_CHART = REPO / "docs" / "sweeps-fsx.svg"
 
 def _fsx_sweep(conservative: bool):
     """docs/sweeps.md's example: the 12 FSx variants with --hours 720, evaluated in this process as a sweep's tasks
-    evaluate them (`sweep.evaluate.evaluate_variant`)."""
+    evaluate them (`sweep.evaluate.evaluate_variant`), both settings of --assumptions at once, over two processes
+    (each variant's 720 hours are independent of the others; the same rows as one after another)."""
+    from concurrent.futures import ProcessPoolExecutor
+
     from ultracluster.sweep import build
-    from ultracluster.sweep.output import table
     from ultracluster.sweep.evaluate import evaluate_variant
+    from ultracluster.sweep.output import table
 
     if conservative not in _FSX:
-        plan = build(FSX, ["training.budget_tokens=1.5e12"], FSX_VARY, None, 720.0, conservative=conservative)
-        rows = [{"variant": v.index + 1, "key": v.key, **v.values, **evaluate_variant(v.scenario, 720.0, not conservative)}
-                for v in plan.variants]
-        _FSX[conservative] = (table(rows, plan.keys), plan.keys)
+        plans = {c: build(FSX, ["training.budget_tokens=1.5e12"], FSX_VARY, None, 720.0, conservative=c)
+                 for c in (False, True)}
+        jobs = [(c, v) for c in (False, True) for v in plans[c].variants]
+        with ProcessPoolExecutor(max_workers=2) as pool:
+            figures = list(pool.map(evaluate_variant, [v.scenario for _, v in jobs], [720.0] * len(jobs),
+                                    [not c for c, _ in jobs]))
+        for c in (False, True):
+            rows = [{"variant": v.index + 1, "key": v.key, **v.values, **f}
+                    for (cc, v), f in zip(jobs, figures) if cc == c]
+            _FSX[c] = (table(rows, plans[c].keys), plans[c].keys)
     return _FSX[conservative]
 
 

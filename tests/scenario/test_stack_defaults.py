@@ -97,6 +97,22 @@ EXPECTED = {
         "training.recompute": "full",
         "cluster.lnc": 2,                                # "Each TRN2 chip has 4 XLA cores": 8 NeuronCores at LNC=2
     },
+    # torchneuron: pytorch/torchtitan (what the SDK's Native PyTorch for AWS Trainium page says runs with minimal
+    # changes) and the Neuron SDK's Trn2 defaults; no pipeline yet
+    ("torchneuron", False, "swiglu", "trn2.48xlarge"): {
+        "training.attention": "flash",                   # the Neuron SDK's NKI flash-attention kernel on Trn2
+        "model.dropout": 0.0,                            # torchtitan/models/llama3: no dropout in the model
+        "parallelism.sequence_parallel": True,           # torchtitan/config/configs.py: enable_sequence_parallel = True
+        # torchtitan/config/configs.py: enable_async_tensor_parallel = False (and only under torch.compile)
+        "parallelism.tp_comm_overlap": False,
+        "training.zero": 3,                              # FSDP2 fully_shard (torchtitan/distributed/fsdp.py)
+        # torchtitan/distributed/activation_checkpoint.py: SelectiveAC, per-op selective checkpointing
+        "training.recompute": "selective",
+        # torchtitan/distributed/fsdp.py apply_fsdp_to_decoder: fully_shard per transformer block, each block's
+        # parameters all-gathered before its use and its gradients reduce-scattered after its backward
+        "parallelism.fsdp_schedule": "layerwise",
+        "cluster.lnc": 2,                                # the Neuron SDK's Trn2 default, LNC=2
+    },
 }
 
 
@@ -140,7 +156,8 @@ OTHER = {"training.attention": {"flash": "materialized", "materialized": "flash"
          "parallelism.tp_comm_overlap": {True: False, False: True},
          "training.zero": {0: 1, 1: 0, 3: 1},
          "training.recompute": {"selective": "none", "none": "full", "full": "selective"},
-         "cluster.lnc": {2: 1}}
+         "cluster.lnc": {2: 1},
+         "parallelism.fsdp_schedule": {"layerwise": "compiler", "compiler": "layerwise"}}
 
 
 @pytest.mark.parametrize("case, key", [(c, k) for c in EXPECTED for k in EXPECTED[c]],
