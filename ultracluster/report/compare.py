@@ -67,7 +67,7 @@ def _short(text: str) -> str:
 
 
 PAIR_KEYS = ("step_time_s", "time_to_train_days", "total_cost_usd", "goodput")   # what a pair's verdict weighs
-PAIR_NAMES = {"step_time_s": "step", "time_to_train_days": "days", "total_cost_usd": "total $ (with FSx)",
+PAIR_NAMES = {"step_time_s": "step", "time_to_train_days": "days", "total_cost_usd": "total $",
               "goodput": "goodput"}
 
 
