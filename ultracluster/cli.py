@@ -513,8 +513,8 @@ def _sweep(args) -> int:
     from .sweep.output import NO_PARQUET, parquet_engine, table_files
     if not args.quiet:
         print(format_sweep(result.table, result.summary, plan.keys))
-        print(f"sweep directory: {out} ({', '.join(table_files())}, sweep.html); evaluated by "
-              f"{result.summary['evaluated_by']} in {result.summary['wall_s']:.1f} s")
+        print(f"sweep directory: {out} ({', '.join(table_files())}, sweep.html)")     # a path is never wrapped:
+        print(f"evaluated by {result.summary['evaluated_by']} in {result.summary['wall_s']:.1f} s")  # within 100
     if not parquet_engine():
         print(f"note: {NO_PARQUET}", file=sys.stderr)
     for line in result.failures:
