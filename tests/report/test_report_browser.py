@@ -305,8 +305,8 @@ def test_compare_page_of_three_runs_fits_1400_px_with_every_pair(chromium, tmp_p
     assert errors == [] and requests == []
     assert widths[0]["page"] <= 1400, widths                          # the page never scrolls sideways
     pairs = next(t for t in seen[0]["tables"] if t[0][0].startswith("pair"))
-    assert [r[0] for r in pairs[1:]] == ["b-faster vs a-run-with-a-long-label", "c-infeasible vs a-run-with-a-long-label",
-                                         "c-infeasible vs b-faster"]
+    assert [r[0] for r in pairs[1:]] == ["b-faster vs a-run-with-a-long-label",
+                                         "c-infeasible vs a-run-with-a-long-label", "c-infeasible vs b-faster"]
     box = next(t for t in widths[0]["tables"] if t["first"].startswith("pair"))
     assert box["width"] <= 1150 + 0.5                                 # within the page's column, not boxed away
 

@@ -30,7 +30,8 @@ MOVE_CLASS = {"small": "note", "medium": "moved", "large": "moved-far"}
 MOVE_CSS = ".moved{color:#9a6700;font-weight:bold}.moved-far{color:#c0392b;font-weight:bold}"
 # the rows table's long cells wrap, so that it fits the page's width (a row's scenario path is in its tooltip)
 ROWS_CSS = ("table.rows{font-size:13px}table.rows td,table.rows th{padding:3px 5px}table.rows th{white-space:normal}"
-            "table.rows td.wrap,table.rows td.name{white-space:normal;text-align:left}table.rows td.wrap{min-width:11em}"
+            "table.rows td.wrap,table.rows td.name{white-space:normal;text-align:left}"
+            "table.rows td.wrap{min-width:11em}"
             "table.rows td.path{white-space:normal;overflow-wrap:anywhere;min-width:8em;text-align:left}")
 TICKS_MIN, TICKS_MAX = 4, 10         # labelled ticks an axis carries
 
@@ -153,7 +154,8 @@ def _rows(doc: dict) -> str:
         body.append(f"<tr><td>{r['row']}</td><td class='path' title='{escape(r['scenario'])}'>{escape(name)}</td>"
                     f"<td class='name'>{r['instances']} x "
                     f"{escape(r['instance'])}</td><td class='name'>{escape(r['layout'])}</td><td class='name'>"
-                    f"{escape(r['measured'])} {r['value']:g}</td><td>{r['step_time_s']:.4g}</td><td>{r['predicted_before_s']:.4g}</td>"
+                    f"{escape(r['measured'])} {r['value']:g}</td><td>{r['step_time_s']:.4g}</td>"
+                    f"<td>{r['predicted_before_s']:.4g}</td>"
                     f"<td>{_fmt_pct(r['error_before_pct'])}</td><td>{r['predicted_after_s']:.4g}</td>"
                     f"<td>{_fmt_pct(r['error_after_pct'])}</td><td>{loo}</td><td>{_fmt_pct(r['loo_error_pct'])}</td>"
                     f"<td class='wrap'>{escape(r['note'] or '')}"

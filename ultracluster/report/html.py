@@ -267,9 +267,9 @@ def render_compare_html(runs: list[tuple[str, Report]]) -> str:
         cells = "".join((f'<td class="{rec["diffs"][k][1]}">' if k in rec["diffs"] and rec["diffs"][k][1] else "<td>")
                         + escape(rec["diffs"][k][0] if k in rec["diffs"] else "–") + "</td>" for k in PAIR_KEYS)
         flags = "; ".join(f"{label}: {f}" for label, f in rec["flags"].items())
+        note = f"<b>{escape(rec['note'])}</b>" if "a finding" in rec["note"] else escape(rec["note"])
         pair_rows.append(f"<tr><td>{escape(rec['b'])} vs {escape(rec['a'])}</td>{cells}"
-                         f"<td style='text-align:left'>{'<b>' if 'a finding' in rec['note'] else ''}{escape(rec['note'])}"
-                         f"{'</b>' if 'a finding' in rec['note'] else ''}</td>"
+                         f"<td style='text-align:left'>{note}</td>"
                          f"<td class='{'worse' if flags else ''}' style='text-align:left;white-space:normal'>"
                          f"{escape(flags) or '–'}</td></tr>")
     pair_head = "".join(f"<th>{escape(PAIR_NAMES[k])}</th>" for k in PAIR_KEYS)
