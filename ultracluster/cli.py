@@ -358,7 +358,7 @@ def _run(scenario, args) -> int:
                       f"{run_dir.stale.get('host', '?')}, which is no longer running; removed what it left",
                       file=sys.stderr)
             report = run(scenario, out=run_dir, address=args.address, on_step=lambda rec: finished.append(rec.step),
-                         progress=shown, hours=args.hours)
+                         progress=shown, hours=args.hours, price_source=getattr(args, "price_from", None))
             if report.long_run is not None:
                 goodput = _goodput(report, run_dir.path)
     except KeyboardInterrupt as stop:
@@ -398,7 +398,9 @@ def _plan(scenario, args) -> int:
 
     space = search_space(args.instance_types, args.instances, args.tp, args.pp, args.max_cp, args.max_zero,
                          args.micro_batches, args.recompute, args.schedules, args.virtual_stages, args.stack, args.lnc)
-    prices = parse_prices(args.price_per_hour)[1] if args.price_per_hour else None
+    plain, prices = parse_prices(args.price_per_hour) if args.price_per_hour else (None, None)
+    if plain is not None and scenario.cluster.instance in (space.instance_types or (scenario.cluster.instance,)):
+        prices = {**(prices or {}), scenario.cluster.instance: plain}   # plan.json says the flag, as run does
     out = Path(args.out) if args.out else Path("plans") / scenario.name
     check_plan_dir(out, args.force, inputs=_inputs_of(args))    # the output rule, before anything is searched
     # a bar on a terminal, plain lines elsewhere (each phase, and every 10 s), nothing with --quiet
@@ -511,8 +513,8 @@ def _sweep(args) -> int:
     from .sweep.output import NO_PARQUET, parquet_engine, table_files
     if not args.quiet:
         print(format_sweep(result.table, result.summary, plan.keys))
-        print(f"sweep directory: {out} ({', '.join(table_files())}, sweep.html); evaluated by "
-              f"{result.summary['evaluated_by']} in {result.summary['wall_s']:.1f} s")
+        print(f"sweep directory: {out} ({', '.join(table_files())}, sweep.html)")     # a path is never wrapped:
+        print(f"evaluated by {result.summary['evaluated_by']} in {result.summary['wall_s']:.1f} s")  # within 100
     if not parquet_engine():
         print(f"note: {NO_PARQUET}", file=sys.stderr)
     for line in result.failures:
@@ -753,6 +755,7 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_RUNTIME
     from .scenario import load_scenario  # after parsing, so --help stays fast
+    from .step.price import FLAG_PRICE
     by_type: dict[str, float] = {}
     if getattr(args, "price_per_hour", None):        # `run`, `plan`: USD is cluster.price_per_hour_usd
         from .plan import parse_prices
@@ -762,7 +765,8 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"error: {err.problems[0]}", file=sys.stderr)
             return EXIT_BAD_INPUT
         if plain is not None:
-            args.set.append(f"cluster.price_per_hour_usd={plain!r}")
+            args.set.append(f"cluster.price_per_hour_usd={plain!r}")    # after the user's --set: the flag wins
+            args.price_from = FLAG_PRICE
     if getattr(args, "calibration_profile", None):    # the flag is the scenario key, relative to here
         args.set = [*args.set, "calibration=" + json.dumps({"profile": str(Path(args.calibration_profile).absolute())})]
     try:
@@ -771,6 +775,7 @@ def _main(argv: list[str] | None = None) -> int:
                 not any(x.startswith("cluster.price_per_hour_usd=") for x in args.set):
             scenario = load_scenario(args.scenario, args.set + [
                 f"cluster.price_per_hour_usd={by_type[scenario.cluster.instance]!r}"])
+            args.price_from = FLAG_PRICE
         if args.command == "validate":
             print(f"ok: {args.scenario} ({scenario.name}: {scenario.ranks} ranks, tp {scenario.parallelism.tp} "
                   f"pp {scenario.parallelism.pp} dp {scenario.parallelism.dp})")

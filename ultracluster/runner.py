@@ -25,7 +25,8 @@ from .scenario import Scenario, load_scenario
 
 def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None = None, address: str | None = None,
         shards_factory: Callable | None = None, on_step: Callable[[StepRecord], None] | None = None,
-        calibration: Calibration | None = None, progress=None, hours: float | None = None) -> Report:
+        calibration: Calibration | None = None, progress=None, hours: float | None = None,
+        price_source: str | None = None) -> Report:
     """Emulate a scenario and return its Report; write the run directory when `out` is given.
 
     Args:
@@ -42,6 +43,8 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
         progress: told when actors start and each step ends (`ultracluster.report.Progress`).
         hours: `run --hours H`: then emulate H hours of training with failures and checkpoints (`with_long_run`),
             whose goodput is the summary's (and goodput.json's, which the caller writes from `Report.long_run`).
+        price_source: where the caller took the scenario's `cluster.price_per_hour_usd` from when it set it
+            (`step.price.FLAG_PRICE` for `run --price-per-hour`): summary.json's `price_source` then says so.
 
     Returns:
         The Report. An infeasible layout gives a Report whose summary has feasible False and a reason.
@@ -50,7 +53,8 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
         scenario = load_scenario(scenario)
     if out is not None and not isinstance(out, RunDirectory):
         with RunDirectory(out) as run_dir:
-            return run(scenario, run_dir, address, shards_factory, on_step, calibration, progress, hours)
+            return run(scenario, run_dir, address, shards_factory, on_step, calibration, progress, hours,
+                       price_source)
     writer = out.steps if out is not None else None
 
     def step_done(rec: StepRecord) -> None:
@@ -68,6 +72,8 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
         with attached(address) as capacity:   # working dir; fold the actors for the cluster that runs them
             result = emulate(scenario, lambda sc, cl: launch_actors(sc, cl, address), step_done, calibration,
                              progress, capacity, **on_ray)
+    if price_source is not None:
+        result = replace(result, price_source=price_source)
     report = build_report(finish(scenario, result, calibration, hours, intervals=True))
     if out is not None:
         write_run_dir(report, out.path)

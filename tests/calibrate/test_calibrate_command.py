@@ -170,7 +170,7 @@ def test_run_names_the_profile_in_its_summary(profile, scenarios_dir, tmp_path):
     assert te < fitted().tensor_efficiency and s["compute_s"] > plain.summary["compute_s"]
     assert check_run_dir(tmp_path / "run") == []
     from ultracluster.report import Report
-    from ultracluster.report.table import compare_keys
+    from ultracluster.report.compare import compare_keys
 
     back = Report.from_run_dir(tmp_path / "run").summary
     assert back["calibration_profile"] == path

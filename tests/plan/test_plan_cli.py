@@ -102,7 +102,7 @@ def test_terminal_shows_days_and_total_cost(scenarios_dir, tmp_path, capsys):
                  "--top", "1", "--tp", "8", "--pp", "2", "--price-per-hour", "30", "--out", str(out), "--wide"]) == 0
     text = capsys.readouterr().out
     s = json.loads((out / "plan.json").read_text())
-    assert s["prices"] == {"trn1.32xlarge": {"usd_per_hour": 30.0, "source": "cluster.price_per_hour_usd"}}
+    assert s["prices"] == {"trn1.32xlarge": {"usd_per_hour": 30.0, "source": "--price-per-hour"}}
     top = s["best_per_type"][0]
     assert top["price_per_hour_usd"] == 60.0 and "60.00" in text        # 2 instances at $30 (over the catalog's)
     head = next(line for line in text.splitlines() if line.startswith("#  layout"))

@@ -294,6 +294,23 @@ def test_compare_page_shows_capacity_and_no_noise(chromium, tmp_path):
     assert [t["text"] for t in hbm if t["cls"] == "limit" and t["width"] > 0] == ["capacity 32 GiB"] * 2
 
 
+def test_compare_page_of_three_runs_fits_1400_px_with_every_pair(chromium, tmp_path):
+    faster = build_report(make_result())
+    faster.summary = {**faster.summary, "step_time_s": 1.0, "step_time_low_s": 0.9, "step_time_high_s": 1.05}
+    runs = [("a-run-with-a-long-label", build_report(make_result())), ("b-faster", faster),
+            ("c-infeasible", build_report(make_infeasible()))]
+    page = write_compare_html(runs, tmp_path / "cmp" / "compare.html")
+    seen, widths = [], []
+    _, errors, requests = load(chromium, page, seen, width=1400, widths=widths)
+    assert errors == [] and requests == []
+    assert widths[0]["page"] <= 1400, widths                          # the page never scrolls sideways
+    pairs = next(t for t in seen[0]["tables"] if t[0][0].startswith("pair"))
+    assert [r[0] for r in pairs[1:]] == ["b-faster vs a-run-with-a-long-label",
+                                         "c-infeasible vs a-run-with-a-long-label", "c-infeasible vs b-faster"]
+    box = next(t for t in widths[0]["tables"] if t["first"].startswith("pair"))
+    assert box["width"] <= 1150 + 0.5                                 # within the page's column, not boxed away
+
+
 def test_infeasible_report_and_compare_page_render(chromium, tmp_path):
     bad = write_run_dir(build_report(make_infeasible()), tmp_path / "bad")
     png, errors, requests = load(chromium, bad / "report.html")

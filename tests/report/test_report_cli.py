@@ -99,6 +99,10 @@ def test_cli_compare(run_dirs, capsys, tmp_path):
     html = page.read_text()
     assert "https://" not in html and "<h1>ultracluster: 3 runs compared</h1>" in html
     assert '<td class="better">-250 ms (-20.0 %)</td>' in html and '<td class="better">+1,638 (+25.0 %)</td>' in html
+    pairs_html = html[html.index("<h2>Every pair</h2>"):html.index("<h2>Summaries</h2>")]   # before the fields
+    assert [m for m in re.findall(r"<tr><td>([^<]*)</td>", pairs_html)] == \
+        ["faster vs base", "nofit vs base", "nofit vs faster"]                  # every pair, not only vs the first
+    assert "not comparable: nofit is infeasible" in pairs_html
     full = pd.read_csv(page.parent / "compare.csv").set_index("field")
     assert list(full.columns) == ["base", "faster", "faster - base", "faster / base - 1", "nofit", "nofit - base",
                                   "nofit / base - 1"]
@@ -115,7 +119,7 @@ def test_format_compare_labels_and_alignment():
     text = format_compare([("a-long-name", s1), ("b", s2)])
     lines = text.splitlines()
     assert lines[0].split() == ["field", "a-long-name", "b", "vs", "a-long-name"]
-    ends = {len(ln) for ln in lines if ln.split()[0] in ("chips", "ranks", "instances")}
+    ends = {len(ln) for ln in lines if ln.split()[:1] in (["chips"], ["ranks"], ["instances"])}
     assert len(ends) == 1                                   # right-aligned columns
     assert re.search(r"^step_time_s\s+1.25 s\s+n/a\s+n/a$", text, re.M)
     assert re.search(r"^feasible\s+True\s+False\s+differs$", text, re.M)
@@ -128,6 +132,10 @@ def test_compare_of_many_runs_fits_100_columns_and_repeats_the_baseline():
     text = format_compare(runs)
     assert max(map(len, text.splitlines())) <= 100
     blocks = text.split("\n\n")
+    assert blocks[-1].startswith("every pair, later vs earlier (10;")     # 5 runs: 10 pairs
+    pair_lines = [ln.split(":")[0].strip() for ln in blocks.pop().splitlines()[1:] if ln.startswith("  run")]
+    assert pair_lines == [f"run-with-a-rather-long-name-{j} vs run-with-a-rather-long-name-{i}"
+                          for i in range(5) for j in range(i + 1, 5)]
     assert len(blocks) >= 2
     heads = [re.split(r"\s{2,}", block.splitlines()[0]) for block in blocks]
     for head in heads:                                      # each block starts with the baseline's column
@@ -135,6 +143,38 @@ def test_compare_of_many_runs_fits_100_columns_and_repeats_the_baseline():
     runs_shown = [h for head in heads for h in head[2:] if not h.startswith("vs ")]
     assert runs_shown == [f"run-with-a-…-long-name-{i}" for i in range(1, 5)]           # each once, in order
     assert sum(h.startswith("vs run-with") for head in heads for h in head) == 4
+
+
+def test_compare_weighs_every_pair_with_days_dollars_goodput_and_flags():
+    """Each later run against each earlier, not only against the first: c against b is its own verdict, with
+    days, total dollars (FSx included) and goodput, whether the intervals overlap, and the runs' flags."""
+    base = build_report(make_result()).summary
+
+    def run(step, days, usd, goodput, lo, hi, **flags):
+        return {**base, "step_time_s": step, "step_time_low_s": lo, "step_time_high_s": hi,
+                "time_to_train_days": days, "total_cost_usd": usd, "storage_cost_usd": 0.1 * usd, "goodput": goodput,
+                "mfu_implausible": False, "extrapolated": [], **flags}
+    runs = [("a", run(1.25, 40.0, 2.0e6, 0.90, 1.1, 1.4)), ("b", run(1.0, 32.0, 1.6e6, 0.92, 0.9, 1.05)),
+            ("c", run(0.98, 31.4, 1.7e6, 0.95, 0.85, 1.1, mfu_implausible=True, extrapolated=["tp"]))]
+    text = format_compare(runs)
+    assert max(map(len, text.splitlines())) <= 100
+    rows = {ln.split()[0]: ln for ln in text.splitlines() if ln.strip()}
+    for key in ("time_to_train_days", "total_cost_usd", "storage_cost_usd", "goodput", "mfu_implausible",
+                "extrapolated"):
+        assert key in rows, key
+    # the last block (a against c: three runs do not fit 100 columns side by side) shows c's flags
+    assert rows["mfu_implausible"].split()[1:] == ["no", "yes", "(!)", "differs"]
+    assert rows["extrapolated"].split()[1:] == ["-", "tp", "differs"]
+    pair_text = text[text.index("every pair"):].replace("\n      ", " ")
+    lines = {ln.split(":")[0].strip(): ln for ln in pair_text.splitlines()[1:]}
+    assert list(lines) == ["b vs a", "c vs a", "c vs b"]
+    cb = lines["c vs b"]          # c against b itself: -20 ms (-2.0 %), not against a
+    assert "step -20 ms (-2.0 %)" in cb and "days -0.6 (-1.9 %)" in cb and "+$100,000 (+6.2 %)" in cb
+    assert "goodput +3 points (+3.3 %)" in cb and "intervals overlap: not a finding" in cb
+    assert "(c: MFU implausible, extrapolated on tp)" in cb
+    assert "intervals apart: a finding" in lines["b vs a"] and "(c:" not in lines["b vs a"]
+    infeasible = format_compare([("a", runs[0][1]), ("nofit", build_report(make_infeasible()).summary)])
+    assert "nofit vs a: not comparable: nofit is infeasible" in infeasible
 
 
 class FakeClock:

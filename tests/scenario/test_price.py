@@ -58,7 +58,18 @@ def test_run_price_flag(tmp_path, capsys):
     smoke = str(REPO / "scenarios" / "smoke.yaml")
     assert main(["run", smoke, "--price-per-hour", "trn1.32xlarge=12.5,trn2.48xlarge=40", "--out",
                  str(tmp_path / "run"), "--quiet"]) == 0
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["price_per_hour_usd"] == 12.5
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["price_per_hour_usd"] == 12.5 and s["price_source"] == "--price-per-hour"    # the flag, not the key
+    # a plain USD wins over a --set of the key (cli turns the flag into a later --set) and says so; the key alone
+    # is the key
+    assert main(["run", smoke, "--set", "cluster.price_per_hour_usd=3", "--price-per-hour", "7.5", "--out",
+                 str(tmp_path / "plain"), "--quiet"]) == 0
+    s = json.loads((tmp_path / "plain" / "summary.json").read_text())
+    assert (s["price_per_hour_usd"], s["price_source"]) == (7.5, "--price-per-hour")
+    assert main(["run", smoke, "--set", "cluster.price_per_hour_usd=3", "--out", str(tmp_path / "key"),
+                 "--quiet"]) == 0
+    s = json.loads((tmp_path / "key" / "summary.json").read_text())
+    assert (s["price_per_hour_usd"], s["price_source"]) == (3.0, "cluster.price_per_hour_usd")
     for bad in ("-3", "p5.48xlarge=40", "trn2.48xlarge=", "40,50"):
         assert main(["run", smoke, "--price-per-hour", bad, "--out", str(tmp_path / "bad")]) == 2
         err = capsys.readouterr().err

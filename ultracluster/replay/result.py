@@ -193,3 +193,6 @@ class RunResult:
     # `run --hours H`: the long run over H hours with the replayed step as its unit of work
     # (`goodput.GoodputResult`, added by `runner` as a copy); summary.json's goodput is then its goodput
     long_run: GoodputResult | None = None
+    # where the caller took the scenario's `cluster.price_per_hour_usd` from when it set it (`run --price-per-hour`:
+    # "--price-per-hour", `step.price.FLAG_PRICE`); None: the scenario's own (summary.json's `price_source`)
+    price_source: str | None = None

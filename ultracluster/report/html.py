@@ -22,9 +22,8 @@ from ultracluster.report.html_kit import (
     rect, stacked_bars, table,
 )
 from ultracluster.report.ranks import grouped_ranks
-from ultracluster.report.table import (
-    breakdown_lines, compare_cell, compare_difference, compare_keys, fmt, fmt_interval, fmt_value, hbm_text,
-)
+from ultracluster.report.compare import PAIR_KEYS, PAIR_NAMES, compare_cell, compare_difference, compare_keys, pairs
+from ultracluster.report.table import breakdown_lines, fmt, fmt_interval, fmt_value, hbm_text
 
 if TYPE_CHECKING:
     from ultracluster.report.frames import Report
@@ -262,6 +261,20 @@ def render_compare_html(runs: list[tuple[str, Report]]) -> str:
                 cells.append(f'<td class="{cls}">{escape(text)}</td>' if cls else f"<td>{escape(text)}</td>")
         body_rows.append(f"<tr><td>{escape(key)}</td>{''.join(cells)}</tr>")
     fields = f'<div class="wide"><table class="sortable"><tr><th>field</th>{head}</tr>{"".join(body_rows)}</table></div>'
+    every = pairs([(label, s) for label, s in zip(labels, summaries)])
+    pair_rows = []
+    for rec in every:     # one row per pair: its differences, coloured better/worse, the intervals, the flags
+        cells = "".join((f'<td class="{rec["diffs"][k][1]}">' if k in rec["diffs"] and rec["diffs"][k][1] else "<td>")
+                        + escape(rec["diffs"][k][0] if k in rec["diffs"] else "–") + "</td>" for k in PAIR_KEYS)
+        flags = "; ".join(f"{label}: {f}" for label, f in rec["flags"].items())
+        note = f"<b>{escape(rec['note'])}</b>" if "a finding" in rec["note"] else escape(rec["note"])
+        pair_rows.append(f"<tr><td>{escape(rec['b'])} vs {escape(rec['a'])}</td>{cells}"
+                         f"<td style='text-align:left'>{note}</td>"
+                         f"<td class='{'worse' if flags else ''}' style='text-align:left;white-space:normal'>"
+                         f"{escape(flags) or '–'}</td></tr>")
+    pair_head = "".join(f"<th>{escape(PAIR_NAMES[k])}</th>" for k in PAIR_KEYS)
+    pair_table = (f'<div class="wide"><table class="pairs"><tr><th>pair (later vs earlier)</th>{pair_head}'
+                  f'<th>80 % intervals</th><th>flags</th></tr>{"".join(pair_rows)}</table></div>')
     bars = [(label, {k: rep.summary.get(k) for k in BREAKDOWN_KEYS}) for label, rep in runs
             if finite(rep.summary.get("step_time_s"))]
     mem = [(label, {"hbm_peak_gib": rep.summary.get("hbm_peak_gib")}) for label, rep in runs]
@@ -270,6 +283,9 @@ def render_compare_html(runs: list[tuple[str, Report]]) -> str:
     body = f"""<h1>ultracluster: {len(runs)} runs compared</h1>
 <p class="note">differences against {escape(labels[0])}; green is better, red is worse; a difference within float
 noise (one part in a billion of the value, or of the step time) reads 0; compare.csv beside this page has every field in full</p>
+<h2>Every pair</h2><p class="note">each later run against each earlier one ({len(every)} pair{'s' * (len(every) != 1)}):
+the step time, days to train, total dollars (compute and FSx) and goodput; a finding (bold) only where the 80 %
+step-time intervals are apart</p>{pair_table}
 <h2>Summaries</h2>{fields}
 <h2>Step time and 80 % intervals</h2><p class="note">overlapping bands: "faster" is not a finding</p>{interval_svg(
     [(label, rep.summary) for label, rep in runs])}

@@ -172,11 +172,11 @@ def stacked_bars(rows: list[tuple[str, dict[str, float]]], colors: dict[str, str
             + legend(colors))
 
 
-def page(title: str, body: str) -> str:
-    """The offline page around `body`: the kit's CSS, and the script that sorts a `sortable` table by a clicked
-    header. `title` is written as given (escape it)."""
+def page(title: str, body: str, css: str = "") -> str:
+    """The offline page around `body`: the kit's CSS (and the page's own `css` after it), and the script that sorts
+    a `sortable` table by a clicked header. `title` is written as given (escape it)."""
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title><style>{CSS}</style></head>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title><style>{CSS}{css}</style></head>
 <body>{body}
 <script>{SORT_JS}</script>
 </body></html>

@@ -219,7 +219,8 @@ def days_and_dollars(result: RunResult, summary: dict) -> dict:
            "wall_step_time_s": fig["wall_step_time_s"] if ok else NAN,
            "wall_tokens_per_s": fig["wall_tokens_per_s"] if ok else NAN,
            "time_to_train_days": None, "total_cost_usd": None,
-           "price_source": price_source(result.instance_type, (sc.get("cluster") or {}).get("price_per_hour_usd"))}
+           "price_source": price_source(result.instance_type, (sc.get("cluster") or {}).get("price_per_hour_usd"),
+                                        result.price_source)}
     if sc.get("storage"):
         out["storage_price_source"] = price_per_tib_month(sc["storage"])[1]
     if tokens is None and steps is None:

@@ -24,8 +24,6 @@ import shutil
 from ultracluster.replay.result import BREAKDOWN_KEYS
 
 REL_ZERO = 1e-9          # a difference within this fraction of its reference is float noise: shown as 0
-COMPARE_WIDTH = 100      # columns of the terminal compare table
-CELL_MAX = 24            # characters of a cell of the terminal compare table, then "…" (compare.csv has it whole)
 
 # unit -> (significant digits, multiples as (factor, name), largest first; None: the unit as is)
 _TIME = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
@@ -73,7 +71,8 @@ def _real(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
-def _finite(*values) -> bool:
+def all_finite(*values) -> bool:
+    """Every value a real number (not a bool), none NaN or infinite."""
     return all(_real(v) and math.isfinite(v) for v in values)
 
 
@@ -137,7 +136,7 @@ def fmt_value(value, unit: str = "", digits: int | None = None, ref: float = 0.0
 def fmt(value, key: str = "", ref: float = 0.0) -> str:
     """Display text of one summary field or table cell: `fmt_value` in the unit its name gives (a `_us`
     column is microseconds)."""
-    if key.endswith("_us") and _finite(value):
+    if key.endswith("_us") and all_finite(value):
         value = value * 1e-6
     return fmt_value(value, unit_of(key), ref=ref)
 
@@ -145,9 +144,9 @@ def fmt(value, key: str = "", ref: float = 0.0) -> str:
 def fmt_interval(low, high, point, unit: str = "") -> str:
     """"327–455 ms": the bounds in the multiple of their point, `INTERVAL_DIGITS` significant digits, the unit
     once; "" without bounds (an older run directory, an infeasible run)."""
-    if not _finite(low, high):
+    if not all_finite(low, high):
         return ""
-    like = point if _finite(point) and point else high
+    like = point if all_finite(point) and point else high
     lo, hi = (fmt_value(v, unit, INTERVAL_DIGITS, like=like) for v in (low, high))
     lo_num, _, lo_unit = lo.partition(" ")
     return f"{lo_num}–{hi}" if lo_unit and lo_unit == hi.partition(" ")[2] else f"{lo}–{hi}"
@@ -171,7 +170,7 @@ def difference(key: str, base, value, ref: float = 0.0) -> tuple[str, str]:
     """
     if not (_real(base) and _real(value)):
         return ("=" if base == value else "differs"), ""
-    if not _finite(base, value):
+    if not all_finite(base, value):
         return ("0", "") if base == value else ("n/a", "")
     d = value - base
     if d == 0 or abs(d) <= REL_ZERO * max(abs(base), abs(value), abs(ref)):
@@ -186,28 +185,17 @@ def difference(key: str, base, value, ref: float = 0.0) -> tuple[str, str]:
     return text, cls
 
 
-def numeric_difference(key: str, base: dict, run: dict) -> tuple[float | None, float | None]:
-    """(run - base, run / base - 1) of a numeric field, both 0.0 within float noise (as `compare_difference`
-    decides); (None, None) for text, booleans and a NaN side; the ratio None when base is 0."""
-    a, b = base.get(key), run.get(key)
-    if not _finite(a, b):
-        return None, None
-    if compare_difference(key, base, run)[0] == "0":
-        return 0 * (b - a), 0.0
-    return b - a, (float(b / a - 1) if a else None)
-
-
 def step_ref(summary: dict, key: str) -> float:
     """The noise reference of a field: the step time for seconds per step, else 0 (the value itself)."""
     step = summary.get("step_time_s")
-    return float(step) if unit_of(key) == "s" and _finite(step) else 0.0
+    return float(step) if unit_of(key) == "s" and all_finite(step) else 0.0
 
 
 def overlap_note(a: dict, b: dict) -> str:
     """Whether two runs' 80 % step-time intervals overlap: "A is faster" inside overlapping intervals is not a
     finding. "" when either run has no interval."""
     lo_a, hi_a, lo_b, hi_b = (x.get(k) for x in (a, b) for k in ("step_time_low_s", "step_time_high_s"))
-    if not _finite(lo_a, hi_a, lo_b, hi_b):
+    if not all_finite(lo_a, hi_a, lo_b, hi_b):
         return ""
     return "intervals overlap: not a finding" if lo_a <= hi_b and lo_b <= hi_a else "intervals apart: a finding"
 
@@ -220,7 +208,7 @@ def comm_kinds_shown(summary: dict) -> list[str]:
     """The in-layer kinds the breakdown splits `tp_comm_s` into: tp, with cp and ep when the run has them
     (their seconds, exposed or hidden, are above 0); [] for a run without `comm_*` keys or without cp and ep."""
     def busy(k: str) -> bool:
-        return any(_finite(summary.get(f"comm_{k}_{p}_s")) and summary[f"comm_{k}_{p}_s"] > 0
+        return any(all_finite(summary.get(f"comm_{k}_{p}_s")) and summary[f"comm_{k}_{p}_s"] > 0
                    for p in ("exposed", "hidden"))
     extra = [k for k in ("cp", "ep") if busy(k)]
     return ["tp", *extra] if extra else []
@@ -232,10 +220,10 @@ def hidden_of(summary: dict, part: str) -> float | None:
     kinds = {"tp_comm_s": ("tp", "cp", "ep"), "pp_comm_s": ("pp",), "dp_comm_s": ("dp",)}.get(part)
     if kinds is None:
         return None
-    if part == "dp_comm_s" and _finite(summary.get("dp_comm_hidden_s")):
+    if part == "dp_comm_s" and all_finite(summary.get("dp_comm_hidden_s")):
         return summary["dp_comm_hidden_s"]
     values = [summary.get(f"comm_{k}_hidden_s") for k in kinds]
-    return math.fsum(values) if _finite(*values) else None
+    return math.fsum(values) if all_finite(*values) else None
 
 
 def breakdown_lines(summary: dict) -> list[tuple[str, str, str, str]]:
@@ -262,7 +250,7 @@ def hbm_text(summary: dict, per_rank: str = " per rank") -> str:
     """"1.38 GiB per rank of 16 GiB (8.6 %)": the peak with the capacity of a rank when the summary has it."""
     peak, cap = summary.get("hbm_peak_gib"), summary.get("hbm_capacity_gib")
     text = fmt(peak, "hbm_peak_gib") + per_rank
-    if _finite(peak, cap) and cap > 0:
+    if all_finite(peak, cap) and cap > 0:
         text += f" of {fmt(cap, 'hbm_capacity_gib')} ({_plain(100 * peak / cap, 3)} %)"
     return text
 
@@ -298,11 +286,11 @@ def format_summary(summary: dict) -> str:
     rows += [
         ("tokens/s", fmt_value(s.get("tokens_per_s")) + (f" ({band})" if band else "")),
         ("seq/s", fmt_value(s.get("seq_per_s"))),
-        ("MFU", fmt(s.get("mfu"), "mfu") + (f" (HFU {fmt(s['hfu'], 'hfu')})" if _finite(s.get("hfu")) else "")),
+        ("MFU", fmt(s.get("mfu"), "mfu") + (f" (HFU {fmt(s['hfu'], 'hfu')})" if all_finite(s.get("hfu")) else "")),
         ("HBM peak", hbm_text(s)),
     ]
     block: list[str] = []
-    if _finite(step) and step > 0:
+    if all_finite(step) and step > 0:
         lines = [("breakdown", "exposed", "share", "hidden")] + [(f"  {a}", b, c, d) for a, b, c, d in
                                                                   breakdown_lines(s)]
         w = [max(len(r[c]) for r in lines) for c in range(4)]
@@ -313,23 +301,23 @@ def format_summary(summary: dict) -> str:
                                  f"tokens"))
         elif "price_source" in s:
             rows.append(("cost", str(s["price_source"])))
-        if _finite(s.get("goodput")):
+        if all_finite(s.get("goodput")):
             how = "" if s.get("goodput_method") == "emulated" else " expected"     # emulated: its source says so
             rows.append(("goodput", f"{100 * s['goodput']:.2f} %{how} ({s.get('goodput_source')})"))
         if "time_to_train_days" in s:
             from ultracluster.goodput import budget_text
 
             tokens = s.get("train_tokens")
-            lead = f"{tokens:.4g} tokens: " if _finite(tokens) else ""
+            lead = f"{tokens:.4g} tokens: " if all_finite(tokens) else ""
             rows.append(("to train", lead + budget_text(s.get("time_to_train_days"), s.get("total_cost_usd"),
                                                         s.get("price_source"), "with failures and checkpoints")))
-    if _finite(s.get("checkpoint_block_s")):     # a configured checkpoint, whether or not a replayed step held one
+    if all_finite(s.get("checkpoint_block_s")):     # a configured checkpoint, whether or not a replayed step held one
         every = s.get("checkpoint_every_steps")
         rows.append(("checkpoint", (f"every {every} steps: " if every else "")
                      + f"blocks {fmt(s['checkpoint_block_s'], 'checkpoint_block_s')}, writes "
                        f"{fmt(s.get('checkpoint_write_s'), 'checkpoint_write_s')}, restores in "
                        f"{fmt(s.get('restore_s'), 'restore_s')}"
-                     + (f" ({fmt(s['checkpoint_gb'])} GB)" if _finite(s.get("checkpoint_gb")) else "")))
+                     + (f" ({fmt(s['checkpoint_gb'])} GB)" if all_finite(s.get("checkpoint_gb")) else "")))
     if s.get("extrapolated"):
         rows.append(("evidence", "extrapolated on " + ", ".join(s["extrapolated"])
                      + ": no calibration row spans this; the interval is widened (docs/uncertainty.md)"))
@@ -340,107 +328,3 @@ def format_summary(summary: dict) -> str:
     text = [f"{label:<{width}}  {value}".rstrip() for label, value in rows]
     at = next((i for i, (label, _) in enumerate(rows) if label == "HBM peak"), len(rows) - 1) + 1
     return "\n".join(text[:at] + block + text[at:])
-
-
-COMPARE_KEYS = ("instance_type", "instances", "chips", "ranks", "layout", "feasible", "step_time_s", "tokens_per_s",
-                "seq_per_s", "mfu", "hbm_peak_gib", *BREAKDOWN_KEYS, "cost_per_step_usd", "usd_per_million_tokens",
-                # what a buyer decides on (a run with a training budget), and the flags beside the numbers
-                "goodput", "time_to_train_days", "total_cost_usd", "storage_cost_usd", "mfu_implausible",
-                "extrapolated")
-WHOLE_KEYS = ("layout",)   # cells the compare table never cuts (a layout cut in its middle hides its dp)
-
-
-def compare_keys(summaries: list[dict]) -> list[str]:
-    """The fields the compare table shows: `COMPARE_KEYS` (and `calibration_profile` when a run used one), with the exposed seconds of tp, cp and ep after
-    `tp_comm_s` when a run splits it (`comm_kinds_shown`), and after `dp_comm_s` the hidden seconds of each
-    kind that some run hides."""
-    def some(key: str) -> bool:   # above float noise in some run
-        return any(_finite(s.get(key)) and s[key] > REL_ZERO * step_ref(s, key) for s in summaries)
-
-    shown = {k for s in summaries for k in comm_kinds_shown(s)}
-    split = [f"comm_{k}_exposed_s" for k in ("tp", "cp", "ep") if k in shown]
-    hidden = [f"comm_{k}_hidden_s" for k in ("tp", "cp", "ep", "pp", "dp") if some(f"comm_{k}_hidden_s")]
-    keys = list(COMPARE_KEYS)
-    if any(s.get("calibration_profile") for s in summaries):      # which calibration each run used
-        keys.insert(keys.index("feasible"), "calibration_profile")
-    tp, dp = keys.index("tp_comm_s") + 1, keys.index("dp_comm_s") + 1
-    return keys[:tp] + split + keys[tp:dp] + hidden + keys[dp:]
-
-
-def compare_cell(summary: dict, key: str) -> str:
-    """One run's value of a field as the compare table shows it (HBM with its capacity)."""
-    if key == "hbm_peak_gib":
-        peak, cap = summary.get(key), summary.get("hbm_capacity_gib")
-        if _finite(peak, cap):
-            return f"{fmt_value(peak, '', 3)} of {fmt(cap, 'hbm_capacity_gib')}"
-    value = summary.get(key)
-    if isinstance(value, list):
-        return ",".join(map(str, value)) or "-"
-    if key == "mfu_implausible" and isinstance(value, bool):
-        return "yes (!)" if value else "no"
-    return fmt(value, key, ref=step_ref(summary, key))
-
-
-def compare_difference(key: str, base: dict, run: dict) -> tuple[str, str]:
-    """`difference` of a field between two runs, the noise reference the larger step time for seconds."""
-    return difference(key, base.get(key), run.get(key), max(step_ref(base, key), step_ref(run, key)))
-
-
-def _short(text: str) -> str:
-    """`text` cut to `CELL_MAX` characters in its middle (labels that differ at the end stay apart)."""
-    head = (CELL_MAX - 1) // 2
-    return text if len(text) <= CELL_MAX else text[:head] + "…" + text[len(text) - (CELL_MAX - 1 - head):]
-
-
-def format_compare(runs: list[tuple[str, dict]], width: int = COMPARE_WIDTH) -> str:
-    """Summaries side by side: one row per field (`compare_keys`), a column per run and, for every run after
-    the first, its difference against the first ("+53.4 ms (+13.8 %)", "0" within float noise). At most
-    `width` columns: runs that do not fit go to further blocks, each beginning with the first run again, and a
-    cell is cut in its middle at `CELL_MAX` characters (compare.csv has every field whole).
-
-    Args:
-        runs: (label, summary dict) pairs; the first is the baseline.
-        width: columns of the terminal (100; compare.csv has the full table).
-
-    Returns:
-        Lines of aligned tables without a trailing newline; a note under them when intervals overlap.
-    """
-    summaries = [s for _, s in runs]
-    keys = compare_keys(summaries)
-    base = runs[0][1]
-    field = ["field", "80 % interval", *keys]
-    overlap = [overlap_note(base, s) for s in summaries[1:]]
-
-    def run_col(label: str, s: dict) -> list[str]:
-        band = fmt_interval(s.get("step_time_low_s"), s.get("step_time_high_s"), s.get("step_time_s"), "s")
-        return [_short(label), band or "n/a", *(compare_cell(s, k) if k in WHOLE_KEYS else _short(compare_cell(s, k))
-                                                 for k in keys)]
-
-    def diff_col(s: dict, note: str) -> list[str]:
-        return [_short(f"vs {runs[0][0]}"), {"": "n/a"}.get(note, note.split(":")[0].removeprefix("intervals ")),
-                *(_short(compare_difference(k, base, s)[0]) for k in keys)]
-
-    groups = [[run_col(*runs[0])]] + [[run_col(label, s), diff_col(s, note)]
-                                      for (label, s), note in zip(runs[1:], overlap)]
-    fw = max(map(len, field))
-
-    def size(group: list[list[str]]) -> int:
-        return sum(2 + max(map(len, col)) for col in group)
-
-    blocks, cur = [], list(groups[0])
-    for g in groups[1:]:
-        if fw + size(cur) + size(g) <= width or len(cur) == 1 and not blocks:
-            cur += g
-        else:
-            blocks.append(cur)
-            cur = (list(groups[0]) if fw + size(groups[0]) + size(g) <= width else []) + g
-    blocks.append(cur)
-    out = []
-    for cols in blocks:
-        widths = [max(map(len, c)) for c in cols]
-        for i in range(len(field)):
-            out.append((f"{field[i]:<{fw}}" + "".join(f"  {c[i]:>{w}}" for c, w in zip(cols, widths))).rstrip())
-        out.append("")
-    if any(n.startswith("intervals overlap") for n in overlap):
-        out.append("overlap: the 80 % step-time intervals overlap, so a faster step time there is not a finding")
-    return "\n".join(out).rstrip()

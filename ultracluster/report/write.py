@@ -23,7 +23,7 @@ import pandas as pd
 from ultracluster.replay.result import StepRecord
 from ultracluster.report.atomic import atomic_write_text, write_tables
 from ultracluster.report.html import render_compare_html, render_html, sensitivity_html
-from ultracluster.report.table import compare_keys, numeric_difference
+from ultracluster.report.compare import compare_keys, numeric_difference
 from ultracluster.report.trace import chrome_trace
 
 if TYPE_CHECKING:

@@ -10,6 +10,8 @@ CATALOG_PRICE = "catalog (public On-Demand price)"
 NO_PRICE_HINT = "no price: set cluster.price_per_hour_usd or --price-per-hour"
 """What every place a cost would show says where no instance price is known."""
 OVERRIDE_PRICE = "cluster.price_per_hour_usd"
+FLAG_PRICE = "--price-per-hour"
+"""The override's source where the command line's `--price-per-hour` set it (cli turns it into that key)."""
 
 
 def instance_price(instance_type: str, override: float | None = None) -> float | None:
@@ -18,10 +20,11 @@ def instance_price(instance_type: str, override: float | None = None) -> float |
     return float(override) if override is not None else INSTANCES[instance_type].price_per_hour_usd
 
 
-def price_source(instance_type: str, override: float | None = None) -> str:
-    """Where `instance_price` takes the price from: the override (`OVERRIDE_PRICE`), the catalog's public price
-    (`CATALOG_PRICE`), or nowhere (`NO_PRICE_HINT`)."""
+def price_source(instance_type: str, override: float | None = None, origin: str | None = None) -> str:
+    """Where `instance_price` takes the price from: the override (`origin`, where the caller took it from, e.g.
+    `FLAG_PRICE`; else `OVERRIDE_PRICE`, the scenario's key), the catalog's public price (`CATALOG_PRICE`), or
+    nowhere (`NO_PRICE_HINT`)."""
     if override is not None:
-        return OVERRIDE_PRICE
+        return origin or OVERRIDE_PRICE
     spec = INSTANCES.get(instance_type)
     return CATALOG_PRICE if spec is not None and spec.price_per_hour_usd is not None else NO_PRICE_HINT

@@ -134,17 +134,41 @@ def _value(v) -> str:
     return text if len(text) <= 16 else text[:15] + "…"
 
 
+# terminal column -> the sweep.csv column that holds it (a column not shown for width is named by its csv name)
+CSV_NAMES = {"step s (80 %)": "step_time_s", "goodput": "goodput", "wall step s": "wall_step_time_s",
+             "wall tok/s": "wall_tokens_per_s", "days (80 %)": "time_to_train_days", "cost $": "total_cost_usd",
+             "tokens/s": "tokens_per_s", "MFU": "mfu", "warn": "warnings"}
+# which optional columns the terminal keeps first when the width runs out (they are shown in the table's order):
+# the step, goodput, days and dollars a decision needs, then the warnings' marks (the footnotes need them)
+PRIORITY = ("step s (80 %)", "goodput", "days (80 %)", "cost $", "warn", "wall tok/s", "wall step s", "tokens/s",
+            "MFU")
+
+
+def _marks(ids: list[int]) -> str:
+    """Footnote numbers as runs: [1, 2, 3, 5] -> "1-3,5"."""
+    out, i = [], 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if j == i else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
 def format_sweep(frame: pd.DataFrame, summary: dict, keys: list[str], width: int = WIDTH) -> str:
     """The sweep as a table of at most `width` columns: the varied values, step time with its 80 % interval,
-    tokens/s, MFU, goodput (with `--hours`, the wall-clock step and tokens/s at that goodput beside it), days and cost to train (what fits, in that order), a mark per warning; then the
-    warnings, the infeasible variants' reasons and the failures, each once."""
+    goodput (with `--hours`, the wall-clock step and tokens/s at that goodput beside it), days and cost to train,
+    tokens/s, MFU and a mark per warning ("1-3,5"). Columns that do not fit are dropped in the reverse of
+    `PRIORITY` and named under the table ("not shown for width: tokens_per_s, mfu; all in sweep.csv"). Then the
+    warnings as footnotes (only with the marks column shown, so every footnote has a row pointing to it; without
+    it one line counts them), the infeasible variants' reasons and the failures, each once."""
     warn_ids: dict[str, int] = {}
     marks = []
     for w in frame["warnings"].fillna(""):
-        ids = []
-        for part in [p for p in str(w).split(WARNING_JOIN) if p]:
-            ids.append(warn_ids.setdefault(part, len(warn_ids) + 1))
-        marks.append(",".join(map(str, ids)))
+        ids = sorted({warn_ids.setdefault(part, len(warn_ids) + 1)
+                      for part in str(w).split(WARNING_JOIN) if part})
+        marks.append(_marks(ids))
     cols: list[tuple[str, list[str], bool]] = [("#", [str(v) for v in frame["variant"]], True)]
     cols += [(short_key(k), [_value(v) for v in frame[k]], False) for k in keys]
 
@@ -174,16 +198,19 @@ def format_sweep(frame: pd.DataFrame, summary: dict, keys: list[str], width: int
                      else cell(r, "total_cost_usd", None, None)) for r in rows]),
         ("tokens/s", [cell(r, "tokens_per_s", None, None) for r in rows]),
         ("MFU", [cell(r, "mfu", None, None, pct=True) for r in rows]),
-        ("warn", marks),
+        *([("warn", marks)] if warn_ids else []),
     ]
-    if frame["time_to_train_days"].isna().all():
+    no_budget = bool(frame["time_to_train_days"].isna().all())
+    if no_budget:
         optional = [c for c in optional if c[0] not in ("days (80 %)", "cost $")]
-    chosen = []
-    for head, vals in optional:
-        trial = cols + chosen + [(head, vals, False)]
-        if _width(trial) <= width:
-            chosen.append((head, vals, False))
-    cols = cols + chosen
+    by_head = dict((h, v) for h, v in optional)
+    kept: set[str] = set()
+    for head in PRIORITY:          # the most wanted first; each shown where it stands in the table's order
+        if head in by_head and _width(cols + [(h, by_head[h], False) for h, _ in optional
+                                              if h in kept or h == head]) <= width:
+            kept.add(head)
+    dropped = [h for h, _ in optional if h not in kept]
+    cols = cols + [(h, v, False) for h, v in optional if h in kept]
     while _width(cols) > width and len(cols) > 2:     # many varied keys: cut their values
         cols = [(h, [v[:max(4, len(v) - 2)] for v in vals], right) for h, vals, right in cols]
     widths = [max(len(h), *(len(v) for v in vals)) if vals else len(h) for h, vals, _ in cols]
@@ -195,14 +222,21 @@ def format_sweep(frame: pd.DataFrame, summary: dict, keys: list[str], width: int
             + (f", {summary['hours']:g} h each" if summary.get("hours") else "")
             + f", assumptions {summary.get('assumptions', 'on')}")
     out = textwrap.wrap(head, width) + lines
-    if "days (80 %)" not in [c[0] for c in cols] and not frame["time_to_train_days"].isna().all():
-        out.append("(days and cost: see sweep.csv; the terminal is too narrow for them)")
-    if frame["time_to_train_days"].isna().all() and len(frame):
+    if dropped:
+        out += textwrap.wrap("not shown for width: " + ", ".join(CSV_NAMES[h] for h in dropped)
+                             + "; all in sweep.csv", width, subsequent_indent="    ")
+    if no_budget and len(frame):
         out.append("days and dollars: set training.budget_tokens (or --tokens) to see them")
     elif "no price" in [v for _, vals, _ in cols for v in vals]:
         out.append("no price: set cluster.price_per_hour_usd or --price-per-hour")
-    for text, i in warn_ids.items():
-        out += textwrap.wrap(f"[{i}] {text}", width, subsequent_indent="    ")
+    if "warn" in kept:
+        for text, i in warn_ids.items():
+            out += textwrap.wrap(f"[{i}] {text}", width, subsequent_indent="    ")
+    elif warn_ids:
+        hit = int((frame["warnings"].fillna("") != "").sum())
+        out += textwrap.wrap(f"{len(warn_ids)} distinct warning{'s' * (len(warn_ids) > 1)} on {hit} of "
+                             f"{len(frame)} variants, in sweep.csv's warnings column (no room for their marks here)",
+                             width, subsequent_indent="    ")
     for _, r in frame[frame["status"] == "infeasible"].iterrows():
         out += textwrap.wrap(f"#{int(r['variant'])} infeasible: {r['reason']}", width, subsequent_indent="    ")
     for line in summary.get("failures") or []:

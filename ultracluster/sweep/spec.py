@@ -23,6 +23,7 @@ from ..goodput import check_hours
 from ..scenario import Scenario, load_scenario
 from ..yaml_input import InputError, load_yaml, read_yaml_file
 from .assumptions import conservative_sets
+from ..step.price import FLAG_PRICE
 
 MAX_VARIANTS = 500       # default --max-variants: a larger grid is refused before anything runs (raise the flag)
 # What one variant costs before anything runs (measured: smoke.yaml variants, 2.4 ms and 7.3 KiB each, validated
@@ -42,7 +43,6 @@ RANK_KEYS = ("cluster.instances", "cluster.instance", "cluster.lnc", "parallelis
 # leaves them to that type (its UltraServer default, its price: `--price-per-hour`, else the catalog's) unless the
 # sweep sets them itself (--set, --vary)
 TYPE_KEYS = ("ultraserver", "price_per_hour_usd")
-FLAG_PRICE = "--price-per-hour"
 
 
 @dataclass(frozen=True)
