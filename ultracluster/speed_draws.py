@@ -77,12 +77,53 @@ def group_jitter_of(seed: int, step: int, first: int, count: int, group_size: in
     (PCG64 `advance`, one 64-bit output per double), so a group's factor is the same whichever shard draws
     it and whichever other groups are drawn with it. Cost O(count), not O(groups) nor O(ranks).
     """
-    from scipy.special import ndtri      # here: importing the chip model loads no scipy
-
     if sigma <= 0:
         return np.ones(count)
     rng = np.random.default_rng([seed, step, 0x717])
     rng.bit_generator.advance(first)
     # the normal quantile of the group's maximum; a draw of exactly 0 (2^-53) stays finite, as Acklam's did
-    z = ndtri(np.clip(rng.random(count) ** (1.0 / group_size), 1e-300, 1 - 1e-16))
+    z = normal_quantile(np.clip(rng.random(count) ** (1.0 / group_size), 1e-300, 1 - 1e-16))
     return np.exp(sigma * z)
+
+
+# Wichura (1988), "Algorithm AS241: The Percentage Points of the Normal Distribution", Applied Statistics 37(3)
+# 477-484, PPND16 (relative accuracy about 1e-16; the coefficients as CPython's statistics.NormalDist.inv_cdf
+# gives them): the central region |p - 1/2| <= 0.425, the tails r = sqrt(-log(min(p, 1 - p))) <= 5 and beyond
+_CENTRAL = ((2.5090809287301226727e+3, 3.3430575583588128105e+4, 6.7265770927008700853e+4, 4.5921953931549871457e+4,
+             1.3731693765509461125e+4, 1.9715909503065514427e+3, 1.3314166789178437745e+2, 3.3871328727963666080e+0),
+            (5.2264952788528545610e+3, 2.8729085735721942674e+4, 3.9307895800092710610e+4, 2.1213794301586595867e+4,
+             5.3941960214247511077e+3, 6.8718700749205790830e+2, 4.2313330701600911252e+1, 1.0))
+_NEAR = ((7.7454501427834140764e-4, 2.2723844989269184583e-2, 2.4178072517745061177e-1, 1.2704582524523683826e+0,
+          3.6478483247632046050e+0, 5.7694972214606914055e+0, 4.6303378461565452959e+0, 1.4234371107496835773e+0),
+         (1.0507500716444168432e-9, 5.4759380849953449460e-4, 1.5198666563616457197e-2, 1.4810397642748007459e-1,
+          6.8976733498510000455e-1, 1.6763848301838038494e+0, 2.0531916266377588219e+0, 1.0))
+_FAR = ((2.0103343992922881327e-7, 2.7115555687434875782e-5, 1.2426609473880784386e-3, 2.6532189526576123093e-2,
+         2.9656057182850489123e-1, 1.7848265399172913358e+0, 5.4637849111641143699e+0, 6.6579046435011037772e+0),
+        (2.0442631033899397856e-15, 1.4215117583164458887e-7, 1.8463183175100546818e-5, 7.8686913114561325910e-4,
+         1.4875361290850614853e-2, 1.3692988092273580531e-1, 5.9983220655588793769e-1, 1.0))
+
+
+def _ratio(coefficients: tuple, r: np.ndarray) -> np.ndarray:
+    num, den = (np.full_like(r, c[0]) for c in coefficients)
+    for a, b in zip(*(c[1:] for c in coefficients)):
+        num, den = num * r + a, den * r + b
+    return num / den
+
+
+def normal_quantile(p: np.ndarray) -> np.ndarray:
+    """The standard normal quantile Phi^-1(p) of every p in (0, 1), in numpy (AS241 PPND16, above): the same
+    numbers as scipy's `ndtri` to about 1e-15 relative, without importing scipy (0.15-0.3 s of a search)."""
+    p = np.asarray(p, dtype=float)
+    q = p - 0.5
+    central = np.abs(q) <= 0.425
+    out = np.empty_like(p)
+    r = 0.180625 - q[central] ** 2
+    out[central] = q[central] * _ratio(_CENTRAL, r)
+    tail = ~central
+    if tail.any():
+        pt, qt = p[tail], q[tail]
+        r = np.sqrt(-np.log(np.where(qt <= 0.0, pt, 1.0 - pt)))
+        near = r <= 5.0
+        x = np.where(near, _ratio(_NEAR, r - 1.6), _ratio(_FAR, r - 5.0))
+        out[tail] = np.where(qt < 0.0, -x, x)
+    return out

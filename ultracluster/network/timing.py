@@ -74,10 +74,9 @@ class TableCosts:
         b = np.asarray(nbytes, dtype=float)[r] * self.per_byte
         lat, n = self.lat, self.repeat
         total = np.where(self.pipelined, b + lat + (n - 1) * np.maximum(b, lat), n * (b + lat))
-        busy = np.zeros(rows)
-        np.add.at(busy, r, n * b)
-        whole = np.zeros(rows)
-        np.add.at(whole, r, total)
+        # per row, its steps' sums in step order (`np.bincount` adds as `np.add.at` does, in a tenth of the time)
+        busy = np.bincount(r, weights=n * b, minlength=rows)
+        whole = np.bincount(r, weights=total, minlength=rows)
         return busy, whole - busy + self.launch
 
 

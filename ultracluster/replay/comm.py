@@ -165,10 +165,13 @@ def pipeline_sends(times: CommTimes, cluster: Cluster, send_bytes: float, chunks
     Chunk c lives on stage c % pp; placement is tp, cp, then pp inside a replica, so the two stages' ranks share
     an instance, an UltraServer (NeuronLink Z links) or neither (EFA)."""
     pp = cluster.layout.pp
-    groups = tuple(send_group(cluster, c % pp, (c + 1) % pp) for c in range(chunks - 1))
+    # chunk c sends from stage c % pp: the pp stage pairs' groups and seconds, each once (the other chunks' sends,
+    # counted 0 times in the records, are the same collectives)
+    pairs = [send_group(cluster, s, (s + 1) % pp) for s in range(min(pp, chunks - 1))]
+    seconds = [times("send_recv", send_bytes, grp, "pp", 2 * m if s == 0 else 0) for s, grp in enumerate(pairs)]
+    groups = tuple(pairs[c % pp] for c in range(chunks - 1))
     send_fwd = np.zeros(chunks)
-    for c, grp in enumerate(groups):
-        send_fwd[c] = times("send_recv", send_bytes, grp, "pp", 2 * m if c == 0 else 0)
+    send_fwd[:chunks - 1] = [seconds[c % pp] for c in range(chunks - 1)]
     return groups, send_fwd
 
 
