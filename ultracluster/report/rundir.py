@@ -277,17 +277,7 @@ class RunDirectory:
                                   f"run never replaces it silently: add --force to replace it, or give --out NEWDIR")
 
     def _clean_after(self, dead: dict) -> None:
-        """Remove what a dead run left beside the directory: its staging directory, a half-done swap."""
-        name = dead.get("staging")
-        prefix = f".{self.target.name}.partial-"
-        if isinstance(name, str) and name.startswith(prefix) and "/" not in name:
-            shutil.rmtree(self.target.parent / name, ignore_errors=True)
-            old = self.target.parent / (name + ".old")
-            if old.is_dir():
-                if not self.target.exists():
-                    os.rename(old, self.target)      # it died between the two renames: put the last run back
-                else:
-                    shutil.rmtree(old, ignore_errors=True)
+        clean_after(self.target, dead)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -324,6 +314,21 @@ class RunDirectory:
     def _publish(self) -> None:
         """Move the staging directory into place, replacing the previous run's directory as a whole."""
         move_into_place(self.path, self.target)
+
+
+def clean_after(target: Path, dead: dict) -> None:
+    """Remove what a dead writer of `target` (its lock's record, `RunDirLock.stale`) left beside it: its staging
+    directory, a half-done swap (the previous directory put back when the writer died between the two renames)."""
+    name = dead.get("staging")
+    prefix = f".{target.name}.partial-"
+    if isinstance(name, str) and name.startswith(prefix) and "/" not in name:
+        shutil.rmtree(target.parent / name, ignore_errors=True)
+        old = target.parent / (name + ".old")
+        if old.is_dir():
+            if not target.exists():
+                os.rename(old, target)      # it died between the two renames: put the last one back
+            else:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def staging_beside(target: str | os.PathLike) -> Path:
