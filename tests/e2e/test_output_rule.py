@@ -260,10 +260,10 @@ def test_a_planted_symlink_is_never_written_through(home, capsys):
     (home / "sw").mkdir()
     (home / "sw" / "sweep-rows.jsonl").symlink_to(home / "notes.txt")      # opened "w" by a sweep
     refused(capsys, ["sweep", "smoke.yaml", "--vary", "training.micro_batch=1,2", "--out", "sw", "--force"],
-            "(sweep-rows.jsonl)", home)
+            "(sweep-rows.jsonl (a symlink))", home)
     (home / "sens").mkdir()
     (home / "sens" / "sensitivity.csv").symlink_to(home / "notes.txt")
-    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens", "--force"], "(sensitivity.csv)", home)
+    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens", "--force"], "(sensitivity.csv (a symlink))", home)
 
 
 def test_plan_force_keeps_the_earlier_plan_until_the_new_one_is_complete(home, monkeypatch):
@@ -398,3 +398,48 @@ def test_a_force_sweep_killed_outright_leaves_the_earlier_sweep_and_the_next_cle
     after = tree(home)                                     # its rows as they were (sweep.json: this run's time)
     assert sorted(after) == sorted(before) and all(after[f] == before[f] for f in ("sw/sweep.csv",
                                                                                   "sw/sweep-rows.jsonl"))
+
+
+def test_sweep_never_replaces_a_fifo_or_a_device_named_as_its_files(home, capsys):
+    """A FIFO at sweep.json, a device at sweep.csv, a symlink or a directory at sweep-rows.jsonl inside a sweep
+    directory are not a sweep's files: refused with --force too (they were replaced), each named with its kind.
+    A run directory holding a FIFO named steps.csv is refused the same way."""
+    vary = ["sweep", "smoke.yaml", "--vary", "seed=0,1", "--force", "--out"]
+    (home / "f").mkdir()
+    os.mkfifo(home / "f" / "sweep.json")
+    refused(capsys, vary + ["f"], "(sweep.json (a FIFO (named pipe)))", home)
+    (home / "d").mkdir()
+    (home / "d" / "sweep-rows.jsonl").mkdir()
+    refused(capsys, vary + ["d"], "(sweep-rows.jsonl/)", home)
+    (home / "l").mkdir()
+    (home / "l" / "sweep.csv").symlink_to(home / "notes.txt")
+    refused(capsys, vary + ["l"], "(sweep.csv (a symlink))", home)
+    try:
+        (home / "c").mkdir()
+        os.mknod(home / "c" / "sweep.csv", stat.S_IFCHR | 0o600, os.makedev(1, 3))      # /dev/null's numbers
+    except PermissionError:                 # no CAP_MKNOD: the FIFO above is the same case
+        shutil.rmtree(home / "c")
+    else:
+        refused(capsys, vary + ["c"], "(sweep.csv (a device))", home)
+    (home / "runs" / "smoke").mkdir(parents=True)
+    os.mkfifo(home / "runs" / "smoke" / "steps.csv")
+    refused(capsys, ["run", "smoke.yaml", "--force"], "(steps.csv (a FIFO (named pipe)))", home)
+
+
+def test_a_sweeps_rows_file_beyond_what_a_sweep_writes_is_refused_in_bounded_time(home, capsys, monkeypatch):
+    """sweep-rows.jsonl with more rows than a sweep holds (a 300 MB one took 27 s and 1.6 GiB) or a line longer
+    than any row: refused, naming it, before a row is parsed; the directory as it was."""
+    from ultracluster.sweep import output
+
+    _sweep_in_process(monkeypatch)
+    assert main(["sweep", "smoke.yaml", "--vary", "seed=0,1", "--out", "sw", "--quiet"]) == EXIT_OK
+    rows = home / "sw" / "sweep-rows.jsonl"
+    line = rows.read_text().splitlines()[0] + "\n"
+    monkeypatch.setattr(output, "MAX_ROWS", 50)            # the bound is MAX_SWEEP_VARIANTS: the same code, smaller
+    with open(rows, "a") as f:
+        f.write(line * 60)
+    again = ["sweep", "smoke.yaml", "--vary", "seed=0,1", "--out", "sw", "--quiet"]
+    refused(capsys, again, "its sweep-rows.jsonl holds more than 50 rows", home)
+    rows.write_text(line + "{" + " " * (output.MAX_ROW_BYTES + 10) + "}\n")
+    refused(capsys, again, "a line (line 2) longer than 256 KiB", home)
+    assert sorted(p.name for p in home.iterdir() if p.name.startswith(".")) == []

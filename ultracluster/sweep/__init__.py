@@ -157,7 +157,7 @@ def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, acto
     t0 = time.perf_counter()
     staging = staging_beside(out)
     target = Path(os.path.realpath(out))
-    with RunDirLock(out, staging.name) as lock:
+    with RunDirLock(out, staging.name, "sweep directory") as lock:
         if lock.stale:                                 # a sweep that died (SIGKILL) while replacing another
             clean_after(target, lock.stale)
             log(f"sweep: took over the lock of {out} from pid {lock.stale.get('pid', '?')}, which is no longer "
