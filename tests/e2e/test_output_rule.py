@@ -403,7 +403,7 @@ def test_a_force_sweep_killed_outright_leaves_the_earlier_sweep_and_the_next_cle
 def test_sweep_never_replaces_a_fifo_or_a_device_named_as_its_files(home, capsys):
     """A FIFO at sweep.json, a device at sweep.csv, a symlink or a directory at sweep-rows.jsonl inside a sweep
     directory are not a sweep's files: refused with --force too (they were replaced), each named with its kind.
-    A run directory holding a FIFO named steps.csv is refused the same way."""
+    A run directory holding a FIFO named steps.csv, a plan directory a FIFO named plan.json: the same."""
     vary = ["sweep", "smoke.yaml", "--vary", "seed=0,1", "--force", "--out"]
     (home / "f").mkdir()
     os.mkfifo(home / "f" / "sweep.json")
@@ -424,6 +424,10 @@ def test_sweep_never_replaces_a_fifo_or_a_device_named_as_its_files(home, capsys
     (home / "runs" / "smoke").mkdir(parents=True)
     os.mkfifo(home / "runs" / "smoke" / "steps.csv")
     refused(capsys, ["run", "smoke.yaml", "--force"], "(steps.csv (a FIFO (named pipe)))", home)
+    (home / "plans" / "p").mkdir(parents=True)                # and plan: plan.json as a FIFO
+    os.mkfifo(home / "plans" / "p" / "plan.json")
+    refused(capsys, ["plan", "smoke.yaml", "--top", "1", "--out", "plans/p", "--force"],
+            "(plan.json (a FIFO (named pipe)))", home)
 
 
 def test_a_sweeps_rows_file_beyond_what_a_sweep_writes_is_refused_in_bounded_time(home, capsys, monkeypatch):

@@ -92,10 +92,11 @@ def owns_files(names) -> Callable[[Path], bool]:
     an entry of one of those names that is not a regular file (a directory, a FIFO, a device, a socket) or is a
     symlink (written through, it could land anywhere) is not one of them."""
     names = frozenset(names)
-    return lambda entry: bool(TEMP_FILE.match(entry.name)) or (entry.name in names and _regular(entry))
+    return lambda entry: bool(TEMP_FILE.match(entry.name)) or (entry.name in names and is_regular(entry))
 
 
-def _regular(entry: Path) -> bool:
+def is_regular(entry: Path) -> bool:
+    """Whether `entry` is a regular file itself (not a symlink to one, a FIFO, a device, a socket, a directory)."""
     try:
         return stat.S_ISREG(entry.lstat().st_mode)
     except OSError:
