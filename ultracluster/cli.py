@@ -491,11 +491,14 @@ def _sweep(args) -> int:
             result = run_sweep(plan, out, address=args.address, actors=args.actors, assumptions_on=not off,
                                force=args.force, progress=shown, log=say)
     except KeyboardInterrupt as stop:
+        kept = getattr(stop, "kept_earlier", None)     # a --force sweep over another: that one is kept as it was
         stop = stop if isinstance(stop, RunInterrupted) else RunInterrupted(signal.SIGINT)
         if shown:
             shown.finish()
-        print(f"sweep interrupted ({stop.signal_name}); {out} keeps the finished rows: run the same sweep again "
-              f"to evaluate the rest", file=sys.stderr)
+        print(f"sweep interrupted ({stop.signal_name}); " + (
+            f"{out} keeps {kept} as it was, and this sweep's rows were dropped: run it again with --force to "
+            f"replace it" if kept else
+            f"{out} keeps the finished rows: run the same sweep again to evaluate the rest"), file=sys.stderr)
         return stop.exit_code
     except OutDirError as err:
         if shown:
@@ -505,7 +508,8 @@ def _sweep(args) -> int:
     except UltraclusterError as err:
         if shown:
             shown.finish()
-        print(f"error: {err}", file=sys.stderr)
+        kept = getattr(err, "kept_earlier", None)
+        print(f"error: {err}" + (f" ({out} keeps {kept} as it was)" if kept else ""), file=sys.stderr)
         return EXIT_RUNTIME
     finally:
         if shown:

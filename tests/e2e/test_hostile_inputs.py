@@ -29,18 +29,7 @@ def uc(*args: str, prelude: str = "", timeout: float = 60, env: dict | None = No
     return done, time.monotonic() - start
 
 
-def test_sweep_on_the_plain_install_writes_csv_and_says_parquet_is_not_written(tmp_path):
-    out = tmp_path / "sw"
-    done, _ = uc("sweep", str(SMOKE), "--vary", "seed=0,1", "--out", str(out), prelude=NO_PYARROW)
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr
-    notes = [line for line in done.stderr.splitlines() if "sweep.parquet not written" in line]
-    assert len(notes) == 1 and "pip install 'ultracluster[parquet]'" in notes[0]
-    assert sorted(p.name for p in out.iterdir()) == ["sweep-rows.jsonl", "sweep.csv", "sweep.html", "sweep.json"]
-    import pandas as pd
-    table = pd.read_csv(out / "sweep.csv")
-    assert table["seed"].tolist() == [0, 1] and (table["status"] == "ok").all()
-    assert "(sweep.csv, sweep.html)" in done.stdout
+# the plain install itself (a venv without the extras) and every README command on it: test_plain_install.py
 
 
 def test_sweep_with_pyarrow_writes_parquet_and_a_plain_rerun_removes_the_stale_one(tmp_path):

@@ -6,6 +6,7 @@ are written once, in this process, with local shards). A closed stdout stops the
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -259,10 +260,10 @@ def test_a_planted_symlink_is_never_written_through(home, capsys):
     (home / "sw").mkdir()
     (home / "sw" / "sweep-rows.jsonl").symlink_to(home / "notes.txt")      # opened "w" by a sweep
     refused(capsys, ["sweep", "smoke.yaml", "--vary", "training.micro_batch=1,2", "--out", "sw", "--force"],
-            "(sweep-rows.jsonl)", home)
+            "(sweep-rows.jsonl (a symlink))", home)
     (home / "sens").mkdir()
     (home / "sens" / "sensitivity.csv").symlink_to(home / "notes.txt")
-    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens", "--force"], "(sensitivity.csv)", home)
+    refused(capsys, ["sensitivity", "smoke.yaml", "--out", "sens", "--force"], "(sensitivity.csv (a symlink))", home)
 
 
 def test_plan_force_keeps_the_earlier_plan_until_the_new_one_is_complete(home, monkeypatch):
@@ -287,3 +288,162 @@ def test_plan_force_keeps_the_earlier_plan_until_the_new_one_is_complete(home, m
         plan(load_scenario(SMOKE), space, top=1, out=plans, replay=False, force=True)
     assert "plan.json" in seen[0] and "top-1.yaml" in seen[0]       # the new plan was complete beside it
     assert tree(home) == before
+
+
+def _sweep_in_process(monkeypatch) -> None:
+    """The variants timed in this process, one after the other (never on a Ray another test attached)."""
+    monkeypatch.setattr("ultracluster.actors.plan_tasks.wanted", lambda address: False)
+
+
+def test_sweep_force_keeps_the_earlier_sweep_until_the_new_one_is_complete(home, capsys, monkeypatch):
+    """`sweep --force` over another sweep writes the new one beside it and moves it into place whole: a real SIGTERM
+    after its first row, a variant the cluster loses, a failed swap (a full disk) each leave the earlier sweep
+    byte for byte (sha256) and nothing of the new one; that sweep, run again without --force, still resumes from
+    its own rows; a complete --force sweep replaces it."""
+    import signal
+
+    from ultracluster import sweep
+    from ultracluster.errors import ActorError
+
+    _sweep_in_process(monkeypatch)
+    earlier = ["sweep", "smoke.yaml", "--vary", "seed=0,1", "--out", "sw", "--quiet"]
+    assert main(earlier) == EXIT_OK
+    before = tree(home)
+    other = ["sweep", "smoke.yaml", "--vary", "training.micro_batch=1,2,4", "--hours", "1", "--out", "sw", "--force",
+             "--quiet"]
+    from ultracluster.report.rundir import move_into_place as real_move
+    real_task, calls = sweep._task, []
+
+    def signalled(shared, scenario):
+        calls.append(scenario)
+        if len(calls) == 2:               # the first row is on disk, beside the earlier sweep
+            staged = [p for p in home.iterdir() if p.name.startswith(".sw.partial-")]
+            assert len(staged) == 1 and len((staged[0] / "sweep-rows.jsonl").read_text().splitlines()) == 1
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_task(shared, scenario)
+    monkeypatch.setattr(sweep, "_task", signalled)
+    capsys.readouterr()
+    t0 = time.perf_counter()
+    assert main(other) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert "sweep interrupted (SIGTERM); sw keeps a sweep of smoke (2 variants, finished" in err, err
+    assert "Traceback" not in err and time.perf_counter() - t0 < FAST
+    assert tree(home) == before                            # no .sw.partial-*, no .sw.lock, the earlier files
+
+    calls.clear()
+
+    def lost(shared, scenario):
+        calls.append(scenario)
+        if len(calls) == 2:
+            raise ActorError("the Ray cluster lost the variant's task")
+        return real_task(shared, scenario)
+    monkeypatch.setattr(sweep, "_task", lost)
+    assert main(other) == 4
+    err = capsys.readouterr().err
+    assert "lost the variant's task (sw keeps a sweep of smoke" in err and "Traceback" not in err, err
+    assert tree(home) == before
+
+    seen = []
+
+    def full_disk(staging, target):
+        seen.append(sorted(p.name for p in staging.iterdir()))
+        raise OSError(28, "No space left on device", str(target))
+    from ultracluster.report import rundir
+    monkeypatch.setattr(sweep, "_task", real_task)
+    monkeypatch.setattr(rundir, "move_into_place", full_disk)
+    assert main(other) == EXIT_BAD_INPUT
+    assert "error: cannot write" in capsys.readouterr().err
+    assert "sweep.csv" in seen[0] and "sweep.json" in seen[0]      # the new sweep was complete beside it
+    assert tree(home) == before
+    monkeypatch.setattr(rundir, "move_into_place", real_move)
+
+    assert main(earlier[:-1]) == EXIT_OK                     # the earlier sweep, again: its own rows, all reused
+    assert "2 of 2 variants already priced in sw: skipped" in capsys.readouterr().err
+    assert main(other) == EXIT_OK
+    done = json.loads((home / "sw" / "sweep.json").read_text())
+    assert done["finished"] and done["variants"] == 3 and done["keys"] == ["training.micro_batch"]
+    assert sorted(p.name for p in home.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_force_sweep_killed_outright_leaves_the_earlier_sweep_and_the_next_cleans_up(home, capsys, monkeypatch):
+    """SIGKILL (no cleanup at all) in the middle of a --force sweep: the earlier sweep is as it was; the next sweep
+    takes over the dead one's lock, removes its staging directory and says so."""
+    import signal
+
+    _sweep_in_process(monkeypatch)
+    assert main(["sweep", "smoke.yaml", "--vary", "seed=0,1", "--out", "sw", "--quiet"]) == EXIT_OK
+    before = tree(home)
+    # the child's second variant waits (for the kill) once the first row is on disk
+    slow = ("import sys, time\nfrom ultracluster import sweep\nfrom ultracluster.cli import main\ntask, n = sweep._task, []\n"
+            "def wait(shared, scenario):\n    n.append(1)\n    if len(n) == 2:\n        time.sleep(60)\n"
+            "    return task(shared, scenario)\nsweep._task = wait\nsys.exit(main(sys.argv[1:]))\n")
+    child = subprocess.Popen([sys.executable, "-c", slow, "sweep", "smoke.yaml", "--vary",
+                              "training.micro_batch=1,2,4", "--hours", "1", "--out", "sw", "--force", "--quiet"], cwd=home,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    rows = []
+    while time.monotonic() < deadline and not rows and child.poll() is None:
+        rows = [p for p in home.glob(".sw.partial-*/sweep-rows.jsonl") if p.read_text().count("\n") >= 1]
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    assert rows, (sorted(os.listdir(home)), child.stderr.read().decode())                # killed with its first row beside the earlier sweep
+    left = sorted(p.name for p in home.iterdir() if p.name.startswith(".sw."))
+    assert len(left) == 2 and left[0] == ".sw.lock" and left[1].startswith(".sw.partial-")
+    assert {k: v for k, v in tree(home).items() if not k.startswith(".sw.")} == before
+    capsys.readouterr()
+    assert main(["sweep", "smoke.yaml", "--vary", "seed=0,1", "--out", "sw"]) == EXIT_OK
+    err = capsys.readouterr().err
+    assert "took over the lock of sw from pid" in err and "2 of 2 variants already priced in sw: skipped" in err, err
+    after = tree(home)                                     # its rows as they were (sweep.json: this run's time)
+    assert sorted(after) == sorted(before) and all(after[f] == before[f] for f in ("sw/sweep.csv",
+                                                                                  "sw/sweep-rows.jsonl"))
+
+
+def test_sweep_never_replaces_a_fifo_or_a_device_named_as_its_files(home, capsys):
+    """A FIFO at sweep.json, a device at sweep.csv, a symlink or a directory at sweep-rows.jsonl inside a sweep
+    directory are not a sweep's files: refused with --force too (they were replaced), each named with its kind.
+    A run directory holding a FIFO named steps.csv, a plan directory a FIFO named plan.json: the same."""
+    vary = ["sweep", "smoke.yaml", "--vary", "seed=0,1", "--force", "--out"]
+    (home / "f").mkdir()
+    os.mkfifo(home / "f" / "sweep.json")
+    refused(capsys, vary + ["f"], "(sweep.json (a FIFO (named pipe)))", home)
+    (home / "d").mkdir()
+    (home / "d" / "sweep-rows.jsonl").mkdir()
+    refused(capsys, vary + ["d"], "(sweep-rows.jsonl/)", home)
+    (home / "l").mkdir()
+    (home / "l" / "sweep.csv").symlink_to(home / "notes.txt")
+    refused(capsys, vary + ["l"], "(sweep.csv (a symlink))", home)
+    try:
+        (home / "c").mkdir()
+        os.mknod(home / "c" / "sweep.csv", stat.S_IFCHR | 0o600, os.makedev(1, 3))      # /dev/null's numbers
+    except PermissionError:                 # no CAP_MKNOD: the FIFO above is the same case
+        shutil.rmtree(home / "c")
+    else:
+        refused(capsys, vary + ["c"], "(sweep.csv (a device))", home)
+    (home / "runs" / "smoke").mkdir(parents=True)
+    os.mkfifo(home / "runs" / "smoke" / "steps.csv")
+    refused(capsys, ["run", "smoke.yaml", "--force"], "(steps.csv (a FIFO (named pipe)))", home)
+    (home / "plans" / "p").mkdir(parents=True)                # and plan: plan.json as a FIFO
+    os.mkfifo(home / "plans" / "p" / "plan.json")
+    refused(capsys, ["plan", "smoke.yaml", "--top", "1", "--out", "plans/p", "--force"],
+            "(plan.json (a FIFO (named pipe)))", home)
+
+
+def test_a_sweeps_rows_file_beyond_what_a_sweep_writes_is_refused_in_bounded_time(home, capsys, monkeypatch):
+    """sweep-rows.jsonl with more rows than a sweep holds (a 300 MB one took 27 s and 1.6 GiB) or a line longer
+    than any row: refused, naming it, before a row is parsed; the directory as it was."""
+    from ultracluster.sweep import output
+
+    _sweep_in_process(monkeypatch)
+    assert main(["sweep", "smoke.yaml", "--vary", "seed=0,1", "--out", "sw", "--quiet"]) == EXIT_OK
+    rows = home / "sw" / "sweep-rows.jsonl"
+    line = rows.read_text().splitlines()[0] + "\n"
+    monkeypatch.setattr(output, "MAX_ROWS", 50)            # the bound is MAX_SWEEP_VARIANTS: the same code, smaller
+    with open(rows, "a") as f:
+        f.write(line * 60)
+    again = ["sweep", "smoke.yaml", "--vary", "seed=0,1", "--out", "sw", "--quiet"]
+    refused(capsys, again, "its sweep-rows.jsonl holds more than 50 rows", home)
+    rows.write_text(line + "{" + " " * (output.MAX_ROW_BYTES + 10) + "}\n")
+    refused(capsys, again, "a line (line 2) longer than 256 KiB", home)
+    assert sorted(p.name for p in home.iterdir() if p.name.startswith(".")) == []

@@ -147,3 +147,16 @@ def test_terminal_table_fits_100_columns_and_names_the_assumptions(tmp_path):
     assert math.isnan(res.table["total_cost_usd"].iloc[0])
     html = (tmp_path / "on" / "sweep.html").read_text()
     assert 'class="heatmap"' in html and html.count('class="chart"') >= 4 and 'class="interval"' in html
+
+
+def test_a_kept_row_takes_the_new_grids_variant_number(tmp_path, monkeypatch):
+    """`--vary seed=0,1,2` then `--vary seed=2,3` into the same directory: seed 2's row is reused, as variant 1 of
+    the new grid (it was variant 3), and the table is in the new grid's order."""
+    monkeypatch.setattr("ultracluster.actors.plan_tasks.wanted", lambda address: False)
+    out = tmp_path / "sw"
+    run_sweep(build(SMOKE, [], ["seed=0,1,2"], None, None), out)
+    again = run_sweep(build(SMOKE, [], ["seed=2,3"], None, None), out)
+    assert again.summary["reused"] == 1
+    assert again.table["variant"].tolist() == [1, 2] and again.table["seed"].tolist() == [2, 3]
+    table = pd.read_csv(out / "sweep.csv")
+    assert table["variant"].tolist() == [1, 2] and table["seed"].tolist() == [2, 3]

@@ -24,7 +24,7 @@ import yaml
 from .. import stacks
 from ..replay.result import BREAKDOWN_KEYS
 from ..report.atomic import atomic_write_bytes
-from ..report.output_rule import TEMP_FILE, check_out_dir
+from ..report.output_rule import TEMP_FILE, check_out_dir, is_regular
 from ..report.rundir import RUN_FILE
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
@@ -148,15 +148,14 @@ def _plan_owns(entry: Path) -> bool:
     """Whether a plan writes `entry` of its directory: its files, top-N.yaml, runs/ holding only the replays' run
     directories (runs/top-N/ with nothing but run files, their locks), and the temporary files of a killed write."""
     name = entry.name
-    if TEMP_FILE.match(name) or (name in PLAN_FILES or TOP_FILE.match(name)) and not entry.is_dir() \
-            and not entry.is_symlink():
+    if TEMP_FILE.match(name) or (name in PLAN_FILES or TOP_FILE.match(name)) and is_regular(entry):
         return True
     if name != "runs" or entry.is_symlink() or not entry.is_dir():
         return False
     for run in entry.iterdir():
         if not TOP_RUN.match(run.name) or run.is_symlink():
             return False
-        if run.is_dir() and any(f.is_dir() or not RUN_FILE.match(f.name) for f in run.iterdir()):
+        if run.is_dir() and any(not is_regular(f) or not RUN_FILE.match(f.name) for f in run.iterdir()):
             return False
     return True
 

@@ -89,11 +89,33 @@ def _creatable(flag: str, shown: str, directory: Path) -> None:
 
 def owns_files(names) -> Callable[[Path], bool]:
     """`check_out_dir`'s `owns` for a command that writes the files `names` (and atomic_write's temporary files):
-    an entry of one of those names that is a directory or a symlink (written through, it could land anywhere)
-    is not one of them."""
+    an entry of one of those names that is not a regular file (a directory, a FIFO, a device, a socket) or is a
+    symlink (written through, it could land anywhere) is not one of them."""
     names = frozenset(names)
-    return lambda entry: bool(TEMP_FILE.match(entry.name)) or (
-        entry.name in names and not entry.is_symlink() and not entry.is_dir())
+    return lambda entry: bool(TEMP_FILE.match(entry.name)) or (entry.name in names and is_regular(entry))
+
+
+def is_regular(entry: Path) -> bool:
+    """Whether `entry` is a regular file itself (not a symlink to one, a FIFO, a device, a socket, a directory)."""
+    try:
+        return stat.S_ISREG(entry.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def entry_shown(entry: Path) -> str:
+    """An entry of a directory as a refusal lists it: ``name/`` for a directory, ``name (a FIFO (named pipe))``
+    for what is neither a file nor a directory, ``name (a symlink)``."""
+    try:
+        mode = entry.lstat().st_mode
+    except OSError:
+        return entry.name
+    if stat.S_ISLNK(mode):
+        return f"{entry.name} (a symlink)"
+    if stat.S_ISDIR(mode):
+        return entry.name + "/"
+    kind = special_kind(mode)
+    return f"{entry.name} ({kind})" if kind else entry.name
 
 
 def check_out_file(path: str | os.PathLike, force: bool, flag: str = "--out", inputs=()) -> Path:
@@ -167,7 +189,7 @@ def check_out_dir(path: str | os.PathLike, force: bool, owns, earlier, what: str
         entries = sorted(target.iterdir())
     except OSError as err:
         raise OutDirError(f"{what} {shown}: cannot list it ({err.strerror or err})") from None
-    foreign = [e.name + ("/" if e.is_dir() else "") for e in entries if not owns(e)]
+    foreign = [entry_shown(e) for e in entries if not owns(e)]
     if foreign:
         listed = ", ".join(shorten_text(f, 60) for f in foreign[:5]) + (", ..." if len(foreign) > 5 else "")
         raise OutDirError(f"{what} {shown}: it holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} "

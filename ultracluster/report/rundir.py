@@ -46,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ultracluster.errors import OutDirError, RunInterrupted, shorten_text
-from ultracluster.report.output_rule import input_clash, special_kind
+from ultracluster.report.output_rule import entry_shown, input_clash, special_kind
 from ultracluster.report.write import StepWriter, write_run_record
 from ultracluster.yaml_input import InputError, load_json
 
@@ -103,6 +103,7 @@ class RunDirLock:
     Args:
         out: the run directory (it need not exist; its parent must).
         staging: the staging directory's name, recorded for whoever finds the lock stale.
+        what: what the directory is, in messages ("run directory", "sweep directory").
 
     Attributes:
         stale: the record of a dead holder whose lock this one replaced, else None.
@@ -111,8 +112,9 @@ class RunDirLock:
         OutDirError: another live process holds it (naming its pid and host), or it cannot be created.
     """
 
-    def __init__(self, out: str | os.PathLike, staging: str = "") -> None:
+    def __init__(self, out: str | os.PathLike, staging: str = "", what: str = "run directory") -> None:
         self.out = os.fspath(out)
+        self.what = what
         self.target = _place(out)
         self.path = self.target.parent / f".{self.target.name}.lock"
         self.record = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": _now(),
@@ -138,7 +140,7 @@ class RunDirLock:
                     os.close(fd)
         except OSError as err:
             why = "it is a symlink" if err.errno == errno.ELOOP else (err.strerror or str(err))
-            raise OutDirError(f"run directory {shorten_text(self.out)}: cannot lock it with "
+            raise OutDirError(f"{self.what} {shorten_text(self.out)}: cannot lock it with "
                               f"{shorten_text(str(self.path))} ({why})") from None
         return self
 
@@ -179,7 +181,7 @@ class RunDirLock:
 
     def _busy(self, held: dict) -> OutDirError:
         return OutDirError(
-            f"run directory {shorten_text(self.out)} is in use by pid {shorten_text(held.get('pid', '?'), 20)} on "
+            f"{self.what} {shorten_text(self.out)} is in use by pid {shorten_text(held.get('pid', '?'), 20)} on "
             f"host {shorten_text(held.get('host', '?'), 100)} (since {shorten_text(held.get('started_at', '?'), 40)}; lock "
             f"{shorten_text(str(self.path))}): wait for that run to end or stop it, or choose another --out")
 
@@ -263,8 +265,8 @@ class RunDirectory:
             kind = special_kind(os.stat(self.target).st_mode) or "a file"
             raise OutDirError(f"run directory {shown}: it is {kind}, not a directory")
         if self.target.is_dir():
-            foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in self.target.iterdir()
-                             if p.is_dir() or not RUN_FILE.match(p.name))
+            foreign = sorted(entry_shown(p) for p in self.target.iterdir()   # a FIFO, a device: never replaced
+                             if not stat.S_ISREG(p.lstat().st_mode) or not RUN_FILE.match(p.name))
             if foreign:
                 listed = ", ".join(shorten_text(f, 60) for f in foreign[:5]) + (", ..." if len(foreign) > 5 else "")
                 raise OutDirError(f"run directory {shown}: it holds {len(foreign)} entr"
@@ -277,17 +279,7 @@ class RunDirectory:
                                   f"run never replaces it silently: add --force to replace it, or give --out NEWDIR")
 
     def _clean_after(self, dead: dict) -> None:
-        """Remove what a dead run left beside the directory: its staging directory, a half-done swap."""
-        name = dead.get("staging")
-        prefix = f".{self.target.name}.partial-"
-        if isinstance(name, str) and name.startswith(prefix) and "/" not in name:
-            shutil.rmtree(self.target.parent / name, ignore_errors=True)
-            old = self.target.parent / (name + ".old")
-            if old.is_dir():
-                if not self.target.exists():
-                    os.rename(old, self.target)      # it died between the two renames: put the last run back
-                else:
-                    shutil.rmtree(old, ignore_errors=True)
+        clean_after(self.target, dead)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -324,6 +316,21 @@ class RunDirectory:
     def _publish(self) -> None:
         """Move the staging directory into place, replacing the previous run's directory as a whole."""
         move_into_place(self.path, self.target)
+
+
+def clean_after(target: Path, dead: dict) -> None:
+    """Remove what a dead writer of `target` (its lock's record, `RunDirLock.stale`) left beside it: its staging
+    directory, a half-done swap (the previous directory put back when the writer died between the two renames)."""
+    name = dead.get("staging")
+    prefix = f".{target.name}.partial-"
+    if isinstance(name, str) and name.startswith(prefix) and "/" not in name:
+        shutil.rmtree(target.parent / name, ignore_errors=True)
+        old = target.parent / (name + ".old")
+        if old.is_dir():
+            if not target.exists():
+                os.rename(old, target)      # it died between the two renames: put the last one back
+            else:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def staging_beside(target: str | os.PathLike) -> Path:

@@ -8,14 +8,18 @@ replayed on Ray actors with `actors` → `output` (sweep.csv, sweep.parquet, swe
 
 A sweep directory is locked while a sweep writes it. Each finished row is appended to sweep-rows.jsonl at once,
 so an interrupted sweep keeps its rows, and a sweep of the same scenario and options into the same directory
-times only the variants it has no row for; any other reuse of a directory needs `force`. docs/sweeps.md.
+times only the variants it has no row for; any other reuse of a directory needs `force`, and then the new sweep
+is written beside the earlier one and moved into place whole once complete (`report.rundir.move_into_place`): an
+interrupted or failed one leaves the earlier sweep as it was. docs/sweeps.md.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -24,7 +28,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..errors import OutDirError, RunInterrupted
+from ..errors import OutDirError, RunInterrupted, shorten_text
 from ..report.atomic import atomic_write_text
 from ..yaml_input import InputError, load_json, read_bounded
 from ..step.price import NO_PRICE_HINT
@@ -61,11 +65,30 @@ def identity(plan: SweepPlan, options: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _prior(out: Path, ident: str, force: bool) -> dict[str, dict]:
-    """The rows a sweep of the same identity left in `out` (key → row); an empty dict for a new directory. Any
-    other directory is refused (OutDirError), or with `force` emptied of its sweep files (never of other files)."""
+def earlier_sweep(out: Path) -> str:
+    """A few words on the sweep a directory holds: its scenario, how many rows of how many variants, when it was
+    written (from sweep.json and sweep-rows.jsonl; '?' for what cannot be read)."""
+    meta = out / "sweep.json"
+    try:
+        held = load_json(read_bounded(meta, 1 << 24, "sweep.json"), str(meta)) if meta.is_file() else None
+    except (ValueError, OSError, InputError):
+        held = None
+    held = held if isinstance(held, dict) else {}
+    stamp = next((f.stat().st_mtime for f in (meta, out / ROWS_FILE, out / "sweep.csv") if f.is_file()), None)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(stamp)) if stamp is not None else "?"
+    variants = held.get("variants")
+    state = "finished" if held.get("finished") is True else "unfinished"
+    size = f"{variants} variants, " if isinstance(variants, int) and not isinstance(variants, bool) else ""
+    return (f"a sweep of {shorten_text(str(held.get('scenario', '?')), 80)} ({size}{state}, written {when})")
+
+
+def _prior(out: Path, ident: str, force: bool) -> tuple[dict[str, dict], str | None]:
+    """The rows a sweep of the same identity left in `out` (key → row; none for a new or empty directory), and
+    None; or, for a directory holding another sweep, with `force`, no rows and that sweep's description (it is
+    replaced once the new sweep is complete). Without `force` another sweep is refused (OutDirError), and so is a
+    directory holding files no sweep writes, whatever the flags."""
     if not out.exists():
-        return {}
+        return {}, None
     if not out.is_dir():
         raise OutDirError(f"sweep directory {out}: a file, not a directory")
     names = {p.name for p in out.iterdir()}
@@ -82,15 +105,13 @@ def _prior(out: Path, ident: str, force: bool) -> dict[str, dict]:
         raise OutDirError(f"sweep directory {out} holds files no sweep writes ({', '.join(foreign[:5])}): choose "
                           f"another --out")
     if not names:
-        return {}
+        return {}, None
     if same:
-        return {r["key"]: r for r in read_rows(out / ROWS_FILE)}
+        return {r["key"]: r for r in read_rows(out / ROWS_FILE)}, None
     if not force:
         raise OutDirError(f"sweep directory {out} holds another sweep (another scenario or other options): "
                           f"add --force to replace it, or choose another --out")
-    for n in names:
-        (out / n).unlink()
-    return {}
+    return {}, earlier_sweep(out)
 
 
 def check_sweep_dir(out: str | Path, inputs=()) -> None:
@@ -125,7 +146,7 @@ def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, acto
         OutDirError: `out` holds another sweep (without `force`), files no sweep writes, or a sweep another
             process is writing.
     """
-    from ..report.rundir import RunDirLock
+    from ..report.rundir import RunDirLock, clean_after, move_into_place, signals_held, staging_beside
 
     log = log or (lambda _: None)
     out = Path(out)
@@ -134,50 +155,82 @@ def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, acto
     options = {"hours": plan.hours, "assumptions": assumptions_on, "actors": actors}
     ident = identity(plan, options)
     t0 = time.perf_counter()
-    with RunDirLock(out):
-        prior = _prior(out, ident, force)
-        out.mkdir(exist_ok=True)
-        keys = {v.key for v in plan.variants}
-        rows = {k: r for k, r in prior.items() if k in keys}
-        todo = [v for v in plan.variants if v.key not in rows]
-        meta = {"scenario": plan.base.name, "identity": ident, "keys": plan.keys, "zip": plan.zipped,
-                "hours": plan.hours, "assumptions": "on" if assumptions_on else "off", "actors": actors,
-                "variants": len(plan.variants), "reused": len(rows), "notes": plan.notes}
-        rows_file = out / ROWS_FILE
-        # the kept rows (a new file renamed over the old: never written through a link), then each new one as it ends
-        atomic_write_text(rows_file, "".join(json.dumps(rows[v.key]) + "\n" for v in plan.variants if v.key in rows))
-        if rows:
-            log(f"sweep: {len(rows)} of {len(plan.variants)} variants already priced in {out}: skipped")
-        write_sweep_dir(out, _frame(plan, rows), {**meta, "finished": False}, plan, html=False)
-        by, nodes = "in-process", 0
-        if progress is not None:
-            progress.phase("evaluating", len(plan.variants), unit="variants")
-            progress.advance(len(rows))
-
-        def done(v: Variant, row: dict) -> None:
-            if v.price_source and row.get("price_source") not in (None, NO_PRICE_HINT):
-                row = {**row, "price_source": v.price_source}       # where the sweep took the variant's price
-            rec = {"variant": v.index + 1, "key": v.key, **{k: v.values[k] for k in plan.keys}, **row}
-            rows[v.key] = rec
-            with open(rows_file, "a", encoding="utf-8") as f:
-                f.write(json.dumps(rec, default=str) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            if progress is not None:
-                progress.advance(len(rows))
+    staging = staging_beside(out)
+    target = Path(os.path.realpath(out))
+    with RunDirLock(out, staging.name, "sweep directory") as lock:
+        if lock.stale:                                 # a sweep that died (SIGKILL) while replacing another
+            clean_after(target, lock.stale)
+            log(f"sweep: took over the lock of {out} from pid {lock.stale.get('pid', '?')}, which is no longer "
+                f"running; removed what it left")
+        prior, replacing = _prior(out, ident, force)
+        if replacing:
+            # another sweep (--force): the new one is written beside it and moved into place whole once complete;
+            # until then, and for good if it is interrupted or fails, the earlier sweep stays as it was
+            log(f"sweep: replacing {replacing} in {out} (--force), once this sweep is complete")
+            work = staging
+            work.mkdir()
+        else:
+            work = out                                 # new, empty, or this sweep's own rows: resumed in place
+            out.mkdir(exist_ok=True)
         try:
-            by, nodes = _evaluate_all(plan, todo, done, address, actors, assumptions_on, log)
-        except KeyboardInterrupt as stop:
-            frame = _frame(plan, rows)
-            write_sweep_dir(out, frame, {**meta, "finished": False, "interrupted": getattr(stop, "signal_name",
-                                                                                          "SIGINT")}, plan)
+            result = _sweep_into(plan, work, out, prior, ident, assumptions_on, actors, address, progress, log, t0)
+            if replacing:
+                with signals_held():                   # a signal waits until the directory is in place
+                    move_into_place(work, target)
+        except BaseException as stop:
+            if replacing:
+                shutil.rmtree(work, ignore_errors=True)
+                with contextlib.suppress(AttributeError, TypeError):
+                    stop.kept_earlier = replacing      # what the CLI says is left: the earlier sweep, as it was
             raise
+    return result
+
+
+def _sweep_into(plan: SweepPlan, work: Path, out: Path, prior: dict, ident: str, assumptions_on: bool,
+                actors: bool, address, progress, log, t0: float) -> SweepResult:
+    """`run_sweep` under the lock: time the variants without a row into `work` (`out` itself, or the staging
+    directory beside it when another sweep is replaced), writing each row as it ends and the tables at the end."""
+    # a kept row takes this sweep's variant number (another grid that shares it numbered it otherwise)
+    rows = {v.key: {**prior[v.key], "variant": v.index + 1} for v in plan.variants if v.key in prior}
+    todo = [v for v in plan.variants if v.key not in rows]
+    meta = {"scenario": plan.base.name, "identity": ident, "keys": plan.keys, "zip": plan.zipped,
+            "hours": plan.hours, "assumptions": "on" if assumptions_on else "off", "actors": actors,
+            "variants": len(plan.variants), "reused": len(rows), "notes": plan.notes}
+    rows_file = work / ROWS_FILE
+    # the kept rows (a new file renamed over the old: never written through a link), then each new one as it ends
+    atomic_write_text(rows_file, "".join(json.dumps(rows[v.key]) + "\n" for v in plan.variants if v.key in rows))
+    if rows:
+        log(f"sweep: {len(rows)} of {len(plan.variants)} variants already priced in {out}: skipped")
+    write_sweep_dir(work, _frame(plan, rows), {**meta, "finished": False}, plan, html=False)
+    by, nodes = "in-process", 0
+    if progress is not None:
+        progress.phase("evaluating", len(plan.variants), unit="variants")
+        progress.advance(len(rows))
+
+    def done(v: Variant, row: dict) -> None:
+        if v.price_source and row.get("price_source") not in (None, NO_PRICE_HINT):
+            row = {**row, "price_source": v.price_source}       # where the sweep took the variant's price
+        rec = {"variant": v.index + 1, "key": v.key, **{k: v.values[k] for k in plan.keys}, **row}
+        rows[v.key] = rec
+        with open(rows_file, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if progress is not None:
+            progress.advance(len(rows))
+    try:
+        by, nodes = _evaluate_all(plan, todo, done, address, actors, assumptions_on, log)
+    except KeyboardInterrupt as stop:
         frame = _frame(plan, rows)
-        failures = failure_lines(frame)
-        summary = {**meta, "finished": True, "evaluated_by": by, "ray_nodes": nodes,
-                   "wall_s": time.perf_counter() - t0, "failures": failures,
-                   "variants_per_s": len(todo) / max(time.perf_counter() - t0, 1e-9)}
-        write_sweep_dir(out, frame, summary, plan)
+        write_sweep_dir(work, frame, {**meta, "finished": False, "interrupted": getattr(stop, "signal_name",
+                                                                                       "SIGINT")}, plan)
+        raise
+    frame = _frame(plan, rows)
+    failures = failure_lines(frame)
+    summary = {**meta, "finished": True, "evaluated_by": by, "ray_nodes": nodes,
+               "wall_s": time.perf_counter() - t0, "failures": failures,
+               "variants_per_s": len(todo) / max(time.perf_counter() - t0, 1e-9)}
+    write_sweep_dir(work, frame, summary, plan)
     return SweepResult(table=frame, summary=summary, failures=failures)
 
 

@@ -16,27 +16,44 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..errors import OutDirError, shorten_text
 from ..report.atomic import atomic_write_bytes, atomic_write_text
 from ..yaml_input import InputError, load_json
 from .evaluate import FIGURES, WARNING_JOIN
+from .spec import MAX_SWEEP_VARIANTS
 
 ROWS_FILE = "sweep-rows.jsonl"
 SWEEP_FILES = {"sweep.csv", "sweep.parquet", "sweep.json", "sweep.html", ROWS_FILE}
 WIDTH = 100                     # the terminal table's columns at most
 
 
+MAX_ROWS = MAX_SWEEP_VARIANTS       # a sweep writes one row per variant, and holds at most this many
+MAX_ROW_BYTES = 256 << 10           # a row is about 1.3 KiB (its warnings and reasons in words)
+
+
 def read_rows(path: Path) -> list[dict]:
-    """The rows of sweep-rows.jsonl (a line cut by a kill is skipped)."""
+    """The rows of sweep-rows.jsonl (a line cut by a kill is skipped), read a line at a time: a file of more rows
+    than a sweep holds (`MAX_ROWS`) or a line longer than any row (`MAX_ROW_BYTES`) is not a sweep's (edited,
+    or another program's), and is refused (OutDirError naming it) in bounded time and memory."""
     if not path.is_file():
         return []
+    with open(path, "rb") as f:          # the bounds first, without parsing a row
+        for n, line in enumerate(iter(lambda: f.readline(MAX_ROW_BYTES + 1), b"")):
+            if n >= MAX_ROWS or len(line) > MAX_ROW_BYTES:
+                why = (f"more than {MAX_ROWS:,} rows" if n >= MAX_ROWS else
+                       f"a line (line {n + 1}) longer than {MAX_ROW_BYTES >> 10} KiB")
+                raise OutDirError(f"sweep directory {shorten_text(str(path.parent))}: its {ROWS_FILE} holds {why}, "
+                                  f"more than a sweep writes: it is not a sweep's rows; remove it or choose another "
+                                  f"--out")
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = load_json(line, ROWS_FILE)
-        except (ValueError, InputError):
-            continue
-        if isinstance(rec, dict) and "key" in rec:
-            rows.append(rec)
+    with open(path, "rb") as f:
+        for line in iter(lambda: f.readline(MAX_ROW_BYTES + 1), b""):
+            try:
+                rec = load_json(line.decode("utf-8"), ROWS_FILE)
+            except (ValueError, InputError):
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("key"), str):
+                rows.append(rec)
     return rows
 
 
