@@ -620,6 +620,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "validate":
             print(f"ok: {args.scenario} ({scenario.name}: {scenario.ranks} ranks, tp {scenario.parallelism.tp} "
                   f"pp {scenario.parallelism.pp} dp {scenario.parallelism.dp})")
+            from . import stacks
+            fill = stacks.filled(scenario)
+            if fill:   # what the stack chose for this layout (some defaults depend on pp, the MLP kind, seq_len)
+                print(f"stack {scenario.stack} filled: " + ", ".join(
+                    f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in fill.items()))
             return EXIT_OK
         if args.command == "plan":
             return _plan(scenario, args)
