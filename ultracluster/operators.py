@@ -133,9 +133,8 @@ def parse_library(doc: object, source: str) -> list[Operator]:
     if not isinstance(doc, dict) or not isinstance(doc.get("operators"), list):
         raise ScenarioError([Problem("operators", type(doc).__name__, "a mapping with an `operators` list")], source)
     ops: list[Operator] = []
-    keys = {"name", "where", "recompute", "mlp", "master_weights", "moe", "norm", "position", "forward", "backward",
-            "saved", "matmul", "fuse", "hides_tp", "switch", "serial", "precision", "attention", "saved_selective",
-            "evicts"}
+    keys = {"name", "where", "recompute", "mlp", "master_weights", "moe", "norm", "position", "forward", "backward", "saved",
+            "matmul", "fuse", "hides_tp", "switch", "serial", "precision", "attention", "saved_selective", "evicts"}
     for i, raw in enumerate(doc["operators"]):
         at = f"operators[{i}]"
         if not isinstance(raw, dict):
@@ -396,8 +395,7 @@ def evaluate(ops: list[Operator], where: str, phase: str, variables: Mapping[str
     out["names"] = np.array([o.name for o in sel])
     out["recompute"] = np.array([o.recompute or "" for o in sel])
     out["hides_tp"] = np.array([o.hides_tp for o in sel], dtype=bool)
-    out["serial"] = np.array([o.serial for o in sel], dtype=bool)
-    out["evicts"] = np.array([o.evicts for o in sel], dtype=bool)
+    out["serial"], out["evicts"] = (np.array([getattr(o, k) for o in sel], dtype=bool) for k in ("serial", "evicts"))
     names = [o.name for o in sel]
     out["host"] = np.array([next((names.index(f) for f in o.fuse if f in names), i) for i, o in enumerate(sel)],
                            dtype=np.int64)   # the kernel each operator runs inside (itself when not fused)
@@ -441,11 +439,8 @@ def bad_work(ops, variables: Mapping[str, Any]) -> tuple[np.ndarray, list]:
 
 
 def recompute_mode(training) -> str:
-    """The recomputation the chip model times: `training.recompute`, or "selective_mlp" where selective
-    recomputation also checkpoints the MLP block (`training.checkpoint_mlp`)."""
-    if training.recompute == "selective" and getattr(training, "checkpoint_mlp", False):
-        return "selective_mlp"
-    return training.recompute
+    """`training.recompute`, or "selective_mlp" where it also checkpoints the MLP block (`checkpoint_mlp`)."""
+    return "selective_mlp" if training.recompute == "selective" and training.checkpoint_mlp else training.recompute
 
 
 def saved_bytes(ops: list[Operator], where: str, variables: Mapping[str, Any], recompute: str) -> float:
@@ -459,9 +454,7 @@ def saved_bytes(ops: list[Operator], where: str, variables: Mapping[str, Any], r
     sel = [o for o in ops if o.where == where]
     if recompute == "full" and where == "layer":
         return float(sel[0].saved(variables))
-    if recompute == "selective":
-        return float(sum((o.saved_selective or o.saved)(variables) if o.recompute != "mlp" else o.saved(variables)
-                         for o in sel))
-    if recompute == "selective_mlp":     # the MLP block checkpointed too: its operators keep `saved_selective`
-        return float(sum((o.saved_selective or o.saved)(variables) for o in sel))
+    if recompute in ("selective", "selective_mlp"):   # the MLP block's `saved_selective` only if checkpointed
+        return float(sum((o.saved_selective if o.saved_selective and (o.recompute != "mlp" or recompute != "selective")
+                          else o.saved)(variables) for o in sel))
     return float(sum(o.saved(variables) for o in sel))
