@@ -98,8 +98,8 @@ def scenarios_stacks() -> str:
             if isinstance(v, dict) and "seq_len" in v:
                 return ", ".join(f"{said(b)} at seq_len {a}" for a, b in v["seq_len"].items()) + f", else {said(v['other'])}"
             if isinstance(v, dict):
-                return ", ".join(f"{a} {b:g}" for a, b in v.items())
-            return str(v).lower()
+                return ", ".join(f"{a} {said(b)}" for a, b in v.items())
+            return f"{v:g}" if isinstance(v, float) else str(v).lower()
         fills = "; ".join(f"`{k}`: " + said(v) for k, v in st.defaults.items()) or "nothing"
         e, sup = st.engine, st.support
         engine = ("none" if e.graph_factor is None else
