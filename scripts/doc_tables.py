@@ -92,14 +92,19 @@ def scenarios_stacks() -> str:
              "| --- | --- | --- | --- |"]
     for name in stacks.NAMES:
         st = stacks.STACKS[name]
-        fills = "; ".join(f"`{k}`: " + (f"{v['pp1']} (pp 1), {v['pipeline']} (pp > 1)" if isinstance(v, dict) and "pp1" in v
-                                          else ", ".join(f"{a} {b:g}" if isinstance(b, float) else f"{a} {b}" for a, b in v.items())
-                                          if isinstance(v, dict)
-                                          else str(v).lower()) for k, v in st.defaults.items()) or "nothing"
+        def said(v) -> str:     # a stack default, which may depend on pp, the MLP kind or seq_len
+            if isinstance(v, dict) and "pp1" in v:
+                return f"{said(v['pp1'])} (pp 1), {said(v['pipeline'])} (pp > 1)"
+            if isinstance(v, dict) and "seq_len" in v:
+                return ", ".join(f"{said(b)} at seq_len {a}" for a, b in v["seq_len"].items()) + f", else {said(v['other'])}"
+            if isinstance(v, dict):
+                return ", ".join(f"{a} {said(b)}" for a, b in v.items())
+            return f"{v:g}" if isinstance(v, float) else str(v).lower()
+        fills = "; ".join(f"`{k}`: " + said(v) for k, v in st.defaults.items()) or "nothing"
         e, sup = st.engine, st.support
-        engine = ("none" if e.graph_factor is None and e.exchange == "none" else
-                  f"{e.graphs_fwd:g} + {e.graphs_bwd:g} graph executions at `{e.graph_factor}` each, exchanges "
-                  f"{e.exchange}; {e.graphs_pp1:g} per microbatch without a pipeline")
+        engine = ("none" if e.graph_factor is None else
+                  f"{e.graphs_fwd:g} + {e.graphs_bwd:g} graph executions at `{e.graph_factor}` each, sends and "
+                  f"receives in-graph; {e.graphs_pp1:g} per microbatch without a pipeline")
         runs = (f"chips {join(sup.chips[0])}; pipeline {'yes' if sup.pp[0] else 'no'}; ZeRO {join(sup.zero[0])}"
                 + (f" (with a pipeline {join(sup.zero_with_pp[0])})" if sup.pp[0] else "")
                 + (f"; schedules {join(sup.schedules[0])}" if sup.pp[0] else "")

@@ -120,8 +120,8 @@ MUTATIONS = (
              ("test_each_group_out_fold_fits_none_of_its_groups_rows",
               "test_the_shipped_group_out_fits_each_fold_on_its_fit_rows_alone"), FOLDS),
     Mutation("nxd-recompute-full", "NxD's default recomputation `full` (its examples: selective)",
-             ((STACKS, '"parallelism.tp_comm_overlap": True, "training.zero": 1, "training.recompute": "selective"}',
-               '"parallelism.tp_comm_overlap": True, "training.zero": 1, "training.recompute": "full"}'),),
+             ((STACKS, '"parallelism.tp_comm_overlap": True, "training.zero": 1, "training.recompute": "selective",\n',
+               '"parallelism.tp_comm_overlap": True, "training.zero": 1, "training.recompute": "full",\n'),),
              ("test_a_scenario_naming_only_its_stack_gets_what_the_source_says[neuronx-distributed",), STACK_TESTS),
     Mutation("nxd-sequence-parallel-off", "NxD's default sequence parallelism off (its examples: on)",
              ((STACKS, '"model.dropout": 0.0, "parallelism.sequence_parallel": True,\n'

@@ -30,6 +30,15 @@ PE_ROWS, PE_COLS, MOVING_TILE, MM_INIT_CYCLES = 128, 128, 512, 64
 # (`ChipSpec.vector_hz`, `scalar_hz`); GpSimd is 8 processors of 512-bit SIMD, 16 fp32 lanes each (H4).
 ENGINE_LANES = 128
 GPSIMD_LANES = 8 * 16
+# TensorE's peak from its structure: each of the 128 x 128 processing elements does one multiply-accumulate (2
+# FLOPs) per cycle on BF16/FP16/TF32/cFP8 inputs (H4 "2x128 (input)" elements per cycle at 2.8 GHz on
+# NeuronCore-v2: 92 TFLOPS; H8 2.4 GHz on v3: 79), the other precisions at the catalog's ratio to BF16 (FP32 4x
+# slower, H4; double-FP8 2x faster, H8; MX 4x, T3).
+PE_FLOPS_PER_CYCLE = 2 * PE_ROWS * PE_COLS
+# Fast LoadStationary: a 128 x 128 stationary tile loads up to 4x faster than a MultiplyMoving of the same free
+# size (H4, H24: LS_II ~ 128 / 4 = 32 cycles) and in the background of the previous MultiplyMoving, so a
+# MultiplyMoving shorter than 32 cycles waits for the next stationary load.
+LS_CYCLES = PE_COLS / 4
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,7 @@ class RankRates:
     kernel_launch_s: float          # fixed cost per kernel instance (after fusion)
     fusion: bool = True             # fused elementwise operators run inside their host kernel
     serial_engines: bool = True     # kernels marked `serial` sum their engines' times instead of overlapping
+    structure: bool = True          # TensorE's instruction stream and PSUM eviction (`Calibration.tensor_structure`)
 
 
 def rank_rates(cluster: Cluster, precision: str) -> RankRates:
@@ -54,18 +64,25 @@ def rank_rates(cluster: Cluster, precision: str) -> RankRates:
         vector, scalar = ENGINE_LANES * chip.vector_hz, ENGINE_LANES * chip.scalar_hz
     else:   # the product pages' FP32 TFLOPS, read as element passes (the switch's "off" position)
         vector, scalar = chip.vector_flop_per_s_per_core, chip.scalar_flop_per_s_per_core
+    peak = chip.tensor_flop_per_s_per_core[precision]
+    hbm = min(chip.hbm_bytes_per_s * cal.hbm_peak_scale(chip.name), chip.dma_bytes_per_s) / per_chip * cal.hbm_efficiency
+    if cal.tensor_structure and chip.tensor_hz > 0:
+        # the PE array's clock rate, the catalog's precision ratio; HBM <-> SBUF through the rank's 16 DMA engines
+        # per physical core (H23), which cap the HBM share on Trainium (272 GB/s against 410 x hbm_efficiency)
+        peak = PE_FLOPS_PER_CYCLE * chip.tensor_hz * peak / chip.tensor_flop_per_s_per_core["bf16"]
+        if chip.dma_core_bytes_per_s > 0:
+            hbm = min(hbm, chip.dma_core_bytes_per_s * lnc)
     return RankRates(
-        tensor_flop_per_s=chip.tensor_flop_per_s_per_core[precision] * cal.tensor_peak_scale(chip.name, precision)
-        * lnc * cal.tensor_efficiency,
+        tensor_flop_per_s=peak * cal.tensor_peak_scale(chip.name, precision) * lnc * cal.tensor_efficiency,
         vector_elem_per_s=vector * lnc * cal.vector_efficiency,
         scalar_elem_per_s=scalar * lnc * cal.vector_efficiency,
         gpsimd_elem_per_s=chip.gpsimd_hz * GPSIMD_LANES * lnc * cal.vector_efficiency,
-        hbm_bytes_per_s=min(chip.hbm_bytes_per_s * cal.hbm_peak_scale(chip.name), chip.dma_bytes_per_s) / per_chip
-        * cal.hbm_efficiency,
+        hbm_bytes_per_s=hbm,
         sbuf_bytes=chip.sbuf_bytes_per_core * lnc,
         kernel_launch_s=cal.kernel_launch_s,
         fusion=cal.fusion,
         serial_engines=cal.attention_serial,
+        structure=cal.tensor_structure,
     )
 
 
@@ -75,12 +92,14 @@ def _fill(dim: np.ndarray, tile: int) -> np.ndarray:
     return np.where(dim > 0, dim / (tile * np.ceil(np.maximum(dim, 1) / tile)), 1.0)
 
 
-def _moving_fill(m: np.ndarray) -> np.ndarray:
+def _moving_fill(m: np.ndarray, structure: bool = False) -> np.ndarray:
     """Fraction of TensorE cycles a moving dimension of `m` columns uses: full tiles of 512 plus a last
-    tile that costs at least 64 cycles (H4)."""
+    tile that costs at least 64 cycles (H4); with `structure`, every MultiplyMoving also waits for its
+    stationary tile's background load (LS_CYCLES, H4 and H24), which binds only below 32 columns."""
     m = np.asarray(m, dtype=float)
     rest = np.mod(m, MOVING_TILE)
-    cycles = MOVING_TILE * np.floor(m / MOVING_TILE) + np.where(rest > 0, np.maximum(rest, MM_INIT_CYCLES), 0.0)
+    floor = np.maximum(MM_INIT_CYCLES, LS_CYCLES) if structure else MM_INIT_CYCLES
+    cycles = MOVING_TILE * np.floor(m / MOVING_TILE) + np.where(rest > 0, np.maximum(rest, floor), 0.0)
     return np.where(m > 0, m / np.maximum(cycles, 1.0), 1.0)
 
 
@@ -88,6 +107,28 @@ def tensor_utilization(m: np.ndarray, k: np.ndarray, n: np.ndarray) -> np.ndarra
     """Fraction of TensorE peak a matmul's shape can use: contraction over rows, stationary over columns,
     moving dimension over its initiation interval."""
     return _fill(k, PE_ROWS) * _fill(n, PE_COLS) * _moving_fill(m)
+
+
+def psum_evictions(work: dict[str, np.ndarray], phase: str) -> np.ndarray:
+    """Elements a matmul kernel's outputs take from PSUM back to SBUF: TensorE writes FP32 to PSUM only, and
+    VectorE or ScalarE copies every output element out once its accumulation over the contraction tiles is done
+    (H4: "TensorE must read input matrices from SBUF and write output matrices to PSUM"). Forward: the m x n output
+    (FLOPs / 2k); backward: the input gradient m x k and the weight gradient k x n (FLOPs / 4n + FLOPs / 4m), per
+    expert for mixture-of-experts matmuls. 0 for operators whose own vector work already reads their PSUM tiles
+    (`evicts: false`: the attention kernels' softmax) and for operators without a matmul."""
+    zero = np.zeros_like(work["tensor"])
+    m, k, n = (work.get(d, zero) for d in ("m", "k", "n"))
+    flops = work["tensor"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if phase == "forward":
+            out = np.where(k > 0, flops / (2.0 * np.maximum(k, 1.0)), 0.0)
+        else:
+            out = np.where((m > 0) & (n > 0), flops / (4.0 * np.maximum(n, 1.0)) + flops / (4.0 * np.maximum(m, 1.0)),
+                           0.0)
+    evicts = work.get("evicts")
+    if evicts is not None:
+        out = np.where(evicts.reshape(evicts.shape + (1,) * (out.ndim - 1)), out, 0.0)
+    return np.where((flops > 0) & (m > 0) & (k > 0) & (n > 0), out, 0.0)
 
 
 def sbuf_rereads(m: np.ndarray, k: np.ndarray, n: np.ndarray, e: float, w: float, sbuf: float) -> np.ndarray:
@@ -113,7 +154,8 @@ def fuse_kernels(work: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def op_seconds(work: dict[str, np.ndarray], rates: RankRates, e: float = 2.0, w: float = 2.0) -> np.ndarray:
+def op_seconds(work: dict[str, np.ndarray], rates: RankRates, e: float = 2.0, w: float = 2.0,
+               phase: str = "forward") -> np.ndarray:
     """Roofline time of each kernel with its engines overlapping: arrays of engine work in, seconds out.
 
     Args:
@@ -123,15 +165,21 @@ def op_seconds(work: dict[str, np.ndarray], rates: RankRates, e: float = 2.0, w:
         rates: the rank's calibrated rates.
         e, w: bytes per activation and per weight element (for SBUF re-reads).
 
+        phase: "forward" or "backward" (which outputs a matmul evicts from PSUM, `psum_evictions`).
+
     Returns:
         Seconds per operator row: a kernel's time (its roofline plus the fixed kernel launch) on its host's
         row, 0 on the rows of operators fused into it and of operators that do no work.
     """
+    structure = bool(np.all(rates.structure)) if not isinstance(rates.structure, bool) else rates.structure
+    if structure and "tensor" in work:
+        work = dict(work)
+        work["vector"] = work["vector"] + psum_evictions(work, phase)   # the evictions run on VectorE (H4)
     if rates.fusion:
         work = fuse_kernels(work)
     zero = np.zeros_like(work["tensor"])
     m, k, n = (work.get(d, zero) for d in ("m", "k", "n"))
-    util = tensor_utilization(m, k, n)
+    util = _fill(k, PE_ROWS) * _fill(n, PE_COLS) * _moving_fill(m, structure)
     hbm = work["bytes"] + np.where(work["tensor"] > 0, sbuf_rereads(m, k, n, e, w, rates.sbuf_bytes), 0.0)
     engines = np.stack([
         work["tensor"] / (rates.tensor_flop_per_s * util),
@@ -212,13 +260,13 @@ def layer_costs(ops, v: dict[str, np.ndarray], rates: RankRates, recompute: np.n
 
     Args:
         ops: the applicable operator library; v: shape variables, arrays [K]; rates: `stack_rates` [K].
-        recompute: [K] "none", "selective" or "full"; overhead: [K] `Calibration.layer_overhead_s`.
+        recompute: [K] "none", "selective", "selective_mlp" (`operators.recompute_mode`) or "full"; overhead: [K] `Calibration.layer_overhead_s`.
         flash_attention: the calibration's switch (the flash kernel's backward recomputes the scores itself,
             so selective recomputation does not run the attention core twice).
     """
     def kernels(where: str, phase: str):
         work = opslib.evaluate(ops, where, phase, v)
-        return op_seconds(work, rates, v["e"], v["w"]), work
+        return op_seconds(work, rates, v["e"], v["w"], phase), work
 
     lf, wf = kernels("layer", "forward")
     lb, wb = kernels("layer", "backward")
@@ -226,11 +274,13 @@ def layer_costs(ops, v: dict[str, np.ndarray], rates: RankRates, recompute: np.n
     selective = wf["recompute"] == "selective"
     if flash_attention:
         selective &= wf["names"] != "attention_core"
+    with_mlp = selective | (wf["recompute"] == "mlp")   # "selective_mlp": the MLP block checkpointed as well
     mode = np.asarray(recompute)
-    full, sel = mode == "full", mode == "selective"
+    full, sel, sel_mlp = mode == "full", mode == "selective", mode == "selective_mlp"
 
     def repeated(a: np.ndarray) -> np.ndarray:      # [K] the recomputed operators' share of a [ops, K] array
-        return np.where(full, _sum0(a), np.where(sel, _sum0(a[selective]), 0.0))
+        return np.where(full, _sum0(a), np.where(sel, _sum0(a[selective]),
+                                                 np.where(sel_mlp, _sum0(a[with_mlp]), 0.0)))
     ef, wef = kernels("embedding", "forward")
     eb, web = kernels("embedding", "backward")
     hf, whf = kernels("head", "forward")
@@ -310,7 +360,7 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
     ops = opslib.applicable(library if library is not None else opslib.library_for(scenario), scenario, cal)
     v = {name: np.array([x], dtype=float) for name, x in opslib.shape_variables(scenario, layout, cal).items()}
     rates = stack_rates([rank_rates(cluster, t.precision)])
-    costs = layer_costs(ops, v, rates, np.array([t.recompute]), np.array([cal.layer_overhead_s]), cal.flash_attention)
+    costs = layer_costs(ops, v, rates, np.array([opslib.recompute_mode(t)]), np.array([cal.layer_overhead_s]), cal.flash_attention)
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
     k = np.zeros(1, dtype=np.int64)
     graph_f, graph_b = stacks.graph_seconds(scenario.stack, layout.pp, cal)

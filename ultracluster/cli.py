@@ -786,6 +786,11 @@ def _main(argv: list[str] | None = None) -> int:
             from .stacks import end_of_support_notes
             for line in end_of_support_notes([scenario.stack]):
                 print(f"note: {line}")
+            from . import stacks
+            fill = stacks.filled(scenario)
+            if fill:   # what the stack chose for this layout (some defaults depend on pp, the MLP kind, seq_len)
+                print(f"stack {scenario.stack} filled: " + ", ".join(
+                    f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in fill.items()))
             return EXIT_OK
         if args.command == "plan":
             return _plan(scenario, args)

@@ -19,6 +19,16 @@ from .cluster.fitted_files import fitted_document
 # `cell` is the (training stack, pipelined or not) pair: what a stack's engine and defaults change
 DOMAIN_RANGES = ("tp", "pp", "cp", "seq_len", "params_b")
 DOMAIN_SETS = ("zero", "recompute", "cell")
+# The axes that decide the compute model's error, checked against the rows of the layout's own chip generation
+# only: tokens per NeuronCore (rank) per microbatch (micro_batch x seq_len / (tp x cp): how much work each kernel
+# does) and MFU (the published rows' MFU against the layout's predicted one). Beyond the rows' range a layout is
+# extrapolated on the axis and its interval widens by the growth of the group-out error along it that the
+# calibration measured (calibration.json "axis_growth", `growth_log`), not by an assumed amount.
+GENERATION_RANGES = ("tokens_per_core", "mfu")
+# How far past the rows' MFU a layout's predicted MFU may lie and still count as inside: the fit's own miss on a
+# fitted layout (every certain layout within 8 % in-sample, docs/calibration.md), so a row's own layout, predicted,
+# is on the domain. Tokens per core are a layout's exact configuration: no slack.
+SLACK = {"tokens_per_core": 1e-6, "mfu": 0.08}
 
 
 def cell(stack, pp):
@@ -37,16 +47,29 @@ def model_params_b(scenario) -> float:
     return float(dense.sum() + expert.sum()) / 1e9
 
 
+def tokens_per_core(micro_batch, seq_len, tp, cp):
+    """Tokens each rank (a logical NeuronCore) works on per microbatch: micro_batch x seq_len / (tp x cp)."""
+    return np.asarray(micro_batch, dtype=float) * np.asarray(seq_len, dtype=float) / (
+        np.asarray(tp, dtype=float) * np.asarray(cp, dtype=float))
+
+
+def scenario_tokens_per_core(scenario) -> float:
+    t, p = scenario.training, scenario.parallelism
+    return float(tokens_per_core(t.micro_batch, t.seq_len, p.tp, p.cp))
+
+
 def domain_of(items) -> dict:
     """The calibrated domain of measured runs, per chip generation: the ranges of tp, pp, cp, sequence length and
-    model size (billions of parameters), the ZeRO stages and recomputations, the best MFU, and the runs' names.
-    `items`: (generation, scenario, mfu, name) of each run (calibration.json "domain"; a profile's own)."""
+    model size (billions of parameters), of tokens per core per microbatch and MFU (GENERATION_RANGES), the ZeRO
+    stages and recomputations, the best MFU, and the runs' names. `items`: (generation, scenario, mfu, name) of
+    each run (calibration.json "domain"; a profile's own)."""
     out: dict[str, dict] = {}
     for gen, sc, mfu, name in items:
-        d = out.setdefault(gen, {"tp": [], "pp": [], "cp": [], "seq_len": [], "params_b": [], "zero": [],
-                                 "recompute": [], "cell": [], "mfu_best": 0.0, "layouts": []})
+        d = out.setdefault(gen, {"tp": [], "pp": [], "cp": [], "seq_len": [], "params_b": [], "tokens_per_core": [],
+                                 "mfu": [], "zero": [], "recompute": [], "cell": [], "mfu_best": 0.0, "layouts": []})
         for k, v in (("tp", sc.parallelism.tp), ("pp", sc.parallelism.pp), ("cp", sc.parallelism.cp),
-                     ("seq_len", sc.training.seq_len), ("params_b", model_params_b(sc))):
+                     ("seq_len", sc.training.seq_len), ("params_b", model_params_b(sc)),
+                     ("tokens_per_core", scenario_tokens_per_core(sc)), ("mfu", round(float(mfu), 4))):
             d[k] = [min(d[k] + [v]), max(d[k] + [v])] if d[k] else [v, v]
         d["zero"] = sorted(set(d["zero"]) | {sc.training.zero})
         d["recompute"] = sorted(set(d["recompute"]) | {sc.training.recompute})
@@ -56,15 +79,60 @@ def domain_of(items) -> dict:
     return out
 
 
-def extrapolated(scenario, generation: str, dom: dict | None = None) -> list[str]:
+def extrapolated(scenario, generation: str, dom: dict | None = None, mfu: float | None = None) -> list[str]:
     """The axes on which `scenario` lies outside what the calibration rows span ("generation" when no row of
     its chip generation exists); empty inside the calibrated domain. `dom`: a calibration profile's domain
-    (default: the shipped fit's)."""
-    value = {"tp": scenario.parallelism.tp, "pp": scenario.parallelism.pp, "cp": scenario.parallelism.cp,
-             "seq_len": scenario.training.seq_len, "params_b": model_params_b(scenario),
-             "zero": scenario.training.zero, "recompute": scenario.training.recompute,
-             "cell": cell(scenario.stack, scenario.parallelism.pp)}
-    return extrapolated_rows(value, generation, dom)[0]
+    (default: the shipped fit's); `mfu`: the layout's predicted MFU (None: the MFU axis is not checked)."""
+    return extrapolated_rows(scenario_values(scenario, mfu), generation, dom)[0]
+
+
+def scenario_values(scenario, mfu: float | None = None) -> dict:
+    """A scenario's value on every domain axis (`extrapolated_rows`' `value`)."""
+    return {"tp": scenario.parallelism.tp, "pp": scenario.parallelism.pp, "cp": scenario.parallelism.cp,
+            "seq_len": scenario.training.seq_len, "params_b": model_params_b(scenario),
+            "tokens_per_core": scenario_tokens_per_core(scenario), "mfu": np.nan if mfu is None else mfu,
+            "zero": scenario.training.zero, "recompute": scenario.training.recompute,
+            "cell": cell(scenario.stack, scenario.parallelism.pp)}
+
+
+def _generation_distance(value: dict, generation: str, dom: dict | None) -> dict[str, np.ndarray]:
+    """{axis: [n] |log| distance beyond the generation's rows' range on each GENERATION_RANGES axis} (0 inside it,
+    where the value is unknown (NaN) or the domain predates the axis). A generation with no rows (Trainium3) is
+    never nearer the evidence than a measured one: its distance is the largest against any generation's rows."""
+    dom = fitted_document().get("domain", {}) if dom is None else dom
+    if generation not in dom and dom:
+        each = [_generation_distance(value, g, dom) for g in dom]
+        return {k: np.max(np.stack([d[k] for d in each]), axis=0) for k in GENERATION_RANGES}
+    n = max([np.size(v) for v in value.values()] + [1])
+    g = dom.get(generation, {})
+    out = {}
+    for k in GENERATION_RANGES:
+        x = np.broadcast_to(np.asarray(value.get(k, np.nan), dtype=float), (n,))
+        span = g.get(k)
+        if not span or not (span[0] > 0 and span[1] > 0):
+            out[k] = np.zeros(n)
+            continue
+        hi, lo = span[1] * (1 + SLACK[k]), span[0] * (1 - SLACK[k])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            beyond = np.where(x > hi, np.log(x / span[1]),
+                              np.where(x < lo, np.log(span[0] / np.maximum(x, 1e-300)), 0.0))
+        out[k] = np.where(np.isfinite(beyond), beyond, 0.0)
+    return out
+
+
+def axis_growth(axis: str) -> float:
+    """The measured growth of the group-out |log error| per unit |log distance| beyond the rows along a
+    GENERATION_RANGES axis (calibration.json "axis_growth"; 0 in a fit that did not measure it)."""
+    return float(fitted_document().get("axis_growth", {}).get("growth_per_log", {}).get(axis, 0.0))
+
+
+def growth_log(value: dict, generation: str, dom: dict | None = None):
+    """Log half-width the GENERATION_RANGES axes add (in quadrature): on each, the measured growth (`axis_growth`)
+    times how far beyond the generation's rows the layout lies (|log| of the ratio to the range's end). A number
+    for scalar values, else an array [n]."""
+    dist = _generation_distance(value, generation, dom)
+    out = np.sqrt(sum((axis_growth(k) * dist[k]) ** 2 for k in GENERATION_RANGES))
+    return float(out[0]) if all(np.ndim(v) == 0 for v in value.values()) else out
 
 
 def extrapolated_rows(value: dict, generation: str, dom: dict | None = None) -> list[list[str]]:
@@ -72,19 +140,28 @@ def extrapolated_rows(value: dict, generation: str, dom: dict | None = None) -> 
     params_b, zero, recompute) to a number or an array (one per layout); one list of axes per layout."""
     head, off = _off_domain(value, generation, dom)
     axes = DOMAIN_RANGES + DOMAIN_SETS
-    return [head + [k for k, o in zip(axes, row) if o] for row in off.tolist()]
+    dist = _generation_distance(value, generation, dom)
+    # named where the generation has rows of its own (an unmeasured one says "generation"; it still widens)
+    gen = np.stack([(dist[k] > 0) & (not head) for k in GENERATION_RANGES], axis=1)
+    return [head + [k for k, o in zip(axes, row) if o] + [k for k, o in zip(GENERATION_RANGES, grow) if o]
+            for row, grow in zip(off.tolist(), gen.tolist())]
 
 
 def extrapolated_columns(value: dict, generation: str, dom: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`extrapolated_rows` as a plan's columns: each layout's axes comma-separated ("" inside the domain), and how
     many there are; each distinct set of axes is joined once."""
     head, off = _off_domain(value, generation, dom)
-    axes = DOMAIN_RANGES + DOMAIN_SETS
-    code = off.astype(np.int64) @ (1 << np.arange(len(axes), dtype=np.int64))
+    dist = _generation_distance(value, generation, dom)
+    # named where the generation has rows of its own (an unmeasured one says "generation"; it still widens)
+    gen = np.stack([(dist[k] > 0) & (not head) for k in GENERATION_RANGES], axis=1)
+    every = DOMAIN_RANGES + DOMAIN_SETS + GENERATION_RANGES
+    code = np.concatenate([off, gen], axis=1).astype(np.int64) @ (1 << np.arange(len(every), dtype=np.int64))
     found, which = np.unique(code, return_inverse=True)
-    text = np.array([",".join(head + [k for j, k in enumerate(axes) if int(c) >> j & 1]) for c in found], dtype=object)
+    text = np.array([",".join(head + [k for j, k in enumerate(every) if int(c) >> j & 1]) for c in found], dtype=object)
+    axes = DOMAIN_RANGES + DOMAIN_SETS
     is_cell = off[:, axes.index("cell")]
-    # in units of one axis's widening (`extrapolation_log`): an unseen cell weighs its group-out error
+    # in units of one axis's widening (`extrapolation_log`): an unseen cell weighs its group-out error; the
+    # GENERATION_RANGES axes widen by their measured growth instead (`growth_log`), not counted here
     return text[which.reshape(-1)], len(head) + off.sum(axis=1) - is_cell + is_cell * _cell_weight()
 
 
@@ -146,6 +223,7 @@ def extrapolation_log(axes, worst_pct: float | None = None):
     layout, cell_pct = _out_errors()
     a = math.log1p((layout if worst_pct is None else worst_pct) / 100)
     if isinstance(axes, list):
+        axes = [k for k in axes if k not in GENERATION_RANGES]     # those widen by their growth (`growth_log`)
         c = math.log1p(cell_pct / 100) if "cell" in axes else 0.0
         return math.sqrt((len(axes) - ("cell" in axes)) * a * a + c * c)
     return np.sqrt(np.asarray(axes, dtype=float)) * a

@@ -180,7 +180,7 @@ def stage_memory(scenario, cluster, library, programs) -> list[StageMemory]:
                                              np.array([layout.dp]), np.array([ep]), np.array([shard.optimizer]),
                                              np.array([shard.weights]), bytes_per_param(t),
                                              np.array([shard.gradients])))
-    act = chunk_activation_bytes(layers, *(np.array([opslib.saved_bytes(ops, where, v, t.recompute)])
+    act = chunk_activation_bytes(layers, *(np.array([opslib.saved_bytes(ops, where, v, opslib.recompute_mode(t))])
                                            for where in ("layer", "embedding", "head")))[0]
     # full recomputation rebuilds one layer's activations at a time during backward
     working = opslib.saved_bytes(ops, "layer", v, "none") if t.recompute == "full" else 0.0

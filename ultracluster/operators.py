@@ -27,7 +27,7 @@ ENGINES = ("tensor", "vector", "scalar", "gpsimd", "bytes")
 MATMUL_DIMS = ("m", "k", "n")
 VARIABLES = frozenset({"T", "Ts", "S", "h", "d", "hq", "hkv", "f", "up", "V", "e", "w", "g", "causal", "P", "drop",
                        "E", "Er", "topk", "imb"})
-SWITCHES = ("fusion", "engine_clock_rates", "flash_attention", "attention_serial", "stage_ends", "tp_overlap", "dp_overlap",
+SWITCHES = ("tensor_structure", "fusion", "engine_clock_rates", "flash_attention", "attention_serial", "stage_ends", "tp_overlap", "dp_overlap",
             "step_costs")
 WHERE = ("layer", "embedding", "head", "optimizer")
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
@@ -124,6 +124,7 @@ class Operator:
     saved_selective: Callable[[Mapping[str, Any]], Any] | None = None   # kept under selective recompute
     switch: str | None = None        # exists only while this calibration switch is on
     precision: tuple[str, ...] | None = None   # exists only at these training precisions (MX quantize)
+    evicts: bool = True              # its matmul outputs leave PSUM by a copy of their own (`chip.psum_evictions`)
 
 
 def parse_library(doc: object, source: str) -> list[Operator]:
@@ -132,8 +133,8 @@ def parse_library(doc: object, source: str) -> list[Operator]:
     if not isinstance(doc, dict) or not isinstance(doc.get("operators"), list):
         raise ScenarioError([Problem("operators", type(doc).__name__, "a mapping with an `operators` list")], source)
     ops: list[Operator] = []
-    keys = {"name", "where", "recompute", "mlp", "master_weights", "moe", "norm", "position", "forward", "backward",
-            "saved", "matmul", "fuse", "hides_tp", "switch", "serial", "precision", "attention", "saved_selective"}
+    keys = {"name", "where", "recompute", "mlp", "master_weights", "moe", "norm", "position", "forward", "backward", "saved",
+            "matmul", "fuse", "hides_tp", "switch", "serial", "precision", "attention", "saved_selective", "evicts"}
     for i, raw in enumerate(doc["operators"]):
         at = f"operators[{i}]"
         if not isinstance(raw, dict):
@@ -147,7 +148,7 @@ def parse_library(doc: object, source: str) -> list[Operator]:
         where = raw.get("where")
         if where not in WHERE:
             problems.append(Problem(f"{at}.where", where if where is not None else "<missing>", f"one of: {', '.join(WHERE)}"))
-        for key, allowed in (("recompute", ("selective",)), ("mlp", ("swiglu", "gelu")), ("master_weights", ("fp32", "none")),
+        for key, allowed in (("recompute", ("selective", "mlp")), ("mlp", ("swiglu", "gelu")), ("master_weights", ("fp32", "none")),
                              ("norm", ("rmsnorm", "layernorm")), ("position", ("rotary", "learned")),
                              ("attention", ("flash", "materialized"))):
             if key in raw and raw[key] not in allowed:
@@ -159,7 +160,7 @@ def parse_library(doc: object, source: str) -> list[Operator]:
             problems.append(Problem(f"{at}.precision", raw.get("precision"),
                                     f"a training precision or a list of them: {', '.join(PRECISION_BYTES)}"))
             precision = None
-        for flag in ("moe", "hides_tp", "serial"):
+        for flag in ("moe", "hides_tp", "serial", "evicts"):
             if flag in raw and not isinstance(raw[flag], bool):
                 problems.append(Problem(f"{at}.{flag}", raw[flag], "true or false"))
         fuse = raw.get("fuse", [])
@@ -192,7 +193,7 @@ def parse_library(doc: object, source: str) -> list[Operator]:
                             serial=bool(raw.get("serial", False)), attention=raw.get("attention"),
                             saved_selective=_compile(raw["saved_selective"], f"{at}.saved_selective", problems)
                             if "saved_selective" in raw else None,
-                            switch=raw.get("switch"),
+                            switch=raw.get("switch"), evicts=bool(raw.get("evicts", True)),
                             precision=tuple(precision) if precision is not None else None))
     names = [o.name for o in ops]
     for dup in sorted({n for n in names if names.count(n) > 1}):
@@ -394,7 +395,7 @@ def evaluate(ops: list[Operator], where: str, phase: str, variables: Mapping[str
     out["names"] = np.array([o.name for o in sel])
     out["recompute"] = np.array([o.recompute or "" for o in sel])
     out["hides_tp"] = np.array([o.hides_tp for o in sel], dtype=bool)
-    out["serial"] = np.array([o.serial for o in sel], dtype=bool)
+    out["serial"], out["evicts"] = (np.array([getattr(o, k) for o in sel], dtype=bool) for k in ("serial", "evicts"))
     names = [o.name for o in sel]
     out["host"] = np.array([next((names.index(f) for f in o.fuse if f in names), i) for i, o in enumerate(sel)],
                            dtype=np.int64)   # the kernel each operator runs inside (itself when not fused)
@@ -437,6 +438,11 @@ def bad_work(ops, variables: Mapping[str, Any]) -> tuple[np.ndarray, list]:
     return bad.reshape(-1) if shape else bad.reshape(1), why
 
 
+def recompute_mode(training) -> str:
+    """`training.recompute`, or "selective_mlp" where it also checkpoints the MLP block (`checkpoint_mlp`)."""
+    return "selective_mlp" if training.recompute == "selective" and training.checkpoint_mlp else training.recompute
+
+
 def saved_bytes(ops: list[Operator], where: str, variables: Mapping[str, Any], recompute: str) -> float:
     """Activation bytes kept per microbatch by the `where` operators under a recompute mode.
 
@@ -448,6 +454,7 @@ def saved_bytes(ops: list[Operator], where: str, variables: Mapping[str, Any], r
     sel = [o for o in ops if o.where == where]
     if recompute == "full" and where == "layer":
         return float(sel[0].saved(variables))
-    if recompute == "selective":
-        return float(sum((o.saved_selective or o.saved)(variables) for o in sel))
+    if recompute in ("selective", "selective_mlp"):   # the MLP block's `saved_selective` only if checkpointed
+        return float(sum((o.saved_selective if o.saved_selective and (o.recompute != "mlp" or recompute != "selective")
+                          else o.saved)(variables) for o in sel))
     return float(sum(o.saved(variables) for o in sel))

@@ -46,17 +46,15 @@ class Engine:
             pipeline (each `xm.mark_step()` the engine issues ends one).
         graph_factor: the `Calibration` field that times one graph execution of this engine (fitted per
             engine: no source gives it), or None (no cost: `custom`).
-        exchange: "separate" (each send and each receive a blocking collective in its own graph: NxD's
-            all_gather over the stage pair), "fused" (a send and the opposite receive in one graph: Megatron's
-            send_forward_recv_backward as two all-reduces), or "none" (no pipeline).
-        source: where it says so.
+        source: where it says so. How a stage exchanges activations (NxD: each send and receive a 2-rank
+            all_gather in a graph of its own; Megatron: a send and the opposite receive as one exchange) is in
+            the graph counts above and in the replay's sends (`replay.comm.pipeline_sends`, issued in-graph).
     """
 
     graphs_pp1: float
     graphs_fwd: float
     graphs_bwd: float
     graph_factor: str | None
-    exchange: str
     source: str
 
 
@@ -84,7 +82,6 @@ class Stack:
     defaults_source: str
     engine: Engine
     support: Support
-    fsdp_schedule: str = "compiler"
     notes: tuple[str, ...] = field(default_factory=tuple)
     end_of_support: str | None = None                 # where the stack is no longer supported, with its source
 
@@ -110,12 +107,16 @@ STACKS: dict[str, Stack] = {
         name="neuronx-distributed", label="NeuronX Distributed (NxD)",
         defaults={"training.attention": {"pp1": "flash", "pipeline": "materialized"},
                   "model.dropout": 0.0, "parallelism.sequence_parallel": True,
-                  "parallelism.tp_comm_overlap": True, "training.zero": 1, "training.recompute": "selective"},
+                  "parallelism.tp_comm_overlap": True, "training.zero": 1, "training.recompute": "selective",
+                  "training.checkpoint_mlp": {"pp1": False, "pipeline": {"seq_len": {8192: True}, "other": False}}},
         defaults_source=("tp_zero1_llama_hf_pretrain.py: --use_flash_attention defaults to 1; the pipeline example's "
                          "run_llama_nxd.py defaults it to 0 and the Llama-2 13B/70B tp_pp scripts do not set it (the "
                          "materialized core attention with NEURON_FUSE_SOFTMAX=1); both examples: sequence "
-                         "parallelism, selective checkpointing, ZeRO-1 (--use_zero_1, --use_zero1_optimizer 1)"),
-        engine=Engine(1.0, 3.0, 3.0, "graph_s_nxd", "separate", _NXD_PIPE),
+                         "parallelism, selective checkpointing, ZeRO-1 (--use_zero_1, --use_zero1_optimizer 1); "
+                         "the tp_pp example checkpoints (CoreAttention, LlamaMLP) when seq_len == 8192 and "
+                         "CoreAttention alone otherwise (run_llama_nxd.py), the no-pipeline example CoreAttention "
+                         "alone (tp_zero1_llama_hf_pretrain.py)"),
+        engine=Engine(1.0, 3.0, 3.0, "graph_s_nxd", _NXD_PIPE),
         support=Support(
             chips=(("trn1", "trn2", "trn3"), "NxD runs on Trn1 and Trn2 (Neuron SDK docs); Trn3 through the same SDK"),
             pp=(True, "pipeline/scheduler.py: Train1F1BSchedule, TrainInterleavedSchedule"),
@@ -136,7 +137,7 @@ STACKS: dict[str, Stack] = {
                          "sequence_parallel=True, the async TP all-reduce off with sequence parallelism, "
                          "wrap_with_zero False (no ZeRO-1), selective activations checkpointing for GPT (gpt_23b.sh) "
                          "and full for Llama (test_llama.sh, test_llama_gqa.sh: activations_checkpoint_granularity=full)"),
-        engine=Engine(1.0, 2.0, 2.0, "graph_s_nemo", "fused", _MEG_PIPE),
+        engine=Engine(1.0, 2.0, 2.0, "graph_s_nemo", _MEG_PIPE),
         support=Support(
             chips=(("trn1",), "the neuronx-nemo-megatron examples and ParallelCluster jobs run trn1.32xlarge; "
                    "NxD Training replaced it for Trn2"),
@@ -156,7 +157,7 @@ STACKS: dict[str, Stack] = {
         defaults_source=("pretrain_gpt3_6.7B_32layers_bf16*.sh: core attention without the masked-softmax fusion, "
                          "--attention-dropout 0 --hidden-dropout 0, no sequence parallelism, "
                          "--no-async-tensor-model-parallel-allreduce, no distributed optimizer, no recomputation"),
-        engine=Engine(1.0, 2.0, 2.0, "graph_s_nemo", "fused",
+        engine=Engine(1.0, 2.0, 2.0, "graph_s_nemo",
                       "the fork's pipeline is Megatron's p2p schedule with xm.mark_step around each exchange, "
                       "as NeMo's (assumed: its one published layout has no pipeline)"),
         support=Support(
@@ -176,7 +177,7 @@ STACKS: dict[str, Stack] = {
                   "cluster.lnc": 2},
         defaults_source=("AXLearn's Trn2 mesh rule: FSDP (ZeRO-3) x TP at LNC=2, the NKI flash-attention kernel; "
                          "full recomputation is what fits 24 GiB per rank for Llama-2-70B (arXiv 2507.05411)"),
-        engine=Engine(1.0, 0.0, 0.0, None, "none", "AXLearn on Neuron runs FSDP x TP without a pipeline"),
+        engine=Engine(1.0, 0.0, 0.0, None, "AXLearn on Neuron runs FSDP x TP without a pipeline"),
         support=Support(
             chips=(("trn2", "trn3"), "AXLearn's Neuron mesh rules name trn2 instance types (Trn3 through the same SDK)"),
             pp=(False, "AXLearn's Trn2 mesh rules shard over FSDP and TP; no pipeline stage axis on Neuron"),
@@ -201,7 +202,7 @@ STACKS: dict[str, Stack] = {
                          "torchtitan/config/configs.py), per-op selective activation checkpointing "
                          "(torchtitan/distributed/activation_checkpoint.py); the NKI flash-attention kernel and "
                          "LNC=2 as the Neuron SDK's Trn2 defaults"),
-        engine=Engine(1.0, 0.0, 0.0, "graph_s_nxd", "none",
+        engine=Engine(1.0, 0.0, 0.0, "graph_s_nxd",
                       "the SDK's Native PyTorch for AWS Trainium page: torch.compile(backend='neuron') receives the "
                       "forward and backward FX graphs (AOT Autograd) and compiles them, one graph execution a "
                       "microbatch as an XLA stack's, at the NxD engine's fitted cost per graph (an assumption: no "
@@ -219,12 +220,11 @@ STACKS: dict[str, Stack] = {
             cp=(False, "the Native PyTorch page lists FSDP, DTensor, DDP and TP only"),
             ep=(False, "the Native PyTorch page lists no expert parallelism"),
             lnc=((1, 2), "Neuron SDK: LNC=1 or 2 on Trn2/Trn3, LNC=2 the default")),
-        fsdp_schedule="layerwise",
         notes=("no measured TorchNeuron run is published: every layout it runs is extrapolated (cell) and its "
                "interval widened by the calibration's group-out error",)),
     "custom": Stack(
         name="custom", label="custom (explicit keys)", defaults={}, defaults_source="the scenario's own keys",
-        engine=Engine(0.0, 0.0, 0.0, None, "none", "no stack engine: today's explicit knobs"),
+        engine=Engine(0.0, 0.0, 0.0, None, "no stack engine: today's explicit knobs"),
         support=Support(chips=_ANY_CHIP, pp=(True, ""), zero=((0, 1, 2, 3), ""), zero_with_pp=((0, 1, 2, 3), ""),
                         schedules=(("gpipe", "1f1b", "interleaved"), ""), cp=(True, ""), ep=(True, ""),
                         lnc=((1, 2), ""))),
@@ -235,7 +235,8 @@ SHORT = {"neuronx-distributed": "nxd", "neuronx-nemo-megatron": "nemo", "megatro
 # the keys a stack's defaults fill (each stack's `defaults`), and of them those that change how a layout is timed
 # but are no layout column of a plan (the planner times each distinct setting of them apart: `for_cell`)
 STACK_KEYS = tuple(dict.fromkeys(k for s in STACKS.values() for k in s.defaults))
-TIMING_KEYS = ("training.attention", "model.dropout", "parallelism.tp_comm_overlap", "parallelism.fsdp_schedule")
+TIMING_KEYS = ("training.attention", "model.dropout", "parallelism.tp_comm_overlap", "parallelism.fsdp_schedule",
+               "training.checkpoint_mlp")
 
 
 def _get(raw: dict, dotted: str) -> tuple[bool, Any]:
@@ -247,15 +248,34 @@ def _get(raw: dict, dotted: str) -> tuple[bool, Any]:
     return True, node
 
 
-def defaults_for(stack: str, pp: int, mlp: str | None) -> dict[str, Any]:
-    """The dotted keys a stack fills for a layout with `pp` stages and an `mlp` kind, resolved to values."""
+def defaults_for(stack: str, pp: int, mlp: str | None, seq_len: int | None = None) -> dict[str, Any]:
+    """The dotted keys a stack fills for a layout with `pp` stages, an `mlp` kind and a `seq_len`, resolved to
+    values (a default may depend on each: {"pp1": v, "pipeline": v}, {mlp kind: v},
+    {"seq_len": {length: v}, "other": v})."""
     out = {}
     for key, value in STACKS[stack].defaults.items():
         if isinstance(value, dict) and "pp1" in value:
             value = value["pp1"] if pp <= 1 else value["pipeline"]
+        if isinstance(value, dict) and "seq_len" in value:
+            value = value["seq_len"].get(seq_len, value["other"])
         elif isinstance(value, dict):
             value = value.get(mlp or "swiglu", 0.0)
         out[key] = value
+    return out
+
+
+def filled(scenario) -> dict[str, Any]:
+    """The keys a loaded scenario's stack filled (its defaults the scenario did not give), with their values: what
+    `validate` prints. Empty for `custom` or a scenario not made by `load_scenario`."""
+    given = explicit(scenario)
+    if given is None:
+        return {}
+    out = {}
+    for key in STACKS[scenario.stack].defaults:
+        if key in given or (key == "cluster.lnc" and chip_of(scenario.cluster.instance) == "trn1"):
+            continue
+        section, name = key.split(".")
+        out[key] = getattr(getattr(scenario, section), name)
     return out
 
 
@@ -270,7 +290,9 @@ def apply_defaults(raw: dict) -> None:
     pp = par.get("pp", 1) if type(par.get("pp", 1)) is int else 1
     model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
     mlp = model.get("mlp") if isinstance(model.get("mlp"), str) else None
-    for key, value in defaults_for(stack, pp, mlp).items():
+    train = raw.get("training") if isinstance(raw.get("training"), dict) else {}
+    seq = train.get("seq_len") if type(train.get("seq_len")) is int else None
+    for key, value in defaults_for(stack, pp, mlp, seq).items():
         section, name = key.split(".")
         node = raw.get(section)
         if node is None:
@@ -313,7 +335,7 @@ def for_cell(scenario, stack: str, pipelined: bool):
     changes. The layout columns (ZeRO, recomputation, sequence parallelism, LNC) are the planner's rows'."""
     given = explicit(scenario)
     given = frozenset(TIMING_KEYS) if given is None else given
-    values = defaults_for(stack, 2 if pipelined else 1, scenario.model.mlp)
+    values = defaults_for(stack, 2 if pipelined else 1, scenario.model.mlp, scenario.training.seq_len)
     update: dict[str, Any] = {"stack": stack} if scenario.stack != stack else {}
     sections: dict[str, dict] = {}
     for key in TIMING_KEYS:

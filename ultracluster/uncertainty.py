@@ -37,7 +37,7 @@ from .cluster.calibration import TRN1, TRN2, Calibration
 from .cluster.fitted_files import fitted, fitted_document
 from .cluster.uncertain_factors import UncertainFactor, for_generation
 from .domain import (DOMAIN_RANGES, DOMAIN_SETS, cell, domain_of, extrapolated, extrapolated_columns,  # noqa: F401  (here
-                     extrapolated_rows, extrapolation_log, mfu_best, mfu_implausible, model_params_b)  # for their callers)
+                     extrapolated_rows, growth_log, scenario_values, tokens_per_core, extrapolation_log, mfu_best, mfu_implausible, model_params_b)  # for their callers)
 from .frozen import read_only
 
 Z80 = 1.2815515655446004        # the 90th percentile of a standard normal: two-sided 80 %
@@ -115,11 +115,15 @@ def _scalar(*xs) -> bool:
     return all(np.ndim(x) == 0 for x in xs)
 
 
-def half_width(ev: Evidence, axes):
+def half_width(ev: Evidence, axes, growth=0.0):
     """The log half-width of the fit and release parts, widened by the extrapolated `axes` (a list, or an array
-    of counts for many layouts): the part of the interval the uncertain factors' corners add to in quadrature."""
+    of counts for many layouts) and by `growth` (`domain.growth_log`: the measured growth of the error along the
+    tokens-per-core and MFU axes beyond the rows), in quadrature: the part of the interval the uncertain factors'
+    corners add to in quadrature."""
     ext = extrapolation_log(axes, ev.worst_pct)
-    return math.hypot(ev.half_width_log, ext) if _scalar(ext) else np.hypot(ev.half_width_log, ext)
+    if _scalar(ext, growth):
+        return math.sqrt(ev.half_width_log ** 2 + ext ** 2 + growth ** 2)
+    return np.sqrt(ev.half_width_log ** 2 + np.asarray(ext) ** 2 + np.asarray(growth, dtype=float) ** 2)
 
 
 def widen(point, h, fast_log, slow_log):
@@ -395,8 +399,15 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
                 swings.append(FactorSwing(f, factor_value(cal, f.name), float(hw.grid[0, k, 0]) * scale,
                                           float(hw.grid[0, k, -1]) * scale, f.why))
             slow_log, fast_log, anchored = float(hw.slow_log[0]), float(hw.fast_log[0]), hw.anchored
-    axes = extrapolated(scenario, cluster.chip.name, ev.domain)        # off a profile's domain: its own rows'
-    low_s, high_s = widen(point_s, half_width(ev, axes), fast_log, slow_log)
+    from . import operators as opslib
+    from .step import merit
+
+    peak = merit.peak_flop_per_s(cluster.chips, cluster.chip, scenario.training.precision)
+    mfu = merit.mfu(opslib.model_flops_per_step(scenario), peak, point_s) if point_s > 0 else None
+    value = scenario_values(scenario, mfu)
+    axes = extrapolated_rows(value, cluster.chip.name, ev.domain)[0]     # off a profile's domain: its own rows'
+    low_s, high_s = widen(point_s, half_width(ev, axes, growth_log(value, cluster.chip.name, ev.domain)),
+                          fast_log, slow_log)
     return Interval(point_s=point_s, low_s=low_s, high_s=high_s, fit_log=ev.fit_log,
                     release_log=Z80 * ev.release_sigma, slow_log=slow_log, fast_log=fast_log,
                     swings=sorted(swings, key=lambda s: -s.swing_s), fit_label=ev.label, fit_source=ev.source,

@@ -17,6 +17,8 @@ from ultracluster.scenario import load_scenario
 from ultracluster import uncertainty
 from ultracluster.layouts.setting_times import one_step, replayed_step_time, setting_step_times
 from ultracluster.uncertainty import Z80
+from ultracluster.cluster import build_cluster
+from ultracluster.operators import model_flops_per_step
 
 
 @pytest.fixture(scope="module")
@@ -218,11 +220,19 @@ def test_off_the_profiles_domain_the_interval_widens_again(profile, scenarios_di
     iv = uncertainty.interval(sc, step, times=setting_step_times)
     assert {"tp", "params_b", "seq_len"} <= set(iv.extrapolated)
     inside = load_scenario(scenarios_dir / "calib-llama2-7b-tp8.yaml", ["calibration=" + path])
-    assert uncertainty.interval(inside, 10.0, times=setting_step_times).extrapolated == []
+    own = replayed_step_time(one_step(inside), fmt.calibration_for(inside))      # its predicted MFU is the row's
+    assert uncertainty.interval(inside, own, times=setting_step_times).extrapolated == []
     worst = max(json.loads(FITTED.read_text())["cross_validation"]["worst_abs_error_pct"],
                 doc["evidence"]["loo_worst_abs_pct"])
-    h = math.hypot(math.hypot(doc["evidence"]["fit_log"], Z80 * doc["evidence"]["release_sigma"]),
-                   math.sqrt(len(iv.extrapolated)) * math.log1p(worst / 100))
+    from ultracluster.domain import GENERATION_RANGES, growth_log, scenario_values
+    from ultracluster.step import merit
+
+    counted = [k for k in iv.extrapolated if k not in GENERATION_RANGES]   # those widen by their measured growth
+    cl = build_cluster(sc, 1)
+    mfu = merit.mfu(model_flops_per_step(sc), merit.peak_flop_per_s(cl.chips, cl.chip, "bf16"), step)
+    h = math.sqrt(math.hypot(doc["evidence"]["fit_log"], Z80 * doc["evidence"]["release_sigma"]) ** 2
+                  + (math.sqrt(len(counted)) * math.log1p(worst / 100)) ** 2
+                  + growth_log(scenario_values(sc, mfu), "trainium", doc["domain"]) ** 2)
     assert math.log(iv.high_s / step) == pytest.approx(math.hypot(h, iv.slow_log), rel=1e-9)
 
 

@@ -92,8 +92,11 @@ def test_trn1_interval_is_fit_release_and_its_one_open_link_factor():
     s = predict(sc, intervals=True)
     iv = interval(sc, s["step_time_s"])
     assert [sw.factor.name for sw in iv.swings] == ["neuronlink_efficiency_trn1"]
-    # off the calibrated domain each extrapolated axis adds the worst leave-one-out error in quadrature
-    h = math.hypot(evidence().half_width_log, extrapolation_log(iv.extrapolated))
+    # off the calibrated domain each extrapolated axis adds the worst leave-one-out error in quadrature, and the
+    # tokens-per-core and MFU axes their measured growth times the distance beyond the rows (domain.growth_log)
+    from ultracluster.domain import growth_log, scenario_values
+    grow = growth_log(scenario_values(sc, s["mfu"]), "trainium")
+    h = math.sqrt(evidence().half_width_log ** 2 + extrapolation_log(iv.extrapolated) ** 2 + grow ** 2)
     assert iv.high_s == pytest.approx(s["step_time_s"] * math.exp(math.hypot(h, iv.slow_log)))
     assert iv.low_s == pytest.approx(s["step_time_s"] * math.exp(-math.hypot(h, iv.fast_log)))
     assert s["step_time_low_s"] == pytest.approx(iv.low_s) and s["step_time_high_s"] == pytest.approx(iv.high_s)

@@ -146,7 +146,8 @@ def test_the_newcomers_70b_winner_is_ranked_by_its_slow_end_alone(scenarios_dir)
     LayoutEvidence(base).flags(again)
     unpriced = again[ranking.eligible(again, "tokens_per_s", None) & again["tokens_per_s_low"].isna()]
     assert len(unpriced) > 100
-    assert (unpriced["tokens_per_s"] * np.exp(-half_width(evidence(), unpriced["_axes"].to_numpy()))
+    assert (unpriced["tokens_per_s"] * np.exp(-half_width(evidence(), unpriced["_axes"].to_numpy(),
+                                                          unpriced["_growth"].to_numpy()))
             < win["tokens_per_s_low"]).all()
     own = result.summary["scenario_layout"]
     assert own["feasible"] and own["standing"].startswith("ranks #")

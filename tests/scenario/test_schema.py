@@ -51,7 +51,7 @@ def test_minimal_scenario_resolves_every_default(tmp_path: Path) -> None:
                   "mlp": "gelu", "vocab": 1000, "tied_embeddings": False, "norm": "rmsnorm", "position": "rotary",
                   "moe": None, "dropout": 0.0},
         "training": {"seq_len": 1024, "global_batch": 64, "micro_batch": 1, "precision": "bf16",
-                     "master_weights": "fp32", "zero1": True, "zero": 1, "recompute": "selective",
+                     "master_weights": "fp32", "zero1": True, "zero": 1, "recompute": "selective", "checkpoint_mlp": False,
                      "attention": "flash", "steps": 3, "warmup_steps": 1, "budget_tokens": None,
                      "budget_steps": None},
         "parallelism": {"tp": 4, "pp": 1, "dp": 16, "cp": 1, "ep": 1, "sequence_parallel": True,

@@ -30,6 +30,8 @@ EXPECTED = {
         "training.zero": 1,
         # tp_zero1_llama2_7B_hf_pretrain.sh passes --selective_checkpoint_enabled
         "training.recompute": "selective",
+        # tp_zero1_llama_hf_pretrain.py checkpoints no MLP of its own (that is the pipeline example's, below)
+        "training.checkpoint_mlp": False,
     },
     # neuronx-distributed with a pipeline: examples/training/llama/tp_pp_llama_hf_pretrain/
     ("neuronx-distributed", True, "swiglu", "trn1.32xlarge"): {
@@ -44,6 +46,9 @@ EXPECTED = {
         "training.zero": 1,
         # the same scripts: --use_selective_checkpoint 1 (run_llama_nxd.py: "full" when 0)
         "training.recompute": "selective",
+        # run_llama_nxd.py checkpoints (CoreAttention, LlamaMLP) only when seq_len == 8192: not at this scenario's
+        # 2,048 (test_the_nxd_pipeline_checkpoints_its_mlp_at_seq_8192 below)
+        "training.checkpoint_mlp": False,
     },
     # neuronx-nemo-megatron: nemo/examples/nlp/language_modeling/{test.sh, gpt_23b.sh, train_setup.sh,
     # conf/megatron_gpt_config.yaml}; GPT (gelu)
@@ -157,7 +162,8 @@ OTHER = {"training.attention": {"flash": "materialized", "materialized": "flash"
          "training.zero": {0: 1, 1: 0, 3: 1},
          "training.recompute": {"selective": "none", "none": "full", "full": "selective"},
          "cluster.lnc": {2: 1},
-         "parallelism.fsdp_schedule": {"layerwise": "compiler", "compiler": "layerwise"}}
+         "parallelism.fsdp_schedule": {"layerwise": "compiler", "compiler": "layerwise"},
+         "training.checkpoint_mlp": {False: True, True: False}}
 
 
 @pytest.mark.parametrize("case, key", [(c, k) for c in EXPECTED for k in EXPECTED[c]],
@@ -182,3 +188,11 @@ def test_an_explicit_key_wins_over_the_stack(case, key):
     # the other keys the stack still fills
     assert {k: value(s, k) for k in EXPECTED[case] if k != key} == \
         {k: v for k, v in EXPECTED[case].items() if k != key}
+
+
+def test_the_nxd_pipeline_checkpoints_its_mlp_at_seq_8192():
+    """run_llama_nxd.py (the Llama-3 70B tp_pp scripts run it at seq 8192): activation_checkpoint with
+    (CoreAttention, LlamaMLP) when seq_len == 8192, CoreAttention alone otherwise; the non-pipeline example never."""
+    at = lambda pp, seq: load_scenario({**only_the_stack("neuronx-distributed", pp > 1, "swiglu", "trn1.32xlarge"),
+                                        "training": {"seq_len": seq, "global_batch": 64}}).training.checkpoint_mlp
+    assert at(2, 8192) is True and at(2, 4096) is False and at(1, 8192) is False

@@ -58,7 +58,8 @@ def test_without_hours_the_goodput_is_the_closed_form_and_says_so():
 
     s = predict(load_scenario(FSX, SETS))
     assert s["goodput_method"] == "closed form" and "goodput_hours" not in s
-    assert s["goodput"] == pytest.approx(0.201, abs=0.001)                 # issue 43's closed form
+    # issue 43's closed form (0.201 before compute model v5 moved the step): the replayed 89 s checkpoint's
+    assert s["goodput"] == pytest.approx(0.197, abs=0.001)
     assert s["stack"] == "neuronx-distributed"
     busy = busy_step_s(s["step_time_s"], s["data_stall_s"], s["checkpoint_s"])
     assert s["wall_step_time_s"] == pytest.approx(busy / s["goodput"], rel=1e-12)

@@ -118,6 +118,29 @@ def render(res: dict, data: Path) -> str:
                 errs = ", ".join(f"{n} {e:+.1f} %" for n, e in fold["layouts"].items())
                 lines.append(f"| {'cell' if kind == 'cells' else 'family'} {g} | {len(fold['layouts'])} | {errs} | "
                              + " | ".join(f"{fold['factors'][b[0]]:.3g}" for b in FIT) + " |")
+        ls = go.get("longest_sequence")
+        if ls:
+            errs = ", ".join(f"{n} {e:+.1f} %" for n, e in ls["layouts"].items())
+            lines.append(f"| sequence length {ls['seq_len']} (the longest) | {len(ls['layouts'])} | {errs} | "
+                         + " | ".join(f"{ls['factors'][b[0]]:.3g}" for b in FIT) + " |")
+    ag = res.get("axis_growth")
+    if ag:
+        lines += ["", "## How the error grows away from the rows", "",
+                  "Along the two axes that decide the compute model's error, tokens per NeuronCore per microbatch "
+                  "(micro_batch x seq_len / (tp x cp)) and MFU, the layouts at each end of the axis are left out at "
+                  "once, the factors refitted on the rest, and each left-out layout's |log error| divided by how far "
+                  "(|log| of the ratio) it lies beyond the rest. The largest ratio is the axis's measured growth: a "
+                  "layout beyond the rows of its chip generation on the axis is `extrapolated` on it, and its "
+                  "interval widens by the growth times its distance (docs/uncertainty.md).", "",
+                  "| axis | end left out | layouts | value | rest's end | distance (log) | error | growth per log |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for axis, folds in ag["folds"].items():
+            for side, f in folds.items():
+                errs = ", ".join(f"{n} {e:+.1f} %" for n, e in f["layouts"].items())
+                lines.append(f"| {axis} | {side} | {len(f['layouts'])} | {f['value']:g} | {f['rest_end']:g} | "
+                             f"{f['distance_log']:.3f} | {errs} | {f['growth_per_log']:.3f} |")
+        lines += ["", "Measured growth per unit log distance: " + ", ".join(
+            f"{axis} {g:.3f}" for axis, g in ag["growth_per_log"].items()) + "."]
     t2 = res.get("trn2")
     if t2:
         lines += ["", "## Trainium2 (`" + t2["row"] + "`)", "",

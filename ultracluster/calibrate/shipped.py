@@ -13,7 +13,7 @@ import numpy as np
 
 from ..step import merit
 from .training import (FIT, INPUTS, MECHANISMS, REPO, RESIDUAL_CHECK, TRN2_PROBES, Layouts, rounded, base_calibration,
-                       fit, is_read)
+                       fit, is_read, polish)
 
 
 def pct(x: float) -> float:
@@ -82,6 +82,70 @@ def leave_group_out(lay: Layouts) -> dict:
         kind["errors"] += [abs(pct(e)) for e in err]
     return {k: {"groups": v["groups"], "median_abs_error_pct": round(statistics.median(v["errors"]), 2),
                 "worst_abs_error_pct": round(max(v["errors"]), 2)} for k, v in out.items()}
+
+
+def _fold_out(lay: Layouts, members: list[str]) -> tuple[dict, np.ndarray]:
+    """The factors refitted without `members` (the pair's scaling term out with them when they hold a pair
+    layout) and the members' log errors under them."""
+    others = [m for m in lay.certain if m not in members]
+    params, _ = fit(lay, others, scaling=not (set(members) & lay.pair_layouts))
+    return params, lay.log_errors(base_calibration(**params), members, scaling=False)
+
+
+def longest_sequence_out(lay: Layouts) -> dict:
+    """Leave-one-group-out along the sequence length: every fitted layout at the longest sequence left out at
+    once, the factors refitted on the shorter ones, the left-out layouts predicted."""
+    longest = max(lay.scenarios[n].training.seq_len for n in lay.certain)
+    members = [n for n in lay.certain if lay.scenarios[n].training.seq_len == longest]
+    params, err = _fold_out(lay, members)
+    return {"seq_len": longest, "layouts": {n: pct(float(e)) for n, e in zip(members, err)}, "factors": params,
+            "worst_abs_error_pct": round(max(abs(pct(float(e))) for e in err), 2)}
+
+
+def axis_values(lay: Layouts) -> dict[str, dict[str, float]]:
+    """Each fitted layout's value on the axes that decide the compute model's error (`domain.GENERATION_RANGES`):
+    tokens per core per microbatch and its published MFU."""
+    from .. import operators as opslib
+    from ..cluster import build_cluster
+    from ..domain import scenario_tokens_per_core
+
+    out: dict[str, dict[str, float]] = {"tokens_per_core": {}, "mfu": {}}
+    for n in lay.certain:
+        sc = lay.scenarios[n]
+        cl = build_cluster(sc, sc.cluster.instances)
+        peak = merit.peak_flop_per_s(cl.chips, cl.chip, sc.training.precision)
+        out["tokens_per_core"][n] = scenario_tokens_per_core(sc)
+        out["mfu"][n] = merit.mfu(opslib.model_flops_per_step(sc), peak, sc_step(lay, n))
+    return out
+
+
+def axis_growth(lay: Layouts) -> dict:
+    """How the error grows as a layout moves away from the rows along each axis of `domain.GENERATION_RANGES`,
+    measured by group-out: on each axis the layouts at its top (then its bottom) are left out at once, the factors
+    refitted on the rest, and each left-out layout's |log error| divided by its |log distance| beyond the rest's
+    range. The axis's growth is the largest of those ratios (calibration.json "axis_growth"; `domain.growth_log`
+    widens an interval by it times the distance beyond the rows)."""
+    values = axis_values(lay)
+    folds, growth = {}, {}
+    for axis, val in values.items():
+        folds[axis], ratios = {}, []
+        for side, edge in (("top", max), ("bottom", min)):
+            end = edge(val.values())
+            members = [n for n in lay.certain if val[n] == end]
+            rest = [val[n] for n in lay.certain if n not in members]
+            if len(rest) < 3:
+                continue
+            distance = abs(math.log(end / edge(rest)))
+            if distance <= 0:
+                continue
+            _, err = _fold_out(lay, members)
+            r = [abs(float(e)) / distance for e in err]
+            ratios += r
+            folds[axis][side] = {"layouts": {n: pct(float(e)) for n, e in zip(members, err)},
+                                 "value": round(end, 4), "rest_end": round(edge(rest), 4),
+                                 "distance_log": round(distance, 4), "growth_per_log": round(max(r), 4)}
+        growth[axis] = round(max(ratios), 4) if ratios else 0.0
+    return {"folds": folds, "growth_per_log": growth}
 
 
 def coverage(lay: Layouts, cv: dict[str, dict]) -> dict:
@@ -238,7 +302,7 @@ def inputs_digest() -> str:
 def results(data: Path) -> dict:
     """Everything the fit reports, as a JSON-ready dict."""
     lay = Layouts(data)
-    params, rms = fit(lay, lay.certain)
+    params, rms = polish(lay, lay.certain, *fit(lay, lay.certain)[:1])
     trn2 = fit_trn2(lay, params)
     if trn2:
         params = {**params, trn2["factor"]: trn2["value"]}
@@ -259,7 +323,8 @@ def results(data: Path) -> dict:
         "cross_validation": {"median_abs_error_pct": round(statistics.median(cv_err), 2),
                              "worst_abs_error_pct": round(max(cv_err), 2),
                              "folds": {n: cv[n]["factors"] for n in lay.certain}},
-        "group_out": leave_group_out(lay),
+        "group_out": {**leave_group_out(lay), "longest_sequence": longest_sequence_out(lay)},
+        "axis_growth": axis_growth(lay),
         "interval_coverage": coverage(lay, cv),
         "identifiability": identifiability(lay, params, rms),
         "ablation": ablation(lay),

@@ -130,6 +130,11 @@ class Calibration:
         graph_s_nemo: the same for NeMo's (and the Megatron-LM fork's) engine: four graphs per microbatch and
             stage with a pipeline (forward, the fused send-receive exchange; backward, the exchange), one without.
         step_overhead_s: fixed per-step host/runtime cost (launch, sync) on the critical path.
+        tensor_structure: TensorE timed from NeuronCore's structure (`ultracluster.chip`): its peak the 128 x 128
+            PE array at the engine clock (H4, H8, T3: 92 and 79 TFLOPS BF16 per core, not the chip figure / cores),
+            every matmul output evicted from PSUM to SBUF on VectorE (H4), HBM <-> SBUF through the core's 16 DMA
+            engines (H23: 272, 368, 528 GB/s per core on Trn1, 2, 3), a MultiplyMoving waiting for its stationary
+            tile's load (H24). Off: the catalog's per-core peak and the chip's HBM share only.
         fusion: elementwise operators run fused into the kernel their library entry names (`fuse:`).
         engine_clock_rates: VectorE/ScalarE work is priced at 128 elements per cycle (H4) rather than at
             the FP32 TFLOPS of the product pages.
@@ -181,6 +186,7 @@ class Calibration:
     graph_s_nxd: float = 0.0
     graph_s_nemo: float = 0.0
     step_overhead_s: float = 0.0
+    tensor_structure: bool = True
     fusion: bool = True
     engine_clock_rates: bool = True
     flash_attention: bool = True

@@ -31,6 +31,8 @@ _DOCS = {
     "H12": "aws-neuron-sdk neuron-runtime/explore/internode-collective-comm.rst",
     "H13": "aws-neuron-sdk frameworks/torch/torch-neuronx/setup-trn1-multi-node-execution.rst",
     "H14": "aws-neuron-sdk general/benchmarks/trn1/trn1_instance_prices.csv at 7060a1c6 (2022-10-10)",
+    "H23": "aws-neuron-sdk nki/deep-dives/nki-dma-bandwidth-guide.rst (DMA engines per NeuronCore and their bandwidth)",
+    "H24": "aws-neuron-sdk nki/deep-dives/nki_perf_guide.rst (TensorE instruction initiation intervals)",
     # Trainium3 (docs/sources.md §6): T ids are AWS documents, TS ids secondary (press) sources
     "T1": "aws-neuron-sdk about-neuron/arch/neuron-hardware/trainium3.rst",
     "T2": "aws-neuron-sdk about-neuron/arch/neuron-hardware/neuron-core-v4.rst",
@@ -102,6 +104,8 @@ class ChipSpec:
     vector_hz: float = 0.0
     scalar_hz: float = 0.0
     # Trainium3 (NeuronCore-v4) additions; the defaults describe the older chips.
+    tensor_hz: float = 0.0           # TensorE clock: a 128 x 128 PE array, 2 FLOPs per PE and cycle at BF16
+    dma_core_bytes_per_s: float = 0.0   # the 16 DMA engines of one physical NeuronCore together (H23)
     dies: int = 1                    # compute dies per chip (Trainium3: 2, inferred from T8 and TS2)
     fast_exp_speedup: float = 1.0    # VectorE exponential over ScalarE's exp throughput (Trainium3: 4, T3)
 
@@ -199,6 +203,8 @@ TRAINIUM = ChipSpec(
     vector_flop_per_s_per_core=2.3e12,
     scalar_flop_per_s_per_core=2.9e12,
     gpsimd_hz=1.4e9,
+    tensor_hz=2.8e9,
+    dma_core_bytes_per_s=16 * 17e9,
     vector_hz=1.12e9,
     scalar_hz=1.4e9,
     hbm_bytes=32 * GiB,
@@ -221,6 +227,8 @@ TRAINIUM = ChipSpec(
         "vector_flop_per_s_per_core": _src("H3", "VectorE 2.3 TFLOPS FP32"),
         "scalar_flop_per_s_per_core": _src("H3", "ScalarE 2.9 TFLOPS FP32"),
         "gpsimd_hz": _src("H4", "GpSimd 1.4 GHz"),
+        "tensor_hz": _src("H4", "TensorE 2.8 GHz, 2x128 input / 1x128 output elements per cycle (128 x 128 PEs)"),
+        "dma_core_bytes_per_s": _src("H23", "16 DMA engines per NeuronCore x 17 B/ns = 272 GB/s (TRN1)"),
         "vector_hz": _src("H4", "VectorE 1.12 GHz, 128 elements/cycle"),
         "scalar_hz": _src("H4", "ScalarE 1.4 GHz, 128 elements/cycle"),
         "hbm_bytes": _src("H1", "32 GiB HBM per chip"),
@@ -246,6 +254,8 @@ TRAINIUM2 = ChipSpec(
     vector_flop_per_s_per_core=1.0e12,
     scalar_flop_per_s_per_core=1.2e12,
     gpsimd_hz=1.2e9,
+    tensor_hz=2.4e9,
+    dma_core_bytes_per_s=16 * 23e9,
     vector_hz=0.96e9,
     scalar_hz=1.2e9,
     hbm_bytes=96 * GiB,
@@ -264,6 +274,8 @@ TRAINIUM2 = ChipSpec(
         "vector_flop_per_s_per_core": _src("H7", "VectorE 1.0 TFLOPS FP32"),
         "scalar_flop_per_s_per_core": _src("H7", "ScalarE 1.2 TFLOPS FP32"),
         "gpsimd_hz": _src("H8", "GpSimd 1.2 GHz"),
+        "tensor_hz": _src("H8", "TensorE 2.4 GHz (79 BF16 TFLOPS per core = 2.4 GHz x 128 x 128 x 2)"),
+        "dma_core_bytes_per_s": _src("H23", "16 DMA engines per NeuronCore x 23 B/ns = 368 GB/s (TRN2)"),
         "vector_hz": _src("H8", "VectorE 0.96 GHz, 128 elements/cycle"),
         "scalar_hz": _src("H8", "ScalarE 1.2 GHz, 128 elements/cycle"),
         "hbm_bytes": _src("H5, H8", "96 GiB HBM per chip (4 stacks, each shared by 2 physical cores)"),
@@ -293,6 +305,8 @@ TRAINIUM3 = ChipSpec(
     vector_flop_per_s_per_core=1.2e12,
     scalar_flop_per_s_per_core=1.2e12,
     gpsimd_hz=1.2e9,
+    tensor_hz=2.4e9,
+    dma_core_bytes_per_s=16 * 33e9,
     vector_hz=1.2e9,
     scalar_hz=1.2e9,
     hbm_bytes=144 * GiB,
@@ -319,6 +333,8 @@ TRAINIUM3 = ChipSpec(
         "vector_flop_per_s_per_core": _src("T2, T3", "VectorE 1.2 TFLOPS FP32"),
         "scalar_flop_per_s_per_core": _src("T3", "ScalarE 1.2 TFLOPS FP32"),
         "gpsimd_hz": _src("T3", "GpSimd 1.2 GHz, 128 elements/cycle"),
+        "tensor_hz": _src("T3", "TensorE 2.4 GHz (79 BF16 TFLOPS per core)"),
+        "dma_core_bytes_per_s": _src("H23", "16 DMA engines per NeuronCore x 33 B/ns = 528 GB/s (TRN3)"),
         "vector_hz": _src("T3", "VectorE 1.2 GHz (data path 512 BF16/FP16/FP8 or 256 other elements/cycle)"),
         "scalar_hz": _src("T3", "ScalarE 1.2 GHz (data path 256 BF16/FP16/FP8 or 128 other elements/cycle)"),
         "hbm_bytes": _src("T1, T3", "144 GiB HBM per chip (4 stacks)"),

@@ -100,7 +100,7 @@ def _shape_inputs(pr: Evaluator, r) -> tuple:
     sc = layout_scenario(pr.scenario, r)
     cal = info.cluster.calibration
     v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
-    ops, rc = opslib.applicable(pr.library, sc, cal), str(r.recompute)
+    ops, rc = opslib.applicable(pr.library, sc, cal), opslib.recompute_mode(sc.training)
     saved = [opslib.saved_bytes(ops, where, v, rc) for where in ("layer", "embedding", "head")] + [
         opslib.saved_bytes(ops, "layer", v, "none") if rc == "full" else 0.0]
     return v, ops, info, rc, cal, saved

@@ -48,6 +48,7 @@ class LayoutEvidence:
         of every row, in place (`uncertainty.extrapolated_columns`, `uncertainty.mfu_implausible`)."""
         axes = np.full(len(t), "", dtype=object)
         count = np.zeros(len(t), dtype=float)
+        growth = np.zeros(len(t), dtype=float)
         implausible = np.zeros(len(t), dtype=bool)
         threshold = np.full(len(t), np.nan)
         for kind, idx in t.groupby("instance", sort=False).indices.items():
@@ -57,8 +58,12 @@ class LayoutEvidence:
                      "seq_len": self.base.training.seq_len, "params_b": self.params_b,
                      "zero": sub["zero"].to_numpy(), "recompute": sub["recompute"].to_numpy(),
                      "cell": unc.cell(sub["stack"].to_numpy() if "stack" in sub.columns else self.base.stack,
-                                      sub["pp"].to_numpy())}
+                                      sub["pp"].to_numpy()),
+                     "tokens_per_core": unc.tokens_per_core(sub["micro_batch"].to_numpy(), self.base.training.seq_len,
+                                                            sub["tp"].to_numpy(), sub["cp"].to_numpy()),
+                     "mfu": sub["mfu"].to_numpy(float)}
             axes[idx], count[idx] = unc.extrapolated_columns(value, gen, self.ev.domain)
+            growth[idx] = unc.growth_log(value, gen, self.ev.domain)
             best = unc.mfu_best(gen, self.ev.domain)
             implausible[idx] = unc.mfu_implausible(sub["mfu"].to_numpy(float), best)
             threshold[idx] = np.nan if best is None else best
@@ -66,6 +71,7 @@ class LayoutEvidence:
         t["mfu_implausible"] = implausible
         t["mfu_best_published"] = threshold
         t["_axes"] = count
+        t["_growth"] = growth
 
     def thresholds(self, t: pd.DataFrame) -> dict[str, float | None]:
         """The best published MFU of each chip generation searched (`mfu_implausible`'s threshold), by instance
@@ -95,7 +101,7 @@ class LayoutEvidence:
                     lambda: unc.weights_for(factors, self.cal, self.profile, INSTANCES[kind].chip.name,
                                             times=setting_step_times))
                 slow, fast = hw.slow_log, hw.fast_log
-            h = unc.half_width(self.ev, sub["_axes"].to_numpy())
+            h = unc.half_width(self.ev, sub["_axes"].to_numpy(), sub["_growth"].to_numpy())
             low, high = unc.widen(sub["step_time_s"].to_numpy(float), h, fast, slow)
             col = t.columns.get_loc
             t.iloc[pos, col("step_time_low_s")] = low
@@ -147,7 +153,7 @@ def time_for_ranking(t: pd.DataFrame, lev: LayoutEvidence, objective: str, rank_
         run(keep)
     else:
         # the pessimistic end is at least the half-width h (known before timing) slower than the point
-        h = unc.half_width(lev.ev, t["_axes"].to_numpy())
+        h = unc.half_width(lev.ev, t["_axes"].to_numpy(), t["_growth"].to_numpy())
         bound = t[col].to_numpy(float) * (np.exp(h) if smaller else np.exp(-h))
         good = -bound if smaller else bound
         order = np.argsort(-good, kind="stable")

@@ -187,7 +187,7 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
         priced = time_for_ranking(full, lev, objective, rank_by, top, max_usd_per_hour,
                                    full["pareto"].to_numpy(dtype=bool) | own | kept, base.tokens_per_step,
                                    ("instance", "stack", DECISION_GROUP))
-        del full["_axes"]
+        del full["_axes"], full["_growth"]
         wall_s = enumerate_s + ev.wall_s + time.perf_counter() - t1
         full["rank_value"] = ranking.at_end(full, objective, rank_by)      # what ranked each row
         best = ranking.ranked(full, objective, max_usd_per_hour, rank_by)

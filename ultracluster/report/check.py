@@ -75,7 +75,8 @@ OPTIONAL_FIELDS = {"hbm_capacity_gib": "number", **{f"comm_{k}_{p}_s": "number" 
 KIND_NAMES = {"cp_comm_s": "comm_cp_exposed_s", "ep_comm_s": "comm_ep_exposed_s"}
 
 #: The axes `extrapolated` may name (ultracluster.uncertainty.extrapolated)
-EXTRAPOLATION_AXES = ("generation", "tp", "pp", "cp", "seq_len", "params_b", "zero", "recompute", "cell")
+EXTRAPOLATION_AXES = ("generation", "tp", "pp", "cp", "seq_len", "params_b", "zero", "recompute", "cell",
+                      "tokens_per_core", "mfu")   # domain.GENERATION_RANGES: checked per chip generation
 
 #: Columns of steps.csv the contract names (a run writes more); breakdown.csv has the same less the ids.
 STEP_COLUMNS = ("step", "warmup", "step_time_s", *BREAKDOWN)
