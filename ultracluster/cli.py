@@ -639,28 +639,24 @@ class _ClosedStreamSafe:
         except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
             pass
 
+    def _guarded(self, call, *args):
+        """`call(*args)` on the stream unless it is gone; a closed pipe or descriptor makes it gone (None)."""
+        if self._gone:
+            return None
+        try:
+            return call(*args)
+        except OSError as err:         # BrokenPipeError is EPIPE
+            if err.errno not in (errno.EPIPE, errno.EBADF):
+                raise
+            self._closed()
+            return None
+
     def write(self, text: str) -> int:
-        if not self._gone:
-            try:
-                return self._stream.write(text)
-            except BrokenPipeError:
-                self._closed()
-            except OSError as err:
-                if err.errno not in (errno.EPIPE, errno.EBADF):
-                    raise
-                self._closed()
-        return len(text)
+        written = self._guarded(lambda t: self._stream.write(t), text)
+        return len(text) if written is None else written
 
     def flush(self) -> None:
-        if not self._gone:
-            try:
-                self._stream.flush()
-            except BrokenPipeError:
-                self._closed()
-            except OSError as err:
-                if err.errno not in (errno.EPIPE, errno.EBADF):
-                    raise
-                self._closed()
+        self._guarded(lambda: self._stream.flush())
 
     def isatty(self) -> bool:
         return not self._gone and self._stream.isatty()

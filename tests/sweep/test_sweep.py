@@ -2,6 +2,7 @@
 table in this process and as Ray tasks, interruption and rerun, the terminal table, the assumptions named."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -155,7 +156,11 @@ def test_a_kept_row_takes_the_new_grids_variant_number(tmp_path, monkeypatch):
     monkeypatch.setattr("ultracluster.actors.plan_tasks.wanted", lambda address: False)
     out = tmp_path / "sw"
     run_sweep(build(SMOKE, [], ["seed=0,1,2"], None, None), out)
-    again = run_sweep(build(SMOKE, [], ["seed=2,3"], None, None), out)
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.is_file()}
+    with pytest.raises(OutDirError, match=r"holds 2 row\(s\) of an earlier sweep .* add --force"):
+        run_sweep(build(SMOKE, [], ["seed=2,3"], None, None), out)      # seeds 0 and 1 would be dropped
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.is_file()} == before
+    again = run_sweep(build(SMOKE, [], ["seed=2,3"], None, None), out, force=True)
     assert again.summary["reused"] == 1
     assert again.table["variant"].tolist() == [1, 2] and again.table["seed"].tolist() == [2, 3]
     table = pd.read_csv(out / "sweep.csv")

@@ -82,11 +82,13 @@ def earlier_sweep(out: Path) -> str:
     return (f"a sweep of {shorten_text(str(held.get('scenario', '?')), 80)} ({size}{state}, written {when})")
 
 
-def _prior(out: Path, ident: str, force: bool) -> tuple[dict[str, dict], str | None]:
+def _prior(out: Path, ident: str, force: bool, keys: set[str]) -> tuple[dict[str, dict], str | None]:
     """The rows a sweep of the same identity left in `out` (key → row; none for a new or empty directory), and
     None; or, for a directory holding another sweep, with `force`, no rows and that sweep's description (it is
     replaced once the new sweep is complete). Without `force` another sweep is refused (OutDirError), and so is a
-    directory holding files no sweep writes, whatever the flags."""
+    sweep of the same identity whose rows this grid (`keys`, its variants' keys) does not all hold: a rerun never
+    drops a computed row silently (with `force` it replaces that sweep, keeping the rows the grids share), and so
+    is a directory holding files no sweep writes, whatever the flags."""
     if not out.exists():
         return {}, None
     if not out.is_dir():
@@ -107,7 +109,16 @@ def _prior(out: Path, ident: str, force: bool) -> tuple[dict[str, dict], str | N
     if not names:
         return {}, None
     if same:
-        return {r["key"]: r for r in read_rows(out / ROWS_FILE)}, None
+        rows = {r["key"]: r for r in read_rows(out / ROWS_FILE)}
+        dropped = [k for k in rows if k not in keys]
+        if not dropped:
+            return rows, None
+        if not force:
+            raise OutDirError(f"sweep directory {out} holds {len(dropped)} row(s) of an earlier sweep of this scenario "
+                              f"that this grid does not have (the first: {shorten_text(dropped[0], 80)}); a sweep "
+                              f"never drops them silently: add --force to replace that sweep (the rows both grids "
+                              f"share are kept), or choose another --out")
+        return {k: r for k, r in rows.items() if k in keys}, earlier_sweep(out)
     if not force:
         raise OutDirError(f"sweep directory {out} holds another sweep (another scenario or other options): "
                           f"add --force to replace it, or choose another --out")
@@ -162,7 +173,7 @@ def run_sweep(plan: SweepPlan, out: str | Path, address: str | None = None, acto
             clean_after(target, lock.stale)
             log(f"sweep: took over the lock of {out} from pid {lock.stale.get('pid', '?')}, which is no longer "
                 f"running; removed what it left")
-        prior, replacing = _prior(out, ident, force)
+        prior, replacing = _prior(out, ident, force, {v.key for v in plan.variants})
         if replacing:
             # another sweep (--force): the new one is written beside it and moved into place whole once complete;
             # until then, and for good if it is interrupted or fails, the earlier sweep stays as it was
