@@ -81,7 +81,7 @@ MUTATIONS = (
              ("test_tensor_parallel_with_sequence_parallelism[full]",
               "test_tensor_parallel_without_sequence_parallelism[full]")),
     Mutation("pp-send-once-per-microbatch", "pipeline sends counted once per microbatch (no gradient send)",
-             ((COMM, '"pp", 2 * m if c == 0 else 0)', '"pp", m if c == 0 else 0)'),),
+             ((COMM, '"pp", 2 * m if s == 0 else 0)', '"pp", m if s == 0 else 0)'),),
              ("test_pipeline_sends_carry_the_sequence_parallel_share", "test_interleaved_chunks_send")),
     Mutation("zero1-gather-fp32", "ZeRO-1 gathers fp32 gradient-sized weights",
              ((COMM, 'times("all_gather", stage_dense[0] * w_bytes', 'times("all_gather", stage_dense[0] * g_bytes'),

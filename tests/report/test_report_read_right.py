@@ -146,12 +146,14 @@ def test_a_scenario_run_twice_compares_as_equal_without_float_noise(ray_session,
     dirs = [str(tmp_path / n) for n in ("first", "again", "noisy")]
     assert main(["compare", *dirs, "--out", str(page)]) == EXIT_OK
     out = capsys.readouterr().out
-    table = out.split("\ncomparison page:")[0]
-    assert not EXPONENT.search(out) and "+" not in table and "(-" not in table
-    assert max(map(len, table.splitlines())) <= 100
+    table, pairs = out.split("\ncomparison page:")[0].split("\nevery pair, later vs earlier")
+    assert not EXPONENT.search(out) and "+" not in table + pairs and "(-" not in table + pairs
+    assert max(map(len, table.splitlines() + pairs.splitlines())) <= 100
     for line in table.splitlines():
         if line and not line.startswith(("field", "80 %", "overlap")):
             assert line.split()[-1] in ("0", "=", "overlap"), line     # every difference reads 0
+    said = [line.strip() for line in pairs.splitlines() if " vs " in line]
+    assert len(said) == 3 and all(": step 0, goodput 0; intervals overlap: not a finding" in x for x in said), said
     html = page.read_text()
     summaries = html.split("<h2>Summaries</h2>")[1].split("<h2>")[0]
     assert 'class="worse"' not in summaries and 'class="better"' not in summaries
