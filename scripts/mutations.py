@@ -115,8 +115,8 @@ MUTATIONS = (
              ("test_expert_gradients_reduce_over_the_expert_data_parallel_group",)),
     # the validation folds and the stacks' defaults (issue 46)
     Mutation("group-out-fold-leaks-a-row", "a leave-one-group-out fold's fit reads one row of the group it leaves out",
-             ((SHIPPED, 'fit_rows = [r for r in lay.rows if is_read(r) and key[r["layout"]] != g]',
-               'fit_rows = [r for r in lay.rows if is_read(r) and (key[r["layout"]] != g or r is held[0])]'),),
+             ((SHIPPED, 'fit_rows = tuple(r for r in lay.rows if is_read(r) and r["layout"] not in held_layouts',
+               'fit_rows = tuple(r for r in lay.rows if is_read(r) and (r["layout"] not in held_layouts or r is held[0])'),),
              ("test_each_group_out_fold_fits_none_of_its_groups_rows",
               "test_the_shipped_group_out_fits_each_fold_on_its_fit_rows_alone"), FOLDS),
     Mutation("nxd-recompute-full", "NxD's default recomputation `full` (its examples: selective)",

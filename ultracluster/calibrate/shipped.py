@@ -51,12 +51,18 @@ def group_folds(lay: Layouts) -> list[Fold]:
         for n in lay.certain:
             groups.setdefault(key[n], []).append(n)
         for g, members in groups.items():
-            held = tuple(r for r in lay.rows if key[r["layout"]] == g)
-            fit_rows = [r for r in lay.rows if is_read(r) and key[r["layout"]] != g]
-            out_sdks = {r["sdk"] for r in held if r["quality"] == "pair"}
-            fit_rows = tuple(r for r in fit_rows if not (r["quality"] == "pair" and r["sdk"] in out_sdks))
-            folds.append(Fold(kind, g, tuple(members), held, fit_rows))
+            folds.append(fold_of(lay, kind, g, members, {r["layout"] for r in lay.rows if key[r["layout"]] == g}))
     return folds
+
+
+def fold_of(lay: Layouts, kind: str, group: str, members, held_layouts: set[str]) -> Fold:
+    """The fold that holds out every row of `held_layouts` and predicts `members` (its fitted layouts): its fit
+    reads every row the full fit reads (`is_read`) but those, and a same-release pair whole or not at all."""
+    held = tuple(r for r in lay.rows if r["layout"] in held_layouts)
+    out_sdks = {r["sdk"] for r in held if r["quality"] == "pair"}
+    fit_rows = tuple(r for r in lay.rows if is_read(r) and r["layout"] not in held_layouts
+                     and not (r["quality"] == "pair" and r["sdk"] in out_sdks))
+    return Fold(kind, group, tuple(members), held, fit_rows)
 
 
 def fit_fold(lay: Layouts, fold: Fold) -> tuple[dict, list[float], bool]:
@@ -84,12 +90,11 @@ def leave_group_out(lay: Layouts) -> dict:
                 "worst_abs_error_pct": round(max(v["errors"]), 2)} for k, v in out.items()}
 
 
-def _fold_out(lay: Layouts, members: list[str]) -> tuple[dict, np.ndarray]:
-    """The factors refitted without `members` (the pair's scaling term out with them when they hold a pair
-    layout) and the members' log errors under them."""
-    others = [m for m in lay.certain if m not in members]
-    params, _ = fit(lay, others, scaling=not (set(members) & lay.pair_layouts))
-    return params, lay.log_errors(base_calibration(**params), members, scaling=False)
+def _fold_out(lay: Layouts, members: list[str], kind: str) -> tuple[dict, list[float]]:
+    """The factors refitted without `members`' rows (`fold_of`, `fit_fold`: the group folds' own seam) and the
+    members' log errors under them."""
+    params, err, _ = fit_fold(lay, fold_of(lay, kind, ",".join(members), members, set(members)))
+    return params, err
 
 
 def longest_sequence_out(lay: Layouts) -> dict:
@@ -97,7 +102,7 @@ def longest_sequence_out(lay: Layouts) -> dict:
     once, the factors refitted on the shorter ones, the left-out layouts predicted."""
     longest = max(lay.scenarios[n].training.seq_len for n in lay.certain)
     members = [n for n in lay.certain if lay.scenarios[n].training.seq_len == longest]
-    params, err = _fold_out(lay, members)
+    params, err = _fold_out(lay, members, "longest_sequence")
     return {"seq_len": longest, "layouts": {n: pct(float(e)) for n, e in zip(members, err)}, "factors": params,
             "worst_abs_error_pct": round(max(abs(pct(float(e))) for e in err), 2)}
 
@@ -138,7 +143,7 @@ def axis_growth(lay: Layouts) -> dict:
             distance = abs(math.log(end / edge(rest)))
             if distance <= 0:
                 continue
-            _, err = _fold_out(lay, members)
+            _, err = _fold_out(lay, members, axis)
             r = [abs(float(e)) / distance for e in err]
             ratios += r
             folds[axis][side] = {"layouts": {n: pct(float(e)) for n, e in zip(members, err)},
