@@ -56,18 +56,15 @@ def _failures(base: Scenario, calibration) -> tuple[int, float, float, float | N
 def _async_write(base: Scenario, calibration) -> tuple[float, float]:
     """The scenario's own layout's async checkpoint write, alone on an idle file system and back to back at the
     baseline write rate (seconds; 0 for sync or without storage): a row whose checkpoint period is shorter waits for
-    it (back-pressure, `goodput.expected_goodput`; `report.summary.back_to_back_write_s` as `run` prices it)."""
+    it (back-pressure, `goodput.expected_goodput`; `storage.estimates.back_to_back_write_s`, as `run` prices it)."""
     if base.storage is None or base.checkpoint is None or base.checkpoint.mode != "async":
         return 0.0, 0.0
     from ..cluster import build_cluster
-    from ..storage.estimates import figures
+    from ..storage.estimates import back_to_back_write_s, figures
 
     fig = figures(base, build_cluster(base, base.cluster.instances, calibration))
-    idle = float(fig.checkpoint_write_s or 0.0)
-    if not (fig.checkpoint_gb and fig.fsx_write_gb_s):
-        return idle, idle
-    # written back to back (a row's period shorter than the write): burst credits never refill, the baseline rate
-    return idle, max(idle, fig.checkpoint_gb / fig.fsx_write_gb_s)
+    # alone on an idle file system, and back to back (any period shorter than the write)
+    return float(fig.checkpoint_write_s or 0.0), back_to_back_write_s(fig, 0.0)
 
 
 def budget_columns(full: pd.DataFrame, base: Scenario, tokens: float | None, calibration=None) -> dict:

@@ -12,6 +12,7 @@ import math
 from ultracluster.replay.result import BREAKDOWN_KEYS, RunResult
 from ultracluster.step.merit import budget_figures, busy_step_s, figures
 from ultracluster.step.split import inlayer_split
+from ultracluster.storage.estimates import back_to_back_write_s
 from ultracluster.storage.fsx import price_per_tib_month, storage_usd_per_hour
 
 NAN = float("nan")
@@ -115,17 +116,6 @@ def goodput_warnings(goodput: dict) -> list[str]:
         out.append("no checkpoints modelled: checkpoint time is 0 (set storage and checkpoint.every_steps; "
                    "see docs/scenarios.md)")
     return out
-
-
-def back_to_back_write_s(st, period_s: float) -> float:
-    """An async checkpoint's write as the closed form prices back-pressure: the write alone on an idle file system
-    (`checkpoint_write_s`, full burst credits) where it ends within the checkpoint period; where it does not, writes
-    run back to back, the burst credits never refill, and each takes the checkpoint at the baseline write rate
-    (`checkpoint_gb` / `fsx_write_gb_s`, if longer)."""
-    write = float(st.checkpoint_write_s or 0.0)
-    if write <= period_s or not (st.checkpoint_gb and st.fsx_write_gb_s):
-        return write
-    return max(write, st.checkpoint_gb / st.fsx_write_gb_s)
 
 
 WRITING_WARNING = 0.5    # a checkpoint interval in which the file system writes more than half the time is warned of

@@ -54,6 +54,17 @@ class StorageFigures:
                 if getattr(self, f.name) is not None and f.name not in ("capacity_reason", "capacity_warning")}
 
 
+def back_to_back_write_s(st, period_s: float) -> float:
+    """An async checkpoint's write as the closed form prices back-pressure: the write alone on an idle file system
+    (`checkpoint_write_s`, full burst credits) where it ends within the checkpoint period; where it does not, writes
+    run back to back, the burst credits never refill, and each takes the checkpoint at the baseline write rate
+    (`checkpoint_gb` / `fsx_write_gb_s`, if longer)."""
+    write = float(st.checkpoint_write_s or 0.0)
+    if write <= period_s or not (st.checkpoint_gb and st.fsx_write_gb_s):
+        return write
+    return max(write, st.checkpoint_gb / st.fsx_write_gb_s)
+
+
 # Checkpoints a file system holds when `checkpoint.keep` is not given: an assumption, the fewest a job can keep and
 # still roll back after a failure during a write (the last durable one and the one being written). The stacks keep
 # more by default: TorchTitan `keep_latest_k = 10` (torchtitan/components/checkpointer/base.py).
