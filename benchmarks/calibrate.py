@@ -51,7 +51,7 @@ def timing(tmp: Path, repeats: int) -> dict:
     in_process = calibrate(path)
     return {"rows": len(ten), "scenarios": len({r["layout"] for r in ten}), "command median s": statistics.median(walls),
             "command max s": max(walls), "fit in process s": in_process.wall_s,
-            "settings priced": in_process.settings_priced, "replays": in_process.replays}
+            "settings timed": in_process.settings_timed, "replays": in_process.replays}
 
 
 def table(rows: list[dict]) -> str:

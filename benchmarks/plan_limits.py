@@ -35,7 +35,7 @@ HOSTILE = [
     ("hostile", ["scenarios/smoke.yaml", "--instances", "100000000"]),
     ("hostile", ["scenarios/smoke.yaml", "--top", "100000"]),
 ]
-PHASE = re.compile(r": (enumerating|pricing|replaying): ([\d,]+) \w+ in ([\d.]+) s$")
+PHASE = re.compile(r": (enumerating|evaluating|replaying): ([\d,]+) \w+ in ([\d.]+) s$")
 KILLED = re.compile(r"Selected to kill:")      # one line per worker the memory monitor kills (raylet.out)
 
 

@@ -27,6 +27,8 @@ BANNED = {
     r"evaluate_chunk|_ring_chunks|send_chunks|recv_chunks|chunks_sent":
         "Ray task pieces are blocks, payload pieces segments: evaluate_block, send_segments",
     r"storage_plan|degraded_plan|_plan_uniform": "the step's comm, the storage traffic: degraded_comm, storage_traffic",
+    r"\w*pricing\w*|settings_priced|intervals_priced|priced_as|\w*_priced_(as|by|exactly)\w*|\w*_pricers?_\w*":
+        "seconds are timed: settings_timed, intervals_timed, timed_as (plan.json keeps its old keys one release)",
 }
 # modules whose names misled, and where their code is now
 GONE = {

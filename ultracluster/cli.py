@@ -616,7 +616,7 @@ def _calibrate(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_RUNTIME
     if not args.quiet:
-        print(format_text(done.profile, done.wall_s, done.settings_priced))
+        print(format_text(done.profile, done.wall_s, done.settings_timed))
         print(f"wrote {profile}, {page}")
     return EXIT_OK
 

@@ -180,7 +180,7 @@ def simulate(scenario, cluster, busy_s: float, hours: float, costs: StorageCosts
         busy_s: seconds one step computes and communicates (the replayed step time without storage).
         hours: wall-clock hours to emulate.
         costs: the storage costs to use (default: a fresh in-process file system, see `storage_costs`).
-        storage: the run's storage figures (`RunResult.storage`); None: priced here from the cluster.
+        storage: the run's storage figures (`RunResult.storage`); None: computed here from the cluster.
 
     Returns:
         The GoodputResult.
@@ -338,7 +338,7 @@ def long_run(scenario, busy_s: float, hours: float, storage: StorageFigures | No
         busy_s: seconds a replayed step computes and communicates (its mean step time less its data stall
             and checkpoint stall).
         hours: wall-clock hours to emulate.
-        storage: the run's storage figures (`Report.storage`); None: priced from the cluster.
+        storage: the run's storage figures (`Report.storage`); None: computed from the cluster.
         cluster: the run's cluster; None: built from the scenario. Data loading, checkpoints and restores
             run through a fresh in-process copy of the file system model on it.
     """

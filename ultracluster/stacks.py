@@ -207,7 +207,7 @@ STACKS: dict[str, Stack] = {
                       "forward and backward FX graphs (AOT Autograd) and compiles them, one graph execution a "
                       "microbatch as an XLA stack's, at the NxD engine's fitted cost per graph (an assumption: no "
                       "TorchNeuron run is published); eager dispatch (Adaptive Eager Execution: ATen ops dispatched "
-                      "as they are called, with operator fusion) has no published cost and is not priced apart"),
+                      "as they are called, with operator fusion) has no published cost and is not timed apart"),
         support=Support(
             chips=(("trn2", "trn3"), "TorchNeuron is supported on Trainium2 and Trainium3 (Neuron SDK TorchNeuron "
                    "docs)"),

@@ -71,7 +71,7 @@ def test_a_step_carries_only_the_jitter_and_the_once_per_run_answers_are_merged_
     assert a.forward_s is b.forward_s is state.times.forward_s and a.slow_ranks is state.slow_ranks
 
 
-def test_each_stage_is_priced_by_one_shard_that_runs_it_and_the_merge_puts_the_parts_together():
+def test_each_stage_is_timed_by_one_shard_that_runs_it_and_the_merge_puts_the_parts_together():
     sc = scenario(1, tp=32, cp=1, instances=8, pp=4)     # one stage per instance, two replicas
     cl = build_cluster(sc, 1)
     lay = cl.layout

@@ -50,7 +50,7 @@ def stage_sets(states) -> list[list[int]]:
     (1, 2, 4, {}, [[0], [1], [], []]),                            # dp 2: the replica-0 shards time
     (1, 2, 2, {"virtual_stages": 2, "pp_schedule": "interleaved"}, [[0], [1]]),   # chunks 0, 2 and 1, 3
 ])
-def test_each_stage_is_priced_by_one_shard_and_the_parts_are_the_full_table(per_actor, pp, instances, extra, want):
+def test_each_stage_is_timed_by_one_shard_and_the_parts_are_the_full_table(per_actor, pp, instances, extra, want):
     sc = scenario(per_actor, pp, instances, **extra)
     cl = build_cluster(sc, per_actor, CALIBRATION)
     states = LocalShards(sc, cl).states()
@@ -68,7 +68,7 @@ def test_each_stage_is_priced_by_one_shard_and_the_parts_are_the_full_table(per_
     assert merged.residual_fraction() == full.residual_fraction() > 0
 
 
-def test_only_the_pricing_shards_run_the_chip_model_and_the_driver_runs_it_never(monkeypatch):
+def test_only_the_timing_shards_run_the_chip_model_and_the_driver_runs_it_never(monkeypatch):
     sc = scenario(1, pp=2, instances=4)                   # 4 shards, 2 of them replica 0's evaluators
     want = predict(sc, CALIBRATION)
     calls = []
@@ -84,7 +84,7 @@ def test_only_the_pricing_shards_run_the_chip_model_and_the_driver_runs_it_never
     assert numbers(got) == numbers(want) and got["residual_s"] > 0
 
 
-def test_the_merge_names_a_stage_no_shard_priced_or_two_did_and_pricers_that_disagree():
+def test_the_merge_names_a_stage_no_shard_timed_or_two_did_and_shards_that_disagree():
     sc = scenario(1)
     cl = build_cluster(sc, 1, CALIBRATION)
     parts = [s.stage_times for s in LocalShards(sc, cl).states()]
@@ -97,7 +97,7 @@ def test_the_merge_names_a_stage_no_shard_priced_or_two_did_and_pricers_that_dis
         merge_stage_times(parts[:3] + [other], 4, 4)
 
 
-def test_ray_actors_price_their_own_stages_and_give_the_in_process_summary(ray_session, monkeypatch):
+def test_ray_actors_time_their_own_stages_and_give_the_in_process_summary(ray_session, monkeypatch):
     """Four real actors on the session's Ray, one stage each; the driver's chip model is switched off (any call
     fails), so every number of the summary comes from what the actors timed, and equals the in-process run."""
     from ultracluster.actors.launch import launch_actors

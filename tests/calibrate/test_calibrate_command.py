@@ -194,7 +194,7 @@ def test_sensitivity_flag(profile, scenarios_dir, tmp_path, capsys):
     assert "calibration.profile" in capsys.readouterr().err
 
 
-def test_plan_prices_with_the_profile_and_its_top_layouts_carry_it(profile, scenarios_dir, tmp_path):
+def test_plan_times_with_the_profile_and_its_top_layouts_carry_it(profile, scenarios_dir, tmp_path):
     from ultracluster.plan import plan
 
     shipped = plan(load_scenario(scenarios_dir / "smoke.yaml"), replay=False)

@@ -103,7 +103,7 @@ def test_trn1_interval_is_fit_release_and_its_one_open_link_factor():
     assert s["tokens_per_s_low"] == pytest.approx(s["tokens_per_step"] / iv.high_s)
 
 
-def test_the_hardware_part_is_the_weighted_percentiles_of_every_draw_priced_exactly():
+def test_the_hardware_part_is_the_weighted_percentiles_of_every_draw_timed_exactly():
     # the per-factor grids and the exact pricing beside each end give what pricing every draw would
     import numpy as np
     from ultracluster.cluster import build_cluster
@@ -197,7 +197,7 @@ def test_sensitivity_command_writes_its_table_csv_and_page(tmp_path, scenarios_d
 
 @pytest.mark.parametrize("instance,tp,pp,instances", [("trn2.48xlarge", 8, 2, 1), ("trn1.32xlarge", 32, 1, 2),
                                                       ("trn2.48xlarge", 4, 4, 2)])
-def test_the_vectorized_pricing_is_the_replay_when_nothing_is_random(instance, tp, pp, instances):
+def test_the_vectorized_timing_is_the_replay_when_nothing_is_random(instance, tp, pp, instances):
     sc = load_scenario({**job(instance, tp, pp, instances).to_dict(), "faults": {"jitter": 0.0}})
     cals = [DEFAULT, DEFAULT.with_(tensor_efficiency=0.5), DEFAULT.with_(layer_overhead_s=0.004),
             DEFAULT.with_(neuronlink_efficiency_trn1=0.4, neuronlink_efficiency_trn2=0.3),

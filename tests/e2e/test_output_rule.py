@@ -358,7 +358,7 @@ def test_sweep_force_keeps_the_earlier_sweep_until_the_new_one_is_complete(home,
     monkeypatch.setattr(rundir, "move_into_place", real_move)
 
     assert main(earlier[:-1]) == EXIT_OK                     # the earlier sweep, again: its own rows, all reused
-    assert "2 of 2 variants already priced in sw: skipped" in capsys.readouterr().err
+    assert "2 of 2 variants already evaluated in sw: skipped" in capsys.readouterr().err
     assert main(other) == EXIT_OK
     done = json.loads((home / "sw" / "sweep.json").read_text())
     assert done["finished"] and done["variants"] == 3 and done["keys"] == ["training.micro_batch"]
@@ -394,7 +394,7 @@ def test_a_force_sweep_killed_outright_leaves_the_earlier_sweep_and_the_next_cle
     capsys.readouterr()
     assert main(["sweep", "smoke.yaml", "--vary", "seed=0,1", "--out", "sw"]) == EXIT_OK
     err = capsys.readouterr().err
-    assert "took over the lock of sw from pid" in err and "2 of 2 variants already priced in sw: skipped" in err, err
+    assert "took over the lock of sw from pid" in err and "2 of 2 variants already evaluated in sw: skipped" in err, err
     after = tree(home)                                     # its rows as they were (sweep.json: this run's time)
     assert sorted(after) == sorted(before) and all(after[f] == before[f] for f in ("sw/sweep.csv",
                                                                                   "sw/sweep-rows.jsonl"))

@@ -16,7 +16,8 @@ from ultracluster.plan.output import read_full_table
 
 PLAN_JSON_KEYS = {"scenario", "layouts_evaluated", "feasible", "wall_s", "layouts_per_s", "ray_nodes",
                   "best_tokens_per_s", "best_usd_per_million_tokens", "replayed", "fast_path", "best_per_type",
-                  "prices", "hbm_headroom", "folded", "full_table", "rank_by", "scenario_layout", "intervals_priced",
+                  "prices", "hbm_headroom", "folded", "full_table", "rank_by", "scenario_layout", "intervals_timed",
+                  "intervals_priced",
                   "best_per_stack", "stacks_without_a_layout", "mfu_best_published", "budget", "goodput_source"}
 CSV_COLUMNS = {"layout", "instance", "instances", "tp", "pp", "cp", "ep", "dp", "micro_batch", "recompute",
                "pp_schedule", "virtual_stages", "zero", "feasible", "reason", "step_time_s", "tokens_per_s", "mfu",

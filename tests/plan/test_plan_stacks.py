@@ -111,7 +111,7 @@ def test_each_stacks_defaults_fill_only_the_keys_the_scenario_did_not_give():
         ("neuronx-nemo-megatron", "materialized", False)
 
 
-def test_rows_of_several_stacks_are_priced_as_each_stack_alone_prices_them():
+def test_rows_of_several_stacks_are_timed_as_each_stack_alone_times_them():
     """One evaluation over rows of three stacks (Evaluator variants sharing clusters and collectives, each row's engine
     graphs) gives each row the bits an Evaluator of its own stack's scenario gives it."""
     base = load_scenario(scenario(parallelism={"tp": 8, "pp": 2}))

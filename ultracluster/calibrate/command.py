@@ -35,7 +35,7 @@ class Calibrated:
 
     profile: dict
     wall_s: float
-    settings_priced: int
+    settings_timed: int
     replays: int
 
 

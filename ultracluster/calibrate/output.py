@@ -41,14 +41,14 @@ def _pct(v) -> str:
     return "–" if v is None else f"{v:+.1f} %"
 
 
-def format_text(doc: dict, wall_s: float | None = None, priced: int | None = None) -> str:
+def format_text(doc: dict, wall_s: float | None = None, timed: int | None = None) -> str:
     """The terminal's text: the factors (moved or kept, and why), each row before and after with its leave-one-out
     error, and the evidence the intervals will use."""
     rows = doc["rows"]
     scen = len({r["scenario"] for r in rows})
     head = f"calibrated {len(rows)} row(s) of {scen} scenario(s)"
     if wall_s is not None:
-        head += f" in {wall_s:.1f} s" + (f" ({priced} factor settings priced)" if priced is not None else "")
+        head += f" in {wall_s:.1f} s" + (f" ({timed} factor settings timed)" if timed is not None else "")
     lines = [head, "", "factors (shipped -> profile):"]
     w = max(len(k) for k in doc["factors"])
     for k, v in doc["factors"].items():

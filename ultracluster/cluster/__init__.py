@@ -101,7 +101,7 @@ class Cluster:
 
     def degraded_copy(self, part: DegradedPart) -> "Cluster":
         """This cluster with every instance at `part`'s links: where a collective touching one degraded
-        instance is priced (the slowest member sets the pace)."""
+        instance is timed (the slowest member sets the pace)."""
         return replace(self, links=degraded_links(self.links, part), degraded=())
 
 

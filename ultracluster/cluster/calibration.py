@@ -136,7 +136,7 @@ class Calibration:
             engines (H23: 272, 368, 528 GB/s per core on Trn1, 2, 3), a MultiplyMoving waiting for its stationary
             tile's load (H24). Off: the catalog's per-core peak and the chip's HBM share only.
         fusion: elementwise operators run fused into the kernel their library entry names (`fuse:`).
-        engine_clock_rates: VectorE/ScalarE work is priced at 128 elements per cycle (H4) rather than at
+        engine_clock_rates: VectorE/ScalarE work is timed at 128 elements per cycle (H4) rather than at
             the FP32 TFLOPS of the product pages.
         flash_attention: the attention kernel computes causal blocks only (diagonal blocks in full), and
             selective recomputation repeats nothing the flash backward does not recompute already.

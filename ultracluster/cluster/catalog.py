@@ -100,7 +100,7 @@ class ChipSpec:
     sources: Mapping[str, str] = field(hash=False, compare=False, repr=False)
     # VectorE and ScalarE stream 128 lanes x 1 element per cycle (H4: "128 input/output" elements/cycle; an
     # instruction over N elements per partition takes about N cycles, 2N with two input tensors). The chip
-    # model prices their work in element passes at 128 x clock, not at the FP32 TFLOPS of the product pages.
+    # model times their work in element passes at 128 x clock, not at the FP32 TFLOPS of the product pages.
     vector_hz: float = 0.0
     scalar_hz: float = 0.0
     # Trainium3 (NeuronCore-v4) additions; the defaults describe the older chips.
@@ -290,7 +290,7 @@ TRAINIUM2 = ChipSpec(
 )
 
 # Trainium3 (docs/trainium3.md). Per-core TensorE peaks follow the same rule as Trainium2 (chip figure / 8),
-# so that Trn3 and Trn2 are priced alike: the neuron-core-v4 page lists 79 BF16 and 20 FP32 per core (8 x 79
+# so that Trn3 and Trn2 are timed alike: the neuron-core-v4 page lists 79 BF16 and 20 FP32 per core (8 x 79
 # = 632, 6 % under the 671 chip figure, the same gap as Trainium2's 8 x 79 against 667) and 315 MXFP8, which
 # equals 2,517 / 8. Plain (non-MX) FP8 has no published rate on Trainium3: 2 x BF16 is inferred from the
 # double_row FP8 matmul mode documented for NeuronCore-v3 and v4 (T10) and Neuron Explorer's 0.5x FP8

@@ -1,10 +1,10 @@
 """A plan's days and dollars: the training budget (`--tokens`, else the scenario's `training.budget_tokens` or
-`budget_steps`) at each layout's step time, with the goodput the scenario's failures and checkpoints leave, priced
+`budget_steps`) at each layout's step time, with the goodput the scenario's failures and checkpoints leave, computed
 by `step.merit.budget_figures` (the one path of `run`'s summary.json and the sweep's rows).
 
 The fast path has no storage model (docs/plan.md, "Where it is exact"): a checkpoint's block and a restore are the
 scenario's own layout's on its own cluster (`storage.estimates`), and a layout's step is its fast-path step; a
-replayed layout's run gives its own days and dollars in plan.json's `replayed`. Goodput is priced per layout that
+replayed layout's run gives its own days and dollars in plan.json's `replayed`. Goodput is computed per layout that
 can rank (it depends on the step: a checkpoint every N steps, failures per instance), the others keep NaN.
 """
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _async_write(base: Scenario, calibration) -> tuple[float, float]:
 def budget_columns(full: pd.DataFrame, base: Scenario, tokens: float | None, calibration=None) -> dict:
     """`goodput`, `time_to_train_days` and `total_cost_usd` of every row that can rank (in place; NaN elsewhere, and
     the cost NaN where the instance type has no price), and plan.json's `budget`: the tokens and steps, where the
-    budget comes from, how the goodput is priced; None without a budget."""
+    budget comes from, how the goodput is computed; None without a budget."""
     n = len(full)
     step = full["step_time_s"].to_numpy(float)
     instances = full["instances"].to_numpy(float)

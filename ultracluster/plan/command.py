@@ -184,9 +184,9 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
         kept = own & (full["same_as"].to_numpy() != "")       # the row the own layout is folded into: shown too
         kept = np.isin(full["layout"].to_numpy(), full["same_as"].to_numpy()[kept]) if kept.any() else kept
         decision_groups(full)              # each (type, count, stack)'s best is timed too: the decision view
-        priced = time_for_ranking(full, lev, objective, rank_by, top, max_usd_per_hour,
-                                   full["pareto"].to_numpy(dtype=bool) | own | kept, base.tokens_per_step,
-                                   ("instance", "stack", DECISION_GROUP))
+        timed = time_for_ranking(full, lev, objective, rank_by, top, max_usd_per_hour,
+                                  full["pareto"].to_numpy(dtype=bool) | own | kept, base.tokens_per_step,
+                                  ("instance", "stack", DECISION_GROUP))
         del full["_axes"], full["_growth"]
         wall_s = enumerate_s + ev.wall_s + time.perf_counter() - t1
         full["rank_value"] = ranking.at_end(full, objective, rank_by)      # what ranked each row
@@ -214,8 +214,9 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
     own_summary["standing"] = standing(full, best, objective, rank_by)
     as_stack = own_stack(base, space)[0]
     if as_stack != base.stack:
-        own_summary["priced_as"] = (f"the scenario names no stack: its own layout is priced as {as_stack} runs it "
-                                    f"(that stack's defaults for the keys it does not give)")
+        own_summary["timed_as"] = (f"the scenario names no stack: its own layout is timed as {as_stack} runs it "
+                                   f"(that stack's defaults for the keys it does not give)")
+        own_summary["priced_as"] = own_summary["timed_as"]     # the old name, kept for one release (docs/plan.md)
     top_rows = [_record(full.loc[i], rank=k) for k, i in enumerate(picks.index, 1)]
     summary = _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows,
                        replays, notes, runs_out, rank_by)
@@ -228,7 +229,8 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
     if budget["budget"] is not None:
         summary["tokens"] = budget["budget"]["tokens"]
     summary["scenario_layout"] = _json_clean(own_summary)
-    summary["intervals_priced"] = priced
+    summary["intervals_timed"] = timed
+    summary["intervals_priced"] = timed         # the old name, kept for one release (docs/plan.md)
     for rec, (low, high) in zip(summary["replayed"], planned):        # the plan's own, beside the run's
         rec["fast_step_time_low_s"], rec["fast_step_time_high_s"] = _json_clean([float(low), float(high)])
     summary["prices"] = {t: {"usd_per_hour": price_of[t], "source": price_sources[t]} for t in price_of}

@@ -45,8 +45,8 @@ def ranking_lines(s: dict) -> list[str]:
                         else ""))
     elif own.get("comparison"):
         lines.append(own["comparison"])
-    if own.get("priced_as"):
-        lines.append(f"  {own['priced_as']}")
+    if own.get("timed_as"):
+        lines.append(f"  {own['timed_as']}")
     if own.get("standing") and own.get("feasible"):
         lines.append(f"  it {own['standing']}")
     return lines

@@ -20,7 +20,7 @@ from .schema import Scenario
 
 
 def scenario_variables(scenario: Scenario) -> list[tuple[str, dict[str, Any]]]:
-    """(where, shape variables) at which the run prices the operators: the layer, embedding and head operators at
+    """(where, shape variables) at which the run times the operators: the layer, embedding and head operators at
     the scenario's layout with the flash kernel's causal fraction and with the materialized one (the calibration
     picks), the optimizer's at each stage's parameters (T = 1, P its optimizer shard, as `chip.chunk_times`)."""
     p, t, m = scenario.parallelism, scenario.training, scenario.model

@@ -211,7 +211,7 @@ def _sweep_into(plan: SweepPlan, work: Path, out: Path, prior: dict, ident: str,
     # the kept rows (a new file renamed over the old: never written through a link), then each new one as it ends
     atomic_write_text(rows_file, "".join(json.dumps(rows[v.key]) + "\n" for v in plan.variants if v.key in rows))
     if rows:
-        log(f"sweep: {len(rows)} of {len(plan.variants)} variants already priced in {out}: skipped")
+        log(f"sweep: {len(rows)} of {len(plan.variants)} variants already evaluated in {out}: skipped")
     write_sweep_dir(work, _frame(plan, rows), {**meta, "finished": False}, plan, html=False)
     by, nodes = "in-process", 0
     if progress is not None:

@@ -199,11 +199,11 @@ def sweep_html(frame: pd.DataFrame, summary: dict, keys: list[str]) -> str:
     what = (f"{len(frame)} of {summary.get('variants')} variants, the {'pairs' if summary.get('zip') else 'grid'} "
             f"of {', '.join(keys)}" + (f"; {summary['hours']:g} h of each emulated with failures and checkpoints"
                                        if summary.get("hours") else "; goodput expected in closed form")
-            + f"; assumptions {summary.get('assumptions', 'on')}; priced by {summary.get('evaluated_by', '?')}")
+            + f"; assumptions {summary.get('assumptions', 'on')}; evaluated by {summary.get('evaluated_by', '?')}")
     parts = [f"<style>{CSS}</style><h1>ultracluster sweep: {name}</h1><p>{escape(what)}</p>"]
     if not summary.get("finished", True):
-        parts.append("<p><b>Not finished:</b> the rows priced so far; run the sweep again into this directory to "
-                     "price the rest.</p>")
+        parts.append("<p><b>Not finished:</b> the rows evaluated so far; run the sweep again into this directory to "
+                     "evaluate the rest.</p>")
     if len(keys) >= 2 and len(frame):
         parts.append(heatmap(frame, keys))
     figs = _figures(frame)
