@@ -47,8 +47,9 @@ EMBEDDED_RAY_START_S = 12.0    # starting an embedded local Ray and warming work
                                # 5-12 s on the 2-CPU development machine): the in-process search must save more
 IN_PROCESS_LAYOUTS_PER_S = 5000.0   # a conservative in-process rate (docs/performance.md measures about 10,000/s)
 REPLAY_DIFFERENCE_NOTE = 0.01  # a replayed layout further than this from its fast-path step time gets a note
-EVALUATED_PIECE_LAYOUTS = 4096   # layouts evaluated per piece in this process, for progress (the same numbers; pieces
-                               # cut along pipeline shapes, `ranking.by_pipe_rows`, cost little speed: docs/performance.md)
+EVALUATED_PIECE_LAYOUTS = 16384  # layouts evaluated per piece in this process, for progress (the same numbers; pieces
+                               # cut along pipeline shapes, `ranking.by_pipe_rows`; each piece repeats its pipelines'
+                               # runs and its shapes' lookups: 4,096 cost the Llama-3.1-70B search 5-10 % more CPU)
 
 
 def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | None, address: str | None,
