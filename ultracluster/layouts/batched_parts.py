@@ -278,7 +278,9 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
 
         def sends():
             placed = dataclasses.replace(cl, layout=Layout(tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v))
-            return comm.pipeline_sends(times, placed, send_bytes, chunks)
+            pairs = pr.memo(("send-pairs", ck, group_ranks(tp, cp), pp, v),
+                            lambda: comm.send_pairs(times, placed, chunks))
+            return comm.pipeline_sends(times, placed, send_bytes, chunks, pairs=pairs)
 
         send_groups, send[a] = pr.memo(("sends", ck, group_ranks(tp, cp), pp, v, send_bytes), sends)
         # what dp_comm and last_sends read of the training (precision, master weights, ZeRO stage) varies only

@@ -256,6 +256,12 @@ def _canonical(fab: Fabric, group: Group) -> tuple[Fabric, Group]:
     return _unsized(fab), (dataclasses.replace(group, first_rank=group.first_rank - shift) if shift else group)
 
 
+def placed_alike(cluster: Cluster, group: Group) -> Group:
+    """`group` moved to the cluster's first instances (`_canonical`): every collective over it costs what it costs
+    over `group`, so groups with the same `placed_alike` need timing once."""
+    return _canonical(_fabric_of(cluster), group)[1]
+
+
 # (fabric, op, bytes, group, calibration) in canonical place (`_canonical`) -> (bandwidth s, other s, algorithm);
 # (fabric, op, bytes, group, envelope) -> what `_timed` compares
 _SECONDS: dict[tuple, tuple[float, float, str]] = {}
