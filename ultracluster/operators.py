@@ -453,8 +453,13 @@ def saved_bytes(ops: list[Operator], where: str, variables: Mapping[str, Any], r
     """
     sel = [o for o in ops if o.where == where]
     if recompute == "full" and where == "layer":
-        return float(sel[0].saved(variables))
+        return _bytes(sel[0].saved(variables))
     if recompute in ("selective", "selective_mlp"):   # the MLP block's `saved_selective` only if checkpointed
-        return float(sum((o.saved_selective if o.saved_selective and (o.recompute != "mlp" or recompute != "selective")
-                          else o.saved)(variables) for o in sel))
-    return float(sum(o.saved(variables) for o in sel))
+        return _bytes(sum((o.saved_selective if o.saved_selective and (o.recompute != "mlp" or recompute != "selective")
+                           else o.saved)(variables) for o in sel))
+    return _bytes(sum(o.saved(variables) for o in sel))
+
+
+def _bytes(x):
+    """A float, or over variables holding arrays (many shapes at once) a float array."""
+    return float(x) if np.ndim(x) == 0 else np.asarray(x, dtype=float)
