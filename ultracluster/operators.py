@@ -451,10 +451,10 @@ def saved_bytes(ops: list[Operator], where: str, variables: Mapping[str, Any], r
     scores and mask and keeps Q, K, V (Korthikanti et al. 2022's 5as/h term); flash attention stores no
     S x S matrix to begin with, so selective recomputation changes nothing for it.
     """
-    sel = [o for o in ops if o.where == where]
+    sel = [o for o in ops if o.where == where]      # (np.float64: variables holding arrays give an array)
     if recompute == "full" and where == "layer":
-        return float(sel[0].saved(variables))
+        return np.float64(sel[0].saved(variables))
     if recompute in ("selective", "selective_mlp"):   # the MLP block's `saved_selective` only if checkpointed
-        return float(sum((o.saved_selective if o.saved_selective and (o.recompute != "mlp" or recompute != "selective")
-                          else o.saved)(variables) for o in sel))
-    return float(sum(o.saved(variables) for o in sel))
+        return np.float64(sum((o.saved_selective if o.saved_selective and (o.recompute != "mlp" or recompute !=
+                               "selective") else o.saved)(variables) for o in sel))
+    return np.float64(sum(o.saved(variables) for o in sel))

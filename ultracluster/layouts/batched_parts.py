@@ -83,7 +83,7 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
     R = chip.stack_rates([pk[2].rates for pk in per_key])
     costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
                              np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention)
-    saved = np.array([pk[5] for pk in per_key]).reshape(K, 4)
+    saved = _saved_bytes(per_key, V)
     bad = None
     if pr.scenario.operators:   # a scenario's own expressions may go bad at shapes other than its own
         flags, why = opslib.bad_work([o for o in ops if o.where != "optimizer"], V)
@@ -94,16 +94,28 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
 
 def _shape_inputs(pr: Evaluator, r) -> tuple:
     """What timing row r's per-rank shape needs (kept per shape across a search's pieces): its shape
-    variables, operators, cluster, recomputation, calibration and saved activation bytes (per layer, embedding,
-    head, and full recomputation's one-layer working set)."""
+    variables, operators, cluster, recomputation and calibration."""
     info = pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r))
     sc = layout_scenario(pr.scenario, r)
     cal = info.cluster.calibration
     v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
-    ops, rc = opslib.applicable(pr.library, sc, cal), opslib.recompute_mode(sc.training)
-    saved = [opslib.saved_bytes(ops, where, v, rc) for where in ("layer", "embedding", "head")] + [
-        opslib.saved_bytes(ops, "layer", v, "none") if rc == "full" else 0.0]
-    return v, ops, info, rc, cal, saved
+    return v, opslib.applicable(pr.library, sc, cal), info, opslib.recompute_mode(sc.training), cal
+
+
+def _saved_bytes(per_key: list[tuple], V: dict[str, np.ndarray]) -> np.ndarray:
+    """[K, 4] each shape's saved activation bytes per layer, embedding and head, and full recomputation's one-layer
+    working set: `operators.saved_bytes` over every shape of one operator list and recomputation at once."""
+    out = np.zeros((len(per_key), 4))
+    groups: dict[tuple, list[int]] = {}
+    for k, (_, ops, _, rc, _) in enumerate(per_key):
+        groups.setdefault((tuple(map(id, ops)), rc), []).append(k)
+    for (_, rc), ks in groups.items():
+        ops, v = per_key[ks[0]][1], {name: values[ks] for name, values in V.items()}
+        for j, where in enumerate(("layer", "embedding", "head")):
+            out[ks, j] = opslib.saved_bytes(ops, where, v, rc)
+        if rc == "full":
+            out[ks, 3] = opslib.saved_bytes(ops, "layer", v, "none")
+    return out
 
 
 @dataclass
@@ -278,7 +290,9 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
 
         def sends():
             placed = dataclasses.replace(cl, layout=Layout(tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v))
-            return comm.pipeline_sends(times, placed, send_bytes, chunks)
+            pairs = pr.memo(("send-pairs", ck, group_ranks(tp, cp), pp, v),
+                            lambda: comm.send_pairs(times, placed, chunks))
+            return comm.pipeline_sends(times, placed, send_bytes, chunks, pairs=pairs)
 
         send_groups, send[a] = pr.memo(("sends", ck, group_ranks(tp, cp), pp, v, send_bytes), sends)
         # what dp_comm and last_sends read of the training (precision, master weights, ZeRO stage) varies only

@@ -195,14 +195,14 @@ def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
     at[order], at[ops] = np.arange(ops), ops
     bounds = np.concatenate([[0], cuts, [ops]]).tolist()
     spans = tuple(zip(bounds[:-1], bounds[1:]))
-    cols_pred, cols_dep = at[pred[order]], at[dep[order]]
-    n_chunks = p * v
-    chunk_o = raw.chunk[order]
-    return read_only(Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, at=at, bounds=spans,
+    cols_pred, cols_dep = read_only((at[pred[order]], at[dep[order]]))   # the levels' index arrays: read-only views
+    n_chunks, chunk_o = p * v, raw.chunk[order]
+    comp = Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, at=at, bounds=spans,
                     level_pred=_index(cols_pred, bounds), level_dep=_index(cols_dep, bounds),
                     dur_col=np.where(raw.kind[order] == F, chunk_o, n_chunks + chunk_o),
                     wait_col=2 * n_chunks + raw.delay[order], last_op=last_op,
-                    last_b=last_b[np.argsort(raw.chunk[last_b])]))
+                    last_b=last_b[np.argsort(raw.chunk[last_b])])
+    return read_only((comp.at, comp.dur_col, comp.wait_col, comp.last_op, comp.last_b)) and comp
 
 
 @lru_cache(maxsize=512)

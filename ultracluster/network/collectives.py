@@ -48,8 +48,8 @@ from .groups import (  # noqa: F401
     Group, bus_factor, group_of,
 )
 from .timing import (  # noqa: F401
-    IN_GRAPH_LAUNCH_MAX_S, StepTable, breakpoints, check_collective, collective_cost, collective_time, step_table,
-    table_times,
+    IN_GRAPH_LAUNCH_MAX_S, StepTable, breakpoints, check_collective, collective_cost, collective_time, placed_alike,
+    step_table, table_times,
 )
 from .selection import (  # noqa: F401
     A2A_MESH_MAX_MEMBERS, EFA_MESH_MAX_MEMBERS, EFA_RING_MAX_MEMBERS, Levels, MESH_MAX_BYTES, MIB, RDH_MAX_BYTES,

@@ -172,13 +172,18 @@ def step_load(fab: Fabric, fl: Flows) -> StepLoad:
     routed = route(fab, fl.src, fl.dst, fl.per_byte)
     res, inv = np.unique(routed.resource, return_inverse=True)
     per_byte = np.bincount(inv, weights=routed.nbytes, minlength=res.size)
-    rpi = fab.resources_per_instance
-    slot = res % rpi
-    ratio = per_byte / fab.local_bandwidth()[slot]
-    tier_max = np.zeros(3)
-    np.maximum.at(tier_max, fab.local_tiers()[slot], ratio)
+    bandwidth, tiers = _slots(fab)
+    slot = res % fab.resources_per_instance
+    ratio, tier = per_byte / bandwidth[slot], tiers[slot]
+    tier_max = np.array([ratio[tier == t].max(initial=0.0) for t in range(3)])    # each tier's busiest (0: unused)
     return StepLoad(res, per_byte, tier_max, float(routed.latency_s.max()) if routed.latency_s.size else 0.0,
                     int(routed.tier.max()) if routed.tier.size else 0, fl.repeat, fl.reduce, fl.pipelined)
+
+
+@functools.lru_cache(maxsize=64)
+def _slots(fab: Fabric) -> tuple[np.ndarray, np.ndarray]:
+    """The raw bandwidth and tier of every resource slot of an instance (`Fabric.local_bandwidth`, `local_tiers`)."""
+    return read_only((fab.local_bandwidth(), fab.local_tiers()))
 
 
 @functools.lru_cache(maxsize=4096)

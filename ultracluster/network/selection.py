@@ -144,8 +144,42 @@ class Stage:
     fraction: float
 
 
+# (fabric, op, levels' identity, each tier's side of Neuron's size switches) -> `stages`: a stage's
+# algorithm reads its size only through `pick_intra` / `pick_inter`'s two comparisons, so a collective's sizes on the
+# same side of every switch share their stages (the entry holds its Levels, so the identity is not reused)
+_STAGES: dict[tuple, tuple[Levels | None, tuple[Stage, ...]]] = {}
+_STAGES_MAX = 1 << 14
+
+
 def stages(fab: Fabric, op: str, nbytes: float, group: Group, lv: Levels | None) -> tuple[Stage, ...]:
     """Neuron's decomposition of a collective into stages, with the algorithm of each (H11, H12)."""
+    if op == "send_recv" or op == "all_to_all" or lv is None:
+        return _stages(fab, op, nbytes, group, lv)
+    key = (fab, op, id(lv), size_class(op, nbytes, lv))
+    hit = _STAGES.get(key)
+    if hit is None:
+        if len(_STAGES) >= _STAGES_MAX:
+            _STAGES.clear()
+        hit = _STAGES[key] = (lv, _stages(fab, op, nbytes, group, lv))
+    return hit[1]
+
+
+def size_class(op: str, nbytes: float, lv: Levels | None) -> tuple:
+    """Which side of Neuron's two size switches each tier's buffer of a collective of `nbytes` falls on: sizes of
+    one class have the same `stages` (an op whose stages no size moves: ())."""
+    if op == "send_recv" or op == "all_to_all" or lv is None:
+        return ()
+    v, u, y = lv.shape
+    f, side = 1.0, []
+    for m in (y, u, v):          # `_stages`' tiers and buffers (the same products)
+        if m > 1:
+            n = nbytes * f
+            side.append((n < MESH_MAX_BYTES, n <= RDH_MAX_BYTES))
+            f = f / m
+    return tuple(side)
+
+
+def _stages(fab: Fabric, op: str, nbytes: float, group: Group, lv: Levels | None) -> tuple[Stage, ...]:
     if op == "send_recv":
         return (Stage("flat", "direct", op, 1.0),)
     if op == "all_to_all":

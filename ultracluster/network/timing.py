@@ -17,7 +17,7 @@ from . import algorithms as algs
 from .calibration import NetworkCalibration
 from .flows import LinkLoads, members_and_levels, link_loads
 from .groups import Group
-from .selection import MESH_MAX_BYTES, RDH_MAX_BYTES, stages
+from .selection import MESH_MAX_BYTES, RDH_MAX_BYTES, size_class, stages
 from .topology import Fabric, fabric
 
 
@@ -256,6 +256,12 @@ def _canonical(fab: Fabric, group: Group) -> tuple[Fabric, Group]:
     return _unsized(fab), (dataclasses.replace(group, first_rank=group.first_rank - shift) if shift else group)
 
 
+def placed_alike(cluster: Cluster, group: Group) -> Group:
+    """`group` moved to the cluster's first instances (`_canonical`): every collective over it costs what it costs
+    over `group`, so groups with the same `placed_alike` need timing once."""
+    return _canonical(_fabric_of(cluster), group)[1]
+
+
 # (fabric, op, bytes, group, calibration) in canonical place (`_canonical`) -> (bandwidth s, other s, algorithm);
 # (fabric, op, bytes, group, envelope) -> what `_timed` compares
 _SECONDS: dict[tuple, tuple[float, float, str]] = {}
@@ -289,14 +295,43 @@ def _compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool)
     return _kept(_COMPARED, (fab, op, nbytes, group, envelope), find)
 
 
+# (fabric, op, group, calibration, size class) -> (the link loads compared, the other sizes, their TableCosts): what
+# `_compared` finds and `_link_loads_costs` costs is the same for every size on the same side of each of Neuron's
+# switches (`breakpoints`' edges and each stage's: `selection.size_class`), so a search's sizes share it
+_CLASSES: dict[tuple, tuple[list[LinkLoads], list[float], TableCosts]] = {}
+
+
+def _class_costs(fab: Fabric, op: str, nbytes: float, group: Group,
+                 cal: NetworkCalibration) -> tuple[list[LinkLoads], np.ndarray, TableCosts] | None:
+    """`_compared`'s link loads and sizes and their TableCosts at `cal`, kept per size class; None where the stages
+    cannot be split at every size (`_fractions`), which `_compared` finds per size."""
+    fr = _fractions(fab, op, group)
+    if fr is None:
+        return None
+    edges = _edges_of(fab, op, group, fr)
+    _, lv = members_and_levels(fab, group)
+    key = (fab, op, group, cal, tuple(edge > nbytes for edge, _, _ in edges), size_class(op, nbytes, lv))
+    hit = _CLASSES.get(key)
+    if hit is None:
+        profs, sizes = _compared(fab, op, nbytes, group, cal.algorithm_envelope)
+        others = sizes[1:] if cal.algorithm_envelope else sizes[:-1]
+        hit = _kept(_CLASSES, key, lambda: (profs, others.tolist(), _link_loads_costs(profs, cal)), _COSTS_MAX)
+    profs, others, costs = hit
+    return profs, np.array([nbytes] + others if cal.algorithm_envelope else others + [nbytes]), costs
+
+
 def _timed(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -> tuple[float, float, LinkLoads]:
     """(bandwidth seconds, other seconds, link loads) of one collective at its size, before any in-graph sync."""
-    profs, sizes = _compared(fab, op, nbytes, group, cal.algorithm_envelope)
+    found = _class_costs(fab, op, nbytes, group, cal)
+    if found is None:
+        profs, sizes = _compared(fab, op, nbytes, group, cal.algorithm_envelope)
+        costs = _link_loads_costs(profs, cal)
+    else:
+        profs, sizes, costs = found
+    busy, other = costs.times(sizes)
     if cal.algorithm_envelope:
-        busy, other = _link_loads_costs(profs, cal).times(sizes)
         best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper
         return float(busy[best]), float(other[best]), profs[best]
-    busy, other = _link_loads_costs(profs, cal).times(sizes)
     total = busy + other
     floor = float(total[:-1].max()) if len(sizes) > 1 else 0.0
     return float(busy[-1]), float(other[-1]) + max(0.0, floor - float(total[-1])), profs[-1]

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import operators as opslib
 from ..cluster import Cluster, group_ranks, replica_ranks, stage_sum
-from ..network import Group, collective_time, group_of
+from ..network import Group, collective_time, group_of, placed_alike
 from ..network.collectives import concurrent_time
 from .degraded import degraded_comm
 from .result import CollectiveRecord
@@ -158,21 +158,33 @@ def layer_comm(times: CommTimes, cluster: Cluster, tp: int, cp: int, pp: int, ep
 
 
 def pipeline_sends(times: CommTimes, cluster: Cluster, send_bytes: float, chunks: int,
-                   m: int = 0) -> tuple[tuple[Group, ...], np.ndarray]:
+                   m: int = 0, pairs: tuple | None = None) -> tuple[tuple[Group, ...], np.ndarray]:
     """(send groups, [chunks] seconds of the activation send from chunk c to c + 1); `cluster.layout` places the
-    stages, `m` microbatches count the records.
+    stages, `m` microbatches count the records; `pairs`: `send_pairs`' (else found here).
 
     Chunk c lives on stage c % pp; placement is tp, cp, then pp inside a replica, so the two stages' ranks share
     an instance, an UltraServer (NeuronLink Z links) or neither (EFA)."""
     pp = cluster.layout.pp
-    # chunk c sends from stage c % pp: the pp stage pairs' groups and seconds, each once (the other chunks' sends,
-    # counted 0 times in the records, are the same collectives)
-    pairs = [send_group(cluster, s, (s + 1) % pp) for s in range(min(pp, chunks - 1))]
-    seconds = [times("send_recv", send_bytes, grp, "pp", 2 * m if s == 0 else 0) for s, grp in enumerate(pairs)]
+    # chunk c sends from stage c % pp: the pp stage pairs' groups, each pair placed alike timed once (the other
+    # chunks' sends, counted 0 times in the records, are the same collectives)
+    pairs, alike = pairs or send_pairs(times, cluster, chunks)
+    seconds: list[float] = []
+    for s, grp in enumerate(pairs):
+        seconds.append(times("send_recv", send_bytes, grp, "pp", 2 * m if s == 0 else 0) if alike[s] == s
+                       else seconds[alike[s]])
     groups = tuple(pairs[c % pp] for c in range(chunks - 1))
     send_fwd = np.zeros(chunks)
     send_fwd[:chunks - 1] = [seconds[c % pp] for c in range(chunks - 1)]
     return groups, send_fwd
+
+
+def send_pairs(times: CommTimes, cluster: Cluster, chunks: int) -> tuple[tuple[Group, ...], tuple[int, ...]]:
+    """The send groups of the pipeline's stage pairs (s, s + 1), and for each the first pair placed alike on the
+    cluster its collectives are timed on (`network.placed_alike`: the same seconds), whose seconds it takes."""
+    pp = cluster.layout.pp
+    pairs = tuple(send_group(cluster, s, (s + 1) % pp) for s in range(min(pp, chunks - 1)))
+    first: dict[Group, int] = {}
+    return pairs, tuple(first.setdefault(placed_alike(times.cluster, g), s) for s, g in enumerate(pairs))
 
 
 def dp_comm(times: CommTimes, cluster: Cluster, dense: np.ndarray, expert: np.ndarray, layers: np.ndarray,
