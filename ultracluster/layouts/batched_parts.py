@@ -236,17 +236,16 @@ def batched_chunks(pr: Evaluator, table: pd.DataFrame, sh: Shapes, srow: np.ndar
     microbatch [n, chunks], optimizer seconds per stage [n, pp], one layer's attention core forward and backward [n]."""
     idx = g.rows[js]
     k = srow[idx]
-    sub = table.iloc[idx]
-    cal_of = sub["cal"].to_numpy() if "cal" in sub.columns else np.zeros(len(sub), dtype=np.int64)
+    sub = lambda c: table[c].to_numpy()[idx]      # noqa: E731  (a column at these rows)
+    cal_of = sub("cal") if "cal" in table.columns else np.zeros(idx.size, dtype=np.int64)
     launch = np.array([c.microbatch_launch_s for c in pr.calibrations])[cal_of]
     # the engine's graph executions, by each row's stack (the table's `stack` column, else the scenario's)
-    names, stack_of = np.unique(sub["stack"].to_numpy(dtype=object) if "stack" in sub.columns
+    names, stack_of = np.unique(table["stack"].iloc[idx].to_numpy(dtype=object) if "stack" in table.columns
                                 else np.array([pr.scenario.stack], dtype=object), return_inverse=True)
     per = np.array([[stacks.graph_seconds(n, g.pp, c) for c in pr.calibrations] for n in names.tolist()])
     graph = per.reshape(len(names), len(pr.calibrations), 2)[stack_of.reshape(-1), cal_of]
     fwd, bwd, _, _ = chip.chunk_rows(sh.costs, k, g.layers, pr.calibration.stage_ends, launch, (graph[:, 0], graph[:, 1]))
-    params = chip.optimizer_params(g.dense[js], g.expert[js], sub["dp"].to_numpy(), sub["ep"].to_numpy(),
-                                   sub["zero"].to_numpy() >= 1, g.pp)
+    params = chip.optimizer_params(g.dense[js], g.expert[js], sub("dp"), sub("ep"), sub("zero") >= 1, g.pp)
     opt = chip.optimizer_seconds(sh.ops, sh.variables, sh.rates, k, params)
     return fwd, bwd, opt, sh.costs.attn_fwd[k], sh.costs.attn_bwd[k]
 
