@@ -136,10 +136,11 @@ def pipe_rows(pr: Evaluator, table: pd.DataFrame) -> list[PipeRows]:
     for (pp, v), idx in table.groupby(["pp", "virtual_stages"], sort=True).indices.items():
         pp, v = int(pp), int(v)
         layers = pr.memo(("layers", pp * v), lambda: np.asarray(stage_layers(model.layers, pp * v), dtype=float))
-        tp_ep = np.stack([table["tp"].to_numpy()[idx], table["ep"].to_numpy()[idx]], axis=1)
-        distinct, back = np.unique(tp_ep, axis=0, return_inverse=True)
+        tp, ep = table["tp"].to_numpy()[idx], table["ep"].to_numpy()[idx]
+        span = int(ep.max()) + 1               # (tp, ep) as one integer: its distinct values in (tp, ep) order
+        distinct, back = np.unique(tp * span + ep, return_inverse=True)
         pairs = [pr.memo(("params", a, pp, v, b), lambda a=a, b=b: opslib.chunk_params_split(
-            model, a, layers, pp, b)) for a, b in distinct.tolist()]
+            model, a, layers, pp, b)) for a, b in zip((distinct // span).tolist(), (distinct % span).tolist())]
         back = back.reshape(-1)
         out.append(PipeRows(rows=np.asarray(idx), pp=pp, v=v, layers=layers,
                          dense=np.array([p[0] for p in pairs])[back], expert=np.array([p[1] for p in pairs])[back]))
