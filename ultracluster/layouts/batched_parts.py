@@ -136,10 +136,11 @@ def pipe_rows(pr: Evaluator, table: pd.DataFrame) -> list[PipeRows]:
     for (pp, v), idx in table.groupby(["pp", "virtual_stages"], sort=True).indices.items():
         pp, v = int(pp), int(v)
         layers = pr.memo(("layers", pp * v), lambda: np.asarray(stage_layers(model.layers, pp * v), dtype=float))
-        tp_ep = np.stack([table["tp"].to_numpy()[idx], table["ep"].to_numpy()[idx]], axis=1)
-        distinct, back = np.unique(tp_ep, axis=0, return_inverse=True)
+        tp, ep = table["tp"].to_numpy()[idx], table["ep"].to_numpy()[idx]
+        span = int(ep.max()) + 1               # (tp, ep) as one integer: its distinct values in (tp, ep) order
+        distinct, back = np.unique(tp * span + ep, return_inverse=True)
         pairs = [pr.memo(("params", a, pp, v, b), lambda a=a, b=b: opslib.chunk_params_split(
-            model, a, layers, pp, b)) for a, b in distinct.tolist()]
+            model, a, layers, pp, b)) for a, b in zip((distinct // span).tolist(), (distinct % span).tolist())]
         back = back.reshape(-1)
         out.append(PipeRows(rows=np.asarray(idx), pp=pp, v=v, layers=layers,
                          dense=np.array([p[0] for p in pairs])[back], expert=np.array([p[1] for p in pairs])[back]))
@@ -236,17 +237,16 @@ def batched_chunks(pr: Evaluator, table: pd.DataFrame, sh: Shapes, srow: np.ndar
     microbatch [n, chunks], optimizer seconds per stage [n, pp], one layer's attention core forward and backward [n]."""
     idx = g.rows[js]
     k = srow[idx]
-    sub = table.iloc[idx]
-    cal_of = sub["cal"].to_numpy() if "cal" in sub.columns else np.zeros(len(sub), dtype=np.int64)
+    sub = lambda c: table[c].to_numpy()[idx]      # noqa: E731  (a column at these rows)
+    cal_of = sub("cal") if "cal" in table.columns else np.zeros(idx.size, dtype=np.int64)
     launch = np.array([c.microbatch_launch_s for c in pr.calibrations])[cal_of]
     # the engine's graph executions, by each row's stack (the table's `stack` column, else the scenario's)
-    names, stack_of = np.unique(sub["stack"].to_numpy(dtype=object) if "stack" in sub.columns
+    names, stack_of = np.unique(table["stack"].iloc[idx].to_numpy(dtype=object) if "stack" in table.columns
                                 else np.array([pr.scenario.stack], dtype=object), return_inverse=True)
     per = np.array([[stacks.graph_seconds(n, g.pp, c) for c in pr.calibrations] for n in names.tolist()])
     graph = per.reshape(len(names), len(pr.calibrations), 2)[stack_of.reshape(-1), cal_of]
     fwd, bwd, _, _ = chip.chunk_rows(sh.costs, k, g.layers, pr.calibration.stage_ends, launch, (graph[:, 0], graph[:, 1]))
-    params = chip.optimizer_params(g.dense[js], g.expert[js], sub["dp"].to_numpy(), sub["ep"].to_numpy(),
-                                   sub["zero"].to_numpy() >= 1, g.pp)
+    params = chip.optimizer_params(g.dense[js], g.expert[js], sub("dp"), sub("ep"), sub("zero") >= 1, g.pp)
     opt = chip.optimizer_seconds(sh.ops, sh.variables, sh.rates, k, params)
     return fwd, bwd, opt, sh.costs.attn_fwd[k], sh.costs.attn_bwd[k]
 

@@ -38,10 +38,12 @@ Pure numpy: no Ray, no I/O. Every function is vectorized over flows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from ..cluster import Cluster, rank_coords
+from ..frozen import read_only
 from ..cluster.catalog import ultraserver_of
 
 US_INSTANCES = 4        # instances per Trn2 UltraServer (docs/sources.md §5.2, H6)
@@ -256,10 +258,7 @@ def route(fab: Fabric, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> 
     dst = np.asarray(dst, dtype=np.int64).ravel()
     nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), src.shape).astype(float)
     s, d = locate(fab, src), locate(fab, dst)
-    rpi = fab.resources_per_instance
-    c, tx, ty = fab.chips, fab.torus[0], fab.torus[1]
-    port0 = c
-    z0 = c * (1 + PORTS)
+    rpi, c = fab.resources_per_instance, fab.chips
     nic_out0 = c * (1 + PORTS + Z_PORTS)
     nic_in0 = nic_out0 + fab.nics
     latency = np.zeros(src.size)
@@ -285,40 +284,8 @@ def route(fab: Fabric, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> 
         latency[i] = _switch_entries(fab, {k: v[i] for k, v in s.items()}, {k: v[i] for k, v in d.items()},
                                      nbytes[i], res_parts, byte_parts)
     elif i.size:
-        x, y, xd, yd = s["x"][i], s["y"][i], d["x"][i], d["y"][i]
-        inst, w = s["instance"][i], nbytes[i]
-        x_ways = _ways(x, xd, tx)
-        y_ways = _ways(y, yd, ty)
-        z_ways = _ways(s["z"][i], d["z"][i], US_INSTANCES) if fab.ultraserver else \
-            ((np.zeros_like(x), np.ones(i.size)),)
-        lat = np.zeros(i.size)
-        for sx, (hx, wx) in zip((1, -1), x_ways):
-            for sy, (hy, wy) in zip((1, -1), y_ways):
-                for sz, (hz, wz) in zip((1, -1), z_ways):
-                    weight = wx * wy * wz
-                    used = weight > 0
-                    b = w * weight
-                    for j in range(tx // 2 + 1):
-                        m = used & (hx > j)
-                        chip = y[m] * tx + (x[m] + sx * j) % tx
-                        res_parts.append(inst[m] * rpi + port0 + chip * PORTS + (0 if sx > 0 else 1))
-                        byte_parts.append(b[m])
-                    for j in range(ty // 2 + 1):
-                        m = used & (hy > j)
-                        chip = ((y[m] + sy * j) % ty) * tx + xd[m]
-                        res_parts.append(inst[m] * rpi + port0 + chip * PORTS + (2 if sy > 0 else 3))
-                        byte_parts.append(b[m])
-                    if fab.ultraserver:
-                        server, zs, chip_d = s["server"][i], s["z"][i], d["chip"][i]
-                        for j in range(US_INSTANCES // 2 + 1):
-                            m = used & (hz > j)
-                            zz = (zs[m] + sz * j) % US_INSTANCES
-                            res_parts.append((server[m] * US_INSTANCES + zz) * rpi + z0 + chip_d[m] * Z_PORTS
-                                             + (0 if sz > 0 else 1))
-                            byte_parts.append(b[m])
-                    path = (hx + hy) * fab.hop_s + hz * fab.z_hop_s
-                    lat = np.where(used, np.maximum(lat, path), lat)
-        latency[i] = lat
+        latency[i] = _link_entries(fab, {k: v[i] for k, v in s.items()}, {k: v[i] for k, v in d.items()}, nbytes[i],
+                                   res_parts, byte_parts)
 
     # EFA: the source chip's NIC out, the destination chip's NIC in
     i = np.flatnonzero(efa)
@@ -330,6 +297,53 @@ def route(fab: Fabric, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> 
 
     return Routed(resource=np.concatenate(res_parts).astype(np.int64), nbytes=np.concatenate(byte_parts),
                   latency_s=latency, tier=tier)
+
+
+def _both_ways(a: np.ndarray, b: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_ways` stacked: ([2, n] hops, [2, n] weights), the positive way first."""
+    (d, w_pos), (back, w_neg) = _ways(a, b, size)
+    return np.stack([d, back]), np.stack([w_pos, w_neg])
+
+
+@lru_cache(maxsize=16)
+def _way_grid(tx: int, ty: int, nz: int) -> tuple[np.ndarray, ...]:
+    """The ways round x, y and z rings (x outermost, z innermost) as indices into `_both_ways`' rows and signs, and
+    each ring's hops 0.. as [1, hops, 1] columns."""
+    ix, iy, iz = (a.ravel() for a in np.meshgrid(np.arange(2), np.arange(2), np.arange(nz), indexing="ij"))
+    sign = np.array([1, -1])
+    return read_only((ix, iy, iz, sign[ix][:, None, None], sign[iy][:, None, None], sign[iz][:, None, None],
+                      np.arange(tx // 2 + 1)[None, :, None], np.arange(ty // 2 + 1)[None, :, None],
+                      np.arange(US_INSTANCES // 2 + 1)[None, :, None]))
+
+
+def _link_entries(fab: Fabric, s: dict[str, np.ndarray], d: dict[str, np.ndarray], w: np.ndarray,
+                  res_parts: list[np.ndarray], byte_parts: list[np.ndarray]) -> np.ndarray:
+    """Route flows over NeuronLink: x then y inside the source instance, then z round the UltraServer at the target
+    (x, y), each flow split over the shortest ways round each ring; appends their (resource, bytes) entries way by
+    way (x, y, z nested) and, along a way, x's hops, then y's, then z's, and returns each flow's latency (its
+    longest way). Every way and hop at once, the entries in that order."""
+    rpi, tx, ty = fab.resources_per_instance, fab.torus[0], fab.torus[1]
+    port0, z0 = fab.chips, fab.chips * (1 + PORTS)
+    x, y, xd, inst = s["x"], s["y"], d["x"], s["instance"]
+    hx, wx = _both_ways(x, xd, tx)                                     # [2, n]
+    hy, wy = _both_ways(y, d["y"], ty)
+    hz, wz = _both_ways(s["z"], d["z"], US_INSTANCES) if fab.ultraserver else (np.zeros((1, x.size), dtype=x.dtype),
+                                                                                np.ones((1, x.size)))
+    ix, iy, iz, sx, sy, sz, jx, jy, jz = _way_grid(tx, ty, hz.shape[0])
+    weight = wx[ix] * wy[iy] * wz[iz]                                  # [ways, n]
+    used = weight > 0
+    res = [inst * rpi + port0 + (y * tx + (x + sx * jx) % tx) * PORTS + np.where(sx > 0, 0, 1),
+           inst * rpi + port0 + (((y + sy * jy) % ty) * tx + xd) * PORTS + np.where(sy > 0, 2, 3)]
+    hit = [used[:, None] & (hx[ix][:, None] > jx), used[:, None] & (hy[iy][:, None] > jy)]
+    if fab.ultraserver:
+        res.append((s["server"] * US_INSTANCES + (s["z"] + sz * jz) % US_INSTANCES) * rpi + z0 + d["chip"] * Z_PORTS
+                   + np.where(sz > 0, 0, 1))
+        hit.append(used[:, None] & (hz[iz][:, None] > jz))
+    hit = np.concatenate(hit, axis=1)                                  # [ways, hops, n]
+    res_parts.append(np.concatenate(res, axis=1)[hit])
+    byte_parts.append(np.broadcast_to((w * weight)[:, None, :], hit.shape)[hit])
+    path = (hx[ix] + hy[iy]) * fab.hop_s + hz[iz] * fab.z_hop_s
+    return np.where(used, path, 0.0).max(axis=0, initial=0.0)
 
 
 def _switch_entries(fab: Fabric, s: dict[str, np.ndarray], d: dict[str, np.ndarray], nbytes: np.ndarray,

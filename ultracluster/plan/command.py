@@ -78,8 +78,8 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
         session.enter_context(plan_tasks.planning_ray(None, shards()))
         results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, ranking.blocks(table, 2 * cpus), done)
     else:                          # here, in pieces (the same numbers in any order: `ranking.assemble` restores it)
-        results = []
-        ordered = ranking.by_pipe_rows(table)
+        results = []               # (in one piece the table's own order: nothing to share between pieces)
+        ordered = ranking.by_pipe_rows(table) if len(table) > EVALUATED_PIECE_LAYOUTS else table
         for lo in range(0, len(table), EVALUATED_PIECE_LAYOUTS):
             results.append(ranking.evaluate_block(base, calibration, sources,
                                                  ordered.iloc[lo:lo + EVALUATED_PIECE_LAYOUTS], pr))
