@@ -252,8 +252,13 @@ def optimizer_bytes(training) -> float:
 
 
 def grad_bytes(training) -> float:
-    """Bytes of a gradient: fp32 when fp32 master weights are kept (Megatron-LM accumulates bf16 gradients
-    in fp32) or in fp32 training, else bf16."""
+    """Bytes of a gradient (its accumulation buffer and its data-parallel reduction): `training.grad_precision`
+    where the scenario gives it, else fp32 when fp32 master weights are kept (Megatron-LM accumulates bf16
+    gradients in fp32; NxD from SDK 2.20, use_fp32_grad_acc with higher_cc_precision) or in fp32 training, else
+    bf16."""
+    given = getattr(training, "grad_precision", None)
+    if given is not None:
+        return 4.0 if given == "fp32" else 2.0
     return 4.0 if (training.master_weights == "fp32" or training.precision == "fp32") else 2.0
 
 

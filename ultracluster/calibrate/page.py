@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from .shipped import results
-from .training import FIT, REPO, RESIDUAL_CHECK, rows, scenario_of
+from .training import FIT, REPO, RESIDUAL_CHECK, layout_scenario_of, rows
 
 
 def render(res: dict, data: Path) -> str:
@@ -214,7 +214,7 @@ def scenario_files(data: Path) -> dict[Path, str]:
     for r in lay_rows:
         groups.setdefault(r["layout"], []).append(r)
     for name, rs in groups.items():
-        doc = scenario_of(rs[0])
+        doc = layout_scenario_of(rs)
         doc["name"] = f"calib-{name}"
         doc["training"].update(steps=2, warmup_steps=1)
         doc.pop("emulation")

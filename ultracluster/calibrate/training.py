@@ -112,6 +112,43 @@ def scenario_of(row: dict) -> dict:
     }
 
 
+# NeuronX Distributed's examples keep gradients in bf16 before SDK 2.20: XLA_DOWNCAST_BF16=1 stores the fp32 .grad
+# of the fp32 parameters in bf16 on the device, and the ZeRO-1 optimizer reduce-scatters it as it is (torch-xla's
+# ZeroRedundancyOptimizer, higher_cc_precision off). From 2.19 the trainer's use_fp32_grad_acc turns on fp32
+# accumulation buffers and higher_cc_precision, and from 2.20 the examples' --use_gpu_compatible_precision (which
+# sets it) defaults to 1 (aws-neuron/neuronx-distributed: src/neuronx_distributed/trainer/trainer.py at the 2.19.0
+# release; examples/training/llama/tp_pp_llama_hf_pretrain/run_llama_nxd.py and tp_zero1_llama_hf_pretrain.py at
+# 2.20.0; the 2.18.0 examples set XLA_DOWNCAST_BF16=1 in run_llama_13B_tp_pp.sh and for --use_mix_precision)
+NXD_FP32_GRADS_FROM = (2, 20)
+
+
+def release(sdk: str) -> tuple[int, int] | None:
+    """A Neuron SDK release as (major, minor) ("~2.10" is 2.10; "unknown" None)."""
+    m = re.match(r"~?(\d+)\.(\d+)", sdk or "")
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def grad_precision_of(row: dict) -> str | None:
+    """The gradients' precision a row's release ran with where it differs from the scenario's default: bf16 for a
+    NeuronX Distributed row before SDK 2.20 (NXD_FP32_GRADS_FROM), else None (the default)."""
+    r = release(row["sdk"])
+    return "bf16" if row["stack"] == "neuronx-distributed" and r is not None and r < NXD_FP32_GRADS_FROM else None
+
+
+def layout_scenario_of(layout_rows: list[dict]) -> dict:
+    """The scenario of a layout (`scenario_of` its first row) with the gradients' precision of its median row (the
+    row whose seq/s is nearest the median of its rows, the first of a tie): a layout published by releases on both
+    sides of a change is fitted as the releases at its median ran it."""
+    doc = scenario_of(layout_rows[0])
+    seq = [float(r["seq_per_s"]) for r in layout_rows]
+    mid = statistics.median(seq)
+    at = min(range(len(seq)), key=lambda i: abs(seq[i] - mid))
+    grads = grad_precision_of(layout_rows[at])
+    if grads is not None:
+        doc["training"]["grad_precision"] = grads
+    return doc
+
+
 class Layouts:
     """The layouts of training.csv: their rows, medians, spreads, same-release pairs and scenarios.
 
@@ -125,7 +162,7 @@ class Layouts:
         from ..scenario import load_scenario
 
         self._read(rows(data))
-        self.scenarios = {n: load_scenario(scenario_of(self.rows_by_scenario[n][0])) for n in self.names}
+        self.scenarios = {n: load_scenario(layout_scenario_of(self.rows_by_scenario[n])) for n in self.names}
         self.cell = {n: cell_of(self.scenarios[n]) for n in self.names}
         self.family = {n: family_of(self.rows_by_scenario[n][0]["model"]) for n in self.names}
 

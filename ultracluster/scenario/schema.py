@@ -117,6 +117,11 @@ class TrainingSpec(_Spec):
         description="fp32: mixed precision with fp32 master weights and optimizer state; "
         "none: bf16 weights with stochastic rounding [fp32].",
     )
+    grad_precision: Literal["fp32", "bf16"] | None = Field(
+        None, description="Precision of the gradients: their accumulation buffers and their data-parallel "
+        "reduction [fp32 with fp32 master weights or fp32 training, else bf16]. NxD's examples kept them in bf16 "
+        "until SDK 2.19 (XLA_DOWNCAST_BF16 stores the fp32 .grad in bf16, and ZeRO-1 reduce-scatters it as it is); "
+        "from 2.20 use_gpu_compatible_precision (on by default) accumulates and reduce-scatters them in fp32.")
     zero1: bool = Field(
         True, description="Optimizer state sharded over data-parallel ranks [true; with training.zero: true for "
         "zero 1 to 3, false for zero 0]. The older spelling of training.zero: 1 (true) or 0 (false).")
