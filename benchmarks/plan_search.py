@@ -68,14 +68,16 @@ def main() -> int:
     print(f"scenario: {base.name}")
     print()
     print("| layouts | feasible | search wall s, median of %d (min-max) | layouts/s (at the median) | best run "
-          "| CPU s of the plan call, median | vs Calculon (%d/s) |" % (args.repeat, CALCULON_LAYOUTS_PER_S))
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "| CPU s of the plan call, median | layouts per CPU-second | vs Calculon (%d/s) |"
+          % (args.repeat, CALCULON_LAYOUTS_PER_S))
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     wall = statistics.median(r["wall_s"] for r in runs)
+    cpu = statistics.median(r["cpu_s"] for r in runs)
     n = runs[0]["layouts_evaluated"]
     rate = n / wall
-    print(f"| {n:,} | {runs[0]['feasible']:,} | {wall:.2f} ({min(r['wall_s'] for r in runs):.2f}-"
-          f"{max(r['wall_s'] for r in runs):.2f}) | {rate:,.0f} | {n / min(r['wall_s'] for r in runs):,.0f} | "
-          f"{statistics.median(r['cpu_s'] for r in runs):.2f} | {rate / CALCULON_LAYOUTS_PER_S:.0f}x |")
+    print(f"| {n:,} | {runs[0]['feasible']:,} | {wall:.3f} ({min(r['wall_s'] for r in runs):.3f}-"
+          f"{max(r['wall_s'] for r in runs):.3f}) | {rate:,.0f} | {n / min(r['wall_s'] for r in runs):,.0f} | "
+          f"{cpu:.3f} | {n / cpu:,.0f} | {rate / CALCULON_LAYOUTS_PER_S:.0f}x |")
     print()
     print(f"fast path parts: {runs[0]['fast_path']['parts']}")
     print(f"replayed top {len(s['replayed'])} with `run`: largest difference from the fast path {100 * worst:.3f} %")

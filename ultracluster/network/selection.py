@@ -33,15 +33,16 @@ def family(fab: Fabric, group: Group) -> np.ndarray:
     if not group.together or g0.size <= 1:
         return g0[None, :]
     inst, local = np.divmod(g0, rpi)
-    inst0, idx = np.unique(inst, return_inverse=True)
-    taken = np.zeros((inst0.size, rpi), dtype=bool)
-    rows = []
+    slots = (inst * rpi + local).tolist()     # a member's (instance, local rank) as one number; shifts stay inside
+    taken: set[int] = set()
+    offsets = []
     shifts = range(-int(local.min()), rpi - int(local.max()))
     for o in [0] + [o for o in shifts if o != 0]:
-        if not taken[idx, local + o].any():
-            taken[idx, local + o] = True
-            rows.append(g0 + o)
-    return np.array(rows, dtype=np.int64)
+        moved = [x + o for x in slots]
+        if taken.isdisjoint(moved):
+            taken.update(moved)
+            offsets.append(o)
+    return g0[None, :] + np.array(offsets, dtype=np.int64)[:, None]
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,8 @@ EMBEDDED_RAY_START_S = 12.0    # starting an embedded local Ray and warming work
                                # 5-12 s on the 2-CPU development machine): the in-process search must save more
 IN_PROCESS_LAYOUTS_PER_S = 5000.0   # a conservative in-process rate (docs/performance.md measures about 10,000/s)
 REPLAY_DIFFERENCE_NOTE = 0.01  # a replayed layout further than this from its fast-path step time gets a note
-EVALUATED_PIECE_LAYOUTS = 16384  # layouts evaluated per piece in this process, for progress (the same numbers; pieces
-                               # cut along pipeline shapes, `ranking.by_pipe_rows`; each piece repeats its pipelines'
-                               # runs and its shapes' lookups: 4,096 cost the Llama-3.1-70B search 5-10 % more CPU)
+EVALUATED_PIECE_LAYOUTS = 16384  # layouts evaluated per piece in this process, for progress (the same numbers; cut
+                               # along pipeline shapes; each repeats its pipelines' runs: 4,096 cost 5-10 % more CPU)
 
 
 def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | None, address: str | None,
@@ -77,9 +76,8 @@ def _evaluate(base: Scenario, table: pd.DataFrame, calibration: Calibration | No
         log(f"plan: {len(table):,} layouts: evaluating them on an embedded Ray ({cpus} CPUs)")
         session.enter_context(plan_tasks.planning_ray(None, shards()))
         results, nodes = plan_tasks.evaluate_on_ray(base, calibration, sources, ranking.blocks(table, 2 * cpus), done)
-    else:                          # here, in pieces (the same numbers in any order: `ranking.assemble` restores it)
-        results = []               # (in one piece the table's own order: nothing to share between pieces)
-        ordered = ranking.by_pipe_rows(table) if len(table) > EVALUATED_PIECE_LAYOUTS else table
+    else:     # here, in pieces (the same numbers in any order: `ranking.assemble` restores it; one: the table's own)
+        results, ordered = [], ranking.by_pipe_rows(table) if len(table) > EVALUATED_PIECE_LAYOUTS else table
         for lo in range(0, len(table), EVALUATED_PIECE_LAYOUTS):
             results.append(ranking.evaluate_block(base, calibration, sources,
                                                  ordered.iloc[lo:lo + EVALUATED_PIECE_LAYOUTS], pr))
@@ -146,10 +144,9 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
     # was until then (an interrupted or failed plan leaves it, and nothing of its own)
     staging = None if out is None else staging_beside(out)
     try:
-        with _collector_spared():
-            return _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, staging, address,
-                              calibration, log, max_search_minutes, progress, replay, price_of, price_sources, notes,
-                              hbm_headroom, keep_runs, rank_by)
+        return _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, staging, address, calibration,
+                          log, max_search_minutes, progress, replay, price_of, price_sources, notes, hbm_headroom,
+                          keep_runs, rank_by)
     finally:
         if staging is not None and staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -157,15 +154,19 @@ def plan(scenario: Scenario | str | Path, space: SearchSpace = SearchSpace(), ob
 
 @contextmanager
 def _collector_spared():
-    """The objects alive before the plan left out of the garbage collector's passes while it runs (`gc.freeze`): a
-    search makes many short-lived objects, and the passes over the old ones cost 8 % of one (0.045 s of 0.55)."""
-    gc.freeze()
+    """The objects alive before the plan left out of the garbage collector's passes while it runs (`gc.freeze`, unless
+    the process froze some itself): the passes over them cost 8 % of a search (0.045 s of 0.55)."""
+    ours = gc.get_freeze_count() == 0
+    if ours:
+        gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
 
 
+@_collector_spared()
 def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, staging, address, calibration, log,
                max_search_minutes, progress, replay, price_of, price_sources, notes, hbm_headroom, keep_runs,
                rank_by) -> PlanResult:
