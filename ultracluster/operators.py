@@ -252,14 +252,11 @@ def optimizer_bytes(training) -> float:
 
 
 def grad_bytes(training) -> float:
-    """Bytes of a gradient (its accumulation buffer and its data-parallel reduction): `training.grad_precision`
-    where the scenario gives it, else fp32 when fp32 master weights are kept (Megatron-LM accumulates bf16
-    gradients in fp32; NxD from SDK 2.20, use_fp32_grad_acc with higher_cc_precision) or in fp32 training, else
-    bf16."""
+    """Bytes of a gradient (accumulation buffer, data-parallel reduction): `training.grad_precision` if given, else
+    fp32 with fp32 master weights (Megatron-LM; NxD from SDK 2.20) or in fp32 training, else bf16."""
     given = getattr(training, "grad_precision", None)
-    if given is not None:
-        return 4.0 if given == "fp32" else 2.0
-    return 4.0 if (training.master_weights == "fp32" or training.precision == "fp32") else 2.0
+    fp32 = given == "fp32" if given else "fp32" in (training.master_weights, training.precision)
+    return 4.0 if fp32 else 2.0
 
 
 @dataclass(frozen=True)
@@ -451,11 +448,9 @@ def recompute_mode(training) -> str:
 def saved_bytes(ops: list[Operator], where: str, variables: Mapping[str, Any], recompute: str) -> float:
     """Activation bytes kept per microbatch by the `where` operators under a recompute mode.
 
-    `full` keeps only each layer's input (the first layer operator's saved tensor). `selective` keeps what
-    an operator's `saved_selective` says (default its `saved`): the materialized attention drops its S x S
-    scores and mask and keeps Q, K, V (Korthikanti et al. 2022's 5as/h term); flash attention stores no
-    S x S matrix to begin with, so selective recomputation changes nothing for it.
-    """
+    `full` keeps only each layer's input (the first layer operator's saved tensor). `selective` keeps what an
+    operator's `saved_selective` says (default its `saved`): the materialized attention drops its S x S scores and
+    mask and keeps Q, K, V (Korthikanti et al. 2022's 5as/h term); flash attention stores no S x S matrix anyway."""
     sel = [o for o in ops if o.where == where]      # (np.float64: variables holding arrays give an array)
     if recompute == "full" and where == "layer":
         return np.float64(sel[0].saved(variables))

@@ -229,9 +229,8 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
     own_summary["standing"] = standing(full, best, objective, rank_by)
     as_stack = own_stack(base, space)[0]
     if as_stack != base.stack:
-        own_summary["timed_as"] = (f"the scenario names no stack: its own layout is timed as {as_stack} runs it "
-                                   f"(that stack's defaults for the keys it does not give)")
-        own_summary["priced_as"] = own_summary["timed_as"]     # the old name, kept for one release (docs/plan.md)
+        own_summary["timed_as"] = own_summary["priced_as"] = f"the scenario names no stack: its own layout is timed " \
+            f"as {as_stack} runs it (that stack's defaults for the keys it does not give)"   # priced_as: old, one release
     top_rows = [_record(full.loc[i], rank=k) for k, i in enumerate(picks.index, 1)]
     summary = _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows,
                        replays, notes, runs_out, rank_by)
@@ -244,8 +243,7 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
     if budget["budget"] is not None:
         summary["tokens"] = budget["budget"]["tokens"]
     summary["scenario_layout"] = _json_clean(own_summary)
-    summary["intervals_timed"] = timed
-    summary["intervals_priced"] = timed         # the old name, kept for one release (docs/plan.md)
+    summary["intervals_timed"] = summary["intervals_priced"] = timed   # intervals_priced: the old name, one release
     for rec, (low, high) in zip(summary["replayed"], planned):        # the plan's own, beside the run's
         rec["fast_step_time_low_s"], rec["fast_step_time_high_s"] = _json_clean([float(low), float(high)])
     summary["prices"] = {t: {"usd_per_hour": price_of[t], "source": price_sources[t]} for t in price_of}
