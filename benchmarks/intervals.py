@@ -13,13 +13,16 @@ Then the degraded rows: each Trn2 scenario of DEGRADED with one degraded instanc
 of its EFA NICs): the run's own time in this process (`runner.predict`), what its interval adds on the fast path
 (`layouts.setting_times`, the slowest replica's comm: `replay.degraded.slowest_replica_comm`), what it added when
 every setting was replayed (the way before, 53 in-process replays), and the largest step difference between the
-two over the grid's settings.
+two over the grid's settings. Of what the fast path adds, the seconds inside the network model (`network.
+collective_time` and `concurrent_time`, as the Evaluator calls them, timed in one more cold interval): the rest
+is the fast path's own work per setting (shapes, the comm's pieces, pipelines, tables) and the interval's.
 
 Usage: python benchmarks/intervals.py [--repeats N] [--degraded-only] [SCENARIO ...]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -65,6 +68,32 @@ DEGRADED = ("llama2-70b-tp32pp4-trn2-64.yaml", "mixtral-8x7b-trn2.yaml", "llama3
 ONE_DEGRADED = "faults.degraded=[{instances: [1], efa_nics: 4}]"      # one instance at 4 of its 16 EFA NICs
 
 
+@contextlib.contextmanager
+def network_seconds():
+    """Yields a list whose one number, on exit, is the seconds spent in the network model's `collective_time` and
+    `concurrent_time` as the fast path's Evaluator calls them (`layouts.evaluator`'s names, wrapped meanwhile)."""
+    from ultracluster.layouts import evaluator
+
+    out, kept = [0.0], {n: getattr(evaluator, n) for n in ("collective_time", "concurrent_time")}
+
+    def timed(f):
+        def call(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                out[0] += time.perf_counter() - t0
+        return call
+
+    for n, f in kept.items():
+        setattr(evaluator, n, timed(f))
+    try:
+        yield out
+    finally:
+        for n, f in kept.items():
+            setattr(evaluator, n, f)
+
+
 def measure_degraded(path: Path, repeats: int) -> dict:
     """The run's own time, what its interval adds (fast path; every setting replayed), the largest difference."""
     from ultracluster.layouts import setting_times as st
@@ -88,6 +117,10 @@ def measure_degraded(path: Path, repeats: int) -> dict:
         t0 = time.perf_counter()
         interval_keys(sc, s)
         fast_s.append(time.perf_counter() - t0)
+    st._STEP_TIMES.clear()
+    st._EVALUATORS.clear()
+    with network_seconds() as network_s:        # one more cold interval, its network model's share
+        interval_keys(sc, s)
     cluster = build_cluster(sc, 1)
     cal = cluster.calibration
     settings = [cal] + [cal.with_(**{f.name: float(x)}) for f in factors_for(cluster, pinned=False)
@@ -106,7 +139,7 @@ def measure_degraded(path: Path, repeats: int) -> dict:
         st.degraded_parts_of = keep
     return {"scenario": path.stem, "chips": cluster.chips, "run_s": statistics.median(run_s),
             "fast_s": statistics.median(fast_s), "replay_s": statistics.median(replay_s),
-            "healthy_s": statistics.median(healthy_s),
+            "healthy_s": statistics.median(healthy_s), "network_s": network_s[0],
             "max_diff_pct": float(np.max(np.abs(fast / replayed - 1))) * 100}
 
 
@@ -126,13 +159,14 @@ def main() -> None:
         print(f"| {r['scenario']} | {r['chips']:,} | {r['factors']} | {r['interval_s']:.3f} | {r['replayed_s']:.3f} "
               f"| {r['replayed_s'] / r['interval_s']:.1f}x | {r['max_diff_pct']:.3f} % |")
     print("\n| one degraded instance | chips | run s (in process, median) | interval adds, fast path s | "
-          "x the run | interval adds, every setting replayed s | x the run | the healthy run's interval s | "
-          "largest step difference |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "x the run | of which the network model s | interval adds, every setting replayed s | x the run "
+          "| the healthy run's interval s | largest step difference |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in DEGRADED:
         r = measure_degraded(HERE / name, args.repeats)
         print(f"| {r['scenario']} | {r['chips']:,} | {r['run_s']:.3f} | {r['fast_s']:.3f} | "
-              f"{r['fast_s'] / r['run_s']:.1f}x | {r['replay_s']:.3f} | {r['replay_s'] / r['run_s']:.1f}x | "
+              f"{r['fast_s'] / r['run_s']:.1f}x | {r['network_s']:.3f} | {r['replay_s']:.3f} | "
+              f"{r['replay_s'] / r['run_s']:.1f}x | "
               f"{r['healthy_s']:.3f} | {r['max_diff_pct']:.3f} % |")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 

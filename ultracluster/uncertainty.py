@@ -96,14 +96,15 @@ def chip_factors(generation: str, calibration: Calibration | None = None) -> lis
     if generation == TRN1:
         return []
     calibration = calibration or fitted()
-    ident = fitted_document().get("identifiability", {})
+    doc = fitted_document()              # one read (a deep copy each)
+    ident = doc.get("identifiability", {})
     out = []
     te = calibration.tensor_efficiency
     lo, hi = ident.get("tensor_efficiency", {}).get("low", te), ident.get("tensor_efficiency", {}).get("high", te)
     out.append(UncertainFactor("tensor_efficiency", min(lo, 0.8 * te), min(1.0, max(hi, 1.2 * te)), (generation,),
                                "fitted on Trn1 only: the range Trn1's layouts allow, at least 20 % either way"))
     scale = calibration.network.in_graph_sync_scale_trn2
-    argued = fitted_document().get("trn2", {}).get("argued_range", [0.0, 1.0])
+    argued = doc.get("trn2", {}).get("argued_range", [0.0, 1.0])
     out.append(UncertainFactor("in_graph_sync_scale_trn2", min(argued[0], scale), max(argued[1], scale), (generation,),
                                "the in-graph collective hand-off on Trn2 (Trn3 borrows it) as a multiple of Trn1's: "
                                "fitted to the one Trn2 training row, which cannot separate it from the other Trn2 "
@@ -405,8 +406,10 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
     peak = merit.peak_flop_per_s(cluster.chips, cluster.chip, scenario.training.precision)
     mfu = merit.mfu(opslib.model_flops_per_step(scenario), peak, point_s) if point_s > 0 else None
     value = scenario_values(scenario, mfu)
-    axes = extrapolated_rows(value, cluster.chip.name, ev.domain)[0]     # off a profile's domain: its own rows'
-    low_s, high_s = widen(point_s, half_width(ev, axes, growth_log(value, cluster.chip.name, ev.domain)),
+    # off a profile's domain: its own rows'; else the shipped fit's, read once (each read a deep copy)
+    dom = ev.domain if ev.domain is not None else fitted_document().get("domain", {})
+    axes = extrapolated_rows(value, cluster.chip.name, dom)[0]
+    low_s, high_s = widen(point_s, half_width(ev, axes, growth_log(value, cluster.chip.name, dom)),
                           fast_log, slow_log)
     return Interval(point_s=point_s, low_s=low_s, high_s=high_s, fit_log=ev.fit_log,
                     release_log=Z80 * ev.release_sigma, slow_log=slow_log, fast_log=fast_log,

@@ -45,25 +45,27 @@ def setting_step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
         instance_mtbf_hours=None, detect_minutes=0.0, restart_minutes=0.0))}).model_dump_json(), tuple(calibrations))
     if key not in _STEP_TIMES:    # (a sweep's variants that differ in storage or faults time their interval once)
         _STEP_TIMES.pop(next(iter(_STEP_TIMES))) if len(_STEP_TIMES) >= 32 else None
-        parts = degraded_parts_of(one)
+        kept = _EVALUATORS.pop(key[0], None)       # (only a scenario the fast path times has one)
+        parts = degraded_parts_of(one) if kept is None else kept[0].degraded
         if parts is None:       # degraded replicas touched unlike: each setting replayed
             _STEP_TIMES[key] = np.array([replayed_step_time(one, cal) for cal in calibrations])
         else:           # one Evaluator per scenario, its settings added call by call (an interval makes two)
-            pr = _EVALUATORS.pop(key[0], None) or Evaluator(one, calibrations=tuple(calibrations),
-                                                            shared_last_sends=True, degraded=parts)
-            _EVALUATORS[key[0]] = pr
+            pr, row = kept or (Evaluator(one, calibrations=tuple(calibrations), shared_last_sends=True,
+                                         degraded=parts), pd.DataFrame([own_row(one)]))
+            _EVALUATORS[key[0]] = pr, row
             if len(_EVALUATORS) > 8:
                 _EVALUATORS.pop(next(iter(_EVALUATORS)))
             which = pr.add_calibrations(calibrations)
-            table = pd.DataFrame([own_row(one)]).iloc[np.zeros(which.size, dtype=int)].reset_index(drop=True)
+            table = row.iloc[np.zeros(which.size, dtype=int)].reset_index(drop=True)
             table["cal"] = which
-            out = evaluate(pr, table)
+            out = evaluate(pr, table, reasons=False)          # the interval reads no reason
             _STEP_TIMES[key] = np.where(out["feasible"].to_numpy(), out["step_time_s"].to_numpy(dtype=float), np.nan)
     return _STEP_TIMES[key].copy()
 
 
 _STEP_TIMES: dict[tuple, np.ndarray] = {}     # `setting_step_times` of the process's last 32 one-step scenarios
-_EVALUATORS: dict[str, Evaluator] = {}        # and the Evaluators of its last 8, by content (their memo kept)
+_EVALUATORS: dict[str, tuple[Evaluator, pd.DataFrame]] = {}   # and the Evaluators of its last 8 with their layout
+                                                              # row, by content (their memo kept)
 
 
 def degraded_parts_of(one) -> tuple | None:
