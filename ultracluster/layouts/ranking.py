@@ -97,12 +97,14 @@ def assemble(table: pd.DataFrame, results: list[pd.DataFrame], tokens: float | N
     per_instance = out["instance"].map({k: np.nan if v is None else float(v) for k, v in prices.items()})
     fom = merit.figures(out["step_time_s"].to_numpy(float), tokens_per_step, np.nan, np.nan,
                         out["instances"].to_numpy(), per_instance.to_numpy(float))
-    out["price_per_hour_usd"] = fom["cluster_usd_per_hour"]
+    # the cluster's USD per hour (all its instances); `price_per_hour_usd`, the old name of the same column, is kept
+    # for one release (summary.json's `price_per_hour_usd` is one instance's: docs/plan.md)
+    out["cluster_usd_per_hour"] = out["price_per_hour_usd"] = fom["cluster_usd_per_hour"]
     out["usd_per_million_tokens"] = fom["usd_per_million_tokens"]
     apply_headroom(out, hbm_headroom)
     if tokens is not None:
         out["time_to_train_days"] = tokens / out["tokens_per_s"] / 86400.0
-        out["total_cost_usd"] = out["price_per_hour_usd"] * out["time_to_train_days"] * 24.0
+        out["total_cost_usd"] = out["cluster_usd_per_hour"] * out["time_to_train_days"] * 24.0
     out.insert(0, "layout", labels(out))
     return out
 
@@ -286,7 +288,7 @@ def eligible(table: pd.DataFrame, objective: str, max_usd_per_hour: float | None
     if "same_as" in table.columns:
         ok &= table["same_as"] == ""
     if max_usd_per_hour is not None:
-        ok &= table["price_per_hour_usd"].astype(float) <= max_usd_per_hour
+        ok &= table["cluster_usd_per_hour"].astype(float) <= max_usd_per_hour
     return ok
 
 
@@ -334,7 +336,8 @@ def layout_record(r) -> dict:
 
 
 def numbers(r, columns=("step_time_s", "tokens_per_s", "mfu", "hbm_peak_gib", "hbm_capacity_gib", "hbm_fraction",
-                        "usd_per_million_tokens", "price_per_hour_usd", "goodput", "time_to_train_days",
+                        "usd_per_million_tokens", "cluster_usd_per_hour", "price_per_hour_usd", "goodput",
+                        "time_to_train_days",
                         "total_cost_usd", "compute_cost_usd", "storage_cost_usd")) -> dict:
     """A row's figures as JSON values (None for NaN or absent)."""
     out = {}

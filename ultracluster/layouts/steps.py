@@ -110,7 +110,7 @@ def evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool = True) -> pd.Dat
 
     Returns:
         DataFrame indexed like `table`: feasible, reason, MEMORY_COLUMNS, step_time_s, tokens_per_s, mfu,
-        price_per_hour_usd (the cluster's), usd_per_million_tokens (NaN where the price is unknown).
+        cluster_usd_per_hour (the cluster's: all its instances), usd_per_million_tokens (NaN where the price is unknown).
     """
     table = table.reset_index(drop=True)
     parts = by_variant(pr, table)
@@ -251,6 +251,6 @@ def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame
     out["step_time_s"] = step_time
     out["tokens_per_s"] = fom["tokens_per_s"]
     out["mfu"] = fom["mfu"]
-    out["price_per_hour_usd"] = fom["cluster_usd_per_hour"]
+    out["cluster_usd_per_hour"] = fom["cluster_usd_per_hour"]
     out["usd_per_million_tokens"] = fom["usd_per_million_tokens"]
     return out

@@ -86,7 +86,7 @@ def budget_columns(full: pd.DataFrame, base: Scenario, tokens: float | None, cal
     # each row's own: its step sets the checkpoint period, its instances the failure rate (`budget_figures`, the
     # one path of run's summary and the sweep's rows; no data stall in the fast path)
     with np.errstate(divide="ignore", invalid="ignore"):
-        per_instance = full["price_per_hour_usd"].to_numpy(float) / instances
+        per_instance = full["cluster_usd_per_hour"].to_numpy(float) / instances
         system_mtbf = mtbf * 3600.0 / instances if mtbf else np.full(n, math.inf)
     fig = budget_figures(step[ok], 0.0, base.tokens_per_step, instances[ok], per_instance[ok], every, block, recovery,
                          system_mtbf[ok], tokens=tok, steps=steps,

@@ -172,7 +172,8 @@ def _row(r: pd.Series, chips_per_instance: int) -> dict:
     out["layout"] = ranking.layout_record(r)
     out.update(ranking.numbers(r, ("step_time_s", "step_time_low_s", "step_time_high_s", "tokens_per_s",
                                    "tokens_per_s_low", "tokens_per_s_high", "mfu", "usd_per_million_tokens",
-                                   "price_per_hour_usd", "goodput", "time_to_train_days", "total_cost_usd",
+                                   "cluster_usd_per_hour", "price_per_hour_usd", "goodput", "time_to_train_days",
+                                   "total_cost_usd",
                                    "compute_cost_usd", "storage_cost_usd", "rank_value")))
     days, usd = out.get("time_to_train_days"), out.get("total_cost_usd")
     scale = (low / step, high / step) if np.isfinite(low) and np.isfinite(high) and step > 0 else (None, None)

@@ -240,13 +240,13 @@ NO_PRICE_CELL = "no price: set cluster.price_per_hour_usd or --price-per-hour"
 
 def _cost(row: dict):
     """$ per M tokens, or why there is none."""
-    return row.get("usd_per_million_tokens") if row.get("price_per_hour_usd") is not None else NO_PRICE_CELL
+    return row.get("usd_per_million_tokens") if row.get("cluster_usd_per_hour") is not None else NO_PRICE_CELL
 
 
 def _days_cost(row: dict, tokens) -> list:
     if tokens is None:
         return []
-    return [row.get("time_to_train_days"), row.get("total_cost_usd") if row.get("price_per_hour_usd") is not None
+    return [row.get("time_to_train_days"), row.get("total_cost_usd") if row.get("cluster_usd_per_hour") is not None
             else NO_PRICE_CELL]
 
 
@@ -336,7 +336,7 @@ def render_plan_html(result: PlanResult) -> str:
     per_type = s.get("best_per_type") or []
     best_rows = [[row["instance"], row["label"], row.get("equivalent") or "", *([row.get("rank_value")] if ranks else []),
                   _step(row), row["tokens_per_s"], mfu_text(row),
-                  row.get("price_per_hour_usd") if row.get("price_per_hour_usd") is not None else NO_PRICE,
+                  row.get("cluster_usd_per_hour") if row.get("cluster_usd_per_hour") is not None else NO_PRICE,
                   _cost(row), *_days_cost(row, tokens), _hbm(row),
                   ", ".join(row.get("extrapolated") or []) or "-", row.get("vs_scenario") or "n/a"] for row in per_type]
     best = _boxed(kit.table(best_rows, ["instance type", "layout", "equivalent", *ranks, "step s (80 %)",

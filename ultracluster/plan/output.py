@@ -233,7 +233,7 @@ def _hbm(row: dict) -> str:
 def _cost_cells(row: dict, with_tokens: bool) -> list[str]:
     """$ per M tokens (and with --tokens days and the total), "no price" where the instance type has none (a note
     says how to give one)."""
-    priced = row.get("price_per_hour_usd") is not None
+    priced = row.get("cluster_usd_per_hour") is not None
     cells = [fmt_number(row.get("usd_per_million_tokens"), ",.3f") if priced else "no price"]
     if with_tokens:
         cells += [fmt_number(row.get("time_to_train_days"), ",.1f"),
@@ -301,7 +301,7 @@ def decision_lines(s: dict, wide: bool = False) -> list[str]:
                                                      ".1f", " %")]
         else:
             nums = [band_text(r.get("tokens_per_s"), r.get("tokens_per_s_low"), r.get("tokens_per_s_high")),
-                    fmt_number(r.get("usd_per_million_tokens"), ",.3f") if r.get("price_per_hour_usd") else "no price"]
+                    fmt_number(r.get("usd_per_million_tokens"), ",.3f") if r.get("cluster_usd_per_hour") else "no price"]
         off = ",".join(r.get("extrapolated") or []) or "-"
         cells.append(base + nums + [mfu_text(r)] + ([off, r["label"].split(": ", 1)[-1]] if wide else []))
         layouts.append(f"  {r['label'].split(': ', 1)[-1]}; off domain: {off}")
@@ -411,7 +411,7 @@ def _format_plan(result: PlanResult, wide: bool) -> str:
                 "HBM GiB", "off domain"]
         rows = []
         for row in per_type:
-            price = row.get("price_per_hour_usd")
+            price = row.get("cluster_usd_per_hour")
             rows.append([row["instance"], _label(row), *([fmt_number(row.get("rank_value"), spec)] if ranks else []),
                          band_text(row["step_time_s"], row.get("step_time_low_s"), row.get("step_time_high_s")),
                          fmt_number(row["tokens_per_s"], ",.0f"), mfu_text(row),
