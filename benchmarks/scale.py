@@ -57,9 +57,9 @@ class Counted:
         return _M()
 
 
-def profile_bytes(profiles) -> int:
+def shard_step_bytes(answers) -> int:
     """Bytes of the arrays in the shards' answers for one step."""
-    return sum(getattr(p, f.name).nbytes for p in profiles for f in dataclasses.fields(p)
+    return sum(getattr(p, f.name).nbytes for p in answers for f in dataclasses.fields(p)
                if hasattr(getattr(p, f.name), "nbytes"))
 
 
@@ -82,17 +82,17 @@ def bench(path: Path, steps: int, overrides: list[str] | None = None) -> dict:
             moved.append(out[0])
             return out
         shards.reduce_payload = counting
-        answers, profile_s = [], []
-        ask = shards.profiles
+        answers, answer_s = [], []
+        ask = shards.shard_steps
 
-        def timed_profiles(step):
+        def timed_shard_steps(step):
             t = time.perf_counter()
             out = ask(step)
             merge_shard_steps(out, state, layout.dp * layout.pp)
-            profile_s.append(time.perf_counter() - t)
-            answers.append(profile_bytes(out))
+            answer_s.append(time.perf_counter() - t)
+            answers.append(shard_step_bytes(out))
             return out
-        shards.profiles = timed_profiles
+        shards.shard_steps = timed_shard_steps
         t0 = time.perf_counter()
         recs, _ = replay_steps(sc, cluster, shards, state, comm, programs)
         wall = (time.perf_counter() - t0) / len(recs)
@@ -101,8 +101,8 @@ def bench(path: Path, steps: int, overrides: list[str] | None = None) -> dict:
     return {"scenario": sc.name, "chips": cluster.chips, "ranks": cluster.ranks, "actors": len(cluster.shards),
             "wall_s_per_step": wall, "driver_rss_mib": peak_rss_mib(os.getpid()), "actors_rss_mib": actor_rss,
             "calls_per_step": calls[0] / len(recs), "bytes_per_step": sum(moved) / len(moved),
-            "profile_bytes_per_step": sum(answers) / len(answers),
-            "profile_s_per_step": sum(profile_s) / len(profile_s), "step_time_s": recs[-1].step_time_s}
+            "shard_step_bytes_per_step": sum(answers) / len(answers),
+            "shard_step_s_per_step": sum(answer_s) / len(answer_s), "step_time_s": recs[-1].step_time_s}
 
 
 def main() -> None:
@@ -116,7 +116,7 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, "
           f"ray {ray.__version__}")
     cols = ["scenario", "chips", "ranks", "actors", "wall_s_per_step", "driver_rss_mib", "actors_rss_mib",
-            "calls_per_step", "bytes_per_step", "profile_bytes_per_step", "profile_s_per_step", "step_time_s"]
+            "calls_per_step", "bytes_per_step", "shard_step_bytes_per_step", "shard_step_s_per_step", "step_time_s"]
     print(" | ".join(cols))
     for s in args.scenarios:
         r = bench(Path(s), args.steps, args.set)

@@ -29,6 +29,9 @@ BANNED = {
     r"storage_plan|degraded_plan|_plan_uniform": "the step's comm, the storage traffic: degraded_comm, storage_traffic",
     r"\w*pricing\w*|settings_priced|intervals_priced|priced_as|\w*_priced_(as|by|exactly)\w*|\w*_pricers?_\w*":
         "seconds are timed: settings_timed, intervals_timed, timed_as (plan.json keeps its old keys one release)",
+    r"\w*network_profiles?\w*|NETWORK_PROFILES|timed_profiles|profile_bytes":
+        "a named collective calibration is a network calibration: network_calibrations, with_network_calibration; "
+        "a shard's answer is a shard step (shard_step_bytes)",
 }
 # modules whose names misled, and where their code is now
 GONE = {

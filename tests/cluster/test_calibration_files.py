@@ -119,9 +119,9 @@ def test_the_files_are_read_once_and_what_they_give_is_frozen():
     assert uncertain_factors.factors() is factors and isinstance(factors, tuple)   # built once, from the files read
     assert uncertain_factors.FACTORS == factors
     with pytest.raises(TypeError):
-        cal.NETWORK_PROFILES["mine"] = {}                                   # no registry to add to
+        cal.NETWORK_CALIBRATIONS["mine"] = {}                                   # no registry to add to
     with pytest.raises(TypeError):
-        cal.NETWORK_PROFILES["trn2-nccom-examples"]["launch_s_trn2"] = 0.0
+        cal.NETWORK_CALIBRATIONS["trn2-nccom-examples"]["launch_s_trn2"] = 0.0
     # the same factor never twice for a generation (what the removed "module reloaded" guard was for)
     keys = [(f.name, g) for f in factors for g in f.generations]
     assert len(keys) == len(set(keys))

@@ -8,7 +8,7 @@ import pytest
 
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
-from ultracluster.cluster.fitted_files import NETWORK_PROFILES, with_network_profile
+from ultracluster.cluster.fitted_files import NETWORK_CALIBRATIONS, with_network_calibration
 from ultracluster.cluster.fitted_files import DEFAULT as CALIBRATION
 from ultracluster.cluster.uncertain_factors import FACTORS, for_generation
 from ultracluster.errors import ScenarioError
@@ -49,7 +49,7 @@ def test_fit_is_reproducible_and_not_stale(script, fitted, calibration_dir):
     doc = (REPO / "docs" / "collectives.md").read_text()
     assert script.splice(doc, section) == doc, "docs/collectives.md is stale: run python scripts/fit_collectives.py"
     assert all(getattr(DEFAULT, k) == v for k, v in committed["factors"].items())
-    assert NETWORK_PROFILES[PROFILE] == committed["profiles"][PROFILE]
+    assert NETWORK_CALIBRATIONS[PROFILE] == committed["profiles"][PROFILE]
 
 
 def test_every_row_within_its_band_under_the_calibration_judged_on_it(script, fitted, calibration_dir):
@@ -74,7 +74,7 @@ def test_no_default_factor_is_fitted_to_the_dated_trn2_rows(script, calibration_
     (tmp_path / "collectives.csv").write_text("\n".join([head, *moved]) + "\n")
     other = script.fit_all(tmp_path)
     assert all(getattr(other.default, k) == getattr(DEFAULT, k) for k in script.OWN)
-    assert other.profile["neuronlink_efficiency_trn2"] < NETWORK_PROFILES[PROFILE]["neuronlink_efficiency_trn2"]
+    assert other.profile["neuronlink_efficiency_trn2"] < NETWORK_CALIBRATIONS[PROFILE]["neuronlink_efficiency_trn2"]
 
 
 def test_trn2_defaults_are_the_trn1_factors_and_nothing_sits_at_a_bound(script, fitted):
@@ -105,7 +105,7 @@ def test_registered_trn2_factors_bracket_their_defaults_and_name_real_fields():
         assert f.why
     assert {"neuronlink_efficiency_trn2", "chip_efficiency", "efa_efficiency", "launch_s_trn2"} <= names
     nl = next(f for f in for_generation("trainium2") if f.name == "neuronlink_efficiency_trn2")
-    assert nl.low == NETWORK_PROFILES[PROFILE]["neuronlink_efficiency_trn2"]   # the dated rows: pessimistic end
+    assert nl.low == NETWORK_CALIBRATIONS[PROFILE]["neuronlink_efficiency_trn2"]   # the dated rows: pessimistic end
 
 
 def _scenario(instance: str, **network):
@@ -118,7 +118,7 @@ def test_the_scenario_field_selects_the_dated_profile():
     base = build_cluster(_scenario("trn2.48xlarge"), 1)
     dated = build_cluster(_scenario("trn2.48xlarge", calibration=PROFILE), 1)
     assert base.calibration.network == CALIBRATION.network   # the collective fit plus the training fit's sync
-    assert dated.calibration.network == with_network_profile(CALIBRATION, PROFILE).network
+    assert dated.calibration.network == with_network_calibration(CALIBRATION, PROFILE).network
     assert dated.calibration.network.neuronlink_efficiency_trn2 < base.calibration.network.neuronlink_efficiency_trn2
 
 

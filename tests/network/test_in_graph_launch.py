@@ -3,11 +3,11 @@ import pytest
 
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
-from ultracluster.cluster.fitted_files import NETWORK_PROFILES
+from ultracluster.cluster.fitted_files import NETWORK_CALIBRATIONS
 from ultracluster.network.calibration import DEFAULT
 
 # the dated Trn2 examples' reading has the standalone launch floor of about 0.5 ms
-CAL = DEFAULT.with_(**NETWORK_PROFILES["trn2-nccom-examples"])
+CAL = DEFAULT.with_(**NETWORK_CALIBRATIONS["trn2-nccom-examples"])
 from ultracluster.network.collectives import IN_GRAPH_LAUNCH_MAX_S, Group, collective_time
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .calibration import Calibration
-from .fitted_files import fitted, with_network_profile
+from .fitted_files import fitted, with_network_calibration
 from .catalog import INSTANCES, ChipSpec, InstanceSpec, ranks_per_instance, ultraserver_of
 from .degraded import DegradedPart, degraded_links, degraded_parts
 from .folding import Capacity, Folding, fold, resolve_instances_per_actor
@@ -144,7 +144,7 @@ def build_cluster(scenario, instances_per_actor: int, calibration: Calibration |
     )
     calibration = calibration or fitted()
     if net is not None and net.calibration != "default":     # a named collective calibration on top
-        calibration = with_network_profile(calibration, net.calibration)
+        calibration = with_network_calibration(calibration, net.calibration)
     layout = Layout(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, virtual_stages=p.virtual_stages)
     rpi = ranks_per_instance(spec, c.lnc)
     ipa = max(1, min(int(instances_per_actor), c.instances))

@@ -25,7 +25,7 @@ class NetworkCalibration:
 
     The fitted default (`fitted_files.NETWORK_DEFAULT`) is fitted to the Trn1 rows of collectives.csv; its Trn2
     factors are the Trn1 ones (the four Trn2 rows are dated examples: they fit only the `trn2-nccom-examples`
-    profile, `fitted_files.NETWORK_PROFILES`). See docs/collectives.md "Calibration".
+    profile, `fitted_files.NETWORK_CALIBRATIONS`). See docs/collectives.md "Calibration".
 
     Attributes:
         neuronlink_efficiency_trn1: achieved fraction of a NeuronLink-v2 port's bandwidth (Trn1; an

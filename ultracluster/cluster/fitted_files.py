@@ -5,7 +5,7 @@ types of `cluster.calibration`.
 The fitted files are part of the package: a missing or damaged one is an error naming it, never a silent fall-back
 to defaults. Nothing is read at import: `load_fitted()` reads both files on first use, once per process, and builds
 what comes from them (the fitted `Calibration`, the named collective calibrations, each file's content), frozen;
-this is the one place the package reads them. `DEFAULT`, `NETWORK_DEFAULT` and `NETWORK_PROFILES` are its values,
+this is the one place the package reads them. `DEFAULT`, `NETWORK_DEFAULT` and `NETWORK_CALIBRATIONS` are its values,
 looked up on first access (PEP 562), so `import ultracluster.chip` works even where a file is broken. The ranges
 of the factors the files do not pin are built from them by `cluster.uncertain_factors`.
 """
@@ -86,33 +86,33 @@ def fitted_network() -> NetworkCalibration:
     return load_fitted().network
 
 
-def _network_profiles(doc: dict) -> Mapping[str, Mapping[str, float]]:
+def _network_calibrations(doc: dict) -> Mapping[str, Mapping[str, float]]:
     profiles = doc.get("profiles", {})
     return MappingProxyType({"default": MappingProxyType({}), **{
         name: MappingProxyType({k: float(_number(v, f"profiles.{name}.{k}")) for k, v in changes.items()})
         for name, changes in profiles.items()}})
 
 
-def network_profiles() -> Mapping[str, Mapping[str, float]]:
+def network_calibrations() -> Mapping[str, Mapping[str, float]]:
     """Named collective calibrations: name -> the factors it changes from the default ("default": none).
 
     `trn2-nccom-examples` fits the Trn2 NeuronLink efficiency and launch cost to the four dated Trn2
     nccom-test examples of collectives.csv (the reading before issue 13; the pessimistic end of Trn2).
     A scenario picks one with `cluster.network.calibration`, `ultracluster collectives` with `--calibration`.
     """
-    return load_fitted().profiles
+    return load_fitted().network_calibrations
 
 
-def with_network_profile(calibration: Calibration, name: str) -> Calibration:
-    """`calibration` with the collective factors of a named profile (`NETWORK_PROFILES`) applied on top.
+def with_network_calibration(calibration: Calibration, name: str) -> Calibration:
+    """`calibration` with the collective factors of a named collective calibration (`NETWORK_CALIBRATIONS`) applied on top.
 
     Raises:
-        ValueError: an unknown profile name (the message lists the known ones).
+        ValueError: an unknown name (the message lists the known ones).
     """
-    profiles = network_profiles()
-    if name not in profiles:
-        raise ValueError(f"unknown network calibration {name!r}; known: {', '.join(profiles)}")
-    return calibration.with_(**profiles[name]) if profiles[name] else calibration
+    named = network_calibrations()
+    if name not in named:
+        raise ValueError(f"unknown network calibration {name!r}; known: {', '.join(named)}")
+    return calibration.with_(**named[name]) if named[name] else calibration
 
 
 def _fitted_calibration(doc: dict, network: NetworkCalibration) -> Calibration:
@@ -135,7 +135,7 @@ class Fitted:
     Attributes:
         calibration: the fitted `Calibration` (`DEFAULT`).
         network: its collective factors (`NETWORK_DEFAULT`).
-        profiles: the named collective calibrations (`NETWORK_PROFILES`, `network_profiles`).
+        network_calibrations: the named collective calibrations (`NETWORK_CALIBRATIONS`, `network_calibrations`).
         documents: each file's parsed content by file name ("calibration.json", "collectives_fit.json"):
             the fit's own evidence (`ultracluster.uncertainty.evidence`) and what the uncertain factors' ranges
             are built from (`cluster.uncertain_factors`); read it, never change it.
@@ -143,7 +143,7 @@ class Fitted:
 
     calibration: Calibration
     network: NetworkCalibration
-    profiles: Mapping[str, Mapping[str, float]]
+    network_calibrations: Mapping[str, Mapping[str, float]]
     documents: Mapping[str, dict]
 
 
@@ -158,11 +158,11 @@ def load_fitted() -> Fitted:
     """
     net_doc, chip_doc = _read(NETWORK_FITTED), _read(FITTED)
     with damaged(NETWORK_FITTED):
-        network, profiles = _fitted_network(net_doc), _network_profiles(net_doc)
+        network, named = _fitted_network(net_doc), _network_calibrations(net_doc)
     with damaged(FITTED):
         calibration = _fitted_calibration(chip_doc, network)
     network = calibration.network        # with the collective factor the training rows fit (in_graph_sync_s)
-    return Fitted(calibration=calibration, network=network, profiles=profiles,
+    return Fitted(calibration=calibration, network=network, network_calibrations=named,
                   documents=MappingProxyType({FITTED.name: chip_doc, NETWORK_FITTED.name: net_doc}))
 
 
@@ -173,11 +173,11 @@ def fitted_document() -> dict:
     return copy.deepcopy(load_fitted().documents[FITTED.name])
 
 
-_LAZY = {"DEFAULT": "calibration", "NETWORK_DEFAULT": "network", "NETWORK_PROFILES": "profiles"}
+_LAZY = {"DEFAULT": "calibration", "NETWORK_DEFAULT": "network", "NETWORK_CALIBRATIONS": "network_calibrations"}
 
 
 def __getattr__(name: str) -> Any:
-    """`DEFAULT`, `NETWORK_DEFAULT`, `NETWORK_PROFILES`: `load_fitted()`'s values, read on first access."""
+    """`DEFAULT`, `NETWORK_DEFAULT`, `NETWORK_CALIBRATIONS`: `load_fitted()`'s values, read on first access."""
     if name in _LAZY:
         return getattr(load_fitted(), _LAZY[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

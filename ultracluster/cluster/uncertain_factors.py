@@ -52,8 +52,8 @@ def factors() -> tuple[UncertainFactor, ...]:
     """
     fit = load_fitted()
     with damaged(NETWORK_FITTED):
-        return tuple(_network_factors(fit.documents[NETWORK_FITTED.name], fit.network, fit.profiles, fit.calibration)
-                     + _trainium3_factors(fit.network, fit.profiles, fit.calibration))
+        return tuple(_network_factors(fit.documents[NETWORK_FITTED.name], fit.network, fit.network_calibrations, fit.calibration)
+                     + _trainium3_factors(fit.network, fit.network_calibrations, fit.calibration))
 
 
 def for_generation(generation: str) -> list[UncertainFactor]:

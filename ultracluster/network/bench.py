@@ -61,17 +61,17 @@ def parse_sizes(text: str) -> list[int]:
 def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbps: float | None = None,
                   neuronlink_gbps: float | None = None, calibration: str = "default") -> Cluster:
     """A Cluster for costing collectives alone (no model, no actors), with the what-if link overrides and a
-    named collective calibration (`cluster.fitted_files.network_profiles()`).
+    named collective calibration (`cluster.fitted_files.network_calibrations()`).
 
     Raises:
         ScenarioError: an unknown instance type, an lnc it does not support, non-positive numbers, or an
             unknown calibration name.
     """
-    from ..cluster.fitted_files import fitted, network_profiles, with_network_profile
+    from ..cluster.fitted_files import fitted, network_calibrations, with_network_calibration
 
     problems = []
-    if calibration not in network_profiles():
-        problems.append(Problem("--calibration", calibration, "one of: " + ", ".join(network_profiles())))
+    if calibration not in network_calibrations():
+        problems.append(Problem("--calibration", calibration, "one of: " + ", ".join(network_calibrations())))
     spec = INSTANCES.get(instance)
     if spec is None:
         problems.append(Problem("--instance", instance, "one of: " + ", ".join(INSTANCES)))
@@ -102,7 +102,7 @@ def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbp
     rpi = ranks_per_instance(spec, lnc)
     return Cluster(instance=spec, instances=instances, lnc=lnc, ultraserver=ultraserver,
                    layout=Layout(tp=1, cp=1, pp=1, dp=instances * rpi), links=links, shards=(),
-                   calibration=with_network_profile(fitted(), calibration))
+                   calibration=with_network_calibration(fitted(), calibration))
 
 
 RANK_UNITS = ("core", "die", "chip")
