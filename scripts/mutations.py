@@ -52,7 +52,7 @@ MUTATIONS = (
              ((COMM, 'act = v["T"] * v["h"] * v["e"]  ', 'act = 2 * v["T"] * v["h"] * v["e"]  '),),
              ("test_tensor_parallel_with_sequence_parallelism", "test_tensor_parallel_without_sequence_parallelism")),
     Mutation("dp-grad-bytes-x2", "DP gradient bytes doubled (everywhere gradients are sized)",
-             ((OPS, "return 4.0 if (training.master_weights", "return 8.0 if (training.master_weights"),),
+             ((OPS, "return 4.0 if fp32 else 2.0", "return 8.0 if fp32 else 2.0"),),
              ("test_data_parallel_buckets_and_the_zero1_gather",)),
     Mutation("tp-one-all-reduce-no-sp", "one all-reduce per layer without sequence parallelism",
              ((COMM, "per_layer = 2 * ar", "per_layer = ar"),
