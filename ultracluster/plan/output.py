@@ -29,6 +29,7 @@ from ..report.rundir import RUN_FILE
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
 from ..scenario.schema import EXPLICIT_KEY
+from ..layouts.evaluator import layout_scenario
 from ..layouts.ranking import END_NAMES
 from ..step.counts import ultraserver_default
 from .text import OBJECTIVE_SHORT, band_text, fmt_number, mfu_text, ranking_lines
@@ -53,30 +54,18 @@ def scenario_dict(base: Scenario, row, name: str, prices: dict[str, float] | Non
     """The scenario of a plan row as a plain dict (what top-N.yaml holds), named `name`: `parallelism.dp` left
     out (`load_scenario` derives it from the instances, so `--set cluster.instances=N` works on the file), and
     `cluster.price_per_hour_usd` the price given for the row's instance type (`prices`: the plan's overrides of
-    the catalog), else none (the catalog's)."""
-    if "stack" in row:                               # as the row's stack runs it (its defaults where not given)
-        base = stacks.for_cell(base, str(row["stack"]), int(row["pp"]) > 1)
-    d = base.to_dict()
+    the catalog), else none (the catalog's). The layout itself is `layouts.evaluator.layout_scenario`'s, the one rule
+    from a row to its scenario that the planner timed it by (its stack's defaults where the scenario gives no key)."""
+    d = layout_scenario(base, row, name).to_dict()
     d.pop(EXPLICIT_KEY, None)        # a top-N.yaml gives every key of its row: all its own
-    d["name"] = name
-    d["parallelism"].update({"tp": int(row["tp"]), "pp": int(row["pp"]), "cp": int(row["cp"]), "ep": int(row["ep"]),
-                             "sequence_parallel": bool(row["sequence_parallel"]),
-                             "pp_schedule": str(row["pp_schedule"]), "virtual_stages": int(row["virtual_stages"])})
     d["parallelism"].pop("dp", None)
-    zero = int(row["zero"])
-    d["training"].update({"micro_batch": int(row["micro_batch"]), "recompute": str(row["recompute"]),
-                          "zero1": zero >= 1, "zero": zero})
-    if (d["cluster"]["instance"], d["cluster"]["instances"]) != (row["instance"], int(row["instances"])):
+    if (base.cluster.instance, base.cluster.instances) != (row["instance"], int(row["instances"])):
         d["emulation"]["instances_per_actor"] = "auto"   # a folding meant for the scenario's size is not this one's
-    if d["cluster"]["instance"] != row["instance"] or \
-            d["cluster"].get("ultraserver") == ultraserver_default(str(row["instance"])):
+    if d["cluster"].get("ultraserver") == ultraserver_default(str(row["instance"])):
         d["cluster"].pop("ultraserver", None)         # the instance type's default: left to it (a portable plan)
-    d["cluster"].update({"instance": str(row["instance"]), "instances": int(row["instances"]), "lnc": int(row["lnc"])})
     d["cluster"].pop("price_per_hour_usd", None)
     if prices and str(row["instance"]) in prices:
         d["cluster"]["price_per_hour_usd"] = float(prices[str(row["instance"])])
-    if d.get("faults"):
-        d["faults"]["degraded"] = []                   # instance ids of one cluster size: planned healthy
     return _drop_none(d)
 
 
