@@ -256,3 +256,20 @@ class MemoCommTimes(CommTimes):
 
     def shared(self, transfers: tuple) -> float:
         return self.pr.concurrent_first(self.ck, transfers)
+
+
+class SettingsCommTimes(MemoCommTimes):
+    """`MemoCommTimes` of one cluster under several calibrations at once (`cks`: the clusters' keys, which differ
+    only in their calibration): every collective's seconds a [settings] array, so the step's comm's pieces run once
+    for all the settings of one layout (`layouts.batched_parts.batched_comm`)."""
+
+    def __init__(self, pr: Evaluator, cks: list[tuple]):
+        super().__init__(pr, cks[0])
+        self.cks = cks
+
+    def __call__(self, op: str, nbytes: float, group, name: str | None = None, count: float = 0) -> np.ndarray:
+        return np.array([self.pr.collective(ck, op, nbytes, group) for ck in self.cks])
+
+    def shared(self, transfers: tuple) -> np.ndarray:
+        return np.array([self.pr.concurrent_first(ck, transfers) for ck in self.cks])
+
