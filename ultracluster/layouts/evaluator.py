@@ -17,6 +17,8 @@ from ..cluster.fitted_files import fitted
 from ..memory import capacity_gib
 from ..network import collective_time
 from ..network.collectives import concurrent_time
+from ..network.contention import concurrent_times
+from ..network.timing import collective_times
 from ..replay.comm import CommTimes
 from ..scenario import Scenario
 from ..step import merit
@@ -216,6 +218,19 @@ class Evaluator:
             t = self._coll[key] = collective_time(self.cluster(*ck).cluster, op, float(nbytes), group, in_graph=True)[0]
         return t
 
+    def collectives(self, cks: list[tuple], op: str, nbytes: float, group) -> np.ndarray:
+        """`collective` on each of the clusters `cks` (one placement under several calibrations), those not
+        memoized timed at once (`network.timing.collective_times`)."""
+        keys = [(self._network(ck), op, float(nbytes), group) for ck in cks]
+        out = [self._coll.get(key) for key in keys]
+        miss = [i for i, t in enumerate(out) if t is None]
+        if miss:
+            got = collective_times([self.cluster(*cks[i]).cluster for i in miss], op, float(nbytes), group,
+                                   in_graph=True)
+            for i, t in zip(miss, got.tolist()):
+                out[i] = self._coll[keys[i]] = t
+        return np.array(out)
+
     def concurrent_first(self, ck: tuple, transfers: tuple) -> float:
         """`concurrent_time(...)[0]`, memoized."""
         key = (self._network(ck), transfers)
@@ -223,6 +238,19 @@ class Evaluator:
         if t is None:
             t = self._conc[key] = float(concurrent_time(self.cluster(*ck).cluster, list(transfers), in_graph=True)[0])
         return t
+
+    def concurrents_first(self, cks: list[tuple], transfers: tuple) -> np.ndarray:
+        """`concurrent_first` on each of the clusters `cks` (one placement under several calibrations), those not
+        memoized timed at once (`network.contention.concurrent_times`)."""
+        keys = [(self._network(ck), transfers) for ck in cks]
+        out = [self._conc.get(key) for key in keys]
+        miss = list({key: i for i, (key, t) in enumerate(zip(keys, out)) if t is None}.values())
+        if miss:
+            got = concurrent_times([self.cluster(*cks[i]).cluster for i in miss], list(transfers), in_graph=True)
+            for i, t in zip(miss, got[:, 0].tolist()):
+                self._conc[keys[i]] = t
+            out = [self._conc[key] for key in keys]
+        return np.array(out)
 
     def _network(self, ck: tuple) -> tuple:
         """What a collective's time on cluster `ck` depends on: the cluster and its calibration's collective factors
@@ -268,8 +296,8 @@ class SettingsCommTimes(MemoCommTimes):
         self.cks = cks
 
     def __call__(self, op: str, nbytes: float, group, name: str | None = None, count: float = 0) -> np.ndarray:
-        return np.array([self.pr.collective(ck, op, nbytes, group) for ck in self.cks])
+        return self.pr.collectives(self.cks, op, nbytes, group)
 
     def shared(self, transfers: tuple) -> np.ndarray:
-        return np.array([self.pr.concurrent_first(ck, transfers) for ck in self.cks])
+        return self.pr.concurrents_first(self.cks, transfers)
 

@@ -14,7 +14,7 @@ from ..fairshare import progressive_filling
 from .calibration import NetworkCalibration
 from .flows import members_and_levels
 from .groups import Group
-from .timing import collective_cost
+from .timing import fabric_of, kept, collective_cost, collective_costs
 from .topology import fabric, locate
 
 
@@ -40,17 +40,31 @@ def concurrent_time(cluster: Cluster, transfers: Sequence[tuple[str, float, Grou
         alone, never more than all of them one after the other.
     """
     cal = calibration or cluster.calibration.network
-    fab = fabric(cluster)
+    costs = [collective_cost(cluster, op, nbytes, group, cal, in_graph) for op, nbytes, group in transfers]
+    return _shared(fabric(cluster), cal, transfers, costs)
+
+
+def concurrent_times(clusters: Sequence[Cluster], transfers: Sequence[tuple[str, float, Group]],
+                     in_graph: bool | None = None) -> np.ndarray:
+    """[clusters, transfers] `concurrent_time(c, transfers, in_graph=in_graph)` of each of `clusters`: one
+    placement under several calibrations (an interval's settings), every transfer's costs found at once
+    (`timing.collective_costs`)."""
+    costs = [collective_costs(clusters, op, nbytes, group, in_graph) for op, nbytes, group in transfers]
+    out = np.zeros((len(clusters), len(transfers)))
+    for s, cluster in enumerate(clusters):
+        out[s] = _shared(fabric_of(cluster), cluster.calibration.network, transfers, [c[s] for c in costs])
+    return out
+
+
+def _shared(fab, cal: NetworkCalibration, transfers: Sequence[tuple[str, float, Group]], costs: list) -> np.ndarray:
+    """`concurrent_time` of transfers whose `collective_cost`s are `costs`."""
     n = len(transfers)
     work, other = np.zeros(n), np.zeros(n)
     usage: list[tuple[np.ndarray, np.ndarray]] = []
-    for i, (op, nbytes, group) in enumerate(transfers):
-        work[i], other[i], prof = collective_cost(cluster, op, nbytes, group, cal, in_graph)
+    for i, ((op, nbytes, group), cost) in enumerate(zip(transfers, costs)):
+        work[i], other[i], prof = cost
         if prof.steps and work[i] > 0:
-            res = np.concatenate([s.resource for s in prof.steps])
-            amount = np.concatenate([s.per_byte * s.repeat * float(nbytes) for s in prof.steps])
-            u, inv = np.unique(res, return_inverse=True)
-            usage.append((u, np.bincount(inv, weights=amount, minlength=u.size)))
+            usage.append(_usage(prof, float(nbytes)))
         else:
             usage.append((np.zeros(0, np.int64), np.zeros(0)))
     if n == 0:
@@ -80,6 +94,20 @@ def concurrent_time(cluster: Cluster, transfers: Sequence[tuple[str, float, Grou
         active &= ~done
     return finish + other
 
+
+# the resources a collective's link loads use and the bytes it moves on each, by the link loads' identity (the
+# entry holding them) and size
+_USAGE: dict[tuple, tuple] = {}
+
+
+def _usage(prof, nbytes: float) -> tuple[np.ndarray, np.ndarray]:
+    def make():
+        res = np.concatenate([s.resource for s in prof.steps])
+        amount = np.concatenate([s.per_byte * s.repeat * nbytes for s in prof.steps])
+        u, inv = np.unique(res, return_inverse=True)
+        return prof, (u, np.bincount(inv, weights=amount, minlength=u.size))
+
+    return kept(_USAGE, (id(prof), nbytes), make, 4096)[1]
 
 
 def busbw_limit_bytes_per_s(cluster: Cluster, group: Group) -> float:

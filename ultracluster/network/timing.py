@@ -69,29 +69,39 @@ class TableCosts:
     launch: np.ndarray
 
     def times(self, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(bandwidth seconds, other seconds) of every row with per-row buffers `nbytes` (see `table_times`)."""
-        rows, r = self.launch.size, self.row
+        """(bandwidth seconds, other seconds) of every row with per-row buffers `nbytes` (see `table_times`);
+        [settings, rows] when the costs have a settings axis (`table_costs` of several calibrations)."""
+        rows, r = self.launch.shape[-1], self.row
         b = np.asarray(nbytes, dtype=float)[r] * self.per_byte
         lat, n = self.lat, self.repeat
         total = np.where(self.pipelined, b + lat + (n - 1) * np.maximum(b, lat), n * (b + lat))
-        # per row, its steps' sums in step order (`np.bincount` adds as `np.add.at` does, in a tenth of the time)
-        busy = np.bincount(r, weights=n * b, minlength=rows)
-        whole = np.bincount(r, weights=total, minlength=rows)
+        # per row, its steps' sums in step order (`np.bincount` adds as `np.add.at` does, in a tenth of the time;
+        # with settings, each setting's rows are bins of their own)
+        at = r if b.ndim == 1 else (r + rows * np.arange(b.shape[0])[:, None]).ravel()
+        busy = np.bincount(at, weights=(n * b).ravel(), minlength=b.size // r.size * rows).reshape(self.launch.shape)
+        whole = np.bincount(at, weights=total.ravel(), minlength=b.size // r.size * rows).reshape(self.launch.shape)
         return busy, whole - busy + self.launch
 
 
-def table_costs(table: StepTable, cal: NetworkCalibration) -> TableCosts:
-    """The size-independent part of `table_times`."""
+def table_costs(table: StepTable, cal: NetworkCalibration | tuple[NetworkCalibration, ...]) -> TableCosts:
+    """The size-independent part of `table_times`; of several calibrations (a tuple), with a leading settings
+    axis (each setting's numbers as one calibration's)."""
     rows = table.spans_efa.size
     r = table.row
-    link_eff = np.array([cal.neuronlink_efficiency(g) for g in table.generation], dtype=float).reshape(rows)
-    eff = np.stack([np.full(r.size, cal.chip_efficiency), link_eff[r], np.full(r.size, cal.efa_efficiency)],
-                   axis=1)
-    fixed = np.where(table.spans_efa[r], cal.efa_step_s, np.where(table.reduce, cal.reduce_step_s, 0.0))
+    cals = cal if isinstance(cal, tuple) else (cal,)
+    k = len(cals)
+    col = lambda f: np.array([f(c) for c in cals], dtype=float)[:, None]     # noqa: E731  ([settings, 1])
+    link_eff = np.array([[c.neuronlink_efficiency(g) for g in table.generation] for c in cals],
+                        dtype=float).reshape(k, rows)
+    eff = np.stack([np.broadcast_to(col(lambda c: c.chip_efficiency), (k, r.size)), link_eff[:, r],
+                    np.broadcast_to(col(lambda c: c.efa_efficiency), (k, r.size))], axis=2)
+    fixed = np.where(table.spans_efa[r], col(lambda c: c.efa_step_s),
+                     np.where(table.reduce, col(lambda c: c.reduce_step_s), 0.0))
     has = np.bincount(r, minlength=rows) > 0
-    launch = np.array([cal.launch_s(g) for g in table.generation], dtype=float).reshape(rows) * has
-    return TableCosts(row=r, per_byte=(table.tier_max / eff).max(axis=1), lat=table.latency_s + fixed,
-                      repeat=table.repeat, pipelined=table.pipelined, launch=launch)
+    launch = np.array([[c.launch_s(g) for g in table.generation] for c in cals], dtype=float).reshape(k, rows) * has
+    one = (lambda a: a) if isinstance(cal, tuple) else (lambda a: a[0])
+    return TableCosts(row=r, per_byte=one((table.tier_max / eff).max(axis=2)), lat=one(table.latency_s + fixed),
+                      repeat=table.repeat, pipelined=table.pipelined, launch=one(launch))
 
 
 def table_times(table: StepTable, nbytes: np.ndarray, cal: NetworkCalibration) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +113,7 @@ def table_times(table: StepTable, nbytes: np.ndarray, cal: NetworkCalibration) -
     return table_costs(table, cal).times(nbytes)
 
 
-def _kept(store: dict, key, make, limit: int = 1 << 16):
+def kept(store: dict, key, make, limit: int = 1 << 16):
     """`store[key]`, made by `make()` the first time; a store at `limit` entries starts again empty. An entry
     keyed by objects' identities holds those objects, so an identity is not reused while it is there."""
     hit = store.get(key)
@@ -123,8 +133,8 @@ _COSTS_MAX = 8192
 
 def _link_loads_costs(profs: list[LinkLoads], cal: NetworkCalibration) -> TableCosts:
     ids = tuple(map(id, profs))
-    table = _kept(_TABLES, ids, lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
-    return _kept(_COSTS, (ids, cal), lambda: (tuple(profs), table_costs(table, cal)), _COSTS_MAX)[1]
+    table = kept(_TABLES, ids, lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
+    return kept(_COSTS, (ids, cal), lambda: (tuple(profs), table_costs(table, cal)), _COSTS_MAX)[1]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -228,7 +238,7 @@ def _setting(cluster: Cluster, op: str, group: Group, calibration: NetworkCalibr
     if group.together if in_graph is None else in_graph:
         cal = _in_graph(cal)
         sync = 1.0                       # the graph's hand-off to the collective cores and back
-    fab = _fabric_of(cluster)
+    fab = fabric_of(cluster)
     check_collective(op, group, fab)
     return fab, cal, sync * cal.sync_s(fab.generation)
 
@@ -237,8 +247,8 @@ def _setting(cluster: Cluster, op: str, group: Group, calibration: NetworkCalibr
 _FABRICS: dict[int, tuple[Cluster, Fabric]] = {}
 
 
-def _fabric_of(cluster: Cluster) -> Fabric:
-    return _kept(_FABRICS, id(cluster), lambda: (cluster, fabric(cluster)), 1024)[1]
+def fabric_of(cluster: Cluster) -> Fabric:
+    return kept(_FABRICS, id(cluster), lambda: (cluster, fabric(cluster)), 1024)[1]
 
 
 @functools.lru_cache(maxsize=64)
@@ -259,7 +269,7 @@ def _canonical(fab: Fabric, group: Group) -> tuple[Fabric, Group]:
 def placed_alike(cluster: Cluster, group: Group) -> Group:
     """`group` moved to the cluster's first instances (`_canonical`): every collective over it costs what it costs
     over `group`, so groups with the same `placed_alike` need timing once."""
-    return _canonical(_fabric_of(cluster), group)[1]
+    return _canonical(fabric_of(cluster), group)[1]
 
 
 # (fabric, op, bytes, group, calibration) in canonical place (`_canonical`) -> (bandwidth s, other s, algorithm);
@@ -276,7 +286,7 @@ def _seconds(fab: Fabric, op: str, nbytes: float, group: Group, cal: NetworkCali
         busy, other, prof = _timed(fab, op, nbytes, group, cal)
         return busy, other, prof.algorithm
 
-    return _kept(_SECONDS, (fab, op, nbytes, group, cal), timed)
+    return kept(_SECONDS, (fab, op, nbytes, group, cal), timed)
 
 
 def _compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool) -> tuple[list[LinkLoads], np.ndarray]:
@@ -292,7 +302,7 @@ def _compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool)
             profs = [_link_loads_at(fab, op, n, group) for n in sizes[:-1]] + [link_loads(fab, op, nbytes, group)]
         return profs, np.array(sizes)
 
-    return _kept(_COMPARED, (fab, op, nbytes, group, envelope), find)
+    return kept(_COMPARED, (fab, op, nbytes, group, envelope), find)
 
 
 # (fabric, op, group, calibration, size class) -> (the link loads compared, the other sizes, their TableCosts): what
@@ -315,7 +325,7 @@ def _class_costs(fab: Fabric, op: str, nbytes: float, group: Group,
     if hit is None:
         profs, sizes = _compared(fab, op, nbytes, group, cal.algorithm_envelope)
         others = sizes[1:] if cal.algorithm_envelope else sizes[:-1]
-        hit = _kept(_CLASSES, key, lambda: (profs, others.tolist(), _link_loads_costs(profs, cal)), _COSTS_MAX)
+        hit = kept(_CLASSES, key, lambda: (profs, others.tolist(), _link_loads_costs(profs, cal)), _COSTS_MAX)
     profs, others, costs = hit
     return profs, np.array([nbytes] + others if cal.algorithm_envelope else others + [nbytes]), costs
 
@@ -328,12 +338,18 @@ def _timed(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -
         costs = _link_loads_costs(profs, cal)
     else:
         profs, sizes, costs = found
-    busy, other = costs.times(sizes)
-    if cal.algorithm_envelope:
+    return _chosen(*costs.times(sizes), profs, bool(cal.algorithm_envelope))
+
+
+def _chosen(busy: np.ndarray, other: np.ndarray, profs: list[LinkLoads],
+            envelope: bool) -> tuple[float, float, LinkLoads]:
+    """(bandwidth seconds, other seconds, link loads) of the size compared that a collective pays (`_compared`'s
+    sizes, timed: [sizes] each)."""
+    if envelope:
         best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper
         return float(busy[best]), float(other[best]), profs[best]
     total = busy + other
-    floor = float(total[:-1].max()) if len(sizes) > 1 else 0.0
+    floor = float(total[:-1].max()) if len(busy) > 1 else 0.0
     return float(busy[-1]), float(other[-1]) + max(0.0, floor - float(total[-1])), profs[-1]
 
 
@@ -371,3 +387,63 @@ def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,
         return 0.0, "none"
     busy, other, alg = _seconds(fab, op, float(nbytes), group, cal)
     return busy + (other + sync), alg
+
+
+def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
+                     in_graph: bool | None = None) -> np.ndarray:
+    """`collective_time(c, op, nbytes, group, in_graph=in_graph)[0]` of each of `clusters`: one placement under
+    several calibrations (an interval's settings), the same seconds; the calibrations not timed yet are costed at
+    once (`table_costs` of them all: the link loads compared do not depend on a calibration's numbers)."""
+    out = np.zeros(len(clusters))
+    nbytes = float(nbytes)
+    todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
+    for i, cl in enumerate(clusters):
+        fab, cal, sync = _setting(cl, op, group, None, in_graph)
+        if group.ranks <= 1 or nbytes <= 0:
+            continue
+        fab, placed = _canonical(fab, group)
+        hit = _SECONDS.get((fab, op, nbytes, placed, cal))
+        if hit is None:
+            todo.setdefault((fab, placed, bool(cal.algorithm_envelope)), []).append((i, cal, sync))
+        else:
+            out[i] = hit[0] + (hit[1] + sync)
+    for (fab, placed, envelope), items in todo.items():
+        cals = tuple(dict.fromkeys(cal for _, cal, _ in items))
+        seconds = {}
+        for cal, (b, o, prof) in zip(cals, _costs_of(fab, op, nbytes, placed, cals, envelope)):
+            seconds[cal] = kept(_SECONDS, (fab, op, nbytes, placed, cal), lambda: (b, o, prof.algorithm))
+        for i, cal, sync in items:
+            out[i] = seconds[cal][0] + (seconds[cal][1] + sync)
+    return out
+
+
+def collective_costs(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
+                     in_graph: bool | None = None) -> list[tuple[float, float, LinkLoads]]:
+    """`collective_cost(c, op, nbytes, group, in_graph=in_graph)` of each of `clusters` (one placement under
+    several calibrations), costed at once (`table_costs` of every calibration)."""
+    out: list = [None] * len(clusters)
+    nbytes = float(nbytes)
+    todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
+    for i, cl in enumerate(clusters):
+        fab, cal, sync = _setting(cl, op, group, None, in_graph)
+        if group.ranks <= 1 or nbytes <= 0:
+            out[i] = (0.0, 0.0, LinkLoads((), "none", group.ranks, fab.generation))
+        else:
+            todo.setdefault((fab, bool(cal.algorithm_envelope)), []).append((i, cal, sync))
+    for (fab, envelope), items in todo.items():
+        cals = tuple(dict.fromkeys(cal for _, cal, _ in items))
+        got = dict(zip(cals, _costs_of(fab, op, nbytes, group, cals, envelope)))
+        for i, cal, sync in items:
+            busy, other, prof = got[cal]
+            out[i] = (busy, other + sync, prof)
+    return out
+
+
+def _costs_of(fab: Fabric, op: str, nbytes: float, group: Group, cals: tuple[NetworkCalibration, ...],
+              envelope: bool) -> list[tuple[float, float, LinkLoads]]:
+    """`_timed` of one collective under each of `cals` (which agree on `algorithm_envelope`), in one
+    `table_costs`."""
+    profs, sizes = _compared(fab, op, nbytes, group, envelope)
+    table = kept(_TABLES, tuple(map(id, profs)), lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
+    busy, other = table_costs(table, cals).times(sizes)
+    return [_chosen(busy[c], other[c], profs, envelope) for c in range(len(cals))]
