@@ -95,12 +95,19 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
 
 def _shape_inputs(pr: Evaluator, r) -> tuple:
     """What timing row r's per-rank shape needs (kept per shape across a search's pieces): its shape
-    variables, operators, cluster, recomputation and calibration."""
+    variables, operators, cluster, recomputation and calibration. The variables, operators and recomputation
+    read only the calibration's switches, which an Evaluator's calibrations share: kept once for every
+    calibration of the shape (an interval's settings)."""
     info = pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r))
-    sc = layout_scenario(pr.scenario, r)
     cal = info.cluster.calibration
-    v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
-    return v, opslib.applicable(pr.library, sc, cal), info, opslib.recompute_mode(sc.training), cal
+
+    def alike():
+        sc = layout_scenario(pr.scenario, r)
+        v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
+        return v, opslib.applicable(pr.library, sc, cal), opslib.recompute_mode(sc.training)
+
+    v, ops, rc = pr.memo(("shape-alike", _shape_key(r)[:-1]), alike)
+    return v, ops, info, rc, cal
 
 
 def _saved_bytes(per_key: list[tuple], V: dict[str, np.ndarray]) -> np.ndarray:
@@ -318,11 +325,6 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
                          overlap), has
 
 
-# the layout columns a row's comm depends on beside its calibration (`_units`)
-ONE_LAYOUT = ("instance", "instances", "lnc", "tp", "cp", "pp", "virtual_stages", "dp", "ep", "zero", "sequence_parallel",
-              "recompute")
-
-
 def _units(pr: Evaluator, rows, srow: np.ndarray, idx: np.ndarray, js: np.ndarray):
     """What `batched_comm` times its pieces for: (position, row, group row, shape, memo key, CommTimes) of each
     row; when every row is one layout under several calibrations (a table with a `cal` column: an interval's
@@ -331,8 +333,8 @@ def _units(pr: Evaluator, rows, srow: np.ndarray, idx: np.ndarray, js: np.ndarra
     first = rows[int(idx[0])]
     if idx.size > 1 and hasattr(first, "cal"):
         pick = [rows[i] for i in idx.tolist()]
-        layout = tuple(getattr(first, c) for c in ONE_LAYOUT)
-        if all(tuple(getattr(r, c) for c in ONE_LAYOUT) == layout for r in pick):
+        layout = first._replace(cal=0)          # every column but the calibration
+        if all(r._replace(cal=0) == layout for r in pick):
             cks = [(r.instance, int(r.instances), int(r.lnc), calibration_index(r)) for r in pick]
             yield (np.arange(idx.size), int(idx[0]), int(js[0]), srow[idx].astype(np.int64), tuple(cks),
                    SettingsCommTimes(pr, cks))
