@@ -132,6 +132,9 @@ class Evaluator:
         self._clusters: dict[tuple, ClusterInfo] = {}
         self._coll: dict[tuple, float] = {}
         self._conc: dict[tuple, float] = {}
+        self._net_ids: dict[tuple, int] = {}       # `network_ids`, and the memos of the settings' collectives by them
+        self._coll_many: dict[tuple, dict[int, float]] = {}
+        self._conc_many: dict[tuple, dict[int, float]] = {}
         self._memo: dict[tuple, Any] = {}          # CELL_MEMO entries: this variant's
         self._shared: dict[tuple, Any] = {}        # the others: every variant's
         self._variants: dict[tuple, Evaluator] = {timing_values(scenario): self}
@@ -218,18 +221,21 @@ class Evaluator:
             t = self._coll[key] = collective_time(self.cluster(*ck).cluster, op, float(nbytes), group, in_graph=True)[0]
         return t
 
-    def collectives(self, cks: list[tuple], op: str, nbytes: float, group) -> np.ndarray:
-        """`collective` on each of the clusters `cks` (one placement under several calibrations), those not
-        memoized timed at once (`network.timing.collective_times`)."""
-        keys = [(self._network(ck), op, float(nbytes), group) for ck in cks]
-        out = [self._coll.get(key) for key in keys]
-        miss = [i for i, t in enumerate(out) if t is None]
+    def collectives(self, nets: list[int], clusters: list, op: str, nbytes: float, group) -> np.ndarray:
+        """`collective` on each of `clusters` (one placement under several calibrations, `network_ids` `nets`),
+        those not memoized timed at once (`network.timing.collective_times`)."""
+        seen = self._coll_many.setdefault((op, float(nbytes), group), {})
+        out = [seen.get(i) for i in nets]
+        miss = [j for j, t in enumerate(out) if t is None]
         if miss:
-            got = collective_times([self.cluster(*cks[i]).cluster for i in miss], op, float(nbytes), group,
-                                   in_graph=True)
-            for i, t in zip(miss, got.tolist()):
-                out[i] = self._coll[keys[i]] = t
+            got = collective_times([clusters[j] for j in miss], op, float(nbytes), group, in_graph=True)
+            for j, t in zip(miss, got.tolist()):
+                out[j] = seen[nets[j]] = t
         return np.array(out)
+
+    def network_ids(self, cks: list[tuple]) -> list[int]:
+        """Each cluster's `_network` as a number, the same for the same (kept by the Evaluator)."""
+        return [self._net_ids.setdefault(self._network(ck), len(self._net_ids)) for ck in cks]
 
     def concurrent_first(self, ck: tuple, transfers: tuple) -> float:
         """`concurrent_time(...)[0]`, memoized."""
@@ -239,17 +245,16 @@ class Evaluator:
             t = self._conc[key] = float(concurrent_time(self.cluster(*ck).cluster, list(transfers), in_graph=True)[0])
         return t
 
-    def concurrents_first(self, cks: list[tuple], transfers: tuple) -> np.ndarray:
-        """`concurrent_first` on each of the clusters `cks` (one placement under several calibrations), those not
-        memoized timed at once (`network.contention.concurrent_times`)."""
-        keys = [(self._network(ck), transfers) for ck in cks]
-        out = [self._conc.get(key) for key in keys]
-        miss = list({key: i for i, (key, t) in enumerate(zip(keys, out)) if t is None}.values())
+    def concurrents_first(self, nets: list[int], clusters: list, transfers: tuple) -> np.ndarray:
+        """`concurrent_first` on each of `clusters` (as `collectives`), those not memoized timed at once
+        (`network.contention.concurrent_times`)."""
+        seen = self._conc_many.setdefault(transfers, {})
+        out = [seen.get(i) for i in nets]
+        miss = [j for j, t in enumerate(out) if t is None]
         if miss:
-            got = concurrent_times([self.cluster(*cks[i]).cluster for i in miss], list(transfers), in_graph=True)
-            for i, t in zip(miss, got[:, 0].tolist()):
-                self._conc[keys[i]] = t
-            out = [self._conc[key] for key in keys]
+            got = concurrent_times([clusters[j] for j in miss], list(transfers), in_graph=True)
+            for j, t in zip(miss, got[:, 0].tolist()):
+                out[j] = seen[nets[j]] = t
         return np.array(out)
 
     def _network(self, ck: tuple) -> tuple:
@@ -294,10 +299,20 @@ class SettingsCommTimes(MemoCommTimes):
     def __init__(self, pr: Evaluator, cks: list[tuple]):
         super().__init__(pr, cks[0])
         self.cks = cks
+        nets = pr.network_ids(cks)
+        first: dict[int, int] = {}          # each distinct network setting's first cluster
+        for i, n in enumerate(nets):
+            first.setdefault(n, i)
+        self.nets = list(first)
+        self.clusters = [pr.cluster(*cks[i]).cluster for i in first.values()]
+        order = {n: j for j, n in enumerate(self.nets)}
+        self.back = np.array([order[n] for n in nets]) if len(self.nets) < len(nets) else None
+
+    def _each(self, distinct: np.ndarray) -> np.ndarray:
+        return distinct if self.back is None else distinct[self.back]
 
     def __call__(self, op: str, nbytes: float, group, name: str | None = None, count: float = 0) -> np.ndarray:
-        return self.pr.collectives(self.cks, op, nbytes, group)
+        return self._each(self.pr.collectives(self.nets, self.clusters, op, nbytes, group))
 
     def shared(self, transfers: tuple) -> np.ndarray:
-        return self.pr.concurrents_first(self.cks, transfers)
-
+        return self._each(self.pr.concurrents_first(self.nets, self.clusters, transfers))

@@ -233,14 +233,19 @@ def _setting(cluster: Cluster, op: str, group: Group, calibration: NetworkCalibr
              in_graph: bool | None) -> tuple[Fabric, NetworkCalibration, float]:
     """(fabric, calibration with the in-graph launch cap where it applies, in-graph sync seconds), the group
     checked against the fabric."""
-    cal = calibration or cluster.calibration.network
+    fab = fabric_of(cluster)
+    check_collective(op, group, fab)
+    return (fab, *_graph_setting(calibration or cluster.calibration.network, group, in_graph, fab.generation))
+
+
+def _graph_setting(cal: NetworkCalibration, group: Group, in_graph: bool | None,
+                   generation: str) -> tuple[NetworkCalibration, float]:
+    """(calibration with the in-graph launch cap where it applies, in-graph sync seconds) of `_setting`."""
     sync = 0.0
     if group.together if in_graph is None else in_graph:
         cal = _in_graph(cal)
         sync = 1.0                       # the graph's hand-off to the collective cores and back
-    fab = fabric_of(cluster)
-    check_collective(op, group, fab)
-    return fab, cal, sync * cal.sync_s(fab.generation)
+    return cal, sync * cal.sync_s(generation)
 
 
 # the Fabric of a Cluster (frozen) by its identity, the entry holding its cluster
@@ -397,11 +402,16 @@ def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group:
     out = np.zeros(len(clusters))
     nbytes = float(nbytes)
     todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
+    last: tuple = (None, None)     # the last fabric checked and the group's canonical place on it
     for i, cl in enumerate(clusters):
-        fab, cal, sync = _setting(cl, op, group, None, in_graph)
+        fab = fabric_of(cl)
+        if fab is not last[0] and fab != last[0]:      # (the settings of one placement: the same fabric, mostly)
+            check_collective(op, group, fab)
+            last = (fab, _canonical(fab, group))
+        cal, sync = _graph_setting(cl.calibration.network, group, in_graph, fab.generation)
         if group.ranks <= 1 or nbytes <= 0:
             continue
-        fab, placed = _canonical(fab, group)
+        fab, placed = last[1]
         hit = _SECONDS.get((fab, op, nbytes, placed, cal))
         if hit is None:
             todo.setdefault((fab, placed, bool(cal.algorithm_envelope)), []).append((i, cal, sync))
