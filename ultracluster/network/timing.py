@@ -396,9 +396,8 @@ def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,
 
 def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
                      in_graph: bool | None = None) -> np.ndarray:
-    """`collective_time(c, op, nbytes, group, in_graph=in_graph)[0]` of each of `clusters`: one placement under
-    several calibrations (an interval's settings), the same seconds; the calibrations not timed yet are costed at
-    once (`table_costs` of them all: the link loads compared do not depend on a calibration's numbers)."""
+    """`collective_time(c, op, nbytes, group, in_graph=in_graph)[0]` of each of `clusters` (one placement under an
+    interval's settings), those not timed yet costed at once (the link loads compared are the same for all)."""
     out = np.zeros(len(clusters))
     nbytes = float(nbytes)
     todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
@@ -419,9 +418,8 @@ def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group:
             out[i] = hit[0] + (hit[1] + sync)
     for (fab, placed, envelope), items in todo.items():
         cals = tuple(dict.fromkeys(cal for _, cal, _ in items))
-        seconds = {}
-        for cal, (b, o, prof) in zip(cals, _costs_of(fab, op, nbytes, placed, cals, envelope)):
-            seconds[cal] = kept(_SECONDS, (fab, op, nbytes, placed, cal), lambda: (b, o, prof.algorithm))
+        seconds = {cal: kept(_SECONDS, (fab, op, nbytes, placed, cal), lambda b=b, o=o, p=p: (b, o, p.algorithm))
+                   for cal, (b, o, p) in zip(cals, _costs_of(fab, op, nbytes, placed, cals, envelope))}
         for i, cal, sync in items:
             out[i] = seconds[cal][0] + (seconds[cal][1] + sync)
     return out
@@ -434,8 +432,13 @@ def collective_costs(clusters: Sequence[Cluster], op: str, nbytes: float, group:
     out: list = [None] * len(clusters)
     nbytes = float(nbytes)
     todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
+    last = None          # the last fabric checked (the settings of one placement: the same fabric, mostly)
     for i, cl in enumerate(clusters):
-        fab, cal, sync = _setting(cl, op, group, None, in_graph)
+        fab = fabric_of(cl)
+        if fab is not last and fab != last:
+            check_collective(op, group, fab)
+            last = fab
+        cal, sync = _graph_setting(cl.calibration.network, group, in_graph, fab.generation)
         if group.ranks <= 1 or nbytes <= 0:
             out[i] = (0.0, 0.0, LinkLoads((), "none", group.ranks, fab.generation))
         else:
@@ -444,15 +447,13 @@ def collective_costs(clusters: Sequence[Cluster], op: str, nbytes: float, group:
         cals = tuple(dict.fromkeys(cal for _, cal, _ in items))
         got = dict(zip(cals, _costs_of(fab, op, nbytes, group, cals, envelope)))
         for i, cal, sync in items:
-            busy, other, prof = got[cal]
-            out[i] = (busy, other + sync, prof)
+            out[i] = (got[cal][0], got[cal][1] + sync, got[cal][2])
     return out
 
 
 def _costs_of(fab: Fabric, op: str, nbytes: float, group: Group, cals: tuple[NetworkCalibration, ...],
               envelope: bool) -> list[tuple[float, float, LinkLoads]]:
-    """`_timed` of one collective under each of `cals` (which agree on `algorithm_envelope`), in one
-    `table_costs`."""
+    """`_timed` of one collective under each of `cals` (one `algorithm_envelope`), in one `table_costs`."""
     profs, sizes = _compared(fab, op, nbytes, group, envelope)
     table = kept(_TABLES, tuple(map(id, profs)), lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
     busy, other = table_costs(table, cals).times(sizes)
