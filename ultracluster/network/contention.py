@@ -73,8 +73,8 @@ def _shared(fab, cals: list[NetworkCalibration], transfers: Sequence[tuple[str, 
     usage = [_usage(cost[2], float(nbytes)) if cost[2].steps else (np.zeros(0, np.int64), np.zeros(0))
              for (_, nbytes, _), cost in zip(transfers, costs[0])]
     all_res = np.unique(np.concatenate([u for u, _ in usage]))
-    bw = np.array([fab.local_bandwidth(cal.neuronlink_efficiency(fab.generation), cal.chip_efficiency,
-                                       cal.efa_efficiency) for cal in cals])[:, all_res % fab.resources_per_instance]
+    bw = fab.local_bandwidths([[cal.chip_efficiency, cal.neuronlink_efficiency(fab.generation), cal.efa_efficiency]
+                               for cal in cals])[:, all_res % fab.resources_per_instance]
     rate_alone = np.zeros((k, n, all_res.size))     # bytes/s each transfer puts on each resource when alone
     for i, (u, amount) in enumerate(usage):
         w = work[:, i, None]
