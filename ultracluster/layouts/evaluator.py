@@ -89,7 +89,7 @@ class ClusterInfo:
 # the memo entries that depend on the keys a stack times a layout by beyond its columns (`stacks.TIMING_KEYS`:
 # the attention kernel and dropout change a shape's operators, TP overlap a layer's exposed collectives): kept per
 # `Evaluator.variant`; every other entry (clusters, collectives, sends, gradient buckets, pipelines, speeds) is shared
-CELL_MEMO = frozenset({"shape", "shape-alike", "layer-comm", "training"})
+CELL_MEMO = frozenset({"shape", "shape-alike", "layer-comm", "training", "layout-scenario"})
 
 
 def timing_values(scenario: Scenario) -> tuple:
@@ -177,10 +177,15 @@ class Evaluator:
         """The Cluster of one layout (one actor shard: shards never change a prediction). dp 0: all ranks."""
         row = dict(row) if isinstance(row, dict) else row._asdict()
         cal = self.calibrations[calibration_index(row)]
-        if not row["dp"]:
-            sc = layout_scenario(self.scenario, {**row, "dp": 1})
-            row["dp"] = data_parallel(build_cluster(sc, row["instances"], cal).ranks, row["tp"], row["cp"], row["pp"])
-        sc = layout_scenario(self.scenario, row)
+
+        def scenario():         # the same for every calibration (a cluster's ranks do not depend on one)
+            if not row["dp"]:
+                sc = layout_scenario(self.scenario, {**row, "dp": 1})
+                row["dp"] = data_parallel(build_cluster(sc, row["instances"], cal).ranks, row["tp"], row["cp"],
+                                          row["pp"])
+            return layout_scenario(self.scenario, row)
+
+        sc = self.memo(("layout-scenario", tuple((k, v) for k, v in row.items() if k != "cal")), scenario)
         return build_cluster(sc, int(row["instances"]), cal)
 
     def add_calibrations(self, calibrations) -> np.ndarray:
