@@ -233,7 +233,8 @@ class Evaluator:
         out = [seen.get(i) for i in nets]
         miss = [j for j, t in enumerate(out) if t is None]
         if miss:
-            got = collective_times([clusters[j] for j in miss], op, float(nbytes), group, in_graph=True)
+            got = collective_times(clusters if len(miss) == len(clusters) else [clusters[j] for j in miss], op,
+                                   float(nbytes), group, in_graph=True)
             for j, t in zip(miss, got.tolist()):
                 out[j] = seen[nets[j]] = t
         return np.array(out)
@@ -257,7 +258,8 @@ class Evaluator:
         out = [seen.get(i) for i in nets]
         miss = [j for j, t in enumerate(out) if t is None]
         if miss:
-            got = concurrent_times([clusters[j] for j in miss], list(transfers), in_graph=True)
+            got = concurrent_times(clusters if len(miss) == len(clusters) else [clusters[j] for j in miss],
+                                   list(transfers), in_graph=True)
             for j, t in zip(miss, got[:, 0].tolist()):
                 out[j] = seen[nets[j]] = t
         return np.array(out)
@@ -309,7 +311,7 @@ class SettingsCommTimes(MemoCommTimes):
         for i, n in enumerate(nets):
             first.setdefault(n, i)
         self.nets = list(first)
-        self.clusters = [pr.cluster(*cks[i]).cluster for i in first.values()]
+        self.clusters = tuple(pr.cluster(*cks[i]).cluster for i in first.values())
         order = {n: j for j, n in enumerate(self.nets)}
         self.back = np.array([order[n] for n in nets]) if len(self.nets) < len(nets) else None
 

@@ -75,8 +75,8 @@ class TableCosts:
         b = np.asarray(nbytes, dtype=float)[r] * self.per_byte
         lat, n = self.lat, self.repeat
         total = np.where(self.pipelined, b + lat + (n - 1) * np.maximum(b, lat), n * (b + lat))
-        # per row, its steps' sums in step order (`np.bincount` adds as `np.add.at` does, in a tenth of the time;
-        # with settings, each setting's rows are bins of their own)
+        # per row, its steps' sums in step order (`np.bincount` adds as `np.add.at` does, in a tenth of the time);
+        # each setting's rows bins of their own
         at = r if b.ndim == 1 else (r + rows * np.arange(b.shape[0])[:, None]).ravel()
         busy = np.bincount(at, weights=(n * b).ravel(), minlength=b.size // r.size * rows).reshape(self.launch.shape)
         whole = np.bincount(at, weights=total.ravel(), minlength=b.size // r.size * rows).reshape(self.launch.shape)
@@ -86,13 +86,10 @@ class TableCosts:
 def table_costs(table: StepTable, cal: NetworkCalibration | tuple[NetworkCalibration, ...]) -> TableCosts:
     """The size-independent part of `table_times`; of several calibrations (a tuple), with a leading settings
     axis (each setting's numbers as one calibration's)."""
-    rows = table.spans_efa.size
-    r = table.row
-    cals = cal if isinstance(cal, tuple) else (cal,)
+    rows, r, cals = table.spans_efa.size, table.row, (cal if isinstance(cal, tuple) else (cal,))
     k = len(cals)
     col = lambda f: np.array([f(c) for c in cals], dtype=float)[:, None]     # noqa: E731  ([settings, 1])
-    link_eff = np.array([[c.neuronlink_efficiency(g) for g in table.generation] for c in cals],
-                        dtype=float).reshape(k, rows)
+    link_eff = np.array([[c.neuronlink_efficiency(g) for g in table.generation] for c in cals]).reshape(k, rows)
     eff = np.stack([np.broadcast_to(col(lambda c: c.chip_efficiency), (k, r.size)), link_eff[:, r],
                     np.broadcast_to(col(lambda c: c.efa_efficiency), (k, r.size))], axis=2)
     fixed = np.where(table.spans_efa[r], col(lambda c: c.efa_step_s),
@@ -340,16 +337,13 @@ def _timed(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -
     found = _class_costs(fab, op, nbytes, group, cal)
     if found is None:
         profs, sizes = _compared(fab, op, nbytes, group, cal.algorithm_envelope)
-        costs = _link_loads_costs(profs, cal)
-    else:
-        profs, sizes, costs = found
+        found = profs, sizes, _link_loads_costs(profs, cal)
+    profs, sizes, costs = found
     return _chosen(*costs.times(sizes), profs, bool(cal.algorithm_envelope))
 
 
-def _chosen(busy: np.ndarray, other: np.ndarray, profs: list[LinkLoads],
-            envelope: bool) -> tuple[float, float, LinkLoads]:
-    """(bandwidth seconds, other seconds, link loads) of the size compared that a collective pays (`_compared`'s
-    sizes, timed: [sizes] each)."""
+def _chosen(busy: np.ndarray, other: np.ndarray, profs: list, envelope: bool) -> tuple[float, float, LinkLoads]:
+    """(bandwidth s, other s, link loads) of the size compared (`_compared`'s, timed) that a collective pays."""
     if envelope:
         best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper
         return float(busy[best]), float(other[best]), profs[best]
@@ -398,18 +392,14 @@ def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group:
                      in_graph: bool | None = None) -> np.ndarray:
     """`collective_time(c, op, nbytes, group, in_graph=in_graph)[0]` of each of `clusters` (one placement under an
     interval's settings), those not timed yet costed at once (the link loads compared are the same for all)."""
-    out = np.zeros(len(clusters))
-    nbytes = float(nbytes)
+    out, nbytes = np.zeros(len(clusters)), float(nbytes)
     todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
-    last: tuple = (None, None)     # the last fabric checked and the group's canonical place on it
-    for i, cl in enumerate(clusters):
-        fab = fabric_of(cl)
-        if fab is not last[0] and fab != last[0]:      # (the settings of one placement: the same fabric, mostly)
-            check_collective(op, group, fab)
-            last = (fab, _canonical(fab, group))
-        cal, sync = _graph_setting(cl.calibration.network, group, in_graph, fab.generation)
+    last: tuple = (None, None)     # the last fabric and the group's canonical place on it
+    for i, (fab, cal, sync) in enumerate(_settings_of(clusters, op, group, in_graph)):
         if group.ranks <= 1 or nbytes <= 0:
             continue
+        if fab is not last[0]:
+            last = (fab, _canonical(fab, group))
         fab, placed = last[1]
         hit = _SECONDS.get((fab, op, nbytes, placed, cal))
         if hit is None:
@@ -427,18 +417,11 @@ def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group:
 
 def collective_costs(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
                      in_graph: bool | None = None) -> list[tuple[float, float, LinkLoads]]:
-    """`collective_cost(c, op, nbytes, group, in_graph=in_graph)` of each of `clusters` (one placement under
-    several calibrations), costed at once (`table_costs` of every calibration)."""
+    """`collective_cost(c, op, nbytes, group, in_graph=in_graph)` of each of `clusters` (as `collective_times`)."""
     out: list = [None] * len(clusters)
     nbytes = float(nbytes)
     todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
-    last = None          # the last fabric checked (the settings of one placement: the same fabric, mostly)
-    for i, cl in enumerate(clusters):
-        fab = fabric_of(cl)
-        if fab is not last and fab != last:
-            check_collective(op, group, fab)
-            last = fab
-        cal, sync = _graph_setting(cl.calibration.network, group, in_graph, fab.generation)
+    for i, (fab, cal, sync) in enumerate(_settings_of(clusters, op, group, in_graph)):
         if group.ranks <= 1 or nbytes <= 0:
             out[i] = (0.0, 0.0, LinkLoads((), "none", group.ranks, fab.generation))
         else:
@@ -451,8 +434,25 @@ def collective_costs(clusters: Sequence[Cluster], op: str, nbytes: float, group:
     return out
 
 
-def _costs_of(fab: Fabric, op: str, nbytes: float, group: Group, cals: tuple[NetworkCalibration, ...],
-              envelope: bool) -> list[tuple[float, float, LinkLoads]]:
+def _settings_of(clusters: Sequence[Cluster], op: str, group: Group,
+                 in_graph: bool | None) -> list[tuple[Fabric, NetworkCalibration, float]]:
+    """(fabric, calibration as timed, in-graph sync s) of each of `clusters` (`_setting`), kept by the sequence's
+    identity (an interval's settings ask for each of their collectives); the collective checked on each fabric."""
+    def make():
+        fabs: dict[Fabric, Fabric] = {}       # one object per distinct fabric (the same, mostly)
+        return clusters, [(fab, *_graph_setting(cl.calibration.network, group, in_graph, fab.generation))
+                          for cl in clusters for fab in (fabs.setdefault(fabric_of(cl), fabric_of(cl)),)]
+
+    out = kept(_SETTINGS, (id(clusters), group.together if in_graph is None else in_graph), make, 256)[1]
+    for fab in {id(f): f for f, _, _ in out}.values():
+        check_collective(op, group, fab)
+    return out
+
+
+_SETTINGS: dict[tuple, tuple] = {}       # `_settings_of`, by the clusters' identity (the entry holding them)
+
+
+def _costs_of(fab: Fabric, op: str, nbytes: float, group: Group, cals: tuple, envelope: bool) -> list[tuple]:
     """`_timed` of one collective under each of `cals` (one `algorithm_envelope`), in one `table_costs`."""
     profs, sizes = _compared(fab, op, nbytes, group, envelope)
     table = kept(_TABLES, tuple(map(id, profs)), lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
