@@ -141,8 +141,12 @@ class PipeRows:
 def pipe_rows(pr: Evaluator, table: pd.DataFrame) -> list[PipeRows]:
     model = pr.scenario.model
     out = []
-    for (pp, v), idx in table.groupby(["pp", "virtual_stages"], sort=True).indices.items():
-        pp, v = int(pp), int(v)
+    pps, vs = table["pp"].to_numpy().astype(np.int64), table["virtual_stages"].to_numpy().astype(np.int64)
+    per_pp = int(vs.max()) + 1 if vs.size else 1      # (pp, v) as one integer: its distinct values in (pp, v) order
+    codes, which = np.unique(pps * per_pp + vs, return_inverse=True)
+    for j, code in enumerate(codes.tolist()):
+        idx = np.flatnonzero(which.reshape(-1) == j)
+        pp, v = code // per_pp, code % per_pp
         layers = pr.memo(("layers", pp * v), lambda: np.asarray(stage_layers(model.layers, pp * v), dtype=float))
         tp, ep = table["tp"].to_numpy()[idx], table["ep"].to_numpy()[idx]
         span = int(ep.max()) + 1               # (tp, ep) as one integer: its distinct values in (tp, ep) order
