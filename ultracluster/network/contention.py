@@ -14,7 +14,7 @@ from ..fairshare import progressive_filling_many
 from .calibration import NetworkCalibration
 from .flows import members_and_levels
 from .groups import Group
-from .timing import fabric_of, kept, collective_cost, collective_costs
+from .timing import kept, collective_cost, collective_costs, settings_of
 from .topology import fabric, locate
 
 
@@ -51,10 +51,11 @@ def concurrent_times(clusters: Sequence[Cluster], transfers: Sequence[tuple[str,
     (`timing.collective_costs`)."""
     costs = [collective_costs(clusters, op, nbytes, group, in_graph) for op, nbytes, group in transfers]
     out = np.zeros((len(clusters), len(transfers)))
-    alike: dict[tuple, list[int]] = {}     # the settings whose transfers pay the same link loads, on one fabric
-    for s, cluster in enumerate(clusters):
-        alike.setdefault((fabric_of(cluster), tuple(id(c[s][2]) for c in costs)), []).append(s)
-    for (fab, _), ss in alike.items():
+    alike: dict[tuple, tuple] = {}     # the settings whose transfers pay the same link loads, on one fabric
+    fabs = [fab for fab, _, _ in settings_of(clusters, *transfers[0][::2], in_graph)] if transfers else []
+    for s, fab in enumerate(fabs):       # (one object per fabric: `settings_of`)
+        alike.setdefault((id(fab), tuple(id(c[s][2]) for c in costs)), (fab, []))[1].append(s)
+    for fab, ss in alike.values():
         out[ss] = _shared(fab, [clusters[s].calibration.network for s in ss], transfers,
                           [[c[s] for c in costs] for s in ss])
     return out

@@ -395,23 +395,23 @@ def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group:
     out, nbytes = np.zeros(len(clusters)), float(nbytes)
     todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
     last: tuple = (None, None)     # the last fabric and the group's canonical place on it
-    for i, (fab, cal, sync) in enumerate(_settings_of(clusters, op, group, in_graph)):
+    for i, (fab, cal, sync) in enumerate(settings_of(clusters, op, group, in_graph)):
         if group.ranks <= 1 or nbytes <= 0:
             continue
         if fab is not last[0]:
             last = (fab, _canonical(fab, group))
         fab, placed = last[1]
         hit = _SECONDS.get((fab, op, nbytes, placed, cal))
-        if hit is None:
-            todo.setdefault((fab, placed, bool(cal.algorithm_envelope)), []).append((i, cal, sync))
+        if hit is None:      # (by identities: `settings_of` gives one object per fabric, `_in_graph` per setting)
+            todo.setdefault((id(fab), bool(cal.algorithm_envelope)), (fab, placed, []))[2].append((i, cal, sync))
         else:
             out[i] = hit[0] + (hit[1] + sync)
-    for (fab, placed, envelope), items in todo.items():
-        cals = tuple(dict.fromkeys(cal for _, cal, _ in items))
-        seconds = {cal: kept(_SECONDS, (fab, op, nbytes, placed, cal), lambda b=b, o=o, p=p: (b, o, p.algorithm))
+    for (_, envelope), (fab, placed, items) in todo.items():
+        cals = tuple({id(cal): cal for _, cal, _ in items}.values())
+        seconds = {id(cal): kept(_SECONDS, (fab, op, nbytes, placed, cal), lambda b=b, o=o, p=p: (b, o, p.algorithm))
                    for cal, (b, o, p) in zip(cals, _costs_of(fab, op, nbytes, placed, cals, envelope))}
         for i, cal, sync in items:
-            out[i] = seconds[cal][0] + (seconds[cal][1] + sync)
+            out[i] = seconds[id(cal)][0] + (seconds[id(cal)][1] + sync)
     return out
 
 
@@ -421,20 +421,20 @@ def collective_costs(clusters: Sequence[Cluster], op: str, nbytes: float, group:
     out: list = [None] * len(clusters)
     nbytes = float(nbytes)
     todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
-    for i, (fab, cal, sync) in enumerate(_settings_of(clusters, op, group, in_graph)):
+    for i, (fab, cal, sync) in enumerate(settings_of(clusters, op, group, in_graph)):
         if group.ranks <= 1 or nbytes <= 0:
             out[i] = (0.0, 0.0, LinkLoads((), "none", group.ranks, fab.generation))
         else:
-            todo.setdefault((fab, bool(cal.algorithm_envelope)), []).append((i, cal, sync))
-    for (fab, envelope), items in todo.items():
-        cals = tuple(dict.fromkeys(cal for _, cal, _ in items))
-        got = dict(zip(cals, _costs_of(fab, op, nbytes, group, cals, envelope)))
+            todo.setdefault((id(fab), bool(cal.algorithm_envelope)), (fab, []))[1].append((i, cal, sync))
+    for (_, envelope), (fab, items) in todo.items():
+        cals = tuple({id(cal): cal for _, cal, _ in items}.values())
+        got = dict(zip(map(id, cals), _costs_of(fab, op, nbytes, group, cals, envelope)))
         for i, cal, sync in items:
-            out[i] = (got[cal][0], got[cal][1] + sync, got[cal][2])
+            out[i] = (got[id(cal)][0], got[id(cal)][1] + sync, got[id(cal)][2])
     return out
 
 
-def _settings_of(clusters: Sequence[Cluster], op: str, group: Group,
+def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
                  in_graph: bool | None) -> list[tuple[Fabric, NetworkCalibration, float]]:
     """(fabric, calibration as timed, in-graph sync s) of each of `clusters` (`_setting`), kept by the sequence's
     identity (an interval's settings ask for each of their collectives); the collective checked on each fabric."""
@@ -449,7 +449,7 @@ def _settings_of(clusters: Sequence[Cluster], op: str, group: Group,
     return out
 
 
-_SETTINGS: dict[tuple, tuple] = {}       # `_settings_of`, by the clusters' identity (the entry holding them)
+_SETTINGS: dict[tuple, tuple] = {}       # `settings_of`, by the clusters' identity (the entry holding them)
 
 
 def _costs_of(fab: Fabric, op: str, nbytes: float, group: Group, cals: tuple, envelope: bool) -> list[tuple]:
