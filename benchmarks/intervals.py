@@ -14,7 +14,7 @@ of its EFA NICs): the run's own time in this process (`runner.predict`), what it
 (`layouts.setting_times`, the slowest replica's comm: `replay.degraded.slowest_replica_comm`), what it added when
 every setting was replayed (the way before, 53 in-process replays), and the largest step difference between the
 two over the grid's settings. Of what the fast path adds, the seconds inside the network model (`network.
-collective_time` and `concurrent_time`, as the Evaluator calls them, timed in one more cold interval): the rest
+collective_time(s)` and `concurrent_time(s)`, as the Evaluator calls them, timed in one more cold interval): the rest
 is the fast path's own work per setting (shapes, the comm's pieces, pipelines, tables) and the interval's.
 
 Usage: python benchmarks/intervals.py [--repeats N] [--degraded-only] [SCENARIO ...]
@@ -71,10 +71,12 @@ ONE_DEGRADED = "faults.degraded=[{instances: [1], efa_nics: 4}]"      # one inst
 @contextlib.contextmanager
 def network_seconds():
     """Yields a list whose one number, on exit, is the seconds spent in the network model's `collective_time` and
-    `concurrent_time` as the fast path's Evaluator calls them (`layouts.evaluator`'s names, wrapped meanwhile)."""
+    `concurrent_time`, and their settings-axis forms `collective_times` and `concurrent_times`, as the fast path's
+    Evaluator calls them (`layouts.evaluator`'s names, wrapped meanwhile)."""
     from ultracluster.layouts import evaluator
 
-    out, kept = [0.0], {n: getattr(evaluator, n) for n in ("collective_time", "concurrent_time")}
+    out, kept = [0.0], {n: getattr(evaluator, n) for n in ("collective_time", "concurrent_time", "collective_times",
+                                                             "concurrent_times")}
 
     def timed(f):
         def call(*a, **k):

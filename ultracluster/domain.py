@@ -11,8 +11,13 @@ import math
 
 import numpy as np
 
-from .cluster.fitted_files import fitted_document
+from .cluster.fitted_files import FITTED, load_fitted
 
+
+def fitted_read() -> dict:
+    """calibration.json as `cluster.fitted_files.fitted_document` gives it, not copied, for a caller that only
+    reads it (a copy is about 0.5 ms; one run's interval asked for a dozen)."""
+    return load_fitted().documents[FITTED.name]
 
 
 # The axes of the calibrated domain (calibration.json "domain", per chip generation): numeric ranges and sets;
@@ -99,7 +104,7 @@ def _generation_distance(value: dict, generation: str, dom: dict | None) -> dict
     """{axis: [n] |log| distance beyond the generation's rows' range on each GENERATION_RANGES axis} (0 inside it,
     where the value is unknown (NaN) or the domain predates the axis). A generation with no rows (Trainium3) is
     never nearer the evidence than a measured one: its distance is the largest against any generation's rows."""
-    dom = fitted_document().get("domain", {}) if dom is None else dom
+    dom = fitted_read().get("domain", {}) if dom is None else dom
     if generation not in dom and dom:
         each = [_generation_distance(value, g, dom) for g in dom]
         return {k: np.max(np.stack([d[k] for d in each]), axis=0) for k in GENERATION_RANGES}
@@ -123,7 +128,7 @@ def _generation_distance(value: dict, generation: str, dom: dict | None) -> dict
 def axis_growth(axis: str) -> float:
     """The measured growth of the group-out |log error| per unit |log distance| beyond the rows along a
     GENERATION_RANGES axis (calibration.json "axis_growth"; 0 in a fit that did not measure it)."""
-    return float(fitted_document().get("axis_growth", {}).get("growth_per_log", {}).get(axis, 0.0))
+    return float(fitted_read().get("axis_growth", {}).get("growth_per_log", {}).get(axis, 0.0))
 
 
 def growth_log(value: dict, generation: str, dom: dict | None = None):
@@ -168,7 +173,7 @@ def extrapolated_columns(value: dict, generation: str, dom: dict | None = None) 
 def _off_domain(value: dict, generation: str, dom: dict | None) -> tuple[list[str], np.ndarray]:
     """(["generation"] when no row of the generation exists, else []; [layouts, DOMAIN_RANGES + DOMAIN_SETS] whether
     each layout lies outside what the rows span on each axis)."""
-    dom = fitted_document().get("domain", {}) if dom is None else dom
+    dom = fitted_read().get("domain", {}) if dom is None else dom
     n = max([np.size(v) for v in value.values()] + [1])
     axes = DOMAIN_RANGES + DOMAIN_SETS
     if not dom:
@@ -190,14 +195,14 @@ def _off_domain(value: dict, generation: str, dom: dict | None) -> tuple[list[st
 def mfu_best(generation: str, dom: dict | None = None) -> float | None:
     """The best MFU any published run of the generation reached, or a profile's run where that is higher (None:
     no run of it)."""
-    best = [float(d[generation]["mfu_best"]) for d in (fitted_document().get("domain", {}), dom or {}) if generation in d]
+    best = [float(d[generation]["mfu_best"]) for d in (fitted_read().get("domain", {}), dom or {}) if generation in d]
     return max(best) if best else None
 
 
 def _out_errors() -> tuple[float, float]:
     """(worst leave-one-layout-out |error|, worst cell-out |error|) of the shipped fit, in %, from one read of
     calibration.json (the cell figure falls back to the layout one in a fit without group-out)."""
-    doc = fitted_document()
+    doc = fitted_read()
     layout = doc.get("cross_validation", {}).get("worst_abs_error_pct", 0.0)
     return layout, doc.get("group_out", {}).get("cells", {}).get("worst_abs_error_pct", layout)
 

@@ -52,6 +52,33 @@ def progressive_filling(usage: np.ndarray, capacity: np.ndarray, demand: np.ndar
     return rate
 
 
+
+def progressive_filling_many(usage: np.ndarray, capacity: np.ndarray, demand: np.ndarray,
+                             flows: np.ndarray) -> np.ndarray:
+    """`progressive_filling` of S problems at once (a leading axis: an interval's settings), each over its flows
+    `flows` [S, F] (bool; the others take no rate): usage [S, K, F], capacity [S, K], demand [S, F] -> rates [S, F],
+    each problem's the same numbers as `progressive_filling` of its own flows (tests/network/test_contention.py)."""
+    rate = np.zeros(demand.shape)
+    active = np.asarray(flows, dtype=bool).copy()
+    positive = usage > 0
+    while active.any():
+        run = active.any(axis=1)
+        load = np.where(active[:, None, :], usage, 0.0).sum(axis=2)
+        head_k = np.full(capacity.shape, np.inf)
+        np.divide(capacity - np.matmul(usage, rate[..., None])[..., 0], load, out=head_k, where=load > 0)
+        head_f = np.where(active, demand - rate, np.inf)
+        lam = np.minimum(head_k.min(axis=1, initial=np.inf), head_f.min(axis=1))
+        if not np.isfinite(lam[run]).all():
+            raise ValueError("progressive_filling: a flow has no finite limit")
+        lam = np.where(run, np.maximum(lam, 0.0), 0.0)
+        tol = 1e-9 * np.maximum(lam, 1.0)
+        rate = np.where(active, rate + lam[:, None], rate)
+        bound = (head_k - lam[:, None]) <= tol[:, None]
+        freeze = active & (((head_f - lam[:, None]) <= tol[:, None]) | (positive & bound[:, :, None]).any(axis=1))
+        active &= ~freeze
+    return rate
+
+
 def max_min_fair(groups: np.ndarray, group_cap: np.ndarray, flow_cap: np.ndarray,
                  shared: list[tuple[np.ndarray, float]]) -> np.ndarray:
     """Max-min fair rates of flows grouped by client, under shared limits (`progressive_filling`).

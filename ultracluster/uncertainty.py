@@ -34,7 +34,8 @@ from typing import Callable
 import numpy as np
 
 from .cluster.calibration import TRN1, TRN2, Calibration
-from .cluster.fitted_files import fitted, fitted_document
+from .cluster.fitted_files import fitted
+from .domain import fitted_read
 from .cluster.uncertain_factors import UncertainFactor, for_generation
 from .domain import (DOMAIN_RANGES, DOMAIN_SETS, cell, domain_of, extrapolated, extrapolated_columns,  # noqa: F401  (here
                      extrapolated_rows, growth_log, scenario_values, tokens_per_core, extrapolation_log, mfu_best, mfu_implausible, model_params_b)  # for their callers)
@@ -68,7 +69,7 @@ class Evidence:
 @lru_cache(maxsize=1)
 def evidence() -> Evidence:
     """The fit's cross-validated residuals and the release spread, from the committed calibration."""
-    doc = fitted_document()
+    doc = fitted_read()
     cv = [abs(math.log1p(v["cv_error_pct"] / 100)) for v in doc["layouts"].values() if "cv_error_pct" in v]
     return Evidence(fit_log=float(np.quantile(cv, 0.8)) if cv else 0.0,
                     release_sigma=float(doc.get("release_spread", 0.0)))
@@ -83,7 +84,7 @@ def profile_evidence(scenario) -> Evidence | None:
     if not doc:
         return None
     fit_log, sigma, ranges = evidence_of(doc)
-    shipped_worst = fitted_document().get("cross_validation", {}).get("worst_abs_error_pct", 0.0)
+    shipped_worst = fitted_read().get("cross_validation", {}).get("worst_abs_error_pct", 0.0)
     own_worst = (doc.get("evidence") or {}).get("loo_worst_abs_pct") or 0.0
     return Evidence(fit_log=fit_log, release_sigma=sigma, ranges=tuple((k, lo, hi) for k, (lo, hi) in ranges.items()),
                     label="fit (the profile's leave-one-out residuals)", source=str(scenario.calibration.profile),
@@ -96,7 +97,7 @@ def chip_factors(generation: str, calibration: Calibration | None = None) -> lis
     if generation == TRN1:
         return []
     calibration = calibration or fitted()
-    doc = fitted_document()              # one read (a deep copy each)
+    doc = fitted_read()              # one read
     ident = doc.get("identifiability", {})
     out = []
     te = calibration.tensor_efficiency
@@ -143,7 +144,7 @@ def factors_for(cluster, pinned: bool = True, ranges: tuple = ()) -> list[Uncert
     `ranges` ((name, low, high), a calibration profile's fitted factors) narrow their factors the same way."""
     gen = cluster.chip.name
     out = chip_factors(gen, cluster.calibration) + for_generation(gen)
-    narrow = dict(fitted_document().get("trn2", {}).get("pinned", {})) if pinned and gen == TRN2 else {}
+    narrow = dict(fitted_read().get("trn2", {}).get("pinned", {})) if pinned and gen == TRN2 else {}
     narrow.update({name: [lo, hi] for name, lo, hi in ranges})
     if not narrow:
         return out
@@ -271,7 +272,7 @@ def _draws(factors: tuple, cal: Calibration, base: float, grid_times: np.ndarray
 def anchor() -> tuple[str, object, float] | None:
     """The published Trainium2 run every Trn2-side factor setting is weighted by: (row, scenario, step s), from
     calibration.json "trn2" (None without one)."""
-    t2 = fitted_document().get("trn2") or {}
+    t2 = fitted_read().get("trn2") or {}
     if "scenario" not in t2:
         return None
     return t2["row"], _anchor_scenario(), float(t2["published_step_s"])
@@ -286,7 +287,7 @@ def _uniform() -> tuple[np.ndarray, str]:
 def _anchor_scenario():
     from .scenario import load_scenario
 
-    return load_scenario(fitted_document()["trn2"]["scenario"])
+    return load_scenario(fitted_read()["trn2"]["scenario"])
 
 
 @lru_cache(maxsize=16)
@@ -407,7 +408,7 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
     mfu = merit.mfu(opslib.model_flops_per_step(scenario), peak, point_s) if point_s > 0 else None
     value = scenario_values(scenario, mfu)
     # off a profile's domain: its own rows'; else the shipped fit's, read once (each read a deep copy)
-    dom = ev.domain if ev.domain is not None else fitted_document().get("domain", {})
+    dom = ev.domain if ev.domain is not None else fitted_read().get("domain", {})
     axes = extrapolated_rows(value, cluster.chip.name, dom)[0]
     low_s, high_s = widen(point_s, half_width(ev, axes, growth_log(value, cluster.chip.name, dom)),
                           fast_log, slow_log)
@@ -423,7 +424,7 @@ def weights_for(factors: tuple, cal: Calibration, profile, generation: str | Non
     """The draws' weights: by the published Trainium2 run under the shipped fit (`_weights`, its settings timed by
     `times`); uniform under a profile's evidence and on a generation no run measured (Trn3 is never more certain
     than what it borrows from)."""
-    unmeasured = generation is not None and generation not in fitted_document().get("domain", {})
+    unmeasured = generation is not None and generation not in fitted_read().get("domain", {})
     return _uniform() if profile is not None or unmeasured else _weights(factors, cal, times)
 
 

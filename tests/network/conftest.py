@@ -10,7 +10,7 @@ def _choices(cluster, op, nbytes, group):
     (each priced with the envelope off, `algorithm_envelope` 0): with the envelope on, the model runs the
     cheapest of these at this size, so faster links may change which one it names but never make it slower."""
     plain = cluster.calibration.network.with_(algorithm_envelope=0.0)
-    fab = timing._fabric_of(cluster)
+    fab = timing.fabric_of(cluster)
     sizes = [float(nbytes)] + timing.breakpoints(fab, op, float(nbytes), group, above=True)
     return {collective_time(cluster, op, s, group, plain)[1] for s in sizes}
 

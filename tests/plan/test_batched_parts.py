@@ -38,3 +38,25 @@ def test_blocks_do_not_change_any_number(dense):
     parts = pd.concat([evaluate_block(dense, None, {p: "batched" for p in steps.PARTS}, table.iloc[lo:lo + 97],
                                       steps.Evaluator(dense)) for lo in range(0, len(table), 97)])
     pd.testing.assert_frame_equal(whole, parts, check_exact=True)
+
+
+def test_one_layout_under_many_calibrations_is_each_row_s_own():
+    """Rows that are one layout under several calibrations (an interval's settings) time the step's comm pieces
+    once for all (`batched_parts._units`); rows of layouts that differ in any column (here the micro-batch) each
+    their own: a table of both, in one evaluation, gives each row what it gives alone."""
+    from ultracluster import load_scenario
+    from ultracluster.layouts.setting_times import layout_step_times, one_step
+    from ultracluster.layouts.space import own_row
+
+    one = one_step(load_scenario("scenarios/mixtral-8x7b-trn2.yaml"))
+    row = own_row(one)
+    rows = pd.DataFrame([row, {**row, "micro_batch": 2 * row["micro_batch"]}])
+    cal = steps.Evaluator(one).calibration
+    cals = [cal, cal.with_(efa_efficiency=0.3), cal.with_(tensor_efficiency=0.5, reduce_step_s=1e-4)]
+    which = np.array([[0, 1, 2], [2, 1, 0]])
+    both = layout_step_times(one, rows, cals, which)
+    settings = [layout_step_times(one, rows.iloc[[i]], cals, which[i:i + 1])[0] for i in range(2)]
+    for i in range(2):
+        for j in range(3):
+            alone = layout_step_times(one, rows.iloc[[i]], [cals[which[i, j]]], np.zeros((1, 1), dtype=int))
+            assert both[i, j] == alone[0, 0] == settings[i][j]

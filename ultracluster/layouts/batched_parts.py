@@ -23,7 +23,8 @@ from ..units import GIB
 from ..replay import comm
 from ..replay.comm import StepComm
 from ..step.hbm import hbm_totals
-from .evaluator import MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Evaluator, calibration_index, layout_scenario
+from .evaluator import (MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Evaluator, SettingsCommTimes,
+                        calibration_index, layout_scenario)
 from .schedules import run_lengths, program_arrays
 
 # ----------------------------------------------------------------------------------------------------------
@@ -94,12 +95,19 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
 
 def _shape_inputs(pr: Evaluator, r) -> tuple:
     """What timing row r's per-rank shape needs (kept per shape across a search's pieces): its shape
-    variables, operators, cluster, recomputation and calibration."""
+    variables, operators, cluster, recomputation and calibration. The variables, operators and recomputation
+    read only the calibration's switches, which an Evaluator's calibrations share: kept once for every
+    calibration of the shape (an interval's settings)."""
     info = pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r))
-    sc = layout_scenario(pr.scenario, r)
     cal = info.cluster.calibration
-    v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
-    return v, opslib.applicable(pr.library, sc, cal), info, opslib.recompute_mode(sc.training), cal
+
+    def alike():
+        sc = layout_scenario(pr.scenario, r)
+        v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
+        return v, opslib.applicable(pr.library, sc, cal), opslib.recompute_mode(sc.training)
+
+    v, ops, rc = pr.memo(("shape-alike", _shape_key(r)[:-1]), alike)
+    return v, ops, info, rc, cal
 
 
 def _saved_bytes(per_key: list[tuple], V: dict[str, np.ndarray]) -> np.ndarray:
@@ -133,8 +141,12 @@ class PipeRows:
 def pipe_rows(pr: Evaluator, table: pd.DataFrame) -> list[PipeRows]:
     model = pr.scenario.model
     out = []
-    for (pp, v), idx in table.groupby(["pp", "virtual_stages"], sort=True).indices.items():
-        pp, v = int(pp), int(v)
+    pps, vs = table["pp"].to_numpy().astype(np.int64), table["virtual_stages"].to_numpy().astype(np.int64)
+    per_pp = int(vs.max()) + 1 if vs.size else 1      # (pp, v) as one integer: its distinct values in (pp, v) order
+    codes, which = np.unique(pps * per_pp + vs, return_inverse=True)
+    for j, code in enumerate(codes.tolist()):
+        idx = np.flatnonzero(which.reshape(-1) == j)
+        pp, v = code // per_pp, code % per_pp
         layers = pr.memo(("layers", pp * v), lambda: np.asarray(stage_layers(model.layers, pp * v), dtype=float))
         tp, ep = table["tp"].to_numpy()[idx], table["ep"].to_numpy()[idx]
         span = int(ep.max()) + 1               # (tp, ep) as one integer: its distinct values in (tp, ep) order
@@ -270,23 +282,24 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
     sharing = pr.shared_last_sends
     if sharing:
         last = np.empty((n, chunks))
-    for a, (i, j) in enumerate(zip(idx.tolist(), js.tolist())):
-        r, k = rows[i], int(srow[i])
-        ck = (r.instance, int(r.instances), int(r.lnc), calibration_index(r))
-        times = pr.comm_times(ck)
+    for a, i, j, k, ck, times in _units(pr, rows, srow, idx, js):
+        r = rows[i]
         cl = times.cluster
         cal = cl.calibration
         tp, cp, v, dp, ep = int(r.tp), int(r.cp), int(r.virtual_stages), int(r.dp), int(r.ep)
         sp, zero = bool(r.sequence_parallel), int(r.zero)
         full[a] = r.recompute == "full"
+        k0 = k if np.ndim(k) == 0 else int(k[0])     # (the settings of one layout share its shape variables)
 
         def in_layer():
-            vk = {name: V[name][k] for name in ("T", "h", "e", "hkv", "d")}
-            return comm.layer_comm(times, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, bool(full[a]),
+            vk = {name: V[name][k0] for name in ("T", "h", "e", "hkv", "d")}
+            return comm.layer_comm(times, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, r.recompute == "full",
                                    comm.hides_tp(cal, par, tp), sh.costs.hide[k])
 
-        layer[:, a] = pr.memo(("layer-comm", ck, sh.keys[k], pp if ep > 1 else 0), in_layer)
-        send_bytes = comm.activation_send_bytes({name: V[name][k] for name in ("T", "h", "e")}, tp, sp)
+        shape_key = sh.keys[k] if np.ndim(k) == 0 else tuple(sh.keys[x] for x in k.tolist())
+        for q, x in enumerate(pr.memo(("layer-comm", ck, shape_key, pp if ep > 1 else 0), in_layer)):
+            layer[q, a] = x
+        send_bytes = comm.activation_send_bytes({name: V[name][k0] for name in ("T", "h", "e")}, tp, sp)
 
         def sends():
             placed = dataclasses.replace(cl, layout=Layout(tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v))
@@ -314,6 +327,26 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
         last = comm.gradient_sends(send)
     return comm.assemble(g.layers, tuple(layer), send, last, (buckets, bucket_s, after, gather, scatter), norm, full,
                          overlap), has
+
+
+def _units(pr: Evaluator, rows, srow: np.ndarray, idx: np.ndarray, js: np.ndarray):
+    """What `batched_comm` times its pieces for: (position, row, group row, shape, memo key, CommTimes) of each
+    row; when every row is one layout under several calibrations (a table with a `cal` column: an interval's
+    settings, `layouts.setting_times`), one unit for all (positions, shapes: arrays; `SettingsCommTimes`, its
+    collectives' seconds with a settings axis), so each piece runs once."""
+    first = rows[int(idx[0])]
+    if idx.size > 1 and hasattr(first, "cal"):
+        pick = [rows[i] for i in idx.tolist()]
+        layout = first._replace(cal=0)          # every column but the calibration
+        if all(r._replace(cal=0) == layout for r in pick):
+            cks = [(r.instance, int(r.instances), int(r.lnc), calibration_index(r)) for r in pick]
+            yield (np.arange(idx.size), int(idx[0]), int(js[0]), srow[idx].astype(np.int64), tuple(cks),
+                   SettingsCommTimes(pr, cks))
+            return
+    for a, (i, j) in enumerate(zip(idx.tolist(), js.tolist())):
+        r = rows[i]
+        ck = (r.instance, int(r.instances), int(r.lnc), calibration_index(r))
+        yield a, i, j, int(srow[i]), ck, pr.comm_times(ck)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from ..cluster.fitted_files import fitted
 from ..memory import capacity_gib
 from ..network import collective_time
 from ..network.collectives import concurrent_time
+from ..network.contention import concurrent_times
+from ..network.timing import collective_times
 from ..replay.comm import CommTimes
 from ..scenario import Scenario
 from ..step import merit
@@ -87,7 +89,7 @@ class ClusterInfo:
 # the memo entries that depend on the keys a stack times a layout by beyond its columns (`stacks.TIMING_KEYS`:
 # the attention kernel and dropout change a shape's operators, TP overlap a layer's exposed collectives): kept per
 # `Evaluator.variant`; every other entry (clusters, collectives, sends, gradient buckets, pipelines, speeds) is shared
-CELL_MEMO = frozenset({"shape", "layer-comm", "training"})
+CELL_MEMO = frozenset({"shape", "shape-alike", "layer-comm", "training", "layout-scenario"})
 
 
 def timing_values(scenario: Scenario) -> tuple:
@@ -130,6 +132,9 @@ class Evaluator:
         self._clusters: dict[tuple, ClusterInfo] = {}
         self._coll: dict[tuple, float] = {}
         self._conc: dict[tuple, float] = {}
+        self._net_ids: dict[tuple, int] = {}       # `network_ids`, and the memos of the settings' collectives by them
+        self._coll_many: dict[tuple, dict[int, float]] = {}
+        self._conc_many: dict[tuple, dict[int, float]] = {}
         self._memo: dict[tuple, Any] = {}          # CELL_MEMO entries: this variant's
         self._shared: dict[tuple, Any] = {}        # the others: every variant's
         self._variants: dict[tuple, Evaluator] = {timing_values(scenario): self}
@@ -172,10 +177,15 @@ class Evaluator:
         """The Cluster of one layout (one actor shard: shards never change a prediction). dp 0: all ranks."""
         row = dict(row) if isinstance(row, dict) else row._asdict()
         cal = self.calibrations[calibration_index(row)]
-        if not row["dp"]:
-            sc = layout_scenario(self.scenario, {**row, "dp": 1})
-            row["dp"] = data_parallel(build_cluster(sc, row["instances"], cal).ranks, row["tp"], row["cp"], row["pp"])
-        sc = layout_scenario(self.scenario, row)
+
+        def scenario():         # the same for every calibration (a cluster's ranks do not depend on one)
+            if not row["dp"]:
+                sc = layout_scenario(self.scenario, {**row, "dp": 1})
+                row["dp"] = data_parallel(build_cluster(sc, row["instances"], cal).ranks, row["tp"], row["cp"],
+                                          row["pp"])
+            return layout_scenario(self.scenario, row)
+
+        sc = self.memo(("layout-scenario", tuple((k, v) for k, v in row.items() if k != "cal")), scenario)
         return build_cluster(sc, int(row["instances"]), cal)
 
     def add_calibrations(self, calibrations) -> np.ndarray:
@@ -216,6 +226,23 @@ class Evaluator:
             t = self._coll[key] = collective_time(self.cluster(*ck).cluster, op, float(nbytes), group, in_graph=True)[0]
         return t
 
+    def collectives(self, nets: list[int], clusters: list, op: str, nbytes: float, group) -> np.ndarray:
+        """`collective` on each of `clusters` (one placement under several calibrations, `network_ids` `nets`),
+        those not memoized timed at once (`network.timing.collective_times`)."""
+        seen = self._coll_many.setdefault((op, float(nbytes), group), {})
+        out = [seen.get(i) for i in nets]
+        miss = [j for j, t in enumerate(out) if t is None]
+        if miss:
+            got = collective_times(clusters if len(miss) == len(clusters) else [clusters[j] for j in miss], op,
+                                   float(nbytes), group, in_graph=True)
+            for j, t in zip(miss, got.tolist()):
+                out[j] = seen[nets[j]] = t
+        return np.array(out)
+
+    def network_ids(self, cks: list[tuple]) -> list[int]:
+        """Each cluster's `_network` as a number, the same for the same (kept by the Evaluator)."""
+        return [self._net_ids.setdefault(self._network(ck), len(self._net_ids)) for ck in cks]
+
     def concurrent_first(self, ck: tuple, transfers: tuple) -> float:
         """`concurrent_time(...)[0]`, memoized."""
         key = (self._network(ck), transfers)
@@ -223,6 +250,19 @@ class Evaluator:
         if t is None:
             t = self._conc[key] = float(concurrent_time(self.cluster(*ck).cluster, list(transfers), in_graph=True)[0])
         return t
+
+    def concurrents_first(self, nets: list[int], clusters: list, transfers: tuple) -> np.ndarray:
+        """`concurrent_first` on each of `clusters` (as `collectives`), those not memoized timed at once
+        (`network.contention.concurrent_times`)."""
+        seen = self._conc_many.setdefault(transfers, {})
+        out = [seen.get(i) for i in nets]
+        miss = [j for j, t in enumerate(out) if t is None]
+        if miss:
+            got = concurrent_times(clusters if len(miss) == len(clusters) else [clusters[j] for j in miss],
+                                   list(transfers), in_graph=True)
+            for j, t in zip(miss, got[:, 0].tolist()):
+                out[j] = seen[nets[j]] = t
+        return np.array(out)
 
     def _network(self, ck: tuple) -> tuple:
         """What a collective's time on cluster `ck` depends on: the cluster and its calibration's collective factors
@@ -256,3 +296,30 @@ class MemoCommTimes(CommTimes):
 
     def shared(self, transfers: tuple) -> float:
         return self.pr.concurrent_first(self.ck, transfers)
+
+
+class SettingsCommTimes(MemoCommTimes):
+    """`MemoCommTimes` of one cluster under several calibrations at once (`cks`: the clusters' keys, which differ
+    only in their calibration): every collective's seconds a [settings] array, so the step's comm's pieces run once
+    for all the settings of one layout (`layouts.batched_parts.batched_comm`)."""
+
+    def __init__(self, pr: Evaluator, cks: list[tuple]):
+        super().__init__(pr, cks[0])
+        self.cks = cks
+        nets = pr.network_ids(cks)
+        first: dict[int, int] = {}          # each distinct network setting's first cluster
+        for i, n in enumerate(nets):
+            first.setdefault(n, i)
+        self.nets = list(first)
+        self.clusters = tuple(pr.cluster(*cks[i]).cluster for i in first.values())
+        order = {n: j for j, n in enumerate(self.nets)}
+        self.back = np.array([order[n] for n in nets]) if len(self.nets) < len(nets) else None
+
+    def _each(self, distinct: np.ndarray) -> np.ndarray:
+        return distinct if self.back is None else distinct[self.back]
+
+    def __call__(self, op: str, nbytes: float, group, name: str | None = None, count: float = 0) -> np.ndarray:
+        return self._each(self.pr.collectives(self.nets, self.clusters, op, nbytes, group))
+
+    def shared(self, transfers: tuple) -> np.ndarray:
+        return self._each(self.pr.concurrents_first(self.nets, self.clusters, transfers))

@@ -10,11 +10,11 @@ from typing import Sequence
 import numpy as np
 
 from ..cluster import Cluster
-from ..fairshare import progressive_filling
+from ..fairshare import progressive_filling_many
 from .calibration import NetworkCalibration
 from .flows import members_and_levels
 from .groups import Group
-from .timing import collective_cost
+from .timing import kept, collective_cost, collective_costs, settings_of
 from .topology import fabric, locate
 
 
@@ -40,46 +40,79 @@ def concurrent_time(cluster: Cluster, transfers: Sequence[tuple[str, float, Grou
         alone, never more than all of them one after the other.
     """
     cal = calibration or cluster.calibration.network
-    fab = fabric(cluster)
-    n = len(transfers)
-    work, other = np.zeros(n), np.zeros(n)
-    usage: list[tuple[np.ndarray, np.ndarray]] = []
-    for i, (op, nbytes, group) in enumerate(transfers):
-        work[i], other[i], prof = collective_cost(cluster, op, nbytes, group, cal, in_graph)
-        if prof.steps and work[i] > 0:
-            res = np.concatenate([s.resource for s in prof.steps])
-            amount = np.concatenate([s.per_byte * s.repeat * float(nbytes) for s in prof.steps])
-            u, inv = np.unique(res, return_inverse=True)
-            usage.append((u, np.bincount(inv, weights=amount, minlength=u.size)))
-        else:
-            usage.append((np.zeros(0, np.int64), np.zeros(0)))
+    costs = [collective_cost(cluster, op, nbytes, group, cal, in_graph) for op, nbytes, group in transfers]
+    return _shared(fabric(cluster), [cal], transfers, [costs])[0]
+
+
+def concurrent_times(clusters: Sequence[Cluster], transfers: Sequence[tuple[str, float, Group]],
+                     in_graph: bool | None = None) -> np.ndarray:
+    """[clusters, transfers] `concurrent_time(c, transfers, in_graph=in_graph)` of each of `clusters`: one
+    placement under several calibrations (an interval's settings), every transfer's costs found at once
+    (`timing.collective_costs`)."""
+    costs = [collective_costs(clusters, op, nbytes, group, in_graph) for op, nbytes, group in transfers]
+    out = np.zeros((len(clusters), len(transfers)))
+    alike: dict[tuple, tuple] = {}     # the settings whose transfers pay the same link loads, on one fabric
+    fabs = [fab for fab, _, _ in settings_of(clusters, *transfers[0][::2], in_graph)] if transfers else []
+    for s, fab in enumerate(fabs):       # (one object per fabric: `settings_of`)
+        alike.setdefault((id(fab), tuple(id(c[s][2]) for c in costs)), (fab, []))[1].append(s)
+    for fab, ss in alike.values():
+        out[ss] = _shared(fab, [clusters[s].calibration.network for s in ss], transfers,
+                          [[c[s] for c in costs] for s in ss])
+    return out
+
+
+def _shared(fab, cals: list[NetworkCalibration], transfers: Sequence[tuple[str, float, Group]],
+            costs: list[list]) -> np.ndarray:
+    """[settings, transfers] `concurrent_time` of transfers under each of `cals`, their `collective_cost`s
+    `costs[setting]` (the same link loads in every setting), all the settings' fair sharing at once
+    (`fairshare.progressive_filling_many`)."""
+    k, n = len(cals), len(transfers)
     if n == 0:
-        return np.zeros(0)
+        return np.zeros((k, 0))
+    work = np.array([[c[0] for c in cs] for cs in costs], dtype=float).reshape(k, n)
+    other = np.array([[c[1] for c in cs] for cs in costs], dtype=float).reshape(k, n)
+    usage = [_usage(cost[2], float(nbytes)) if cost[2].steps else (np.zeros(0, np.int64), np.zeros(0))
+             for (_, nbytes, _), cost in zip(transfers, costs[0])]
     all_res = np.unique(np.concatenate([u for u, _ in usage]))
-    bw = fab.local_bandwidth(cal.neuronlink_efficiency(fab.generation), cal.chip_efficiency,
-                             cal.efa_efficiency)[all_res % fab.resources_per_instance]
-    rate_alone = np.zeros((n, all_res.size))        # bytes/s each transfer puts on each resource when alone
+    bw = fab.local_bandwidths([[cal.chip_efficiency, cal.neuronlink_efficiency(fab.generation), cal.efa_efficiency]
+                               for cal in cals])[:, all_res % fab.resources_per_instance]
+    rate_alone = np.zeros((k, n, all_res.size))     # bytes/s each transfer puts on each resource when alone
     for i, (u, amount) in enumerate(usage):
-        if work[i] > 0:
-            rate_alone[i, np.searchsorted(all_res, u)] = amount / work[i]
-    finish = np.zeros(n)
+        w = work[:, i, None]
+        rate_alone[:, i, np.searchsorted(all_res, u)] = np.where(w > 0, amount / np.where(w > 0, w, 1.0), 0.0)
+    finish = np.zeros((k, n))
     left = work.copy()
     active = left > 0
-    now = 0.0
+    now = np.zeros(k)
+    every = np.arange(k)
     while active.any():
+        run = active.any(axis=1)
         # every active transfer's speed (1 = as fast as alone) rises together until a resource saturates
-        speed = np.zeros(n)
-        speed[active] = progressive_filling(rate_alone[active].T, bw, np.ones(int(active.sum())))
+        speed = np.where(active, progressive_filling_many(np.swapaxes(rate_alone, 1, 2), bw, np.ones((k, n)),
+                                                          active), 0.0)
         dt = np.where(active, left / np.maximum(speed, 1e-300), np.inf)
-        step = float(dt.min())
-        now += step
-        left = np.where(active, left - speed * step, 0.0)
+        now = now + np.where(run, dt.min(axis=1, initial=np.inf), 0.0)
+        left = np.where(active, left - speed * np.where(run, dt.min(axis=1, initial=np.inf), 0.0)[:, None], 0.0)
         done = active & (left <= work * 1e-9)
-        done[int(np.argmin(dt))] = True
-        finish[done & active] = now
+        done[every[run], np.argmin(dt, axis=1)[run]] = True
+        finish = np.where(done & active, now[:, None], finish)
         active &= ~done
     return finish + other
 
+
+# the resources a collective's link loads use and the bytes it moves on each, by the link loads' identity (the
+# entry holding them) and size
+_USAGE: dict[tuple, tuple] = {}
+
+
+def _usage(prof, nbytes: float) -> tuple[np.ndarray, np.ndarray]:
+    def make():
+        res = np.concatenate([s.resource for s in prof.steps])
+        amount = np.concatenate([s.per_byte * s.repeat * nbytes for s in prof.steps])
+        u, inv = np.unique(res, return_inverse=True)
+        return prof, (u, np.bincount(inv, weights=amount, minlength=u.size))
+
+    return kept(_USAGE, (id(prof), nbytes), make, 4096)[1]
 
 
 def busbw_limit_bytes_per_s(cluster: Cluster, group: Group) -> float:

@@ -69,29 +69,36 @@ class TableCosts:
     launch: np.ndarray
 
     def times(self, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(bandwidth seconds, other seconds) of every row with per-row buffers `nbytes` (see `table_times`)."""
-        rows, r = self.launch.size, self.row
+        """(bandwidth seconds, other seconds) of every row with per-row buffers `nbytes` (see `table_times`);
+        [settings, rows] when the costs have a settings axis (`table_costs` of several calibrations)."""
+        rows, r = self.launch.shape[-1], self.row
         b = np.asarray(nbytes, dtype=float)[r] * self.per_byte
         lat, n = self.lat, self.repeat
         total = np.where(self.pipelined, b + lat + (n - 1) * np.maximum(b, lat), n * (b + lat))
-        # per row, its steps' sums in step order (`np.bincount` adds as `np.add.at` does, in a tenth of the time)
-        busy = np.bincount(r, weights=n * b, minlength=rows)
-        whole = np.bincount(r, weights=total, minlength=rows)
+        # per row, its steps' sums in step order (`np.bincount` adds as `np.add.at` does, in a tenth of the time);
+        # each setting's rows bins of their own
+        at = r if b.ndim == 1 else (r + rows * np.arange(b.shape[0])[:, None]).ravel()
+        busy = np.bincount(at, weights=(n * b).ravel(), minlength=b.size // r.size * rows).reshape(self.launch.shape)
+        whole = np.bincount(at, weights=total.ravel(), minlength=b.size // r.size * rows).reshape(self.launch.shape)
         return busy, whole - busy + self.launch
 
 
-def table_costs(table: StepTable, cal: NetworkCalibration) -> TableCosts:
-    """The size-independent part of `table_times`."""
-    rows = table.spans_efa.size
-    r = table.row
-    link_eff = np.array([cal.neuronlink_efficiency(g) for g in table.generation], dtype=float).reshape(rows)
-    eff = np.stack([np.full(r.size, cal.chip_efficiency), link_eff[r], np.full(r.size, cal.efa_efficiency)],
-                   axis=1)
-    fixed = np.where(table.spans_efa[r], cal.efa_step_s, np.where(table.reduce, cal.reduce_step_s, 0.0))
+def table_costs(table: StepTable, cal: NetworkCalibration | tuple[NetworkCalibration, ...]) -> TableCosts:
+    """The size-independent part of `table_times`; of several calibrations (a tuple), with a leading settings
+    axis (each setting's numbers as one calibration's)."""
+    rows, r, cals = table.spans_efa.size, table.row, (cal if isinstance(cal, tuple) else (cal,))
+    k = len(cals)
+    col = lambda f: np.array([f(c) for c in cals], dtype=float)[:, None]     # noqa: E731  ([settings, 1])
+    link_eff = np.array([[c.neuronlink_efficiency(g) for g in table.generation] for c in cals]).reshape(k, rows)
+    eff = np.stack([np.broadcast_to(col(lambda c: c.chip_efficiency), (k, r.size)), link_eff[:, r],
+                    np.broadcast_to(col(lambda c: c.efa_efficiency), (k, r.size))], axis=2)
+    fixed = np.where(table.spans_efa[r], col(lambda c: c.efa_step_s),
+                     np.where(table.reduce, col(lambda c: c.reduce_step_s), 0.0))
     has = np.bincount(r, minlength=rows) > 0
-    launch = np.array([cal.launch_s(g) for g in table.generation], dtype=float).reshape(rows) * has
-    return TableCosts(row=r, per_byte=(table.tier_max / eff).max(axis=1), lat=table.latency_s + fixed,
-                      repeat=table.repeat, pipelined=table.pipelined, launch=launch)
+    launch = np.array([[c.launch_s(g) for g in table.generation] for c in cals], dtype=float).reshape(k, rows) * has
+    one = (lambda a: a) if isinstance(cal, tuple) else (lambda a: a[0])
+    return TableCosts(row=r, per_byte=one((table.tier_max / eff).max(axis=2)), lat=one(table.latency_s + fixed),
+                      repeat=table.repeat, pipelined=table.pipelined, launch=one(launch))
 
 
 def table_times(table: StepTable, nbytes: np.ndarray, cal: NetworkCalibration) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +110,7 @@ def table_times(table: StepTable, nbytes: np.ndarray, cal: NetworkCalibration) -
     return table_costs(table, cal).times(nbytes)
 
 
-def _kept(store: dict, key, make, limit: int = 1 << 16):
+def kept(store: dict, key, make, limit: int = 1 << 16):
     """`store[key]`, made by `make()` the first time; a store at `limit` entries starts again empty. An entry
     keyed by objects' identities holds those objects, so an identity is not reused while it is there."""
     hit = store.get(key)
@@ -123,8 +130,8 @@ _COSTS_MAX = 8192
 
 def _link_loads_costs(profs: list[LinkLoads], cal: NetworkCalibration) -> TableCosts:
     ids = tuple(map(id, profs))
-    table = _kept(_TABLES, ids, lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
-    return _kept(_COSTS, (ids, cal), lambda: (tuple(profs), table_costs(table, cal)), _COSTS_MAX)[1]
+    table = kept(_TABLES, ids, lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
+    return kept(_COSTS, (ids, cal), lambda: (tuple(profs), table_costs(table, cal)), _COSTS_MAX)[1]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -223,22 +230,27 @@ def _setting(cluster: Cluster, op: str, group: Group, calibration: NetworkCalibr
              in_graph: bool | None) -> tuple[Fabric, NetworkCalibration, float]:
     """(fabric, calibration with the in-graph launch cap where it applies, in-graph sync seconds), the group
     checked against the fabric."""
-    cal = calibration or cluster.calibration.network
+    fab = fabric_of(cluster)
+    check_collective(op, group, fab)
+    return (fab, *_graph_setting(calibration or cluster.calibration.network, group, in_graph, fab.generation))
+
+
+def _graph_setting(cal: NetworkCalibration, group: Group, in_graph: bool | None,
+                   generation: str) -> tuple[NetworkCalibration, float]:
+    """(calibration with the in-graph launch cap where it applies, in-graph sync seconds) of `_setting`."""
     sync = 0.0
     if group.together if in_graph is None else in_graph:
         cal = _in_graph(cal)
         sync = 1.0                       # the graph's hand-off to the collective cores and back
-    fab = _fabric_of(cluster)
-    check_collective(op, group, fab)
-    return fab, cal, sync * cal.sync_s(fab.generation)
+    return cal, sync * cal.sync_s(generation)
 
 
 # the Fabric of a Cluster (frozen) by its identity, the entry holding its cluster
 _FABRICS: dict[int, tuple[Cluster, Fabric]] = {}
 
 
-def _fabric_of(cluster: Cluster) -> Fabric:
-    return _kept(_FABRICS, id(cluster), lambda: (cluster, fabric(cluster)), 1024)[1]
+def fabric_of(cluster: Cluster) -> Fabric:
+    return kept(_FABRICS, id(cluster), lambda: (cluster, fabric(cluster)), 1024)[1]
 
 
 @functools.lru_cache(maxsize=64)
@@ -259,7 +271,7 @@ def _canonical(fab: Fabric, group: Group) -> tuple[Fabric, Group]:
 def placed_alike(cluster: Cluster, group: Group) -> Group:
     """`group` moved to the cluster's first instances (`_canonical`): every collective over it costs what it costs
     over `group`, so groups with the same `placed_alike` need timing once."""
-    return _canonical(_fabric_of(cluster), group)[1]
+    return _canonical(fabric_of(cluster), group)[1]
 
 
 # (fabric, op, bytes, group, calibration) in canonical place (`_canonical`) -> (bandwidth s, other s, algorithm);
@@ -276,7 +288,7 @@ def _seconds(fab: Fabric, op: str, nbytes: float, group: Group, cal: NetworkCali
         busy, other, prof = _timed(fab, op, nbytes, group, cal)
         return busy, other, prof.algorithm
 
-    return _kept(_SECONDS, (fab, op, nbytes, group, cal), timed)
+    return kept(_SECONDS, (fab, op, nbytes, group, cal), timed)
 
 
 def _compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool) -> tuple[list[LinkLoads], np.ndarray]:
@@ -292,7 +304,7 @@ def _compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool)
             profs = [_link_loads_at(fab, op, n, group) for n in sizes[:-1]] + [link_loads(fab, op, nbytes, group)]
         return profs, np.array(sizes)
 
-    return _kept(_COMPARED, (fab, op, nbytes, group, envelope), find)
+    return kept(_COMPARED, (fab, op, nbytes, group, envelope), find)
 
 
 # (fabric, op, group, calibration, size class) -> (the link loads compared, the other sizes, their TableCosts): what
@@ -315,7 +327,7 @@ def _class_costs(fab: Fabric, op: str, nbytes: float, group: Group,
     if hit is None:
         profs, sizes = _compared(fab, op, nbytes, group, cal.algorithm_envelope)
         others = sizes[1:] if cal.algorithm_envelope else sizes[:-1]
-        hit = _kept(_CLASSES, key, lambda: (profs, others.tolist(), _link_loads_costs(profs, cal)), _COSTS_MAX)
+        hit = kept(_CLASSES, key, lambda: (profs, others.tolist(), _link_loads_costs(profs, cal)), _COSTS_MAX)
     profs, others, costs = hit
     return profs, np.array([nbytes] + others if cal.algorithm_envelope else others + [nbytes]), costs
 
@@ -325,15 +337,18 @@ def _timed(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -
     found = _class_costs(fab, op, nbytes, group, cal)
     if found is None:
         profs, sizes = _compared(fab, op, nbytes, group, cal.algorithm_envelope)
-        costs = _link_loads_costs(profs, cal)
-    else:
-        profs, sizes, costs = found
-    busy, other = costs.times(sizes)
-    if cal.algorithm_envelope:
+        found = profs, sizes, _link_loads_costs(profs, cal)
+    profs, sizes, costs = found
+    return _chosen(*costs.times(sizes), profs, bool(cal.algorithm_envelope))
+
+
+def _chosen(busy: np.ndarray, other: np.ndarray, profs: list, envelope: bool) -> tuple[float, float, LinkLoads]:
+    """(bandwidth s, other s, link loads) of the size compared (`_compared`'s, timed) that a collective pays."""
+    if envelope:
         best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper
         return float(busy[best]), float(other[best]), profs[best]
     total = busy + other
-    floor = float(total[:-1].max()) if len(sizes) > 1 else 0.0
+    floor = float(total[:-1].max()) if len(busy) > 1 else 0.0
     return float(busy[-1]), float(other[-1]) + max(0.0, floor - float(total[-1])), profs[-1]
 
 
@@ -371,3 +386,75 @@ def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,
         return 0.0, "none"
     busy, other, alg = _seconds(fab, op, float(nbytes), group, cal)
     return busy + (other + sync), alg
+
+
+def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
+                     in_graph: bool | None = None) -> np.ndarray:
+    """`collective_time(c, op, nbytes, group, in_graph=in_graph)[0]` of each of `clusters` (one placement under an
+    interval's settings), those not timed yet costed at once (the link loads compared are the same for all)."""
+    out, nbytes = np.zeros(len(clusters)), float(nbytes)
+    todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
+    last: tuple = (None, None)     # the last fabric and the group's canonical place on it
+    for i, (fab, cal, sync) in enumerate(settings_of(clusters, op, group, in_graph)):
+        if group.ranks <= 1 or nbytes <= 0:
+            continue
+        if fab is not last[0]:
+            last = (fab, _canonical(fab, group))
+        fab, placed = last[1]
+        hit = _SECONDS.get((fab, op, nbytes, placed, cal))
+        if hit is None:      # (by identities: `settings_of` gives one object per fabric, `_in_graph` per setting)
+            todo.setdefault((id(fab), bool(cal.algorithm_envelope)), (fab, placed, []))[2].append((i, cal, sync))
+        else:
+            out[i] = hit[0] + (hit[1] + sync)
+    for (_, envelope), (fab, placed, items) in todo.items():
+        cals = tuple({id(cal): cal for _, cal, _ in items}.values())
+        seconds = {id(cal): kept(_SECONDS, (fab, op, nbytes, placed, cal), lambda b=b, o=o, p=p: (b, o, p.algorithm))
+                   for cal, (b, o, p) in zip(cals, _costs_of(fab, op, nbytes, placed, cals, envelope))}
+        for i, cal, sync in items:
+            out[i] = seconds[id(cal)][0] + (seconds[id(cal)][1] + sync)
+    return out
+
+
+def collective_costs(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
+                     in_graph: bool | None = None) -> list[tuple[float, float, LinkLoads]]:
+    """`collective_cost(c, op, nbytes, group, in_graph=in_graph)` of each of `clusters` (as `collective_times`)."""
+    out: list = [None] * len(clusters)
+    nbytes = float(nbytes)
+    todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
+    for i, (fab, cal, sync) in enumerate(settings_of(clusters, op, group, in_graph)):
+        if group.ranks <= 1 or nbytes <= 0:
+            out[i] = (0.0, 0.0, LinkLoads((), "none", group.ranks, fab.generation))
+        else:
+            todo.setdefault((id(fab), bool(cal.algorithm_envelope)), (fab, []))[1].append((i, cal, sync))
+    for (_, envelope), (fab, items) in todo.items():
+        cals = tuple({id(cal): cal for _, cal, _ in items}.values())
+        got = dict(zip(map(id, cals), _costs_of(fab, op, nbytes, group, cals, envelope)))
+        for i, cal, sync in items:
+            out[i] = (got[id(cal)][0], got[id(cal)][1] + sync, got[id(cal)][2])
+    return out
+
+
+def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
+                 in_graph: bool | None) -> list[tuple[Fabric, NetworkCalibration, float]]:
+    """(fabric, calibration as timed, in-graph sync s) of each of `clusters` (`_setting`), kept by the sequence's
+    identity (an interval's settings ask for each of their collectives); the collective checked on each fabric."""
+    def make():
+        fabs: dict[Fabric, Fabric] = {}       # one object per distinct fabric (the same, mostly)
+        return clusters, [(fab, *_graph_setting(cl.calibration.network, group, in_graph, fab.generation))
+                          for cl in clusters for fab in (fabs.setdefault(fabric_of(cl), fabric_of(cl)),)]
+
+    out = kept(_SETTINGS, (id(clusters), group.together if in_graph is None else in_graph), make, 256)[1]
+    for fab in {id(f): f for f, _, _ in out}.values():
+        check_collective(op, group, fab)
+    return out
+
+
+_SETTINGS: dict[tuple, tuple] = {}       # `settings_of`, by the clusters' identity (the entry holding them)
+
+
+def _costs_of(fab: Fabric, op: str, nbytes: float, group: Group, cals: tuple, envelope: bool) -> list[tuple]:
+    """`_timed` of one collective under each of `cals` (one `algorithm_envelope`), in one `table_costs`."""
+    profs, sizes = _compared(fab, op, nbytes, group, envelope)
+    table = kept(_TABLES, tuple(map(id, profs)), lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
+    busy, other = table_costs(table, cals).times(sizes)
+    return [_chosen(busy[c], other[c], profs, envelope) for c in range(len(cals))]

@@ -140,6 +140,10 @@ class Fabric:
             np.full(2 * n, self.nic_bytes_per_s * efa_efficiency),
         ])
 
+    def local_bandwidths(self, efficiencies: np.ndarray) -> np.ndarray:
+        """[settings, resources_per_instance] `local_bandwidth` under each row of `efficiencies` [settings, 3] (a
+        tier's achieved fraction: chip, NeuronLink and Z, EFA), the same products."""
+        return self.local_bandwidth() * np.asarray(efficiencies, dtype=float)[:, self.local_tiers()]
 
     def port_slot_bytes_per_s(self) -> np.ndarray:
         """[PORTS] raw bandwidth of a chip's 4 port slots (torus: +x, -x, +y, -y; switched: level-1 out and

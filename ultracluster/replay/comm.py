@@ -87,7 +87,9 @@ class CommTimes:
         for b in sizes.ravel().tolist():
             if b not in seen:
                 seen[b] = self(op, b, group)
-        return np.array([seen[b] for b in sizes.ravel().tolist()], dtype=float).reshape(sizes.shape)
+        out = np.array([seen[b] for b in sizes.ravel().tolist()], dtype=float)
+        # a times with a settings axis (`layouts.batched_parts`' one layout under many calibrations): [settings, ...]
+        return out.reshape(sizes.shape) if out.ndim == 1 else np.moveaxis(out, 1, 0).reshape((-1,) + sizes.shape)
 
     def shared(self, transfers: tuple) -> float:
         """Seconds of the first of `transfers` ((op, bytes, group), ...) run at once, sharing links."""
@@ -130,9 +132,10 @@ def layer_comm(times: CommTimes, cluster: Cluster, tp: int, cp: int, pp: int, ep
     # collectives in parallel to compute): only what outlasts the matmul is exposed. Forward collectives feed
     # the next matmul and stay exposed.
     if overlap:
-        h = np.asarray(hide, dtype=float)
-        h = np.concatenate([h, np.zeros(max(0, 2 - h.size))])[:2]
-        bwd_exposed = 2 * block_exposed + float(np.maximum(block_hideable - h, 0.0).sum())
+        h = np.asarray(hide, dtype=float)      # [2], or [settings, 2] with a settings axis (`CommTimes.many`)
+        h = np.concatenate([h, np.zeros(h.shape[:-1] + (max(0, 2 - h.shape[-1]),))], axis=-1)[..., :2]
+        exposed = np.maximum(np.asarray(block_hideable)[..., None] - h, 0.0).sum(axis=-1)
+        bwd_exposed = 2 * block_exposed + (float(exposed) if exposed.ndim == 0 else exposed)
     else:
         bwd_exposed = 2 * (block_exposed + block_hideable)
     # context parallel: ring attention passes each rank's K/V block to the next cp rank, cp - 1 times per
@@ -173,8 +176,9 @@ def pipeline_sends(times: CommTimes, cluster: Cluster, send_bytes: float, chunks
         seconds.append(times("send_recv", send_bytes, grp, "pp", 2 * m if s == 0 else 0) if alike[s] == s
                        else seconds[alike[s]])
     groups = tuple(pairs[c % pp] for c in range(chunks - 1))
-    send_fwd = np.zeros(chunks)
-    send_fwd[:chunks - 1] = [seconds[c % pp] for c in range(chunks - 1)]
+    send_fwd = np.zeros(np.shape(seconds[0] if seconds else 0.0) + (chunks,))     # ([settings,] chunks)
+    if chunks > 1:
+        send_fwd[..., :chunks - 1] = np.stack([seconds[c % pp] for c in range(chunks - 1)], axis=-1)
     return groups, send_fwd
 
 
@@ -264,9 +268,9 @@ def last_sends(times: CommTimes, cluster: Cluster, send_fwd: np.ndarray, send_by
         dpg = group_of(cluster, dp, stride)
         reduce_op = "reduce_scatter" if opslib.sharding(training).optimizer else "all_reduce"
         g_bytes = opslib.grad_bytes(training)
-        for c in range(1, send_bwd.size):
-            if send_bwd[c] > 0:
-                last[c] = times.shared((("send_recv", float(send_bytes), groups[c - 1]),
+        for c in range(1, send_bwd.shape[-1]):
+            if np.any(send_bwd[..., c] > 0):       # (with a settings axis: every setting's, or none)
+                last[..., c] = times.shared((("send_recv", float(send_bytes), groups[c - 1]),
                                         (reduce_op, float(dense[c] * g_bytes / buckets[c]), dpg)))
     return last
 
@@ -367,6 +371,8 @@ def ring_hops(cluster: Cluster, tp: int, cp: int) -> tuple[Group, ...]:
 def _slowest_hop(times: CommTimes, hops: tuple[Group, ...], nbytes: float, count: float) -> float:
     """Seconds of one ring step: `nbytes` over the slowest of `hops`, which is recorded (`count` per step)."""
     secs = [times("send_recv", nbytes, g) for g in hops]
+    if np.ndim(secs[0]):       # a settings axis: each setting's slowest hop (nothing recorded)
+        return np.max(np.stack(secs), axis=0)
     return times("send_recv", nbytes, hops[int(np.argmax(secs))], "cp", count)
 
 
