@@ -254,8 +254,24 @@ class LayerCosts:
     head_flops: np.ndarray
 
 
+LAYER_WORK = (("layer", "forward"), ("layer", "backward"), ("embedding", "forward"), ("embedding", "backward"),
+              ("head", "forward"), ("head", "backward"))
+
+
+def layer_work(ops, v: dict[str, np.ndarray]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """The engine work `layer_costs` times, by (where, phase): `operators.evaluate` of K shapes (no calibration's
+    rates in it: shapes timed under many calibrations can share it, `at_shapes`)."""
+    return {wp: opslib.evaluate(ops, *wp, v) for wp in LAYER_WORK}
+
+
+def at_shapes(work: dict[tuple[str, str], dict[str, np.ndarray]], k: np.ndarray) -> dict:
+    """`layer_work` of shapes k [K] of the shapes it was evaluated at: their columns (the operators' own arrays as
+    they are)."""
+    return {wp: {n: a[:, k] if a.ndim == 2 else a for n, a in w.items()} for wp, w in work.items()}
+
+
 def layer_costs(ops, v: dict[str, np.ndarray], rates: RankRates, recompute: np.ndarray, overhead: np.ndarray,
-                flash_attention: bool) -> LayerCosts:
+                flash_attention: bool, work: dict | None = None) -> LayerCosts:
     """Time the layer, embedding and head kernels of K shapes at once (one `evaluate` per where and phase).
 
     Args:
@@ -263,10 +279,13 @@ def layer_costs(ops, v: dict[str, np.ndarray], rates: RankRates, recompute: np.n
         recompute: [K] "none", "selective", "selective_mlp" (`operators.recompute_mode`) or "full"; overhead: [K] `Calibration.layer_overhead_s`.
         flash_attention: the calibration's switch (the flash kernel's backward recomputes the scores itself,
             so selective recomputation does not run the attention core twice).
+        work: `layer_work(ops, v)` when the caller has it.
     """
+    works = layer_work(ops, v) if work is None else work
+
     def kernels(where: str, phase: str):
-        work = opslib.evaluate(ops, where, phase, v)
-        return op_seconds(work, rates, v["e"], v["w"], phase), work
+        w = works[(where, phase)]
+        return op_seconds(w, rates, v["e"], v["w"], phase), w
 
     lf, wf = kernels("layer", "forward")
     lb, wb = kernels("layer", "backward")

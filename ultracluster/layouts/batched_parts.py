@@ -83,7 +83,8 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
     V = {name: np.array([pk[0][name] for pk in per_key], dtype=float) for name in per_key[0][0]}
     R = chip.stack_rates([pk[2].rates for pk in per_key])
     costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
-                             np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention)
+                             np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention,
+                             _shared_work(pr, keys, V, ops) if "cal" in table.columns else None)
     saved = _saved_bytes(per_key, V)
     bad = None
     if pr.scenario.operators:   # a scenario's own expressions may go bad at shapes other than its own
@@ -91,6 +92,17 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
         bad = [w if f else None for f, w in zip(flags.tolist(), why)]
     return Shapes(keys=keys, costs=costs, saved_layer=saved[:, 0], saved_emb=saved[:, 1], saved_head=saved[:, 2],
                   working=saved[:, 3], variables=V, rates=R, ops=tuple(ops), bad=bad), srow
+
+
+def _shared_work(pr: Evaluator, keys: list, V: dict[str, np.ndarray], ops) -> dict:
+    """`chip.layer_work` of shapes `keys` under a calibration per row: evaluated once per shape alike
+    (`_shape_inputs`: the same variables and operators under every calibration) and kept for the Evaluator's next
+    settings (an interval makes two evaluations)."""
+    alike = {}
+    k = np.array([alike.setdefault(key[:-1], len(alike)) for key in keys], dtype=np.int64)
+    firsts = np.unique(k, return_index=True)[1]
+    work = pr.memo(("layer-work", tuple(alike)), lambda: chip.layer_work(ops, {n: a[firsts] for n, a in V.items()}))
+    return chip.at_shapes(work, k)
 
 
 def _shape_inputs(pr: Evaluator, r) -> tuple:
