@@ -18,7 +18,7 @@ from ..memory import capacity_gib
 from ..network import collective_time
 from ..network.collectives import concurrent_time
 from ..network.contention import concurrent_times
-from ..network.timing import collective_times
+from ..network.settings import collective_times
 from ..replay.comm import CommTimes
 from ..scenario import Scenario
 from ..step import merit
@@ -228,7 +228,7 @@ class Evaluator:
 
     def collectives(self, nets: list[int], clusters: list, op: str, nbytes: float, group) -> np.ndarray:
         """`collective` on each of `clusters` (one placement under several calibrations, `network_ids` `nets`),
-        those not memoized timed at once (`network.timing.collective_times`)."""
+        those not memoized timed at once (`network.settings.collective_times`)."""
         seen = self._coll_many.setdefault((op, float(nbytes), group), {})
         out = [seen.get(i) for i in nets]
         miss = [j for j, t in enumerate(out) if t is None]

@@ -14,7 +14,8 @@ from ..fairshare import progressive_filling_many
 from .calibration import NetworkCalibration
 from .flows import members_and_levels
 from .groups import Group
-from .timing import kept, collective_cost, collective_costs, settings_of
+from .settings import collective_costs, settings_of
+from .timing import kept, collective_cost
 from .topology import fabric, locate
 
 
@@ -48,7 +49,7 @@ def concurrent_times(clusters: Sequence[Cluster], transfers: Sequence[tuple[str,
                      in_graph: bool | None = None) -> np.ndarray:
     """[clusters, transfers] `concurrent_time(c, transfers, in_graph=in_graph)` of each of `clusters`: one
     placement under several calibrations (an interval's settings), every transfer's costs found at once
-    (`timing.collective_costs`)."""
+    (`settings.collective_costs`)."""
     costs = [collective_costs(clusters, op, nbytes, group, in_graph) for op, nbytes, group in transfers]
     out = np.zeros((len(clusters), len(transfers)))
     alike: dict[tuple, tuple] = {}     # the settings whose transfers pay the same link loads, on one fabric

@@ -124,14 +124,14 @@ def kept(store: dict, key, make, limit: int = 1 << 16):
 # The TableCosts of the link loads one collective compares (`_timed`), by the link loads' identities (cached by
 # `flows.link_loads`) and calibration; the StepTables of those link loads, whatever the calibrations that cost them.
 _COSTS: dict[tuple, tuple[tuple[LinkLoads, ...], TableCosts]] = {}
-_TABLES: dict[tuple, tuple[tuple[LinkLoads, ...], StepTable]] = {}
-_COSTS_MAX = 8192
+TABLES: dict[tuple, tuple[tuple[LinkLoads, ...], StepTable]] = {}
+COSTS_MAX = 8192
 
 
 def _link_loads_costs(profs: list[LinkLoads], cal: NetworkCalibration) -> TableCosts:
     ids = tuple(map(id, profs))
-    table = kept(_TABLES, ids, lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
-    return kept(_COSTS, (ids, cal), lambda: (tuple(profs), table_costs(table, cal)), _COSTS_MAX)[1]
+    table = kept(TABLES, ids, lambda: (tuple(profs), step_table(profs)), COSTS_MAX)[1]
+    return kept(_COSTS, (ids, cal), lambda: (tuple(profs), table_costs(table, cal)), COSTS_MAX)[1]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -232,10 +232,10 @@ def _setting(cluster: Cluster, op: str, group: Group, calibration: NetworkCalibr
     checked against the fabric."""
     fab = fabric_of(cluster)
     check_collective(op, group, fab)
-    return (fab, *_graph_setting(calibration or cluster.calibration.network, group, in_graph, fab.generation))
+    return (fab, *graph_setting(calibration or cluster.calibration.network, group, in_graph, fab.generation))
 
 
-def _graph_setting(cal: NetworkCalibration, group: Group, in_graph: bool | None,
+def graph_setting(cal: NetworkCalibration, group: Group, in_graph: bool | None,
                    generation: str) -> tuple[NetworkCalibration, float]:
     """(calibration with the in-graph launch cap where it applies, in-graph sync seconds) of `_setting`."""
     sync = 0.0
@@ -259,7 +259,7 @@ def _unsized(fab: Fabric) -> Fabric:
     return dataclasses.replace(fab, instances=0)
 
 
-def _canonical(fab: Fabric, group: Group) -> tuple[Fabric, Group]:
+def canonical_place(fab: Fabric, group: Group) -> tuple[Fabric, Group]:
     """The same collective moved to the cluster's first instances: the fabric repeats itself every instance
     (every UltraServer on an UltraServer fabric), so a group shifted by whole periods costs the same (its
     link loads' resources move with it; only `collective_time`'s seconds and algorithm are read from it)."""
@@ -269,29 +269,29 @@ def _canonical(fab: Fabric, group: Group) -> tuple[Fabric, Group]:
 
 
 def placed_alike(cluster: Cluster, group: Group) -> Group:
-    """`group` moved to the cluster's first instances (`_canonical`): every collective over it costs what it costs
-    over `group`, so groups with the same `placed_alike` need timing once."""
-    return _canonical(fabric_of(cluster), group)[1]
+    """`group` moved to the cluster's first instances (`canonical_place`): every collective over it costs what it
+    costs over `group`, so groups with the same `placed_alike` need timing once."""
+    return canonical_place(fabric_of(cluster), group)[1]
 
 
-# (fabric, op, bytes, group, calibration) in canonical place (`_canonical`) -> (bandwidth s, other s, algorithm);
+# (fabric, op, bytes, group, calibration) in canonical place (`canonical_place`) -> (bandwidth s, other s, algorithm);
 # (fabric, op, bytes, group, envelope) -> what `_timed` compares
-_SECONDS: dict[tuple, tuple[float, float, str]] = {}
+SECONDS: dict[tuple, tuple[float, float, str]] = {}
 _COMPARED: dict[tuple, tuple[list[LinkLoads], np.ndarray]] = {}
 
 
 def _seconds(fab: Fabric, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -> tuple[float, float, str]:
     """`_timed`'s seconds and algorithm of the collective in canonical place, memoized."""
-    fab, group = _canonical(fab, group)
+    fab, group = canonical_place(fab, group)
 
     def timed() -> tuple[float, float, str]:
         busy, other, prof = _timed(fab, op, nbytes, group, cal)
         return busy, other, prof.algorithm
 
-    return kept(_SECONDS, (fab, op, nbytes, group, cal), timed)
+    return kept(SECONDS, (fab, op, nbytes, group, cal), timed)
 
 
-def _compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool) -> tuple[list[LinkLoads], np.ndarray]:
+def compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool) -> tuple[list[LinkLoads], np.ndarray]:
     """(link loads, sizes) a collective of `nbytes` compares: its own and those just over the later switches
     (envelope), or those just under the earlier ones and its own (the floor). They do not depend on the
     calibration's numbers, so a search timing one collective at many calibrations finds them once."""
@@ -308,15 +308,15 @@ def _compared(fab: Fabric, op: str, nbytes: float, group: Group, envelope: bool)
 
 
 # (fabric, op, group, calibration, size class) -> (the link loads compared, the other sizes, their TableCosts): what
-# `_compared` finds and `_link_loads_costs` costs is the same for every size on the same side of each of Neuron's
+# `compared` finds and `_link_loads_costs` costs is the same for every size on the same side of each of Neuron's
 # switches (`breakpoints`' edges and each stage's: `selection.size_class`), so a search's sizes share it
 _CLASSES: dict[tuple, tuple[list[LinkLoads], list[float], TableCosts]] = {}
 
 
 def _class_costs(fab: Fabric, op: str, nbytes: float, group: Group,
                  cal: NetworkCalibration) -> tuple[list[LinkLoads], np.ndarray, TableCosts] | None:
-    """`_compared`'s link loads and sizes and their TableCosts at `cal`, kept per size class; None where the stages
-    cannot be split at every size (`_fractions`), which `_compared` finds per size."""
+    """`compared`'s link loads and sizes and their TableCosts at `cal`, kept per size class; None where the stages
+    cannot be split at every size (`_fractions`), which `compared` finds per size."""
     fr = _fractions(fab, op, group)
     if fr is None:
         return None
@@ -325,9 +325,9 @@ def _class_costs(fab: Fabric, op: str, nbytes: float, group: Group,
     key = (fab, op, group, cal, tuple(edge > nbytes for edge, _, _ in edges), size_class(op, nbytes, lv))
     hit = _CLASSES.get(key)
     if hit is None:
-        profs, sizes = _compared(fab, op, nbytes, group, cal.algorithm_envelope)
+        profs, sizes = compared(fab, op, nbytes, group, cal.algorithm_envelope)
         others = sizes[1:] if cal.algorithm_envelope else sizes[:-1]
-        hit = kept(_CLASSES, key, lambda: (profs, others.tolist(), _link_loads_costs(profs, cal)), _COSTS_MAX)
+        hit = kept(_CLASSES, key, lambda: (profs, others.tolist(), _link_loads_costs(profs, cal)), COSTS_MAX)
     profs, others, costs = hit
     return profs, np.array([nbytes] + others if cal.algorithm_envelope else others + [nbytes]), costs
 
@@ -336,14 +336,14 @@ def _timed(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -
     """(bandwidth seconds, other seconds, link loads) of one collective at its size, before any in-graph sync."""
     found = _class_costs(fab, op, nbytes, group, cal)
     if found is None:
-        profs, sizes = _compared(fab, op, nbytes, group, cal.algorithm_envelope)
+        profs, sizes = compared(fab, op, nbytes, group, cal.algorithm_envelope)
         found = profs, sizes, _link_loads_costs(profs, cal)
     profs, sizes, costs = found
-    return _chosen(*costs.times(sizes), profs, bool(cal.algorithm_envelope))
+    return chosen(*costs.times(sizes), profs, bool(cal.algorithm_envelope))
 
 
-def _chosen(busy: np.ndarray, other: np.ndarray, profs: list, envelope: bool) -> tuple[float, float, LinkLoads]:
-    """(bandwidth s, other s, link loads) of the size compared (`_compared`'s, timed) that a collective pays."""
+def chosen(busy: np.ndarray, other: np.ndarray, profs: list, envelope: bool) -> tuple[float, float, LinkLoads]:
+    """(bandwidth s, other s, link loads) of the size compared (`compared`'s, timed) that a collective pays."""
     if envelope:
         best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper
         return float(busy[best]), float(other[best]), profs[best]
@@ -386,75 +386,3 @@ def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,
         return 0.0, "none"
     busy, other, alg = _seconds(fab, op, float(nbytes), group, cal)
     return busy + (other + sync), alg
-
-
-def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
-                     in_graph: bool | None = None) -> np.ndarray:
-    """`collective_time(c, op, nbytes, group, in_graph=in_graph)[0]` of each of `clusters` (one placement under an
-    interval's settings), those not timed yet costed at once (the link loads compared are the same for all)."""
-    out, nbytes = np.zeros(len(clusters)), float(nbytes)
-    todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
-    last: tuple = (None, None)     # the last fabric and the group's canonical place on it
-    for i, (fab, cal, sync) in enumerate(settings_of(clusters, op, group, in_graph)):
-        if group.ranks <= 1 or nbytes <= 0:
-            continue
-        if fab is not last[0]:
-            last = (fab, _canonical(fab, group))
-        fab, placed = last[1]
-        hit = _SECONDS.get((fab, op, nbytes, placed, cal))
-        if hit is None:      # (by identities: `settings_of` gives one object per fabric, `_in_graph` per setting)
-            todo.setdefault((id(fab), bool(cal.algorithm_envelope)), (fab, placed, []))[2].append((i, cal, sync))
-        else:
-            out[i] = hit[0] + (hit[1] + sync)
-    for (_, envelope), (fab, placed, items) in todo.items():
-        cals = tuple({id(cal): cal for _, cal, _ in items}.values())
-        seconds = {id(cal): kept(_SECONDS, (fab, op, nbytes, placed, cal), lambda b=b, o=o, p=p: (b, o, p.algorithm))
-                   for cal, (b, o, p) in zip(cals, _costs_of(fab, op, nbytes, placed, cals, envelope))}
-        for i, cal, sync in items:
-            out[i] = seconds[id(cal)][0] + (seconds[id(cal)][1] + sync)
-    return out
-
-
-def collective_costs(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
-                     in_graph: bool | None = None) -> list[tuple[float, float, LinkLoads]]:
-    """`collective_cost(c, op, nbytes, group, in_graph=in_graph)` of each of `clusters` (as `collective_times`)."""
-    out: list = [None] * len(clusters)
-    nbytes = float(nbytes)
-    todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
-    for i, (fab, cal, sync) in enumerate(settings_of(clusters, op, group, in_graph)):
-        if group.ranks <= 1 or nbytes <= 0:
-            out[i] = (0.0, 0.0, LinkLoads((), "none", group.ranks, fab.generation))
-        else:
-            todo.setdefault((id(fab), bool(cal.algorithm_envelope)), (fab, []))[1].append((i, cal, sync))
-    for (_, envelope), (fab, items) in todo.items():
-        cals = tuple({id(cal): cal for _, cal, _ in items}.values())
-        got = dict(zip(map(id, cals), _costs_of(fab, op, nbytes, group, cals, envelope)))
-        for i, cal, sync in items:
-            out[i] = (got[id(cal)][0], got[id(cal)][1] + sync, got[id(cal)][2])
-    return out
-
-
-def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
-                 in_graph: bool | None) -> list[tuple[Fabric, NetworkCalibration, float]]:
-    """(fabric, calibration as timed, in-graph sync s) of each of `clusters` (`_setting`), kept by the sequence's
-    identity (an interval's settings ask for each of their collectives); the collective checked on each fabric."""
-    def make():
-        fabs: dict[Fabric, Fabric] = {}       # one object per distinct fabric (the same, mostly)
-        return clusters, [(fab, *_graph_setting(cl.calibration.network, group, in_graph, fab.generation))
-                          for cl in clusters for fab in (fabs.setdefault(fabric_of(cl), fabric_of(cl)),)]
-
-    out = kept(_SETTINGS, (id(clusters), group.together if in_graph is None else in_graph), make, 256)[1]
-    for fab in {id(f): f for f, _, _ in out}.values():
-        check_collective(op, group, fab)
-    return out
-
-
-_SETTINGS: dict[tuple, tuple] = {}       # `settings_of`, by the clusters' identity (the entry holding them)
-
-
-def _costs_of(fab: Fabric, op: str, nbytes: float, group: Group, cals: tuple, envelope: bool) -> list[tuple]:
-    """`_timed` of one collective under each of `cals` (one `algorithm_envelope`), in one `table_costs`."""
-    profs, sizes = _compared(fab, op, nbytes, group, envelope)
-    table = kept(_TABLES, tuple(map(id, profs)), lambda: (tuple(profs), step_table(profs)), _COSTS_MAX)[1]
-    busy, other = table_costs(table, cals).times(sizes)
-    return [_chosen(busy[c], other[c], profs, envelope) for c in range(len(cals))]

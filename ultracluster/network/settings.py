@@ -1,0 +1,92 @@
+"""The collective model under many settings at once: one placement's collectives timed under each of an
+interval's calibrations (`collective_times`, `collective_costs`), the settings' fabrics and in-graph calibrations
+found once per settings (`settings_of`), every calibration not timed yet costed in one `table_costs`.
+
+Pure (numpy only); part of the collective model (`network.collectives`). Each function gives, setting by setting,
+the numbers `timing`'s one-setting form gives.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..cluster import Cluster
+from .calibration import NetworkCalibration
+from .flows import LinkLoads
+from .groups import Group
+from .timing import (COSTS_MAX, SECONDS, TABLES, canonical_place, chosen, compared, graph_setting,
+                     check_collective, fabric_of, kept, step_table, table_costs)
+from .topology import Fabric
+
+
+def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
+                     in_graph: bool | None = None) -> np.ndarray:
+    """`collective_time(c, op, nbytes, group, in_graph=in_graph)[0]` of each of `clusters` (one placement under an
+    interval's settings), those not timed yet costed at once (the link loads compared are the same for all)."""
+    out, nbytes = np.zeros(len(clusters)), float(nbytes)
+    todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
+    last: tuple = (None, None)     # the last fabric and the group's canonical place on it
+    for i, (fab, cal, sync) in enumerate(settings_of(clusters, op, group, in_graph)):
+        if group.ranks <= 1 or nbytes <= 0:
+            continue
+        if fab is not last[0]:
+            last = (fab, canonical_place(fab, group))
+        fab, placed = last[1]
+        hit = SECONDS.get((fab, op, nbytes, placed, cal))
+        if hit is None:      # (by identities: `settings_of` gives one object per fabric, `_in_graph` per setting)
+            todo.setdefault((id(fab), bool(cal.algorithm_envelope)), (fab, placed, []))[2].append((i, cal, sync))
+        else:
+            out[i] = hit[0] + (hit[1] + sync)
+    for (_, envelope), (fab, placed, items) in todo.items():
+        cals = tuple({id(cal): cal for _, cal, _ in items}.values())
+        seconds = {id(cal): kept(SECONDS, (fab, op, nbytes, placed, cal), lambda b=b, o=o, p=p: (b, o, p.algorithm))
+                   for cal, (b, o, p) in zip(cals, _costs_of(fab, op, nbytes, placed, cals, envelope))}
+        for i, cal, sync in items:
+            out[i] = seconds[id(cal)][0] + (seconds[id(cal)][1] + sync)
+    return out
+
+
+def collective_costs(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
+                     in_graph: bool | None = None) -> list[tuple[float, float, LinkLoads]]:
+    """`collective_cost(c, op, nbytes, group, in_graph=in_graph)` of each of `clusters` (as `collective_times`)."""
+    out: list = [None] * len(clusters)
+    nbytes = float(nbytes)
+    todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
+    for i, (fab, cal, sync) in enumerate(settings_of(clusters, op, group, in_graph)):
+        if group.ranks <= 1 or nbytes <= 0:
+            out[i] = (0.0, 0.0, LinkLoads((), "none", group.ranks, fab.generation))
+        else:
+            todo.setdefault((id(fab), bool(cal.algorithm_envelope)), (fab, []))[1].append((i, cal, sync))
+    for (_, envelope), (fab, items) in todo.items():
+        cals = tuple({id(cal): cal for _, cal, _ in items}.values())
+        got = dict(zip(map(id, cals), _costs_of(fab, op, nbytes, group, cals, envelope)))
+        for i, cal, sync in items:
+            out[i] = (got[id(cal)][0], got[id(cal)][1] + sync, got[id(cal)][2])
+    return out
+
+
+def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
+                 in_graph: bool | None) -> list[tuple[Fabric, NetworkCalibration, float]]:
+    """(fabric, calibration as timed, in-graph sync s) of each of `clusters` (`_setting`), kept by the sequence's
+    identity (an interval's settings ask for each of their collectives); the collective checked on each fabric."""
+    def make():
+        fabs: dict[Fabric, Fabric] = {}       # one object per distinct fabric (the same, mostly)
+        return clusters, [(fab, *graph_setting(cl.calibration.network, group, in_graph, fab.generation))
+                          for cl in clusters for fab in (fabs.setdefault(fabric_of(cl), fabric_of(cl)),)]
+
+    out = kept(_SETTINGS, (id(clusters), group.together if in_graph is None else in_graph), make, 256)[1]
+    for fab in {id(f): f for f, _, _ in out}.values():
+        check_collective(op, group, fab)
+    return out
+
+
+_SETTINGS: dict[tuple, tuple] = {}       # `settings_of`, by the clusters' identity (the entry holding them)
+
+
+def _costs_of(fab: Fabric, op: str, nbytes: float, group: Group, cals: tuple, envelope: bool) -> list[tuple]:
+    """`_timed` of one collective under each of `cals` (one `algorithm_envelope`), in one `table_costs`."""
+    profs, sizes = compared(fab, op, nbytes, group, envelope)
+    table = kept(TABLES, tuple(map(id, profs)), lambda: (tuple(profs), step_table(profs)), COSTS_MAX)[1]
+    busy, other = table_costs(table, cals).times(sizes)
+    return [chosen(busy[c], other[c], profs, envelope) for c in range(len(cals))]
