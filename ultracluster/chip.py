@@ -264,6 +264,26 @@ def layer_work(ops, v: dict[str, np.ndarray]) -> dict[tuple[str, str], dict[str,
     return {wp: opslib.evaluate(ops, *wp, v) for wp in LAYER_WORK}
 
 
+def kept_layer_work(ops, v: dict[str, np.ndarray]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """`layer_work`, kept by the operators' identities and the variables' values (the last 64; arrays read-only): a
+    run's per-layer kernels (`chunk_times`) and its interval's settings, which time the same shape, evaluate its
+    operators once."""
+    key = (tuple(map(id, ops)),) + tuple((n, a.dtype.str, a.shape, a.tobytes())
+                                         for n, a in sorted((n, np.asarray(x)) for n, x in v.items()))
+    hit = _LAYER_WORK.get(key)
+    if hit is None:
+        if len(_LAYER_WORK) >= 64:
+            _LAYER_WORK.clear()
+        work = layer_work(ops, v)
+        for a in (a for w in work.values() for a in w.values()):
+            a.flags.writeable = False
+        hit = _LAYER_WORK[key] = (tuple(ops), work)       # (the operators held: their identities stay theirs)
+    return hit[1]
+
+
+_LAYER_WORK: dict[tuple, tuple] = {}
+
+
 def at_shapes(work: dict[tuple[str, str], dict[str, np.ndarray]], k: np.ndarray) -> dict:
     """`layer_work` of shapes k [K] of the shapes it was evaluated at: their columns (the operators' own arrays as
     they are)."""
@@ -379,7 +399,8 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
     ops = opslib.applicable(library if library is not None else opslib.library_for(scenario), scenario, cal)
     v = {name: np.array([x], dtype=float) for name, x in opslib.shape_variables(scenario, layout, cal).items()}
     rates = stack_rates([rank_rates(cluster, t.precision)])
-    costs = layer_costs(ops, v, rates, np.array([opslib.recompute_mode(t)]), np.array([cal.layer_overhead_s]), cal.flash_attention)
+    costs = layer_costs(ops, v, rates, np.array([opslib.recompute_mode(t)]), np.array([cal.layer_overhead_s]),
+                        cal.flash_attention, kept_layer_work(ops, v))
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
     k = np.zeros(1, dtype=np.int64)
     graph_f, graph_b = stacks.graph_seconds(scenario.stack, layout.pp, cal)

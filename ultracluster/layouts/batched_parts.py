@@ -96,13 +96,12 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
 
 def _shared_work(pr: Evaluator, keys: list, V: dict[str, np.ndarray], ops) -> dict:
     """`chip.layer_work` of shapes `keys` under a calibration per row: evaluated once per shape alike
-    (`_shape_inputs`: the same variables and operators under every calibration) and kept for the Evaluator's next
-    settings (an interval makes two evaluations)."""
+    (`_shape_inputs`: the same variables and operators under every calibration) and kept (`chip.kept_layer_work`:
+    for the Evaluator's next settings, an interval makes two evaluations, and from the run's own chip model)."""
     alike = {}
     k = np.array([alike.setdefault(key[:-1], len(alike)) for key in keys], dtype=np.int64)
     firsts = np.unique(k, return_index=True)[1]
-    work = pr.memo(("layer-work", tuple(alike)), lambda: chip.layer_work(ops, {n: a[firsts] for n, a in V.items()}))
-    return chip.at_shapes(work, k)
+    return chip.at_shapes(chip.kept_layer_work(ops, {n: a[firsts] for n, a in V.items()}), k)
 
 
 def _shape_inputs(pr: Evaluator, r) -> tuple:
