@@ -88,17 +88,36 @@ def table_costs(table: StepTable, cal: NetworkCalibration | tuple[NetworkCalibra
     axis (each setting's numbers as one calibration's)."""
     rows, r, cals = table.spans_efa.size, table.row, (cal if isinstance(cal, tuple) else (cal,))
     k = len(cals)
-    col = lambda f: np.array([f(c) for c in cals], dtype=float)[:, None]     # noqa: E731  ([settings, 1])
-    link_eff = np.array([[c.neuronlink_efficiency(g) for g in table.generation] for c in cals]).reshape(k, rows)
-    eff = np.stack([np.broadcast_to(col(lambda c: c.chip_efficiency), (k, r.size)), link_eff[:, r],
-                    np.broadcast_to(col(lambda c: c.efa_efficiency), (k, r.size))], axis=2)
-    fixed = np.where(table.spans_efa[r], col(lambda c: c.efa_step_s),
-                     np.where(table.reduce, col(lambda c: c.reduce_step_s), 0.0))
+    col = _columns(cals)     # a factor of every setting, [settings]
+    link_eff = np.array([col(NetworkCalibration.neuronlink_efficiency, g) for g in table.generation]).T.reshape(k, rows)
+    eff = np.stack([np.broadcast_to(col("chip_efficiency")[:, None], (k, r.size)), link_eff[:, r],
+                    np.broadcast_to(col("efa_efficiency")[:, None], (k, r.size))], axis=2)
+    fixed = np.where(table.spans_efa[r], col("efa_step_s")[:, None],
+                     np.where(table.reduce, col("reduce_step_s")[:, None], 0.0))
     has = np.bincount(r, minlength=rows) > 0
-    launch = np.array([[c.launch_s(g) for g in table.generation] for c in cals], dtype=float).reshape(k, rows) * has
+    launch = np.array([col(NetworkCalibration.launch_s, g) for g in table.generation], dtype=float).T.reshape(k, rows)
+    launch = launch * has
     one = (lambda a: a) if isinstance(cal, tuple) else (lambda a: a[0])
     return TableCosts(row=r, per_byte=one((table.tier_max / eff).max(axis=2)), lat=one(table.latency_s + fixed),
                       repeat=table.repeat, pipelined=table.pipelined, launch=one(launch))
+
+
+def _columns(cals: tuple):
+    """`col(name)`: the factor `name` of every one of `cals` as float64 [settings]; `col(method, generation)`: the
+    method's value at a chip generation of every one (as it is). Several calibrations' are kept by their identities
+    (an interval's settings cost each of their collectives with the same ones)."""
+    got = {} if len(cals) == 1 else kept(_COLUMNS, tuple(map(id, cals)), lambda: (cals, {}), 1024)[1]
+
+    def col(f, g=None):
+        hit = got.get((f, g))
+        if hit is None:
+            hit = got[(f, g)] = (np.array([getattr(c, f) for c in cals], dtype=float) if g is None else
+                                 np.array([f(c, g) for c in cals]))
+        return hit
+    return col
+
+
+_COLUMNS: dict[tuple, tuple] = {}    # `_columns`' columns of a tuple of calibrations, by their identities (held)
 
 
 def table_times(table: StepTable, nbytes: np.ndarray, cal: NetworkCalibration) -> tuple[np.ndarray, np.ndarray]:
