@@ -56,10 +56,25 @@ def distinct_rows(table: pd.DataFrame, columns: tuple[str, ...]) -> tuple[np.nda
     """([rows] which distinct combination of `columns`' values each row holds, [K] the first row of each)."""
     code = np.zeros(len(table), dtype=np.int64)
     for c in columns:                   # one integer per distinct combination of the columns' values
-        codes, values = pd.factorize(table[c].to_numpy())
+        a = table[c].to_numpy()
+        if a.size <= 1024 and _one_value(a):        # (an interval's settings: factorize's codes 0 of one value)
+            continue
+        codes, values = pd.factorize(a)
         code = code * len(values) + codes
     _, firsts, which = np.unique(code, return_index=True, return_inverse=True)
     return which.reshape(-1).astype(np.int64), firsts
+
+
+def _one_value(a: np.ndarray) -> bool:
+    """Every entry of `a` the same value, not a missing one (where `pd.factorize` gives every row code 0 of one
+    value: the combination's integer unchanged)."""
+    first = a[0] if a.size else None
+    if first is None or first is pd.NA or (isinstance(first, float) and first != first):
+        return False
+    try:
+        return bool((a == first).all())
+    except (TypeError, ValueError):
+        return False
 
 
 SHAPE_COLUMNS = ("instance", "lnc", "tp", "cp", "micro_batch", "recompute", "sequence_parallel", "ep")
