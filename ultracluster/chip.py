@@ -258,23 +258,23 @@ LAYER_WORK = (("layer", "forward"), ("layer", "backward"), ("embedding", "forwar
               ("head", "forward"), ("head", "backward"))
 
 
-def layer_work(ops, v: dict[str, np.ndarray]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
-    """The engine work `layer_costs` times, by (where, phase): `operators.evaluate` of K shapes (no calibration's
-    rates in it: shapes timed under many calibrations can share it, `at_shapes`)."""
-    return {wp: opslib.evaluate(ops, *wp, v) for wp in LAYER_WORK}
+def layer_work(ops, v: dict[str, np.ndarray], wheres: tuple = LAYER_WORK) -> dict[tuple[str, str], dict]:
+    """The engine work `layer_costs` times (or of other `wheres`), by (where, phase): `operators.evaluate` of K
+    shapes (no calibration's rates in it: shapes timed under many calibrations can share it, `at_shapes`)."""
+    return {wp: opslib.evaluate(ops, *wp, v) for wp in wheres}
 
 
-def kept_layer_work(ops, v: dict[str, np.ndarray]) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+def kept_layer_work(ops, v: dict[str, np.ndarray], wheres: tuple = LAYER_WORK) -> dict:
     """`layer_work`, kept by the operators' identities and the variables' values (the last 64; arrays read-only): a
     run's per-layer kernels (`chunk_times`) and its interval's settings, which time the same shape, evaluate its
     operators once."""
-    key = (tuple(map(id, ops)),) + tuple((n, a.dtype.str, a.shape, a.tobytes())
+    key = (tuple(map(id, ops)), wheres) + tuple((n, a.dtype.str, a.shape, a.tobytes())
                                          for n, a in sorted((n, np.asarray(x)) for n, x in v.items()))
     hit = _LAYER_WORK.get(key)
     if hit is None:
         if len(_LAYER_WORK) >= 64:
             _LAYER_WORK.clear()
-        work = layer_work(ops, v)
+        work = layer_work(ops, v, wheres)
         for a in (a for w in work.values() for a in w.values()):
             a.flags.writeable = False
         hit = _LAYER_WORK[key] = (tuple(ops), work)       # (the operators held: their identities stay theirs)
@@ -282,6 +282,16 @@ def kept_layer_work(ops, v: dict[str, np.ndarray]) -> dict[tuple[str, str], dict
 
 
 _LAYER_WORK: dict[tuple, tuple] = {}
+
+
+def _distinct_work(ops, v: dict[str, np.ndarray], wheres: tuple) -> dict:
+    """`layer_work(ops, v, wheres)` evaluated at v's distinct entries only (in the order they first appear), kept
+    (`kept_layer_work`), and spread back to every entry."""
+    _, first, inv = np.unique(np.stack([np.asarray(v[x], dtype=float) for x in sorted(v)]), axis=1,
+                              return_index=True, return_inverse=True)
+    firsts = np.sort(first)
+    return at_shapes(kept_layer_work(ops, {x: a[firsts] for x, a in v.items()}, wheres),
+                     np.searchsorted(firsts, first)[inv.reshape(-1)])
 
 
 def at_shapes(work: dict[tuple[str, str], dict[str, np.ndarray]], k: np.ndarray) -> dict:
@@ -362,15 +372,18 @@ def chunk_rows(costs: LayerCosts, k: np.ndarray, layers: np.ndarray, stage_ends:
 
 
 def optimizer_seconds(ops, v: dict[str, np.ndarray], rates: RankRates, k: np.ndarray,
-                      params: np.ndarray) -> np.ndarray:
+                      params: np.ndarray, kept: bool = False) -> np.ndarray:
     """[n, stages] gradient norm, clipping and optimizer step of a rank holding `params` [n, stages]
-    parameters (its optimizer-state share), layouts of shapes k [n] (v, rates arrays [K])."""
+    parameters (its optimizer-state share), layouts of shapes k [n] (v, rates arrays [K]). `kept`: the work of
+    each distinct shape and parameters evaluated once and kept (a run's and its interval's settings')."""
     n, s = params.shape
     V = {name: np.repeat(val[k], s) for name, val in v.items()}
     V["T"], V["P"] = np.ones(n * s), params.reshape(-1)
     R = RankRates(**{f.name: np.repeat(getattr(rates, f.name)[k], s) if isinstance(getattr(rates, f.name), np.ndarray)
                      else getattr(rates, f.name) for f in fields(RankRates)})
-    return op_seconds(opslib.evaluate(ops, "optimizer", "forward", V), R, V["e"], V["w"]).sum(axis=0).reshape(n, s)
+    work = (_distinct_work(ops, V, (("optimizer", "forward"),))[("optimizer", "forward")] if kept else
+            opslib.evaluate(ops, "optimizer", "forward", V))
+    return op_seconds(work, R, V["e"], V["w"]).sum(axis=0).reshape(n, s)
 
 
 def optimizer_params(dense: np.ndarray, expert: np.ndarray, dp: np.ndarray, ep: np.ndarray, opt_sharded: np.ndarray,
@@ -412,7 +425,7 @@ def chunk_times(scenario, cluster: Cluster, library: tuple[opslib.Operator, ...]
     params = optimizer_params(dense[None, :], expert[None, :], np.array([layout.dp]), np.array([ep]),
                               np.array([opslib.sharding(t).optimizer]), layout.pp)
     on = np.arange(layout.pp) if stages is None else np.asarray(stages, dtype=np.int64)
-    opt = optimizer_seconds(ops, v, rates, k, params[:, on])[0]
+    opt = optimizer_seconds(ops, v, rates, k, params[:, on], kept=True)[0]
     if stages is not None:
         mine = np.isin(np.arange(layers.size) % layout.pp, on)
         fwd, bwd, flops, residual = fwd[mine], bwd[mine], flops[mine], residual[mine]

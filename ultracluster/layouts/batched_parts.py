@@ -285,7 +285,7 @@ def batched_chunks(pr: Evaluator, table: pd.DataFrame, sh: Shapes, srow: np.ndar
     graph = per.reshape(len(names), len(pr.calibrations), 2)[stack_of.reshape(-1), cal_of]
     fwd, bwd, _, _ = chip.chunk_rows(sh.costs, k, g.layers, pr.calibration.stage_ends, launch, (graph[:, 0], graph[:, 1]))
     params = chip.optimizer_params(g.dense[js], g.expert[js], sub("dp"), sub("ep"), sub("zero") >= 1, g.pp)
-    opt = chip.optimizer_seconds(sh.ops, sh.variables, sh.rates, k, params)
+    opt = chip.optimizer_seconds(sh.ops, sh.variables, sh.rates, k, params, kept="cal" in table.columns)
     return fwd, bwd, opt, sh.costs.attn_fwd[k], sh.costs.attn_bwd[k]
 
 
