@@ -11,13 +11,7 @@ import math
 
 import numpy as np
 
-from .cluster.fitted_files import FITTED, load_fitted
-
-
-def fitted_read() -> dict:
-    """calibration.json as `cluster.fitted_files.fitted_document` gives it, not copied, for a caller that only
-    reads it (a copy is about 0.5 ms; one run's interval asked for a dozen)."""
-    return load_fitted().documents[FITTED.name]
+from .cluster.fitted_files import fitted_read
 
 
 # The axes of the calibrated domain (calibration.json "domain", per chip generation): numeric ranges and sets;

@@ -52,7 +52,6 @@ def progressive_filling(usage: np.ndarray, capacity: np.ndarray, demand: np.ndar
     return rate
 
 
-
 def progressive_filling_many(usage: np.ndarray, capacity: np.ndarray, demand: np.ndarray,
                              flows: np.ndarray) -> np.ndarray:
     """`progressive_filling` of S problems at once (a leading axis: an interval's settings), each over its flows

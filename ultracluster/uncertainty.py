@@ -34,8 +34,7 @@ from typing import Callable
 import numpy as np
 
 from .cluster.calibration import TRN1, TRN2, Calibration
-from .cluster.fitted_files import fitted
-from .domain import fitted_read
+from .cluster.fitted_files import fitted, fitted_read
 from .cluster.uncertain_factors import UncertainFactor, for_generation
 from .domain import (DOMAIN_RANGES, DOMAIN_SETS, cell, domain_of, extrapolated, extrapolated_columns,  # noqa: F401  (here
                      extrapolated_rows, growth_log, scenario_values, tokens_per_core, extrapolation_log, mfu_best, mfu_implausible, model_params_b)  # for their callers)

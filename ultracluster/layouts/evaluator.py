@@ -229,15 +229,8 @@ class Evaluator:
     def collectives(self, nets: list[int], clusters: list, op: str, nbytes: float, group) -> np.ndarray:
         """`collective` on each of `clusters` (one placement under several calibrations, `network_ids` `nets`),
         those not memoized timed at once (`network.settings.collective_times`)."""
-        seen = self._coll_many.setdefault((op, float(nbytes), group), {})
-        out = [seen.get(i) for i in nets]
-        miss = [j for j, t in enumerate(out) if t is None]
-        if miss:
-            got = collective_times(clusters if len(miss) == len(clusters) else [clusters[j] for j in miss], op,
-                                   float(nbytes), group, in_graph=True)
-            for j, t in zip(miss, got.tolist()):
-                out[j] = seen[nets[j]] = t
-        return np.array(out)
+        return _memo_many(self._coll_many.setdefault((op, float(nbytes), group), {}), nets, clusters,
+                          lambda cls: collective_times(cls, op, float(nbytes), group, in_graph=True))
 
     def network_ids(self, cks: list[tuple]) -> list[int]:
         """Each cluster's `_network` as a number, the same for the same (kept by the Evaluator)."""
@@ -254,15 +247,8 @@ class Evaluator:
     def concurrents_first(self, nets: list[int], clusters: list, transfers: tuple) -> np.ndarray:
         """`concurrent_first` on each of `clusters` (as `collectives`), those not memoized timed at once
         (`network.contention.concurrent_times`)."""
-        seen = self._conc_many.setdefault(transfers, {})
-        out = [seen.get(i) for i in nets]
-        miss = [j for j, t in enumerate(out) if t is None]
-        if miss:
-            got = concurrent_times(clusters if len(miss) == len(clusters) else [clusters[j] for j in miss],
-                                   list(transfers), in_graph=True)
-            for j, t in zip(miss, got[:, 0].tolist()):
-                out[j] = seen[nets[j]] = t
-        return np.array(out)
+        return _memo_many(self._conc_many.setdefault(transfers, {}), nets, clusters,
+                          lambda cls: concurrent_times(cls, list(transfers), in_graph=True)[:, 0])
 
     def _network(self, ck: tuple) -> tuple:
         """What a collective's time on cluster `ck` depends on: the cluster and its calibration's collective factors
@@ -296,6 +282,18 @@ class MemoCommTimes(CommTimes):
 
     def shared(self, transfers: tuple) -> float:
         return self.pr.concurrent_first(self.ck, transfers)
+
+
+def _memo_many(seen: dict[int, float], nets: list[int], clusters: list, time_all) -> np.ndarray:
+    """Seconds of one collective on each of `clusters` (network settings `nets`): those in `seen` as kept, the others
+    timed at once by `time_all(clusters) -> [n]` (the whole list where none is kept) and kept."""
+    out = [seen.get(i) for i in nets]
+    miss = [j for j, t in enumerate(out) if t is None]
+    if miss:
+        got = time_all(clusters if len(miss) == len(clusters) else [clusters[j] for j in miss])
+        for j, t in zip(miss, np.asarray(got).tolist()):
+            out[j] = seen[nets[j]] = t
+    return np.array(out)
 
 
 class SettingsCommTimes(MemoCommTimes):
