@@ -49,6 +49,8 @@ class Engine:
         source: where it says so. How a stage exchanges activations (NxD: each send and receive a 2-rank
             all_gather in a graph of its own; Megatron: a send and the opposite receive as one exchange) is in
             the graph counts above and in the replay's sends (`replay.comm.pipeline_sends`, issued in-graph).
+        serial_exchanges: each exchange is a collective over the stage pair in a graph of its own, so both stages
+            wait in it (`Calibration.serial_exchanges`); False: sends overlap the sender's next work.
     """
 
     graphs_pp1: float
@@ -56,6 +58,7 @@ class Engine:
     graphs_bwd: float
     graph_factor: str | None
     source: str
+    serial_exchanges: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ STACKS: dict[str, Stack] = {
                          "the tp_pp example checkpoints (CoreAttention, LlamaMLP) when seq_len == 8192 and "
                          "CoreAttention alone otherwise (run_llama_nxd.py), the no-pipeline example CoreAttention "
                          "alone (tp_zero1_llama_hf_pretrain.py)"),
-        engine=Engine(1.0, 3.0, 3.0, "graph_s_nxd", _NXD_PIPE),
+        engine=Engine(1.0, 3.0, 3.0, "graph_s_nxd", _NXD_PIPE, True),
         support=Support(
             chips=(("trn1", "trn2", "trn3"), "NxD runs on Trn1 and Trn2 (Neuron SDK docs); Trn3 through the same SDK"),
             pp=(True, "pipeline/scheduler.py: Train1F1BSchedule, TrainInterleavedSchedule"),
@@ -137,7 +140,7 @@ STACKS: dict[str, Stack] = {
                          "sequence_parallel=True, the async TP all-reduce off with sequence parallelism, "
                          "wrap_with_zero False (no ZeRO-1), selective activations checkpointing for GPT (gpt_23b.sh) "
                          "and full for Llama (test_llama.sh, test_llama_gqa.sh: activations_checkpoint_granularity=full)"),
-        engine=Engine(1.0, 2.0, 2.0, "graph_s_nemo", _MEG_PIPE),
+        engine=Engine(1.0, 2.0, 2.0, "graph_s_nemo", _MEG_PIPE, True),
         support=Support(
             chips=(("trn1",), "the neuronx-nemo-megatron examples and ParallelCluster jobs run trn1.32xlarge; "
                    "NxD Training replaced it for Trn2"),
@@ -159,7 +162,7 @@ STACKS: dict[str, Stack] = {
                          "--no-async-tensor-model-parallel-allreduce, no distributed optimizer, no recomputation"),
         engine=Engine(1.0, 2.0, 2.0, "graph_s_nemo",
                       "the fork's pipeline is Megatron's p2p schedule with xm.mark_step around each exchange, "
-                      "as NeMo's (assumed: its one published layout has no pipeline)"),
+                      "as NeMo's (assumed: its one published layout has no pipeline)", True),
         support=Support(
             chips=(("trn1",), "the Megatron-LM reference fork's tutorial runs trn1.32xlarge"),
             pp=(False, "the fork's tutorial and scripts run tensor parallelism only"),

@@ -47,6 +47,7 @@ MECHANISMS = (
     ("embedding and LM head on the end stages", "stage_ends", False),
     ("TP backward collectives behind the matmuls (switched on)", "tp_overlap", True),
     ("gradient reduction after the last backward", "dp_overlap", True),
+    ("pipeline exchanges on both stages' timelines", "serial_exchanges", False),
     ("gradient-norm clipping", "step_costs", False),
     ("cheapest collective algorithm around a switch", "algorithm_envelope", 0.0),
     ("in-graph collective synchronisation", "in_graph_sync_s", 0.0),

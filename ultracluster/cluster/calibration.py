@@ -153,6 +153,11 @@ class Calibration:
             sequence parallelism is on, and the Megatron-LM fork's script passes
             --no-async-tensor-model-parallel-allreduce (docs/calibration.md). On, it hides them where the
             scenario allows (`parallelism.tp_comm_overlap`).
+        serial_exchanges: a pipeline stage's activation and gradient exchanges run on its own timeline where the
+            stack issues each as a graph of its own (`stacks.Engine.serial_exchanges`: NxD's receive and send
+            tasks, NeMo's p2p exchanges, each a collective over the stage pair between two `xm.mark_step()`): both
+            stages wait in it, so no exchange hides behind the stage's compute. Off: a send overlaps the sender's
+            next work and delays only its receiver (as NCCL's asynchronous p2p on GPUs).
         dp_overlap: the data-parallel gradient reduction overlaps the last backward in buckets (as PyTorch
             DDP on GPUs); off, it starts after the last backward, in the optimizer's graph, as the
             XLA-based Neuron stacks run it.
@@ -194,6 +199,7 @@ class Calibration:
     stage_ends: bool = True
     tp_overlap: bool = False
     dp_overlap: bool = False
+    serial_exchanges: bool = True
     step_costs: bool = True
     runtime_reserve_gib: float = 1.0
     compute_jitter: float = 0.01

@@ -305,6 +305,7 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
     buckets, bucket_s, has = np.ones((n, chunks)), np.zeros((n, chunks)), np.ones(n, dtype=bool)
     after, gather, scatter = np.empty((n, pp)), np.empty((n, chunks)), np.empty((n, chunks))
     norm, overlap, full, last = np.empty(n), np.empty(n, dtype=bool), np.empty(n, dtype=bool), None
+    serial = np.empty(n, dtype=bool)
     sharing = pr.shared_last_sends
     if sharing:
         last = np.empty((n, chunks))
@@ -349,10 +350,11 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
             last[a] = comm.last_sends(times, cl, send[a], send_bytes, send_groups, dense, training(), dp, stride, nb)
         norm[a] = pr.memo(("norm", ck), lambda: comm.norm_seconds(times, cl))
         overlap[a] = cal.dp_overlap
+        serial[a] = comm.serial_exchanges(getattr(r, "stack", pr.scenario.stack), cal)
     if last is None:      # timed alone, the last microbatch's gradient sends are the others' (`last_sends`)
         last = comm.gradient_sends(send)
     return comm.assemble(g.layers, tuple(layer), send, last, (buckets, bucket_s, after, gather, scatter), norm, full,
-                         overlap), has
+                         overlap, serial=serial), has
 
 
 def _units(pr: Evaluator, rows, srow: np.ndarray, idx: np.ndarray, js: np.ndarray):

@@ -18,6 +18,7 @@ from .. import operators as opslib
 from ..cluster import Cluster, group_ranks, replica_ranks, stage_sum
 from ..network import Group, collective_time, group_of, placed_alike
 from ..network.collectives import concurrent_time
+from ..stacks import STACKS
 from .degraded import degraded_comm
 from .result import CollectiveRecord
 from ..step.counts import scenario_microbatches as microbatches   # the one rule (`step.counts`)
@@ -49,6 +50,7 @@ class StepComm:
     send_bwd_last: np.ndarray | None = None   # [chunks] gradient sends of the last microbatch, sharing links
                                               # with the overlapping gradient reduction
     dp_overlap: bool = True       # buckets start during the last backward (else after the pipeline ends)
+    serial_exchanges: bool = False   # each send on both stages' timelines (`serial_exchanges`); [rows] in a batch
     norm_s: float = 0.0           # all-reduce of the gradient norm over every rank, before the optimizer
     # `faults.degraded`: per data-parallel replica where a replica's groups sit on degraded instances
     # (None: every replica at the per-chunk values above)
@@ -290,12 +292,12 @@ def gradient_sends(send_fwd: np.ndarray) -> np.ndarray:
 
 def assemble(layers: np.ndarray, layer: tuple, send_fwd: np.ndarray, send_bwd_last: np.ndarray, dp_parts: tuple,
              norm_s, full_recompute, dp_overlap, records: list | None = None,
-             dp_total: np.ndarray | None = None) -> StepComm:
+             dp_total: np.ndarray | None = None, serial=False) -> StepComm:
     """The StepComm of one layout from its pieces (`layer_comm`, `pipeline_sends`, `last_sends`, `dp_comm`).
 
     Over a row axis (the planner's batch) the same: `layer`'s five and `norm_s`, `full_recompute`, `dp_overlap`
     as [rows] arrays, the per-chunk and per-stage pieces as [rows, chunks] and [rows, stages]; every field of
-    the StepComm then has that leading axis."""
+    the StepComm then has that leading axis; `serial`: `serial_exchanges`, [rows] over a row axis."""
     per_layer, bwd_exposed, cp_fwd, cp_bwd, a2a = layer
     again = np.where(full_recompute, 1.0, 0.0) if np.ndim(full_recompute) else (1.0 if full_recompute else 0.0)
     col = lambda x: np.asarray(x, dtype=float)[..., None]       # noqa: E731  (a row's figure along its chunks)
@@ -305,7 +307,7 @@ def assemble(layers: np.ndarray, layer: tuple, send_fwd: np.ndarray, send_bwd_la
                     dp=dp_total if dp_total is not None else np.zeros(np.shape(after)), records=records or [],
                     dp_overlap=dp_overlap, norm_s=norm_s, dp_bucket_s=bucket_s, dp_buckets=buckets,
                     dp_after_s=after, fsdp_gather_s=gather, fsdp_scatter_s=scatter, cp_block_fwd_s=cp_fwd,
-                    cp_block_bwd_s=cp_bwd, send_bwd_last=send_bwd_last)
+                    cp_block_bwd_s=cp_bwd, send_bwd_last=send_bwd_last, serial_exchanges=serial)
 
 
 def step_comm(scenario, cluster: Cluster, tp_hide_s: np.ndarray) -> StepComm:
@@ -319,6 +321,12 @@ def step_comm(scenario, cluster: Cluster, tp_hide_s: np.ndarray) -> StepComm:
     for part in cluster.degraded:     # degraded links do not change the chip: the same hiding matmuls
         comm = degraded_comm(comm, _comm_uniform(scenario, cluster.degraded_copy(part), tp_hide_s), cluster, part)
     return comm
+
+
+def serial_exchanges(stack: str, calibration) -> bool:
+    """Whether a stack's pipeline exchanges run on both stages' timelines (`Calibration.serial_exchanges`, the
+    stack's `Engine.serial_exchanges`)."""
+    return bool(calibration.serial_exchanges and STACKS[stack].engine.serial_exchanges)
 
 
 def hides_tp(calibration, parallelism, tp: int) -> bool:
@@ -353,7 +361,7 @@ def _comm_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> S
     last = last_sends(times, cluster, send_fwd, sent, groups, dense, t, layout.dp, stride, buckets)
     norm_s = norm_seconds(times, cluster)
     return assemble(layers, layer, send_fwd, last, parts, norm_s, full, cluster.calibration.dp_overlap,
-                    times.records, dp)
+                    times.records, dp, serial_exchanges(scenario.stack, cluster.calibration))
 
 
 def ring_hops(cluster: Cluster, tp: int, cp: int) -> tuple[Group, ...]:

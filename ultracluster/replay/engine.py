@@ -163,6 +163,29 @@ def chunk_seconds(tp_fwd: np.ndarray, tp_bwd: np.ndarray, fc: np.ndarray, bc: np
     return tp_f, tp_b, fc + tp_f + fs_f, bc + tp_b + fs_b
 
 
+def serial_sends(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bwd: np.ndarray,
+                 serial) -> tuple[np.ndarray, ...]:
+    """The pipeline's exchanges where the stack runs each as a graph of its own (`comm.serial_exchanges`, a bool or
+    [rows]): a 2-rank collective both stages wait in, so it joins both stages' timelines and hides behind no
+    compute. A chunk's microbatch forward then receives from chunk c - 1 and sends to c + 1 (NxD: the receive and
+    send tasks; NeMo: the exchanges), its backward receives from c + 1 and sends to c - 1; the transfer is on the
+    stage's time, so the dependency waits for nothing more. Both sides pay each exchange in full: the rendezvous's
+    wait for the later side is not modelled beyond the stages' own order.
+
+    Returns:
+        (forward, backward with the exchanges, send_fwd, send_bwd as delays (0 where serial), exchange seconds
+        added to the forward and to the backward).
+    """
+    if not np.any(serial):
+        zero = np.zeros(np.shape(send_fwd))
+        return fwd, bwd, send_fwd, send_bwd, zero, zero
+    on = np.asarray(serial, dtype=float)[..., None] if np.ndim(serial) else 1.0
+    pad = np.zeros(np.shape(send_fwd)[:-1] + (1,))
+    ex_f = on * (send_fwd + np.concatenate([pad, send_fwd[..., :-1]], axis=-1))     # to c + 1, from c - 1
+    ex_b = on * (send_bwd + np.concatenate([send_bwd[..., 1:], pad], axis=-1))      # to c - 1, from c + 1
+    return fwd + ex_f, bwd + ex_b, send_fwd * (1.0 - on), send_bwd * (1.0 - on), ex_f, ex_b
+
+
 def stage_finish(pipe_end: np.ndarray, reduce_end: np.ndarray, norm_s, opt: np.ndarray,
                  after: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(when each stage's optimizer starts, when the stage is done): after its pipeline and its gradient
@@ -264,10 +287,11 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, state: MergedStat
         rtp_f, rtp_b, send_f, send_b, send_last = _replica_comm(comm, layout.dp)
         fs_f, fs_b = fsdp_exposed(comm, fc, bc, layers)
         tp_f, tp_b, fwd, bwd = chunk_seconds(rtp_f, rtp_b, fc, bc, cp_f, cp_b, fs_f, fs_b, layers)   # [replicas, chunks]
+        fwd, bwd, send_f, send_b, xf, xb = serial_sends(fwd, bwd, send_f, send_b, comm.serial_exchanges)
         last = {("B", m - 1, c): send_last[..., c] for c in range(fc.shape[1])} \
-            if send_last is not None else None
+            if send_last is not None and not comm.serial_exchanges else None
         ex = execute(programs, fwd, bwd, send_f, send_b, last)
-        ex_free_sends = execute(programs, fwd, bwd, np.zeros_like(send_f), np.zeros_like(send_b))
+        ex_free_sends = execute(programs, fwd - xf, bwd - xb, np.zeros_like(send_f), np.zeros_like(send_b))
         opt = prof.opt                                                                    # [pp]
         pipe_end = ex.stage_end.max(axis=0)                                               # [pp]
         rs_end, dp_hidden = gradient_reduction(ex, comm, layout.pp, m)
@@ -291,7 +315,7 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, state: MergedStat
         if prof.slowest_rank >= 0:   # what the slow ranks cost: the same step with them at speed 1
             base = combine_shard_steps(merged, layout, with_stragglers=False)
             bf_f, bf_b = fsdp_exposed(comm, base.fwd, base.bwd, layers)
-            ex_b = execute(programs, base.fwd + tp_f + bf_f, base.bwd + tp_b + bf_b, send_f, send_b, last)
+            ex_b = execute(programs, base.fwd + tp_f + bf_f + xf, base.bwd + tp_b + bf_b + xb, send_f, send_b, last)
             done_b = stage_finish(ex_b.stage_end.max(axis=0), gradient_reduction(ex_b, comm, layout.pp, m)[0],
                                   comm.norm_s, base.opt, comm.dp_after_s)[1]
             straggle = float(done.max() - done_b.max())
