@@ -1,9 +1,8 @@
 """Operator library (top-level `operators/*.yaml`) + model shapes → engine work and HBM bytes per rank.
 
-The library is data: each operator gives TensorE/VectorE/ScalarE FLOPs, HBM bytes and saved activation
-bytes as arithmetic expressions over the shape variables documented in `operators/transformer.yaml`.
-Expressions are compiled once and evaluated on numpy arrays, so one call times every pipeline chunk
-(or every configuration of a sweep) at once.
+The library is data: each operator gives TensorE/VectorE/ScalarE FLOPs, HBM bytes and saved activation bytes as
+arithmetic expressions over the shape variables documented in `operators/transformer.yaml`, compiled once and
+evaluated on numpy arrays, so one call times every pipeline chunk (or every configuration of a sweep) at once.
 """
 from __future__ import annotations
 
@@ -25,8 +24,8 @@ if not LIBRARY_DIR.is_dir():   # a source checkout or an editable install: the t
     LIBRARY_DIR = Path(__file__).resolve().parent.parent / "operators"
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "bytes")
 MATMUL_DIMS = ("m", "k", "n")
-VARIABLES = frozenset({"T", "Ts", "S", "h", "d", "hq", "hkv", "f", "up", "V", "e", "w", "g", "causal", "P", "drop",
-                       "E", "Er", "topk", "imb"})
+VARIABLES = frozenset({"T", "Ts", "S", "h", "d", "hq", "hkv", "f", "up", "V", "e", "w", "g", "causal", "causal_f", "P",
+                       "drop", "E", "Er", "topk", "imb"})
 SWITCHES = ("tensor_structure", "fusion", "engine_clock_rates", "flash_attention", "attention_serial", "stage_ends", "tp_overlap", "dp_overlap",
             "step_costs")
 WHERE = ("layer", "embedding", "head", "optimizer")
@@ -286,15 +285,15 @@ def dp_share(dense, expert, dp: int, ep: int = 1):
     return dense / dp + expert / (dp // ep)
 
 
-# Flash attention's causal tiles: 128 queries (the partition dimension) by 512 keys (TensorE's moving tile,
-# H4). Above the diagonal a tile is skipped, on it computed in full, so the computed fraction of the S x S
-# scores is 0.5 + 512 / (2 S) (exact when S is a multiple of 512).
-FLASH_KEY_TILE = 512
+# Flash attention's causal tiles of 128 queries x keys: skipped above the diagonal, computed in full on it, so 0.5 +
+# tile / (2 S) of the S x S scores (exact when S is a multiple of the tile): 512 keys (QK^T, and the backward), 2048
+# in the forward's mask, exp, transposes and PV (`causal_f`: the K/V tile of NKI flash_fwd; operators/transformer.yaml).
+FLASH_KEY_TILE, FLASH_FWD_KV_TILE = 512, 2048
 
 
-def causal_fraction(seq_len: float, flash: bool = True) -> float:
-    """Fraction of the S x S score matrix a causal attention kernel computes."""
-    return min(1.0, 0.5 + FLASH_KEY_TILE / (2.0 * seq_len)) if flash else 0.5
+def causal_fraction(seq_len: float, flash: bool = True, tile: int = FLASH_KEY_TILE) -> float:
+    """Fraction of the S x S score matrix a causal attention kernel computes with key tiles of `tile`."""
+    return min(1.0, 0.5 + tile / (2.0 * seq_len)) if flash else 0.5
 
 
 def shape_variables(scenario, layout, calibration=None) -> dict[str, float]:
@@ -310,7 +309,8 @@ def shape_variables(scenario, layout, calibration=None) -> dict[str, float]:
         "f": m.ffn / tp, "up": 2.0 if m.mlp == "swiglu" else 1.0, "V": m.vocab / tp,
         "e": 4.0 if t.precision == "fp32" else 2.0, "w": float(PRECISION_BYTES[t.precision]),
         "g": grad_bytes(t), "drop": 1.0 if m.dropout > 0 else 0.0,
-        "causal": causal_fraction(t.seq_len, calibration is None or calibration.flash_attention), "P": 0.0,
+        **{c: causal_fraction(t.seq_len, calibration is None or calibration.flash_attention, tile)
+           for c, tile in (("causal", FLASH_KEY_TILE), ("causal_f", FLASH_FWD_KV_TILE))}, "P": 0.0,
         "E": float(m.moe.experts) if m.moe else 0.0, "Er": m.moe.experts / scenario.parallelism.ep if m.moe else 1.0,
         "topk": float(m.moe.top_k) if m.moe else 0.0, "imb": float(m.moe.imbalance) if m.moe else 1.0,
     }

@@ -119,3 +119,24 @@ def test_backward_is_about_twice_forward_and_recompute_adds():
     # full recomputation repeats every layer's forward (not the embedding's or the LM head's)
     again = t["full"].backward_s.sum() - t["none"].backward_s.sum()
     assert 0.8 * t["none"].forward_s.sum() < again < t["none"].forward_s.sum()
+
+
+@pytest.mark.parametrize("seq,qk,rest", [(2048, 0.625, 1.0), (4096, 0.5625, 0.75), (8192, 0.53125, 0.625)])
+def test_flash_forward_works_over_whole_kv_tiles(seq, qk, rest):
+    """NKI flash_fwd skips QK^T per 512-key block above the diagonal, but its mask (affine_select on GpSimd), max,
+    exp, transposes and PV cover whole K/V tiles of 2048 keys; the backward skips per 128 x 512 block."""
+    from ultracluster import operators as opslib
+    from ultracluster.cluster import Layout
+
+    sc = scenario(seq_len=seq)
+    v = opslib.shape_variables(sc, Layout(tp=sc.parallelism.tp, pp=1, dp=1, cp=1))
+    assert (v["causal"], v["causal_f"]) == (qk, rest)
+    ops = opslib.applicable(opslib.library_for(sc), sc)
+    fwd = opslib.evaluate(ops, "layer", "forward", v)
+    bwd = opslib.evaluate(ops, "layer", "backward", v)
+    i = list(fwd["names"]).index("attention_core")
+    scores = v["T"] * v["S"] * v["hq"]
+    d = v["d"]
+    assert fwd["tensor"][i] == pytest.approx(scores * (2 * d * qk + (2 * d + 256) * rest))
+    assert fwd["scalar"][i] == pytest.approx(scores * rest) and fwd["gpsimd"][i] == pytest.approx(scores * rest)
+    assert bwd["scalar"][i] == pytest.approx(scores * qk)

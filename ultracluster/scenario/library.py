@@ -27,7 +27,8 @@ def scenario_variables(scenario: Scenario) -> list[tuple[str, dict[str, Any]]]:
     layout = Layout(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp)
     v = opslib.shape_variables(scenario, layout)
     out: list[tuple[str, dict[str, Any]]] = [(w, dict(v)) for w in ("layer", "embedding", "head")]
-    out += [(w, {**v, "causal": opslib.causal_fraction(t.seq_len, False)}) for w in ("layer", "embedding", "head")]
+    half = opslib.causal_fraction(t.seq_len, False)
+    out += [(w, {**v, "causal": half, "causal_f": half}) for w in ("layer", "embedding", "head")]
     layers = stage_layers(m.layers, p.pp * p.virtual_stages)
     dense, expert = opslib.chunk_params_split(m, p.tp, layers, p.pp, p.ep)
     held = opslib.dp_share(dense, expert, p.dp, p.ep) if opslib.sharding(t).optimizer else dense + expert
