@@ -541,7 +541,7 @@ def _print_problems(err: ScenarioError) -> None:
 
 def _sensitivity(scenario, args) -> int:
     """`ultracluster sensitivity`: time the scenario in this process, then each uncertain factor at both ends."""
-    from .runner import predict
+    from .job import Job, evaluate
     from .report.write import SENSITIVITY_FILES, write_sensitivity
     from .report.output_rule import check_out_dir, owns_files
     from .report.sensitivity import SENSITIVITY_COLUMNS, sensitivity_rows, tornado_text
@@ -552,7 +552,7 @@ def _sensitivity(scenario, args) -> int:
     check_out_dir(out, args.force, owns_files(SENSITIVITY_FILES),
                   lambda d: ", ".join(f for f in SENSITIVITY_FILES if (d / f).exists()) or None,
                   "sensitivity directory", "sensitivity", inputs=_inputs_of(args))
-    s = predict(scenario)
+    s = evaluate([Job.of(scenario)])[0]
     if not s["feasible"]:
         print(f"infeasible: {s['reason']}", file=sys.stderr)
         return EXIT_INFEASIBLE

@@ -197,9 +197,10 @@ class Layouts:
         return sub
 
     def predict(self, calibration, names=None) -> np.ndarray:
-        from ..runner import predict
+        from ..job import Job, evaluate
 
-        return np.array([predict(self.scenarios[n], calibration)["seq_per_s"] for n in (names or self.names)])
+        jobs = [Job.of(self.scenarios[n]) for n in (names or self.names)]
+        return np.array([f["seq_per_s"] for f in evaluate(jobs, calibration, "replay")])
 
     def predicted_scaling(self, calibration) -> float:
         """The model's data-parallel scaling efficiency of the pairs' layouts: seq/s of the large run per

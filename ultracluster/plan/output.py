@@ -29,7 +29,7 @@ from ..report.rundir import RUN_FILE
 from ..report.write import atomic_write_text
 from ..scenario import Scenario, load_scenario
 from ..scenario.schema import EXPLICIT_KEY
-from ..layouts.evaluator import layout_scenario
+from ..job import Job
 from ..layouts.ranking import END_NAMES
 from ..step.counts import ultraserver_default
 from .text import OBJECTIVE_SHORT, band_text, fmt_number, mfu_text, ranking_lines
@@ -54,9 +54,9 @@ def scenario_dict(base: Scenario, row, name: str, prices: dict[str, float] | Non
     """The scenario of a plan row as a plain dict (what top-N.yaml holds), named `name`: `parallelism.dp` left
     out (`load_scenario` derives it from the instances, so `--set cluster.instances=N` works on the file), and
     `cluster.price_per_hour_usd` the price given for the row's instance type (`prices`: the plan's overrides of
-    the catalog), else none (the catalog's). The layout itself is `layouts.evaluator.layout_scenario`'s, the one rule
-    from a row to its scenario that the planner timed it by (its stack's defaults where the scenario gives no key)."""
-    d = layout_scenario(base, row, name).to_dict()
+    the catalog), else none (the catalog's). The layout itself is its `job.Job.of_row` (`layouts.evaluator.layout_scenario`), the one
+    rule from a row to its scenario that the planner timed it by (its stack's defaults where the scenario gives no key)."""
+    d = Job.of_row(base, row, name).document()
     d.pop(EXPLICIT_KEY, None)        # a top-N.yaml gives every key of its row: all its own
     d["parallelism"].pop("dp", None)
     if (base.cluster.instance, base.cluster.instances) != (row["instance"], int(row["instances"])):

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 from ..errors import Problem, ScenarioError
 from ..report.progress import duration
 from ..goodput import check_hours
+from ..job import Job
 from ..scenario import Scenario, load_scenario
 from ..yaml_input import InputError, load_yaml, read_yaml_file
 from .assumptions import conservative_sets
@@ -248,18 +249,18 @@ def build(path: str | Path, overrides: list[str], vary_flags: list[str], zipped:
         name = f"{base.name}-v{i + 1:0{len(str(total))}d}"[:200]
         try:
             src = raw
-            sc = load_scenario(src, [*overrides, *sets, f"name={name}"])
+            sc = Job.of(src, [*overrides, *sets, f"name={name}"]).scenario
             if own_type and sc.cluster.instance != cluster.get("instance"):    # another type: its own defaults
                 src = other_type
                 left.add(sc.cluster.instance)
-                sc = load_scenario(src, [*overrides, *sets, f"name={name}"])
+                sc = Job.of(src, [*overrides, *sets, f"name={name}"]).scenario
             more = conservative_sets(sc) if conservative else []
             price_from = None
             if prices and sc.cluster.instance in prices and "cluster.price_per_hour_usd" not in given:
                 more.append(f"cluster.price_per_hour_usd={prices[sc.cluster.instance]!r}")   # the flag wins
                 price_from = FLAG_PRICE
             if more:
-                sc = load_scenario(src, [*overrides, *sets, *more, f"name={name}"])
+                sc = Job.of(src, [*overrides, *sets, *more, f"name={name}"]).scenario
             if hours is not None and (late := check_hours(sc, hours)):
                 raise ScenarioError(late)
         except ScenarioError as err:
