@@ -24,8 +24,7 @@ if not LIBRARY_DIR.is_dir():   # a source checkout or an editable install: the t
     LIBRARY_DIR = Path(__file__).resolve().parent.parent / "operators"
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "bytes")
 MATMUL_DIMS = ("m", "k", "n")
-VARIABLES = frozenset({"T", "Ts", "S", "h", "d", "hq", "hkv", "f", "up", "V", "e", "w", "g", "causal", "causal_f", "P",
-                       "drop", "E", "Er", "topk", "imb"})
+VARIABLES = frozenset("T Ts S h d hq hkv f up V e w g causal causal_f P drop E Er topk imb".split())
 SWITCHES = ("tensor_structure", "fusion", "engine_clock_rates", "flash_attention", "attention_serial", "stage_ends", "tp_overlap", "dp_overlap",
             "step_costs")
 WHERE = ("layer", "embedding", "head", "optimizer")
@@ -440,9 +439,10 @@ def bad_work(ops, variables: Mapping[str, Any]) -> tuple[np.ndarray, list]:
     return bad.reshape(-1) if shape else bad.reshape(1), why
 
 
-def recompute_mode(training) -> str:
-    """`training.recompute`, or "selective_mlp" where it also checkpoints the MLP block (`checkpoint_mlp`)."""
-    return "selective_mlp" if training.recompute == "selective" and training.checkpoint_mlp else training.recompute
+def recompute_mode(training, recompute: str | None = None) -> str:
+    """`training.recompute` (or a plan row's `recompute`), or "selective_mlp" where it checkpoints the MLP too."""
+    mode = recompute or training.recompute
+    return "selective_mlp" if mode == "selective" and training.checkpoint_mlp else mode
 
 
 def saved_bytes(ops: list[Operator], where: str, variables: Mapping[str, Any], recompute: str) -> float:

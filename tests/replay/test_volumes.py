@@ -43,6 +43,9 @@ RANKS_PER_TRN1 = 32                           # trn1.32xlarge: 16 chips x 2 Neur
 
 def scenario(tp=4, pp=2, cp=1, instances=2, microbatches=3, sp=None, recompute="selective", zero=1, moe=None,
              ep=1, fsdp_schedule=None, instance="trn1.32xlarge", virtual_stages=1, layers=LAYERS):
+    """`recompute` "selective_mlp": selective with the MLP block checkpointed (`training.checkpoint_mlp`)."""
+    mlp = recompute == "selective_mlp"
+    recompute = "selective" if mlp else recompute
     ranks = instances * RANKS_PER_TRN1
     dp = ranks // (tp * pp * cp)
     model = {"layers": layers, "hidden": HIDDEN, "heads": HEADS, "kv_heads": KV_HEADS, "ffn": FFN, "mlp": "swiglu",
@@ -59,7 +62,7 @@ def scenario(tp=4, pp=2, cp=1, instances=2, microbatches=3, sp=None, recompute="
     sc = load_scenario({
         "name": "volumes", "model": model,
         "training": {"seq_len": SEQ, "global_batch": dp * MICRO * microbatches, "micro_batch": MICRO,
-                     "recompute": recompute, "zero": zero, "steps": 1, "warmup_steps": 0},
+                     "recompute": recompute, "checkpoint_mlp": mlp, "zero": zero, "steps": 1, "warmup_steps": 0},
         "parallelism": par, "cluster": {"instance": instance, "instances": instances}, "faults": {"jitter": 0.0}})
     assert sc.parallelism.dp == dp
     return sc, build_cluster(sc, instances)
@@ -119,15 +122,20 @@ def test_the_stage_split():
 
 # --- tensor parallel -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("recompute", ["selective", "full"])
+AGAIN = {"selective": 0, "full": 1, "selective_mlp": 0.5}
+
+
+@pytest.mark.parametrize("recompute", ["selective", "full", "selective_mlp"])
 def test_tensor_parallel_with_sequence_parallelism(recompute):
     """Per layer and microbatch, forward: an all-gather before each block's column-parallel matmul and a
     reduce-scatter after its row-parallel one (attention and MLP: 2 + 2); backward: the output gradient's
     all-gather, the input gradient's reduce-scatter and the input's re-gather (4 gathers, 2 scatters); full
-    recomputation repeats the forward's 2 + 2. Each moves the whole [tokens, hidden] activation."""
+    recomputation repeats the forward's 2 + 2, a checkpointed MLP block its own 1 + 1 (NxD's seq-8192 pipeline
+    scripts checkpoint LlamaMLP, whose parallel linears gather and scatter). Each moves the whole [tokens, hidden]
+    activation."""
     sc, cl = scenario(tp=4, recompute=recompute)
     comm = step_comm(sc, cl)
-    again = 1 if recompute == "full" else 0
+    again = AGAIN[recompute]
     m, stage0 = 3, 3                                   # microbatches; layers on stage 0
     ag, rs = one(comm, "tp", "all_gather"), one(comm, "tp", "reduce_scatter")
     assert not records(comm, "tp", "all_reduce")
@@ -142,14 +150,14 @@ def test_tensor_parallel_with_sequence_parallelism(recompute):
     assert comm.tp_bwd == pytest.approx(layers * (4 * t_ag + 2 * t_rs + again * fwd), rel=1e-12)
 
 
-@pytest.mark.parametrize("recompute", ["selective", "full"])
+@pytest.mark.parametrize("recompute", ["selective", "full", "selective_mlp"])
 def test_tensor_parallel_without_sequence_parallelism(recompute):
     """Megatron-LM without SP: per layer and microbatch two all-reduces forward (attention's and the MLP's
     row-parallel outputs) and two backward (their column-parallel input gradients), each of the whole
-    activation; full recomputation repeats the forward's two."""
+    activation; full recomputation repeats the forward's two, a checkpointed MLP block its one."""
     sc, cl = scenario(tp=4, sp=False, recompute=recompute)
     comm = step_comm(sc, cl)
-    again = 1 if recompute == "full" else 0
+    again = AGAIN[recompute]
     ar = one(comm, "tp", "all_reduce")
     assert not records(comm, "tp", "all_gather") and not records(comm, "tp", "reduce_scatter")
     assert ar.bytes == activation()

@@ -304,7 +304,7 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
     layer, send = np.empty((5, n)), np.empty((n, chunks))
     buckets, bucket_s, has = np.ones((n, chunks)), np.zeros((n, chunks)), np.ones(n, dtype=bool)
     after, gather, scatter = np.empty((n, pp)), np.empty((n, chunks)), np.empty((n, chunks))
-    norm, overlap, full, last = np.empty(n), np.empty(n, dtype=bool), np.empty(n, dtype=bool), None
+    norm, overlap, mode, last = np.empty(n), np.empty(n, dtype=bool), np.empty(n, dtype=object), None
     serial = np.empty(n, dtype=bool)
     sharing = pr.shared_last_sends
     if sharing:
@@ -315,12 +315,12 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
         cal = cl.calibration
         tp, cp, v, dp, ep = int(r.tp), int(r.cp), int(r.virtual_stages), int(r.dp), int(r.ep)
         sp, zero = bool(r.sequence_parallel), int(r.zero)
-        full[a] = r.recompute == "full"
+        mode[a] = m0 = opslib.recompute_mode(pr.scenario.training, str(r.recompute))   # (the variant's checkpoint_mlp)
         k0 = k if np.ndim(k) == 0 else int(k[0])     # (the settings of one layout share its shape variables)
 
         def in_layer():
             vk = {name: V[name][k0] for name in ("T", "h", "e", "hkv", "d")}
-            return comm.layer_comm(times, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, r.recompute == "full",
+            return comm.layer_comm(times, cl, tp, cp, pp, ep, sp, vk, pr.scenario.model.moe, m0,
                                    comm.hides_tp(cal, par, tp), sh.costs.hide[k])
 
         shape_key = sh.keys[k] if np.ndim(k) == 0 else tuple(sh.keys[x] for x in k.tolist())
@@ -353,7 +353,7 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
         serial[a] = comm.serial_exchanges(getattr(r, "stack", pr.scenario.stack), cal)
     if last is None:      # timed alone, the last microbatch's gradient sends are the others' (`last_sends`)
         last = comm.gradient_sends(send)
-    return comm.assemble(g.layers, tuple(layer), send, last, (buckets, bucket_s, after, gather, scatter), norm, full,
+    return comm.assemble(g.layers, tuple(layer), send, last, (buckets, bucket_s, after, gather, scatter), norm, mode,
                          overlap, serial=serial), has
 
 

@@ -98,20 +98,31 @@ class CommTimes:
         return float(concurrent_time(self.cluster, list(transfers), in_graph=True)[0])
 
 
+def recomputed_collectives(recompute):
+    """(share of a layer's forward tensor-parallel collectives, share of its expert all-to-alls) that the backward's
+    recomputation runs again, by `operators.recompute_mode` (a string, or [rows] of them): all under full
+    recomputation; with the MLP block checkpointed ("selective_mlp": NxD's seq-8192 pipeline scripts checkpoint
+    LlamaMLP, whose column- and row-parallel linears gather and reduce-scatter in their forward) that block's half
+    and its all-to-alls; none otherwise (the core attention recomputed under "selective" issues none)."""
+    full, mlp = np.asarray(recompute) == "full", np.asarray(recompute) == "selective_mlp"
+    return np.where(full, 1.0, np.where(mlp, 0.5, 0.0))[()], np.where(full | mlp, 1.0, 0.0)[()]
+
+
 def layer_comm(times: CommTimes, cluster: Cluster, tp: int, cp: int, pp: int, ep: int, sp: bool, v: dict, moe,
-               full_recompute: bool, overlap: bool, hide: np.ndarray | None,
+               recompute: str, overlap: bool, hide: np.ndarray | None,
                layer_mbs: float = 0) -> tuple[float, float, float, float, float]:
     """One layer's in-layer collectives per microbatch: (forward seconds, exposed backward seconds without the
     recomputed forward's, context-parallel K/V block forward and backward, expert all-to-alls).
 
     Args:
         v: the shape variables (`operators.shape_variables`: T, h, e, hkv, d).
+        recompute: `operators.recompute_mode` (what the records count again: `recomputed_collectives`).
         overlap: the hideable backward collectives run behind `hide` (one layer's backward seconds of the
             matmuls that hide them, `ChunkTimes.tp_hide_bwd_s`).
         layer_mbs: layer-microbatches of stage 0 per step (the records' counts).
     """
     act = v["T"] * v["h"] * v["e"]                     # one microbatch's activation tensor, bytes
-    again = 1.0 if full_recompute else 0.0             # times full recomputation repeats the forward's collectives
+    again, a2a_again = (float(x) for x in recomputed_collectives(recompute))   # (the records' counts)
     # Megatron-LM, per layer (Korthikanti et al. 2022): without sequence parallelism two all-reduces forward
     # (the row-parallel outputs) and two backward (the column-parallel input gradients). With SP, per block
     # (attention, MLP): forward an all-gather before the column-parallel matmul and a reduce-scatter after the
@@ -150,7 +161,7 @@ def layer_comm(times: CommTimes, cluster: Cluster, tp: int, cp: int, pp: int, ep
         hops = ring_hops(cluster, tp, cp)
         kv = 2 * v["T"] * v["hkv"] * v["d"] * v["e"]
         n_blocks = layer_mbs * (cp - 1)
-        cp_fwd = _slowest_hop(times, hops, kv, n_blocks * (1 + again))
+        cp_fwd = _slowest_hop(times, hops, kv, n_blocks * (2 if recompute == "full" else 1))
         cp_bwd = _slowest_hop(times, hops, 2 * kv, n_blocks)
     # mixture of experts: an all-to-all dispatches each token's hidden state to its top_k experts' ranks and
     # another combines the results, forward and (transposed) backward; the busiest rank moves imb x more
@@ -158,7 +169,7 @@ def layer_comm(times: CommTimes, cluster: Cluster, tp: int, cp: int, pp: int, ep
     if moe is not None and ep > 1:
         epg = group_of(cluster, ep, replica_ranks(tp, cp, pp))
         a2a_bytes = v["T"] * moe.top_k * moe.imbalance * v["h"] * v["e"] / (tp if sp else 1)
-        a2a = 2 * times("all_to_all", a2a_bytes, epg, "ep", layer_mbs * (4 + 2 * again))
+        a2a = 2 * times("all_to_all", a2a_bytes, epg, "ep", layer_mbs * (4 + 2 * a2a_again))
     return per_layer, bwd_exposed, cp_fwd, cp_bwd, a2a
 
 
@@ -291,18 +302,18 @@ def gradient_sends(send_fwd: np.ndarray) -> np.ndarray:
 
 
 def assemble(layers: np.ndarray, layer: tuple, send_fwd: np.ndarray, send_bwd_last: np.ndarray, dp_parts: tuple,
-             norm_s, full_recompute, dp_overlap, records: list | None = None,
+             norm_s, recompute, dp_overlap, records: list | None = None,
              dp_total: np.ndarray | None = None, serial=False) -> StepComm:
     """The StepComm of one layout from its pieces (`layer_comm`, `pipeline_sends`, `last_sends`, `dp_comm`).
 
-    Over a row axis (the planner's batch) the same: `layer`'s five and `norm_s`, `full_recompute`, `dp_overlap`
+    Over a row axis (the planner's batch) the same: `layer`'s five and `norm_s`, `recompute`, `dp_overlap`
     as [rows] arrays, the per-chunk and per-stage pieces as [rows, chunks] and [rows, stages]; every field of
     the StepComm then has that leading axis; `serial`: `serial_exchanges`, [rows] over a row axis."""
     per_layer, bwd_exposed, cp_fwd, cp_bwd, a2a = layer
-    again = np.where(full_recompute, 1.0, 0.0) if np.ndim(full_recompute) else (1.0 if full_recompute else 0.0)
+    again, a2a_again = recomputed_collectives(recompute)
     col = lambda x: np.asarray(x, dtype=float)[..., None]       # noqa: E731  (a row's figure along its chunks)
     buckets, bucket_s, after, gather, scatter = dp_parts
-    return StepComm(tp_fwd=layers * col(per_layer + a2a), tp_bwd=layers * col(bwd_exposed + a2a + (per_layer + a2a) * again),
+    return StepComm(tp_fwd=layers * col(per_layer + a2a), tp_bwd=layers * col(bwd_exposed + a2a + per_layer * again + a2a * a2a_again),
                     send_fwd=send_fwd, send_bwd=gradient_sends(send_fwd),
                     dp=dp_total if dp_total is not None else np.zeros(np.shape(after)), records=records or [],
                     dp_overlap=dp_overlap, norm_s=norm_s, dp_bucket_s=bucket_s, dp_buckets=buckets,
@@ -346,10 +357,10 @@ def _comm_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> S
     layers = np.asarray(cluster.stage_layers(scenario.model.layers), dtype=float)
     m = microbatches(scenario)
     layer_mbs = stage_sum(layers, layout.pp)[0] * m   # layer-microbatches on stage 0
-    full = t.recompute == "full"
+    mode = opslib.recompute_mode(t)
     times = CommTimes(cluster)
     layer = layer_comm(times, cluster, layout.tp, layout.cp, layout.pp, par.ep, par.sequence_parallel, v,
-                       scenario.model.moe, full, hides_tp(cluster.calibration, par, layout.tp), tp_hide_s, layer_mbs)
+                       scenario.model.moe, mode, hides_tp(cluster.calibration, par, layout.tp), tp_hide_s, layer_mbs)
     sent = activation_send_bytes(v, layout.tp, par.sequence_parallel)
     groups, send_fwd = pipeline_sends(times, cluster, sent, layers.size, m)
     dense, expert = opslib.chunk_params_split(scenario.model, layout.tp, layers, layout.pp, par.ep)
@@ -360,7 +371,7 @@ def _comm_uniform(scenario, cluster: Cluster, tp_hide_s: np.ndarray | None) -> S
     dp = stage_sum(bucket_s * buckets, layout.pp) + after + m * stage_sum(layers * (2 * gather + scatter), layout.pp)
     last = last_sends(times, cluster, send_fwd, sent, groups, dense, t, layout.dp, stride, buckets)
     norm_s = norm_seconds(times, cluster)
-    return assemble(layers, layer, send_fwd, last, parts, norm_s, full, cluster.calibration.dp_overlap,
+    return assemble(layers, layer, send_fwd, last, parts, norm_s, mode, cluster.calibration.dp_overlap,
                     times.records, dp, serial_exchanges(scenario.stack, cluster.calibration))
 
 

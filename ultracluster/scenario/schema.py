@@ -142,8 +142,9 @@ class TrainingSpec(_Spec):
         "selective", description="Activation recomputation in the backward pass [selective]."
     )
     checkpoint_mlp: bool = Field(
-        False, description="Under selective recomputation, also recompute the MLP block in backward (NxD's "
-        "tp_pp example checkpoints (CoreAttention, LlamaMLP) at seq_len 8192; its stack fills this) [false].")
+        False, description="Under selective recomputation, also recompute the MLP block in backward, its kernels "
+        "and its tensor-parallel gather and reduce-scatter (NxD's tp_pp example checkpoints (CoreAttention, "
+        "LlamaMLP) at seq_len 8192; its stack fills this) [false].")
     attention: Literal["flash", "materialized"] = Field(
         "flash", description="Attention kernel: flash (a fused kernel that never stores the S x S scores and skips "
         "causally masked tiles; NxD with the NKI kernels) or materialized (scores, softmax and dropout through HBM "
