@@ -4,7 +4,7 @@ evaluation goes through.
 A `Job` is built once, from a scenario (`Job.of`: a Scenario, a YAML path, its dict or the `scenario.json` a run
 wrote, with `--set` overrides: a sweep variant is the base scenario with its varied keys) or from a plan row
 (`Job.of_row`: `layouts.evaluator.layout_scenario`, the one rule from a row to its scenario), with the same result
-for the same layout (tests/test_job.py). It carries which stack-filled keys the user gave (`explicit`), so the job
+for the same layout (tests/plan/test_job.py). It carries which stack-filled keys the user gave (`explicit`), so the job
 reloaded from its own document (`Job.of(job.document())`) is the same job, timed the same, and it reads off the
 scenario what a layout derives, each from the one module that owns the rule: its degrees and placement (`layout`,
 `cluster.placement.Layout`), microbatches per replica (`step.counts`), ranks per instance (`cluster.catalog`), the
@@ -12,7 +12,7 @@ stack's filled defaults (`stacks.filled`), the plan-table row (`row`) and its va
 `scenario.checks`, the rules `load_scenario` applies).
 
 `evaluate(jobs, calibration, fidelity)` times jobs by one of two implementations, tested equal
-(tests/test_job.py, tests/plan/test_steps_vs_run.py): "replay", the replay `run` runs (`emulate.in_process`, one job
+(tests/plan/test_job.py, tests/plan/test_steps_vs_run.py): "replay", the replay `run` runs (`emulate.in_process`, one job
 at a time, `runner.predict`'s numbers), and "fast", the planner's fast path over many jobs at once
 (`layouts.steps.evaluate`, one table per base scenario). Both give the same keys (`FIGURES`).
 """

@@ -13,15 +13,10 @@ from ultracluster.job import FIGURES, Job, evaluate
 from ultracluster.layouts.space import SearchSpace, enumerate_layouts
 from ultracluster import stacks
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
-SMALL = {
-    "name": "job-small",
-    "model": {"layers": 16, "hidden": 1024, "heads": 16, "kv_heads": 4, "ffn": 2816, "mlp": "swiglu", "vocab": 32000},
-    "training": {"seq_len": 2048, "global_batch": 64, "micro_batch": 1, "recompute": "selective", "steps": 2,
-                 "warmup_steps": 1},
-    "parallelism": {"tp": 8, "pp": 2},
-    "cluster": {"instance": "trn1.32xlarge", "instances": 2},
-}
+from plan_scenarios import variant
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+SMALL = variant(name="job-small")
 # one row per kind of job: each stack that runs on trn1, with and without a pipeline, ZeRO-1, interleaving
 ROWS = [
     {"stack": "neuronx-distributed", "tp": 8, "pp": 2, "pp_schedule": "1f1b", "zero": 1},
