@@ -218,6 +218,27 @@ def test_timeline_split_and_critical_shard():
     assert ops["duration_s"].sum() + tp_total == pytest.approx(0.2 + 0.2 + 0.3 + 0.1)
 
 
+def test_serial_exchanges_are_carved_out_of_their_ops():
+    """NxD and NeMo: each exchange is part of both stages' ops (`ChunkComm.serial`): the receive opens the
+    consumer's op, the send closes the producer's, on the pp track and inside the op, never after it."""
+    result = replace(make_result(), chunk_comm=[replace(c, serial=True) for c in CHUNKS])
+    s1 = build_report(result).timeline.query("step == 1")
+    pp = s1[s1["stream"] == "pp"].sort_values("start_s")
+    # step 1 spans 1 s from 3.0: stage 0's F (3.0-3.2) sends, stage 1's F (3.25-3.45) receives; stage 1's B
+    # (3.45-3.75) sends back, stage 0's B (3.8-3.9) receives
+    assert pp["name"].tolist() == ["send F mb0 c0", "receive F mb0 c0", "send B mb0 c0", "receive B mb0 c0"]
+    assert pp["stage"].tolist() == [0, 1, 1, 0]
+    assert pp["start_s"].tolist() == pytest.approx([3.15, 3.25, 3.7, 3.8])
+    assert pp["end_s"].tolist() == pytest.approx([3.2, 3.3, 3.75, 3.85])
+    f0 = s1[(s1["stage"] == 0) & (s1["name"] == "F mb0 c0")].iloc[0]
+    assert (f0["start_s"], f0["end_s"]) == pytest.approx((3.0, 3.14))      # less the send and 0.01 s of tp
+    b0 = s1[(s1["stage"] == 0) & (s1["name"] == "B mb0 c0")].iloc[0]
+    assert (b0["start_s"], b0["end_s"]) == pytest.approx((3.85, 3.88))     # less the receive and 0.02 s of tp
+    # the op, its collectives and its exchanges still add up to the replay's slice
+    assert s1[s1["stream"].isin(["compute", "tp", "pp"]) & s1["name"].str.contains(r"[FB] mb")][
+        "duration_s"].sum() == pytest.approx(0.2 + 0.2 + 0.3 + 0.1)
+
+
 def test_trace_tracks_and_names():
     result = make_result()
     tr = chrome_trace(build_report(result))

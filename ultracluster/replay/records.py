@@ -81,7 +81,8 @@ def comm_records(comm, pp: int, microbatches: int, chunk_layers: list[int]) -> t
     tp_f, tp_b = np.asarray(comm.tp_fwd, float), np.asarray(comm.tp_bwd, float)
     s_f, s_b = np.asarray(comm.send_fwd, float), np.asarray(comm.send_bwd, float)
     chunks = [ChunkComm(chunk=c, stage=c % pp, tp_fwd_s=float(tp_f[c]), tp_bwd_s=float(tp_b[c]),
-                        send_fwd_s=float(s_f[c]), send_bwd_s=float(s_b[c])) for c in range(tp_f.size)]
+                        send_fwd_s=float(s_f[c]), send_bwd_s=float(s_b[c]), serial=bool(comm.serial_exchanges))
+              for c in range(tp_f.size)]
     stage_of = np.arange(tp_f.size) % pp
     stages = [StageComm(stage=s, layers=int(np.asarray(chunk_layers)[stage_of == s].sum()),
                         tp_comm_s=float(microbatches * (tp_f + tp_b)[stage_of == s].sum()),

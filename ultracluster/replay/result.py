@@ -97,7 +97,9 @@ class ChunkComm:
     """Communication of one pipeline chunk per microbatch, as the replay costed it (seconds).
 
     The report draws it on the timeline's tp and pp tracks: the in-layer collectives at the end of each
-    forward/backward slice (they are part of its duration), the sends after it.
+    forward/backward slice (they are part of its duration), the sends after it; with `serial` exchanges (NxD,
+    NeMo: both stages wait in each, `replay.engine.serial_sends`) the receive at the start of the slice and the
+    send at its end, inside it.
     """
 
     chunk: int           # chunk id = virtual stage x pp + stage
@@ -106,6 +108,7 @@ class ChunkComm:
     tp_bwd_s: float      # the same for one backward (including recomputed forwards)
     send_fwd_s: float    # activation send to the next chunk's stage (0 for the last chunk)
     send_bwd_s: float    # input-gradient send to the previous chunk's stage (0 for chunk 0)
+    serial: bool = False  # the exchanges are part of the forward's and backward's durations
 
 
 @dataclass(frozen=True)

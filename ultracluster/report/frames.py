@@ -181,7 +181,9 @@ def timeline_frame(result: RunResult, steps: pd.DataFrame) -> pd.DataFrame:
     them): the last `tp_fwd_s`/`tp_bwd_s` of it becomes a "collectives ..." slice on the tp stream (they
     really interleave layer by layer; the total is exact). Each forward of a non-last chunk is followed by
     a "send ..." slice of `send_fwd_s` on the pp stream, each backward of a non-first chunk by one of
-    `send_bwd_s`, as the replay delays the receiving op.
+    `send_bwd_s`, as the replay delays the receiving op. Where the exchanges are serial (`ChunkComm.serial`: the
+    stage waits in them, so they are part of the op's duration) they are carved out of the op like the
+    collectives: the receive from the producing chunk at its start, the send to the next at its end.
 
     Args:
         result: the replayed run.
@@ -215,22 +217,35 @@ def _split_ops(df: pd.DataFrame, result: RunResult) -> pd.DataFrame:
     n = len(result.chunk_comm)
     by_chunk = {c.chunk: c for c in result.chunk_comm}
     arr = {k: np.array([getattr(by_chunk[c], k) if c in by_chunk else 0.0 for c in range(n)])
-           for k in ("tp_fwd_s", "tp_bwd_s", "send_fwd_s", "send_bwd_s")}
+           for k in ("tp_fwd_s", "tp_bwd_s", "send_fwd_s", "send_bwd_s", "serial")}
     kind, chunk = df["kind"].to_numpy(dtype=object), df["chunk"].to_numpy(dtype=np.int64)
     fwd = kind == "F"
     is_op = (fwd | (kind == "B")) & (df["stream"] == "compute").to_numpy() & (chunk >= 0) & (chunk < n)
     c = np.clip(chunk, 0, max(n - 1, 0))
     start, end = df["start_s"].to_numpy(), df["end_s"].to_numpy()
-    tp = np.where(is_op, np.minimum(np.where(fwd, arr["tp_fwd_s"][c], arr["tp_bwd_s"][c]), end - start), 0.0)
     send = np.where(is_op, np.where(fwd, arr["send_fwd_s"][c], arr["send_bwd_s"][c]), 0.0)
+    # serial exchanges: the receive (the producer's send: chunk c - 1's forward, c + 1's backward) opens the op
+    serial = is_op & (arr["serial"][c] > 0)
+    prev = np.where(fwd, arr["send_fwd_s"][np.clip(c - 1, 0, None)] * (c > 0),
+                    arr["send_bwd_s"][np.clip(c + 1, None, max(n - 1, 0))] * (c < n - 1))
+    recv = np.where(serial, prev, 0.0)
+    sent = np.where(serial, send, 0.0)         # ... and the send closes it
+    body_end = end - sent
+    tp = np.where(is_op, np.minimum(np.where(fwd, arr["tp_fwd_s"][c], arr["tp_bwd_s"][c]),
+                                    np.maximum(body_end - start - recv, 0.0)), 0.0)
     names = df["name"].to_numpy(dtype=object)
-    out = [df.assign(end_s=end - tp)]
-    has_tp, has_send = tp > 0, send > 0
+    out = [df.assign(start_s=start + recv, end_s=body_end - tp)]
+    has_tp, has_send, has_recv = tp > 0, (send > 0) & ~serial, recv > 0
     out.append(df[has_tp].assign(stream="tp", name=["collectives " + x for x in names[has_tp]],
-                                 start_s=(end - tp)[has_tp], end_s=end[has_tp]))
+                                 start_s=(body_end - tp)[has_tp], end_s=body_end[has_tp]))
     out.append(df[has_send].assign(stream="pp", name=["send " + x for x in names[has_send]],
                                    start_s=end[has_send], end_s=(end + send)[has_send]))
-    return pd.concat(out, ignore_index=True)
+    out.append(df[has_recv].assign(stream="pp", name=["receive " + x for x in names[has_recv]],
+                                   start_s=start[has_recv], end_s=(start + recv)[has_recv]))
+    done = serial & (sent > 0)
+    out.append(df[done].assign(stream="pp", name=["send " + x for x in names[done]], start_s=body_end[done],
+                               end_s=end[done]))
+    return pd.concat(out, ignore_index=True).astype({"name": df["name"].dtype, "stream": df["stream"].dtype})
 
 
 def build_report(result: RunResult) -> Report:
