@@ -1,7 +1,8 @@
 """ultracluster: emulate AWS Trainium training clusters on Ray.
 
 Public API: `load_scenario(path, overrides)` → Scenario; `run(scenario, out=None, address=None)` →
-Report (pandas DataFrames: steps, breakdown, memory, collectives, timeline; `summary` dict).
+Report (pandas DataFrames: steps, breakdown, memory, collectives, timeline; `summary` dict); `Job.of(path,
+overrides)` → one resolved layout and `evaluate(jobs, calibration, fidelity)` → its figures, replayed or fast.
 
 The names are loaded on first use (PEP 562), so importing the pure core (`ultracluster.chip`,
 `ultracluster.network`, ...) pulls in neither Ray nor pandas; `tests/test_architecture.py` checks it.
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .errors import ScenarioError, UltraclusterError
+    from .job import Job, evaluate
     from .runner import run
     from .report import Report
     from .scenario import Scenario, load_scenario
@@ -20,10 +22,10 @@ if TYPE_CHECKING:
 # public name → the module that defines it
 _EXPORTS = {
     "Report": ".report", "Scenario": ".scenario", "ScenarioError": ".errors",
-    "UltraclusterError": ".errors", "load_scenario": ".scenario", "run": ".runner",
+    "UltraclusterError": ".errors", "load_scenario": ".scenario", "run": ".runner", "Job": ".job", "evaluate": ".job",
 }
 
-__all__ = ["Report", "Scenario", "ScenarioError", "UltraclusterError", "load_scenario", "run"]
+__all__ = ["Job", "Report", "Scenario", "ScenarioError", "UltraclusterError", "evaluate", "load_scenario", "run"]
 
 
 def __getattr__(name: str) -> Any:

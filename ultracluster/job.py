@@ -143,6 +143,7 @@ def evaluate(jobs: Sequence[Job], calibration: Calibration | None = None, fideli
         res = steps.evaluate(steps.Evaluator(base, calibration), table)
         for i, rec in zip(members, res.to_dict("records")):
             ok, seq = bool(rec["feasible"]), jobs[i].scenario.training.seq_len
-            out[i] = {**{k: float(rec[k]) for k in FIGURES[2:] if k != "seq_per_s"}, "feasible": ok,
-                      "reason": None if ok else rec["reason"], "seq_per_s": float(rec["tokens_per_s"]) / seq}
+            got = {**rec, "feasible": ok, "reason": None if ok else rec["reason"],
+                   "seq_per_s": float(rec["tokens_per_s"]) / seq}
+            out[i] = {k: got[k] if k in ("feasible", "reason") else float(got[k]) for k in FIGURES}
     return out  # type: ignore[return-value]
