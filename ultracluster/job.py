@@ -110,7 +110,7 @@ def _base_key(job: Job) -> str:
     doc.pop("name", None)
     doc.pop("stack", None)
     for key in (*job.filled, *(f"{s}.{k}" for s in ("parallelism", "training", "cluster") for k in LAYOUT_COLUMNS),
-                "training.zero1", "cluster.ultraserver", "cluster.price_per_hour_usd"):
+                "training.zero1"):
         section, name = key.split(".")
         if isinstance(doc.get(section), dict):
             doc[section].pop(name, None)
@@ -121,10 +121,15 @@ def evaluate(jobs: Sequence[Job], calibration: Calibration | None = None, fideli
     """Each job's `FIGURES`, in order, timed by the replay (`runner.predict`) or the fast path (`layouts.steps`).
 
     Raises:
-        ValueError: an unknown fidelity.
+        ValueError: an unknown fidelity; "fast" for a job with degraded instances (the planner's search times
+            healthy clusters: `faults.degraded` is the replay's).
     """
     if fidelity not in FIDELITIES:
         raise ValueError(f"fidelity: given {fidelity!r}; allowed: {', '.join(FIDELITIES)}")
+    hurt = [j.scenario.name for j in jobs if fidelity == "fast" and j.scenario.faults and j.scenario.faults.degraded]
+    if hurt:
+        raise ValueError(f"fidelity: given 'fast' for {', '.join(hurt)} with faults.degraded; allowed: 'replay' "
+                         "(the fast path times healthy clusters)")
     if fidelity == "replay":
         from .runner import predict
 

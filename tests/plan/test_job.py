@@ -101,6 +101,19 @@ def test_the_replay_and_the_fast_path_agree(table):
 def test_an_unknown_fidelity_is_refused():
     with pytest.raises(ValueError, match="fidelity: given 'exact'; allowed: replay, fast"):
         evaluate([Job.of(SMALL)], fidelity="exact")
+    hurt = Job.of(SMALL, ["faults.degraded=[{instances: [1], efa_nics: 4}]"])
+    with pytest.raises(ValueError, match="given 'fast' for job-small with faults.degraded; allowed: 'replay'"):
+        evaluate([hurt], fidelity="fast")
+    assert evaluate([hurt])[0]["step_time_s"] > evaluate([Job.of(SMALL)])[0]["step_time_s"]
+
+
+def test_jobs_apart_only_in_their_ultraserver_are_timed_apart():
+    base = Job.of(SCENARIOS / "llama3.1-70b-trn2-ultraserver.yaml")
+    other = Job.of(base.document(), [f"cluster.ultraserver={str(not base.scenario.cluster.ultraserver).lower()}"])
+    fast, replay = evaluate([base, other], fidelity="fast"), evaluate([base, other])
+    assert fast[0]["step_time_s"] != fast[1]["step_time_s"]
+    for f, r in zip(fast, replay):
+        assert f["step_time_s"] == pytest.approx(r["step_time_s"], rel=0.01)
 
 
 def test_a_row_job_reports_what_it_breaks(table):
