@@ -45,8 +45,9 @@ def test_compute_tally_means_over_measured_steps():
 def test_comm_records_per_chunk_and_stage():
     comm = SimpleNamespace(tp_fwd=np.array([0.1, 0.2, 0.3, 0.4]), tp_bwd=np.array([1.0, 2.0, 3.0, 4.0]),
                            send_fwd=np.array([0.01, 0.02, 0.03, 0.0]), send_bwd=np.array([0.0, 0.01, 0.02, 0.03]),
-                           dp=np.array([5.0, 6.0]))
+                           dp=np.array([5.0, 6.0]), serial_exchanges=True)
     chunks, stages = comm_records(comm, pp=2, microbatches=4, chunk_layers=[3, 4, 4, 3])
+    assert all(c.serial for c in chunks)       # the trace carves the exchanges out of their ops
     assert [(c.chunk, c.stage) for c in chunks] == [(0, 0), (1, 1), (2, 0), (3, 1)]
     assert chunks[2].tp_bwd_s == 3.0 and chunks[3].send_bwd_s == 0.03
     assert [s.layers for s in stages] == [7, 7]
