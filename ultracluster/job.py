@@ -6,8 +6,8 @@ wrote, with `--set` overrides: a sweep variant is the base scenario with its var
 (`Job.of_row`: `layouts.evaluator.layout_scenario`, the one rule from a row to its scenario), with the same result
 for the same layout (tests/plan/test_job.py). It carries which stack-filled keys the user gave (`explicit`), so the job
 reloaded from its own document (`Job.of(job.document())`) is the same job, timed the same, and it reads off the
-scenario what a layout derives, each from the one module that owns the rule: its degrees and placement (`layout`,
-`cluster.placement.Layout`), microbatches per replica (`step.counts`), ranks per instance (`cluster.catalog`), the
+scenario what a layout derives, each from the one module that owns the rule: its degrees (`layout`,
+`cluster.placement.Layout`) and where each stage's ranks sit (`placement`, `cluster.placement`), microbatches per replica (`step.counts`), ranks per instance (`cluster.catalog`), the
 stack's filled defaults (`stacks.filled`), the plan-table row (`row`) and its validity (`problems`,
 `scenario.checks`, the rules `load_scenario` applies).
 
@@ -23,10 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from . import stacks
 from .cluster import Layout
 from .cluster.calibration import Calibration
 from .cluster.catalog import INSTANCES, ranks_per_instance
+from .cluster.placement import group_first_rank, group_ranks, instance_of
 from .errors import Problem
 from .layouts.evaluator import LAYOUT_COLUMNS, layout_scenario
 from .scenario import Scenario, load_scenario
@@ -82,6 +85,14 @@ class Job:
     def filled(self) -> dict[str, Any]:
         """The keys the stack filled, with their values (what `validate` prints)."""
         return stacks.filled(self.scenario)
+
+    def placement(self, replica: int = 0) -> list[tuple[int, int]]:
+        """(first, last) instance of each pipeline stage of a data-parallel replica: where its tp x cp ranks sit
+        (`cluster.placement`: tp, then cp, then pp inside a replica, replicas one after another)."""
+        lay, rpi = self.layout, self.ranks_per_instance
+        first = group_first_rank(lay.tp, lay.cp, lay.pp, replica, np.arange(lay.pp))
+        last = first + group_ranks(lay.tp, lay.cp) - 1
+        return list(zip(instance_of(first, rpi).tolist(), instance_of(last, rpi).tolist()))
 
     def row(self) -> dict[str, Any]:
         """The job as a plan-table row (`LAYOUT_COLUMNS` and `microbatches`): `Job.of_row(base, job.row())` is

@@ -98,6 +98,16 @@ def test_the_replay_and_the_fast_path_agree(table):
             assert r[k] == pytest.approx(f[k], rel=0.01), k
 
 
+def test_a_job_says_where_its_stages_sit():
+    seventy = Job.of(SCENARIOS / "llama3.1-70b-trn1-32.yaml")             # tp 32 fills a trn1.32xlarge
+    assert seventy.placement() == [(s, s) for s in range(8)]
+    assert seventy.placement(replica=3) == [(24 + s, 24 + s) for s in range(8)]
+    small = Job.of(SMALL, ["parallelism.tp=8", "parallelism.pp=2"])        # 32 ranks per instance: 2 replicas each
+    assert small.placement() == [(0, 0), (0, 0)] and small.placement(replica=2) == [(1, 1), (1, 1)]
+    wide = Job.of(SMALL, ["parallelism.tp=64", "parallelism.pp=1", "model.heads=64"])   # a stage over two instances
+    assert wide.placement() == [(0, 1)]
+
+
 def test_an_unknown_fidelity_is_refused():
     with pytest.raises(ValueError, match="fidelity: given 'exact'; allowed: replay, fast"):
         evaluate([Job.of(SMALL)], fidelity="exact")
