@@ -224,13 +224,12 @@ def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame
         _, _, fwd, bwd = engine.chunk_seconds(c.tp_fwd, c.tp_bwd, fc, bc, cp_f[:, None], cp_b[:, None],
                                               fs_f, fs_b, g.layers[None, :])
         fwd, bwd, send_f, send_b, _, _ = engine.serial_sends(fwd, bwd, c.send_fwd, c.send_bwd, c.serial_exchanges)
-        last = np.where(np.asarray(c.serial_exchanges)[:, None], send_b, c.send_bwd_last)
         sched = cols["pp_schedule"][idx]
         for name in dict.fromkeys(sched.tolist()):
             sel = np.flatnonzero(sched == name)
             pending.setdefault((str(name), g.pp, g.v), []).append(dict(
                 i=idx[sel], m=cols["microbatches"][idx[sel]], fwd=fwd[sel], bwd=bwd[sel], send_fwd=send_f[sel],
-                send_bwd=send_b[sel], last=last[sel], has=has[sel], nb=c.dp_buckets[sel],
+                send_bwd=send_b[sel], last=c.send_bwd_last[sel], has=has[sel], nb=c.dp_buckets[sel],
                 d=c.dp_bucket_s[sel], overlap=c.dp_overlap[sel], norm=c.norm_s[sel], after=c.dp_after_s[sel],
                 opt=opt[sel], overhead=overhead[idx[sel]]))
     step_time = np.full(len(table), np.nan)

@@ -174,7 +174,8 @@ def serial_sends(fwd: np.ndarray, bwd: np.ndarray, send_fwd: np.ndarray, send_bw
 
     Returns:
         (forward, backward with the exchanges, send_fwd, send_bwd as delays (0 where serial), exchange seconds
-        added to the forward and to the backward).
+        added to the forward and to the backward). The last microbatch's link-sharing sends (`send_bwd_last`) then
+        apply nowhere by themselves: both executors let one replace a send only where a send remains.
     """
     if not np.any(serial):
         zero = np.zeros(np.shape(send_fwd))
@@ -287,11 +288,11 @@ def replay_steps(scenario, cluster: Cluster, shards: ShardSet, state: MergedStat
         rtp_f, rtp_b, send_f, send_b, send_last = _replica_comm(comm, layout.dp)
         fs_f, fs_b = fsdp_exposed(comm, fc, bc, layers)
         tp_f, tp_b, fwd, bwd = chunk_seconds(rtp_f, rtp_b, fc, bc, cp_f, cp_b, fs_f, fs_b, layers)   # [replicas, chunks]
+        ex_free_sends = execute(programs, fwd, bwd, np.zeros_like(send_f), np.zeros_like(send_b))
         fwd, bwd, send_f, send_b, xf, xb = serial_sends(fwd, bwd, send_f, send_b, comm.serial_exchanges)
         last = {("B", m - 1, c): send_last[..., c] for c in range(fc.shape[1])} \
-            if send_last is not None and not comm.serial_exchanges else None
+            if send_last is not None else None
         ex = execute(programs, fwd, bwd, send_f, send_b, last)
-        ex_free_sends = execute(programs, fwd - xf, bwd - xb, np.zeros_like(send_f), np.zeros_like(send_b))
         opt = prof.opt                                                                    # [pp]
         pipe_end = ex.stage_end.max(axis=0)                                               # [pp]
         rs_end, dp_hidden = gradient_reduction(ex, comm, layout.pp, m)
