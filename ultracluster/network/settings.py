@@ -16,7 +16,7 @@ from .calibration import NetworkCalibration
 from .flows import LinkLoads
 from .groups import Group
 from .timing import (COSTS_MAX, SECONDS, TABLES, canonical_place, compared, graph_setting,
-                     check_collective, fabric_of, kept, step_table, table_costs)
+                     check_collective, chosen_many, fabric_of, kept, step_table, table_costs)
 from .topology import Fabric
 
 
@@ -86,15 +86,7 @@ _SETTINGS: dict[tuple, tuple] = {}       # `settings_of`, by the clusters' ident
 
 def _costs_of(fab: Fabric, op: str, nbytes: float, group: Group, cals: tuple, envelope: bool) -> list[tuple]:
     """`_timed` of one collective under each of `cals` (one `algorithm_envelope`), in one `table_costs`, the size
-    each pays (`timing.chosen`) found for all at once."""
+    each pays (`timing.chosen_many`) found for all at once."""
     profs, sizes = compared(fab, op, nbytes, group, envelope)
     table = kept(TABLES, tuple(map(id, profs)), lambda: (tuple(profs), step_table(profs)), COSTS_MAX)[1]
-    busy, other = table_costs(table, cals).times(sizes)       # [settings, sizes]
-    if envelope:        # `chosen` of every setting at once, its numbers
-        best = np.argmin(busy + other, axis=1)
-        every = np.arange(len(cals))
-        return list(zip(busy[every, best].tolist(), other[every, best].tolist(), [profs[b] for b in best.tolist()]))
-    total = busy + other
-    gap = (total[:, :-1].max(axis=1) if busy.shape[1] > 1 else 0.0) - total[:, -1]
-    return list(zip(busy[:, -1].tolist(), (other[:, -1] + np.where(gap > 0.0, gap, 0.0)).tolist(),
-                    [profs[-1]] * len(cals)))
+    return list(zip(*chosen_many(*table_costs(table, cals).times(sizes), profs, envelope)))   # [settings, sizes]

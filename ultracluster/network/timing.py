@@ -363,12 +363,22 @@ def _timed(fab, op: str, nbytes: float, group: Group, cal: NetworkCalibration) -
 
 def chosen(busy: np.ndarray, other: np.ndarray, profs: list, envelope: bool) -> tuple[float, float, LinkLoads]:
     """(bandwidth s, other s, link loads) of the size compared (`compared`'s, timed) that a collective pays."""
-    if envelope:
-        best = int(np.argmin(busy + other))          # 0 unless a larger size's algorithm is cheaper
-        return float(busy[best]), float(other[best]), profs[best]
+    (b,), (o,), (p,) = chosen_many(busy[None, :], other[None, :], profs, envelope)
+    return b, o, p
+
+
+def chosen_many(busy: np.ndarray, other: np.ndarray, profs: list, envelope: bool) -> tuple[list, list, list]:
+    """`chosen` of each row of [settings, sizes] seconds: (bandwidth s, other s, link loads), a list each. With the
+    envelope the cheapest size (0 unless a larger size's algorithm is cheaper); without, the collective's own size,
+    floored at the dearest size compared below it."""
     total = busy + other
-    floor = float(total[:-1].max()) if len(busy) > 1 else 0.0
-    return float(busy[-1]), float(other[-1]) + max(0.0, floor - float(total[-1])), profs[-1]
+    if envelope:
+        best = np.argmin(total, axis=1)
+        every = np.arange(total.shape[0])
+        return busy[every, best].tolist(), other[every, best].tolist(), [profs[b] for b in best.tolist()]
+    floor = total[:, :-1].max(axis=1) if total.shape[1] > 1 else 0.0
+    return (busy[:, -1].tolist(), (other[:, -1] + np.maximum(0.0, floor - total[:, -1])).tolist(),
+            [profs[-1]] * total.shape[0])
 
 
 @functools.lru_cache(maxsize=4096)
