@@ -68,7 +68,8 @@ def rank_rates(cluster: Cluster, precision: str) -> RankRates:
     hbm = min(chip.hbm_bytes_per_s * cal.hbm_peak_scale(chip.name), chip.dma_bytes_per_s) / per_chip * cal.hbm_efficiency
     if cal.tensor_structure and chip.tensor_hz > 0:
         # the PE array's clock rate, the catalog's precision ratio; HBM <-> SBUF through the rank's 16 DMA engines
-        # per physical core (H23), which cap the HBM share on Trainium (272 GB/s against 410 x hbm_efficiency)
+        # per physical core (`ChipSpec.dma_core_bytes_per_s`: 464, 368, 528 GB/s on Trainium 1, 2, 3), a cap on the
+        # HBM share (a core's share of HBM at hbm_efficiency, 352, 290, 490 GB/s, is below it on all three)
         peak = PE_FLOPS_PER_CYCLE * chip.tensor_hz * peak / chip.tensor_flop_per_s_per_core["bf16"]
         if chip.dma_core_bytes_per_s > 0:
             hbm = min(hbm, chip.dma_core_bytes_per_s * lnc)

@@ -26,11 +26,22 @@ def test_pe_array_rate_and_dma_engines():
     # 128 x 128 PEs x 2 FLOPs x 2.8 GHz = 91.75 TFLOPS (H4's "92"), not the chip figure / 2 cores (95)
     assert abs(r.tensor_flop_per_s - 2 * 128 * 128 * 2.8e9) < 1e6
     assert TRAINIUM.tensor_hz == 2.8e9 and TRAINIUM2.tensor_hz == 2.4e9
-    # HBM <-> SBUF through 16 DMA engines x 17 B/ns = 272 GB/s per core, below the 410 GB/s x 0.8 HBM share
-    assert r.hbm_bytes_per_s == 16 * 17e9
+    # HBM <-> SBUF through 16 DMA engines x 27 GiB/s = 464 GB/s per NeuronCore-v2 (H4; the chip's 1 TB/s of DMA,
+    # H1): above a core's 820 GiB/s / 2 x 0.8 share of HBM, which is what a Trn1 rank streams at
+    assert TRAINIUM.dma_core_bytes_per_s == 16 * 27 * 2**30
+    assert r.hbm_bytes_per_s == 820 * 2**30 / 2 * 0.8
     off = chip.rank_rates(build_cluster(sc, 8, DEFAULT.with_(tensor_efficiency=1.0, tensor_structure=False)), "bf16")
     assert abs(off.tensor_flop_per_s - 95e12) < 1e6
-    assert off.hbm_bytes_per_s > r.hbm_bytes_per_s
+    assert off.hbm_bytes_per_s == r.hbm_bytes_per_s
+    # where a core's HBM share is above its DMA engines' (Trainium3 at full HBM efficiency: 4.9 TB/s / 8 against
+    # 16 x 33 B/ns = 528 GB/s, H23), the engines cap it; without the structure the HBM share alone
+    trn3 = _scenario(cluster={"instance": "trn3gen2.16xlarge", "instances": 36}, parallelism={"tp": 8, "pp": 1},
+                     training={"global_batch": 288})
+    full = DEFAULT.with_(tensor_efficiency=1.0, hbm_efficiency=1.0)
+    capped = chip.rank_rates(build_cluster(trn3, 8, full), "bf16")
+    assert capped.hbm_bytes_per_s == 16 * 33e9 * 2            # a rank of LNC=2: two cores' engines
+    loose = chip.rank_rates(build_cluster(trn3, 8, full.with_(tensor_structure=False)), "bf16")
+    assert loose.hbm_bytes_per_s > capped.hbm_bytes_per_s
 
 
 def test_psum_evictions_count_each_output_once():

@@ -59,8 +59,8 @@ def test_without_hours_the_goodput_is_the_closed_form_and_says_so():
     s = predict(load_scenario(FSX, SETS))
     assert s["goodput_method"] == "closed form" and "goodput_hours" not in s
     # issue 43's closed form (0.201 before compute model v5 moved the step, 0.197 before the refit of issue 42's
-    # gradient precision): the replayed 89 s checkpoint's
-    assert s["goodput"] == pytest.approx(0.199, abs=0.001)
+    # gradient precision, 0.199 before Trn1's DMA engines at H4's 27 GiB/s): the replayed 89 s checkpoint's
+    assert s["goodput"] == pytest.approx(0.204, abs=0.001)
     assert s["stack"] == "neuronx-distributed"
     busy = busy_step_s(s["step_time_s"], s["data_stall_s"], s["checkpoint_s"])
     assert s["wall_step_time_s"] == pytest.approx(busy / s["goodput"], rel=1e-12)

@@ -31,16 +31,16 @@ import numpy as np
 
 from ..cluster.calibration import TRN1, TRN2, TRN3, Calibration
 from ..cluster.calibration_profile import FACTOR_BOUNDS
-from ..cluster.fitted_files import fitted
+from ..cluster.fitted_files import fitted, fitted_read
 
 # The factors a profile may fit: name → (lower, upper) physical bound (`cluster.calibration_profile.FACTOR_BOUNDS`,
 # which reading a profile checks too: the shipped fit's search bounds, a zero lower bound moved to a positive one)
 CANDIDATES = {k: (lo, hi) for k, (lo, hi, _) in FACTOR_BOUNDS.items()}
 # The training stacks' engine costs (ultracluster/stacks.py): a row moves only the engine of its own stack, and
 # first, where it has a pipeline (six or four graph executions per microbatch and stage); the shipped fit may leave
-# one at its lower bound, which is no prior: its sensitivity is probed at ENGINE_PROBE_S (5 ms: a PP4 run of 32 microbatches
-# then spends about a tenth of its step in graph executions) and it is fitted without
-# the pull toward the shipped value
+# one at its lower bound, or unidentified down to it, which is no prior (`no_prior`): its sensitivity is probed at
+# ENGINE_PROBE_S (5 ms: a PP4 run of 32 microbatches then spends about a tenth of its step in graph executions) and
+# it is fitted from there without the pull toward the shipped value
 ENGINES = ("graph_s_nxd", "graph_s_nemo")
 ENGINE_PROBE_S = 5e-3
 # Which factors each chip generation's rows try first: on Trn1 the TensorE efficiency then the in-graph
@@ -184,11 +184,21 @@ class Problem:
     iterations: int = 0
 
 
+def no_prior(k: str, shipped: dict[str, float]) -> bool:
+    """Whether the shipped fit gives factor `k` no value to pull toward: a stack's engine cost that it left at its
+    lower bound, or whose identifiable range reaches that bound (calibration.json `identifiability`: the public rows
+    cannot tell it from nothing)."""
+    if k not in ENGINES:
+        return False
+    low = fitted_read().get("identifiability", {}).get(k, {}).get("low", math.inf)
+    return min(shipped[k], low) <= CANDIDATES[k][0] * 1.001
+
+
 def penalties(names, shipped: dict[str, float] | None = None) -> np.ndarray:
-    """The pull toward the shipped fit of each named factor: none for a stack's engine cost the shipped fit left at
-    its lower bound (no value to pull toward)."""
+    """The pull toward the shipped fit of each named factor: none where the shipped fit gives no value to pull
+    toward (`no_prior`)."""
     shipped = shipped if shipped is not None else shipped_factors()
-    return np.array([0.0 if k in ENGINES and shipped[k] <= CANDIDATES[k][0] * 1.001 else PENALTY for k in names])
+    return np.array([0.0 if no_prior(k, shipped) else PENALTY for k in names])
 
 
 def engine_order(rows_by_scenario: dict[str, ScenarioRows], terms: list[Term]) -> list[str]:
@@ -216,9 +226,10 @@ def _solver(prob: Problem, rows_by_scenario: dict[str, ScenarioRows], timing: Ti
     lo = np.array([math.log(CANDIDATES[k][0]) for k in prob.free])
     hi = np.array([math.log(CANDIDATES[k][1]) for k in prob.free])
     u0 = np.array([math.log(shipped[k]) for k in prob.free])
-    # an engine cost starts where its effect shows (at its lower bound its Jacobian is nil and no step moves it)
-    u = np.clip(np.array([math.log(ENGINE_PROBE_S if k in ENGINES and prob.start[k] <= CANDIDATES[k][0] * 1.001
-                                   else prob.start[k]) for k in prob.free]), lo, hi)
+    # an engine cost without a prior starts where its effect shows (near its lower bound its Jacobian is all but nil
+    # and no step moves it)
+    u = np.clip(np.array([math.log(max(prob.start[k], ENGINE_PROBE_S) if no_prior(k, shipped) else prob.start[k])
+                          for k in prob.free]), lo, hi)
     pen = penalties(prob.free, shipped)
 
     def settings(u: np.ndarray) -> list[dict[str, float]]:

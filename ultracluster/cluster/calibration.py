@@ -133,7 +133,7 @@ class Calibration:
         tensor_structure: TensorE timed from NeuronCore's structure (`ultracluster.chip`): its peak the 128 x 128
             PE array at the engine clock (H4, H8, T3: 92 and 79 TFLOPS BF16 per core, not the chip figure / cores),
             every matmul output evicted from PSUM to SBUF on VectorE (H4), HBM <-> SBUF through the core's 16 DMA
-            engines (H23: 272, 368, 528 GB/s per core on Trn1, 2, 3), a MultiplyMoving waiting for its stationary
+            engines (H4, H23: 464, 368, 528 GB/s per core on Trn1, 2, 3), a MultiplyMoving waiting for its stationary
             tile's load (H24). Off: the catalog's per-core peak and the chip's HBM share only.
         fusion: elementwise operators run fused into the kernel their library entry names (`fuse:`).
         engine_clock_rates: VectorE/ScalarE work is timed at 128 elements per cycle (H4) rather than at

@@ -204,7 +204,7 @@ TRAINIUM = ChipSpec(
     scalar_flop_per_s_per_core=2.9e12,
     gpsimd_hz=1.4e9,
     tensor_hz=2.8e9,
-    dma_core_bytes_per_s=16 * 17e9,
+    dma_core_bytes_per_s=16 * 27 * GiB,
     vector_hz=1.12e9,
     scalar_hz=1.4e9,
     hbm_bytes=32 * GiB,
@@ -228,7 +228,10 @@ TRAINIUM = ChipSpec(
         "scalar_flop_per_s_per_core": _src("H3", "ScalarE 2.9 TFLOPS FP32"),
         "gpsimd_hz": _src("H4", "GpSimd 1.4 GHz"),
         "tensor_hz": _src("H4", "TensorE 2.8 GHz, 2x128 input / 1x128 output elements per cycle (128 x 128 PEs)"),
-        "dma_core_bytes_per_s": _src("H23", "16 DMA engines per NeuronCore x 17 B/ns = 272 GB/s (TRN1)"),
+        "dma_core_bytes_per_s": _src(
+            "H4, H1", "16 DMA engines per NeuronCore-v2 x 27 GiB/s = 464 GB/s (H4), as the chip's 1 TB/s of DMA for "
+            "its 2 cores (H1); the DMA bandwidth guide's table (H23) lists 17 B/ns x 16 = 272 GB/s for TRN1, 544 GB/s "
+            "a chip, against both"),
         "vector_hz": _src("H4", "VectorE 1.12 GHz, 128 elements/cycle"),
         "scalar_hz": _src("H4", "ScalarE 1.4 GHz, 128 elements/cycle"),
         "hbm_bytes": _src("H1", "32 GiB HBM per chip"),
