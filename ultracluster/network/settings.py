@@ -78,16 +78,21 @@ def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
     identity (an interval's settings ask for each of their collectives); the collective checked on each fabric."""
     def make():
         fabs: dict[Fabric, Fabric] = {}       # one object per distinct fabric (the same, mostly)
-        return clusters, [(fab, *graph_setting(cl.calibration.network, group, in_graph, fab.generation))
-                          for cl in clusters for fab in (fabs.setdefault(fabric_of(cl), fabric_of(cl)),)]
+        out = []
+        for cl in clusters:
+            fab = fabric_of(cl)
+            fab = fabs.setdefault(fab, fab)
+            out.append((fab, *graph_setting(cl.calibration.network, group, in_graph, fab.generation)))
+        return clusters, out, tuple(fabs.values())
 
-    out = kept(_SETTINGS, (id(clusters), group.together if in_graph is None else in_graph), make, 256)[1]
-    for fab in {id(f): f for f, _, _ in out}.values():
+    _, out, fabs = kept(_SETTINGS, (id(clusters), group.together if in_graph is None else in_graph), make, 256)
+    for fab in fabs:
         check_collective(op, group, fab)
     return out
 
 
-_SETTINGS: dict[tuple, tuple] = {}       # `settings_of`, by the clusters' identity (the entry holding them)
+_SETTINGS: dict[tuple, tuple] = {}       # `settings_of` and its distinct fabrics, by the clusters' identity (the
+                                         # entry holding them)
 
 
 def _costs_of(fab: Fabric, op: str, nbytes: float, group: Group, cals: tuple, envelope: bool) -> list[tuple]:
