@@ -155,8 +155,36 @@ def fuse_kernels(work: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+def kernel_work(work: dict[str, np.ndarray], structure: bool, fusion: bool, phase: str = "forward") -> dict:
+    """What `op_seconds` reads of the work before any rate: the work with its PSUM evictions on VectorE (`structure`)
+    and fused kernels (`fusion`), "m", "k", "n", "gpsimd" (0 where not given) and "util" (TensorE's share of peak at
+    each matmul's shape). Kept by the work's identity where its arrays are read-only (`kept_layer_work`'s, held by
+    the entry): a run's kernels and its interval's settings time the same shapes under many rates."""
+    given, key = work, (id(work), structure, fusion, phase)
+    kept = isinstance(work.get("tensor"), np.ndarray) and not work["tensor"].flags.writeable
+    if kept and key in _KERNEL_WORK:
+        return _KERNEL_WORK[key][1]
+    if structure and "tensor" in work:
+        work = dict(work)
+        work["vector"] = work["vector"] + psum_evictions(work, phase)   # the evictions run on VectorE (H4)
+    if fusion:
+        work = fuse_kernels(work)
+    zero = np.zeros_like(work["tensor"])
+    m, k, n = (work.get(d, zero) for d in ("m", "k", "n"))
+    out = {**work, "m": m, "k": k, "n": n, "gpsimd": work.get("gpsimd", zero),
+           "util": _fill(k, PE_ROWS) * _fill(n, PE_COLS) * _moving_fill(m, structure)}
+    if kept:
+        _KERNEL_WORK.clear() if len(_KERNEL_WORK) >= 256 else None
+        [a.setflags(write=False) for a in out.values() if isinstance(a, np.ndarray)]
+        _KERNEL_WORK[key] = (given, out)
+    return out
+
+
+_KERNEL_WORK: dict[tuple, tuple] = {}     # `kernel_work` of kept work, by its identity (the entry holding it)
+
+
 def op_seconds(work: dict[str, np.ndarray], rates: RankRates, e: float = 2.0, w: float = 2.0,
-               phase: str = "forward") -> np.ndarray:
+               phase: str = "forward", at: np.ndarray | None = None) -> np.ndarray:
     """Roofline time of each kernel with its engines overlapping: arrays of engine work in, seconds out.
 
     Args:
@@ -167,28 +195,26 @@ def op_seconds(work: dict[str, np.ndarray], rates: RankRates, e: float = 2.0, w:
         e, w: bytes per activation and per weight element (for SBUF re-reads).
 
         phase: "forward" or "backward" (which outputs a matmul evicts from PSUM, `psum_evictions`).
+        at: the column of `work` (at distinct shapes) each entry of `rates` takes (an interval's settings); None:
+            work at the rates' entries. `kernel_work` is found at the distinct shapes: the same numbers either way.
 
     Returns:
         Seconds per operator row: a kernel's time (its roofline plus the fixed kernel launch) on its host's
         row, 0 on the rows of operators fused into it and of operators that do no work.
     """
     structure = bool(np.all(rates.structure)) if not isinstance(rates.structure, bool) else rates.structure
-    if structure and "tensor" in work:
-        work = dict(work)
-        work["vector"] = work["vector"] + psum_evictions(work, phase)   # the evictions run on VectorE (H4)
-    if rates.fusion:
-        work = fuse_kernels(work)
-    zero = np.zeros_like(work["tensor"])
-    m, k, n = (work.get(d, zero) for d in ("m", "k", "n"))
-    util = _fill(k, PE_ROWS) * _fill(n, PE_COLS) * _moving_fill(m, structure)
-    hbm = work["bytes"] + np.where(work["tensor"] > 0, sbuf_rereads(m, k, n, e, w, rates.sbuf_bytes), 0.0)
+    kw = kernel_work(work, structure, bool(rates.fusion), phase)
+    if at is not None:
+        kw = {**kw, **{x: kw[x][:, at] for x in ("tensor", "vector", "scalar", "gpsimd", "bytes", "m", "k", "n", "util")}}
+    m, k, n = kw["m"], kw["k"], kw["n"]
+    hbm = kw["bytes"] + np.where(kw["tensor"] > 0, sbuf_rereads(m, k, n, e, w, rates.sbuf_bytes), 0.0)
     engines = np.stack([
-        work["tensor"] / (rates.tensor_flop_per_s * util),
-        work["vector"] / rates.vector_elem_per_s,
-        work["scalar"] / rates.scalar_elem_per_s,
-        work.get("gpsimd", zero) / rates.gpsimd_elem_per_s,
+        kw["tensor"] / (rates.tensor_flop_per_s * kw["util"]),
+        kw["vector"] / rates.vector_elem_per_s,
+        kw["scalar"] / rates.scalar_elem_per_s,
+        kw["gpsimd"] / rates.gpsimd_elem_per_s,
     ])
-    serial = work.get("serial", np.zeros(engines.shape[1], dtype=bool))
+    serial = kw.get("serial", np.zeros(engines.shape[1], dtype=bool))
     serial = serial.reshape(serial.shape + (1,) * (engines.ndim - 2)) & rates.serial_engines
     busy = np.maximum(np.where(serial, engines.sum(axis=0), engines.max(axis=0)), hbm / rates.hbm_bytes_per_s)
     return np.where(busy > 0, busy + rates.kernel_launch_s, 0.0)
@@ -261,7 +287,7 @@ LAYER_WORK = (("layer", "forward"), ("layer", "backward"), ("embedding", "forwar
 
 def layer_work(ops, v: dict[str, np.ndarray], wheres: tuple = LAYER_WORK) -> dict[tuple[str, str], dict]:
     """The engine work `layer_costs` times (or of other `wheres`), by (where, phase): `operators.evaluate` of K
-    shapes (no calibration's rates in it: shapes timed under many calibrations can share it, `at_shapes`)."""
+    shapes (no calibration's rates in it: shapes timed under many calibrations can share it, `layer_costs`' `at`)."""
     return {wp: opslib.evaluate(ops, *wp, v) for wp in wheres}
 
 
@@ -285,24 +311,18 @@ def kept_layer_work(ops, v: dict[str, np.ndarray], wheres: tuple = LAYER_WORK) -
 _LAYER_WORK: dict[tuple, tuple] = {}
 
 
-def _distinct_work(ops, v: dict[str, np.ndarray], wheres: tuple) -> dict:
-    """`layer_work(ops, v, wheres)` evaluated at v's distinct entries only (in the order they first appear), kept
-    (`kept_layer_work`), and spread back to every entry."""
+def _distinct_work(ops, v: dict[str, np.ndarray], wheres: tuple) -> tuple[dict, np.ndarray]:
+    """(`layer_work(ops, v, wheres)` evaluated at v's distinct entries only, in the order they first appear, kept
+    (`kept_layer_work`); [entries] the distinct entry of each)."""
     _, first, inv = np.unique(np.stack([np.asarray(v[x], dtype=float) for x in sorted(v)]), axis=1,
                               return_index=True, return_inverse=True)
     firsts = np.sort(first)
-    return at_shapes(kept_layer_work(ops, {x: a[firsts] for x, a in v.items()}, wheres),
-                     np.searchsorted(firsts, first)[inv.reshape(-1)])
-
-
-def at_shapes(work: dict[tuple[str, str], dict[str, np.ndarray]], k: np.ndarray) -> dict:
-    """`layer_work` of shapes k [K] of the shapes it was evaluated at: their columns (the operators' own arrays as
-    they are)."""
-    return {wp: {n: a[:, k] if a.ndim == 2 else a for n, a in w.items()} for wp, w in work.items()}
+    return (kept_layer_work(ops, {x: a[firsts] for x, a in v.items()}, wheres),
+            np.searchsorted(firsts, first)[inv.reshape(-1)])
 
 
 def layer_costs(ops, v: dict[str, np.ndarray], rates: RankRates, recompute: np.ndarray, overhead: np.ndarray,
-                flash_attention: bool, work: dict | None = None) -> LayerCosts:
+                flash_attention: bool, work: dict | None = None, at: np.ndarray | None = None) -> LayerCosts:
     """Time the layer, embedding and head kernels of K shapes at once (one `evaluate` per where and phase).
 
     Args:
@@ -310,13 +330,16 @@ def layer_costs(ops, v: dict[str, np.ndarray], rates: RankRates, recompute: np.n
         recompute: [K] "none", "selective", "selective_mlp" (`operators.recompute_mode`) or "full"; overhead: [K] `Calibration.layer_overhead_s`.
         flash_attention: the calibration's switch (the flash kernel's backward recomputes the scores itself,
             so selective recomputation does not run the attention core twice).
-        work: `layer_work(ops, v)` when the caller has it.
+        work: `layer_work(ops, v)` when the caller has it (`kept_layer_work`'s: what the rates do not enter is kept
+            with it, `op_seconds`).
+        at: [K] the shape of `work` each of the K takes (`work` at distinct shapes: the settings of an interval
+            share theirs); None: `work` is at the K shapes.
     """
     works = layer_work(ops, v) if work is None else work
 
     def kernels(where: str, phase: str):
         w = works[(where, phase)]
-        return op_seconds(w, rates, v["e"], v["w"], phase), w
+        return op_seconds(w, rates, v["e"], v["w"], phase, at), (w if at is None else {**w, "tensor": w["tensor"][:, at]})
 
     lf, wf = kernels("layer", "forward")
     lb, wb = kernels("layer", "backward")
@@ -382,9 +405,12 @@ def optimizer_seconds(ops, v: dict[str, np.ndarray], rates: RankRates, k: np.nda
     V["T"], V["P"] = np.ones(n * s), params.reshape(-1)
     R = RankRates(**{f.name: np.repeat(getattr(rates, f.name)[k], s) if isinstance(getattr(rates, f.name), np.ndarray)
                      else getattr(rates, f.name) for f in fields(RankRates)})
-    work = (_distinct_work(ops, V, (("optimizer", "forward"),))[("optimizer", "forward")] if kept else
-            opslib.evaluate(ops, "optimizer", "forward", V))
-    return op_seconds(work, R, V["e"], V["w"]).sum(axis=0).reshape(n, s)
+    if kept:
+        work, at = _distinct_work(ops, V, (("optimizer", "forward"),))
+        work = work[("optimizer", "forward")]
+    else:
+        work, at = opslib.evaluate(ops, "optimizer", "forward", V), None
+    return op_seconds(work, R, V["e"], V["w"], at=at).sum(axis=0).reshape(n, s)
 
 
 def optimizer_params(dense: np.ndarray, expert: np.ndarray, dp: np.ndarray, ep: np.ndarray, opt_sharded: np.ndarray,

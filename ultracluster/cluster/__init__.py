@@ -117,6 +117,16 @@ def z_links(spec: InstanceSpec, ultraserver: bool, neuronlink_bytes_per_s_per_ch
     return {"z_link_bytes_per_s_per_chip": us.z_link_bytes_per_s_per_chip, "z_latency_s": us.z_hop_latency_s}
 
 
+def cluster_calibration(scenario, calibration: Calibration | None = None) -> Calibration:
+    """The calibration a Cluster of `scenario` holds: `calibration` (default: the fitted one) with the scenario's
+    named collective calibration (`cluster.network.calibration`) on top, as `build_cluster` applies it."""
+    calibration = calibration or fitted()
+    net = scenario.cluster.network
+    if net is not None and net.calibration != "default":     # a named collective calibration on top
+        calibration = with_network_calibration(calibration, net.calibration)
+    return calibration
+
+
 def build_cluster(scenario, instances_per_actor: int, calibration: Calibration | None = None) -> Cluster:
     """Build the Cluster of a validated scenario.
 
@@ -142,9 +152,7 @@ def build_cluster(scenario, instances_per_actor: int, calibration: Calibration |
         **z_links(spec, c.ultraserver, net.neuronlink_gbps_per_chip * GBPS if net and net.neuronlink_gbps_per_chip
                   else spec.neuronlink_bytes_per_s_per_chip),
     )
-    calibration = calibration or fitted()
-    if net is not None and net.calibration != "default":     # a named collective calibration on top
-        calibration = with_network_calibration(calibration, net.calibration)
+    calibration = cluster_calibration(scenario, calibration)
     layout = Layout(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, virtual_stages=p.virtual_stages)
     rpi = ranks_per_instance(spec, c.lnc)
     ipa = max(1, min(int(instances_per_actor), c.instances))

@@ -99,7 +99,7 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
     R = chip.stack_rates([pk[2].rates for pk in per_key])
     costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
                              np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention,
-                             _shared_work(pr, keys, V, ops) if "cal" in table.columns else None)
+                             *(_shared_work(pr, keys, V, ops) if "cal" in table.columns else (None, None)))
     saved = _saved_bytes(per_key, V)
     bad = None
     if pr.scenario.operators:   # a scenario's own expressions may go bad at shapes other than its own
@@ -109,14 +109,15 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
                   working=saved[:, 3], variables=V, rates=R, ops=tuple(ops), bad=bad), srow
 
 
-def _shared_work(pr: Evaluator, keys: list, V: dict[str, np.ndarray], ops) -> dict:
-    """`chip.layer_work` of shapes `keys` under a calibration per row: evaluated once per shape alike
+def _shared_work(pr: Evaluator, keys: list, V: dict[str, np.ndarray], ops) -> tuple[dict, np.ndarray]:
+    """(`chip.layer_work` of shapes `keys` under a calibration per row: evaluated once per shape alike
     (`_shape_inputs`: the same variables and operators under every calibration) and kept (`chip.kept_layer_work`:
-    for the Evaluator's next settings, an interval makes two evaluations, and from the run's own chip model)."""
+    for the Evaluator's next settings, an interval makes two evaluations, and from the run's own chip model), [K]
+    the shape alike of each key: `chip.layer_costs`' work and `at`)."""
     alike = {}
     k = np.array([alike.setdefault(key[:-1], len(alike)) for key in keys], dtype=np.int64)
     firsts = np.unique(k, return_index=True)[1]
-    return chip.at_shapes(chip.kept_layer_work(ops, {n: a[firsts] for n, a in V.items()}), k)
+    return chip.kept_layer_work(ops, {n: a[firsts] for n, a in V.items()}), k
 
 
 def _shape_inputs(pr: Evaluator, r) -> tuple:

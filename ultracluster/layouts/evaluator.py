@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import chip, stacks
 from .. import operators as opslib
-from ..cluster import Cluster, build_cluster
+from ..cluster import Cluster, build_cluster, cluster_calibration
 from ..cluster.calibration import Calibration
 from ..cluster.fitted_files import fitted
 from ..memory import capacity_gib
@@ -130,6 +130,7 @@ class Evaluator:
             raise ValueError(f"every part of the fast path is batched (one implementation); given {sources}")
         self.sources = {part: "batched" for part in PARTS}
         self._clusters: dict[tuple, ClusterInfo] = {}
+        self._like: dict[tuple, ClusterInfo] = {}   # each (instance type, instances, lnc)'s first ClusterInfo
         self._coll: dict[tuple, float] = {}
         self._conc: dict[tuple, float] = {}
         self._net_ids: dict[tuple, int] = {}       # `network_ids`, and the memos of the settings' collectives by them
@@ -152,12 +153,24 @@ class Evaluator:
 
     # --- clusters and collectives ------------------------------------------------------------------
     def cluster(self, instance: str, instances: int, lnc: int, cal: int = 0) -> ClusterInfo:
+        """The ClusterInfo of (instance type, instances, lnc) under calibration `cal` (an index), kept. Under a further
+        calibration of a cluster it holds, only the calibration and the rank rates differ (`build_cluster`'s and
+        `chip.rank_rates`' other inputs, and the price, peak and HBM, do not depend on it): that cluster with this
+        calibration, as `build_cluster` applies it (`cluster_calibration`), and its rates (an interval's settings)."""
         key = (str(instance), int(instances), int(lnc), int(cal))
         info = self._clusters.get(key)
-        if info is None and self._parent is not None:     # a companion: its parent's cluster on degraded links
-            info = parent = self._parent.cluster(*key)
-            info = self._clusters[key] = dataclasses.replace(parent, cluster=self._placed(parent.cluster))
-        if info is None:
+        if info is not None:
+            return info
+        like = self._like.get(key[:3])      # the cluster under another calibration
+        if self._parent is not None:     # a companion: its parent's cluster on degraded links
+            parent = self._parent.cluster(*key)
+            placed = (dataclasses.replace(like.cluster, calibration=parent.cluster.calibration) if like is not None
+                      else self._placed(parent.cluster))
+            info = dataclasses.replace(parent, cluster=placed)
+        elif like is not None:
+            cl = dataclasses.replace(like.cluster, calibration=cluster_calibration(self.scenario, self.calibrations[key[3]]))
+            info = dataclasses.replace(like, cluster=cl, rates=chip.rank_rates(cl, self.scenario.training.precision))
+        else:
             cl = self._placed(self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "cal": key[3],
                                       "tp": 1, "pp": 1,
                                       "cp": 1, "ep": 1, "dp": 0, "micro_batch": 1, "recompute": "none",
@@ -170,7 +183,8 @@ class Evaluator:
                                peak_flop_per_s=merit.peak_flop_per_s(cl.chips, cl.chip, prec),
                                price_per_hour_usd=float("nan") if price is None else float(price),
                                capacity_gib=capacity_gib(cl))
-            self._clusters[key] = info
+        self._like.setdefault(key[:3], info)
+        self._clusters[key] = info
         return info
 
     def layout_cluster(self, row: Any) -> Cluster:

@@ -51,21 +51,37 @@ def setting_step_times(scenario, calibrations: list[Calibration]) -> np.ndarray:
             _STEP_TIMES[key] = np.array([replayed_step_time(one, cal) for cal in calibrations])
         else:           # one Evaluator per scenario, its settings added call by call (an interval makes two)
             pr, row = kept or (Evaluator(one, calibrations=tuple(calibrations), shared_last_sends=True,
-                                         degraded=parts), pd.DataFrame([own_row(one)]))
+                                         degraded=parts), own_row(one))
             _EVALUATORS[key[0]] = pr, row
             if len(_EVALUATORS) > 8:
                 _EVALUATORS.pop(next(iter(_EVALUATORS)))
-            which = pr.add_calibrations(calibrations)
-            table = row.iloc[np.zeros(which.size, dtype=int)].reset_index(drop=True)
-            table["cal"] = which
-            out = evaluate(pr, table, reasons=False)          # the interval reads no reason
+            out = evaluate(pr, _settings_table(row, pr.add_calibrations(calibrations)), reasons=False)   # (no reason read)
             _STEP_TIMES[key] = np.where(out["feasible"].to_numpy(), out["step_time_s"].to_numpy(dtype=float), np.nan)
     return _STEP_TIMES[key].copy()
 
 
 _STEP_TIMES: dict[tuple, np.ndarray] = {}     # `setting_step_times` of the process's last 32 one-step scenarios
-_EVALUATORS: dict[str, tuple[Evaluator, pd.DataFrame]] = {}   # and the Evaluators of its last 8 with their layout
-                                                              # row, by content (their memo kept)
+_EVALUATORS: dict[str, tuple[Evaluator, dict]] = {}   # and the Evaluators of its last 8 with their layout row
+                                                      # (`space.own_row`), by content (their memo kept)
+
+
+def _settings_table(row: dict, which: np.ndarray) -> pd.DataFrame:
+    """The table the fast path times: the layout `row` (`space.own_row`) once per setting, column `cal` (`which`)
+    picking each row's. Built column by column, its text (the values of the text columns, and the column labels)
+    held as Python strings (object dtype, not pandas' Arrow-backed `str`): the fast path reads each column several
+    times per evaluation, an Arrow one converted on every read, and repeating a one-row table (`iloc`) costs more
+    than building it (the same values either way)."""
+    n = which.size
+
+    def column(v):
+        if isinstance(v, str):
+            a = np.empty(n, dtype=object)
+            a[:] = v
+            return pd.Series(a, dtype=object)
+        return np.full(n, v)
+
+    columns = {**{k: column(v) for k, v in row.items()}, "cal": which}
+    return pd.DataFrame(columns, columns=pd.Index(list(columns), dtype=object))
 
 
 def degraded_parts_of(one) -> tuple | None:

@@ -23,19 +23,25 @@ from .topology import Fabric
 def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
                      in_graph: bool | None = None) -> np.ndarray:
     """`collective_time(c, op, nbytes, group, in_graph=in_graph)[0]` of each of `clusters` (one placement under an
-    interval's settings), those not timed yet costed at once (the link loads compared are the same for all)."""
-    out, nbytes = np.zeros(len(clusters)), float(nbytes)
-    todo: dict[tuple, list[tuple[int, NetworkCalibration, float]]] = {}
-    last: tuple = (None, None)     # the last fabric and the group's canonical place on it
-    for i, (fab, cal, sync) in enumerate(settings_of(clusters, op, group, in_graph)):
-        if group.ranks <= 1 or nbytes <= 0:
-            continue
-        if fab is not last[0]:
-            last = (fab, canonical_place(fab, group))
-        fab, placed = last[1]
-        hit = SECONDS.get((fab, op, nbytes, placed, cal))
+    interval's settings), those not timed yet costed at once (the link loads compared are the same for all).
+
+    A loop over the settings (each one's seconds a dictionary look-up once timed, the most a second interval pays):
+    what does not depend on the setting is found before it (the group's size, each fabric's canonical place), and
+    the seconds are gathered in a list (a NumPy element set per setting costs more than the look-up)."""
+    nbytes = float(nbytes)
+    settings = settings_of(clusters, op, group, in_graph)
+    if group.ranks <= 1 or nbytes <= 0:
+        return np.zeros(len(clusters))
+    out = [0.0] * len(clusters)
+    todo: dict[tuple, tuple] = {}
+    get, last, fab_c, placed = SECONDS.get, None, None, None   # the last fabric, its group's canonical place
+    for i, (fab, cal, sync) in enumerate(settings):
+        if fab is not last:
+            last = fab
+            fab_c, placed = canonical_place(fab, group)
+        hit = get((fab_c, op, nbytes, placed, cal))
         if hit is None:      # (by identities: `settings_of` gives one object per fabric, `_in_graph` per setting)
-            todo.setdefault((id(fab), bool(cal.algorithm_envelope)), (fab, placed, []))[2].append((i, cal, sync))
+            todo.setdefault((id(fab_c), bool(cal.algorithm_envelope)), (fab_c, placed, []))[2].append((i, cal, sync))
         else:
             out[i] = hit[0] + (hit[1] + sync)
     for (_, envelope), (fab, placed, items) in todo.items():
@@ -44,7 +50,7 @@ def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group:
                    for cal, (b, o, p) in zip(cals, _costs_of(fab, op, nbytes, placed, cals, envelope))}
         for i, cal, sync in items:
             out[i] = seconds[id(cal)][0] + (seconds[id(cal)][1] + sync)
-    return out
+    return np.array(out)
 
 
 def collective_costs(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
@@ -72,16 +78,21 @@ def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
     identity (an interval's settings ask for each of their collectives); the collective checked on each fabric."""
     def make():
         fabs: dict[Fabric, Fabric] = {}       # one object per distinct fabric (the same, mostly)
-        return clusters, [(fab, *graph_setting(cl.calibration.network, group, in_graph, fab.generation))
-                          for cl in clusters for fab in (fabs.setdefault(fabric_of(cl), fabric_of(cl)),)]
+        out = []
+        for cl in clusters:
+            fab = fabric_of(cl)
+            fab = fabs.setdefault(fab, fab)
+            out.append((fab, *graph_setting(cl.calibration.network, group, in_graph, fab.generation)))
+        return clusters, out, tuple(fabs.values())
 
-    out = kept(_SETTINGS, (id(clusters), group.together if in_graph is None else in_graph), make, 256)[1]
-    for fab in {id(f): f for f, _, _ in out}.values():
+    _, out, fabs = kept(_SETTINGS, (id(clusters), group.together if in_graph is None else in_graph), make, 256)
+    for fab in fabs:
         check_collective(op, group, fab)
     return out
 
 
-_SETTINGS: dict[tuple, tuple] = {}       # `settings_of`, by the clusters' identity (the entry holding them)
+_SETTINGS: dict[tuple, tuple] = {}       # `settings_of` and its distinct fabrics, by the clusters' identity (the
+                                         # entry holding them)
 
 
 def _costs_of(fab: Fabric, op: str, nbytes: float, group: Group, cals: tuple, envelope: bool) -> list[tuple]:
