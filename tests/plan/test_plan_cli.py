@@ -198,6 +198,17 @@ def test_the_terminal_fits_100_columns_and_leads_with_the_decision(scenarios_dir
     assert "decision: the best layout of each instance type, count and stack" in text
     for r in rows:
         assert f"{r['time_to_train_days']:,.1f} ({r['time_to_train_low_days']:,.1f}-" in text
+        # the dollars carry the step's interval as the days do, the slow end dearer
+        assert r["total_cost_low_usd"] < r["total_cost_usd"] < r["total_cost_high_usd"]
+        assert f"{r['total_cost_usd'] / 1e6:,.2f} ({r['total_cost_low_usd'] / 1e6:,.2f}-" in text
+    # plan.csv holds the same bands for every row that has an interval: days and dollars x (step end / step)
+    t = pd.read_csv(out / "plan.csv")
+    t = t[t["step_time_low_s"].notna()]
+    assert t["total_cost_low_usd"].notna().sum() >= 2
+    for end in ("low", "high"):
+        scale = t[f"step_time_{end}_s"] / t["step_time_s"]
+        assert np.allclose(t[f"time_to_train_{end}_days"], t["time_to_train_days"] * scale, rtol=1e-9, equal_nan=True)
+        assert np.allclose(t[f"total_cost_{end}_usd"], t["total_cost_usd"] * scale, rtol=1e-9, equal_nan=True)
     v = s["decision"]["verdicts"][0]
     assert v["kind"] == "instances" and v["verdict"].startswith(f"{rows[1]['chips']:,} vs {rows[0]['chips']:,} chips")
     faster = 100 * (rows[0]["time_to_train_days"] / rows[1]["time_to_train_days"] - 1)

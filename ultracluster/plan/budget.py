@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..step.merit import CLOSED_FORM, budget_figures
+from ..step.merit import CLOSED_FORM, budget_bands, budget_figures
 from ..step.price import NO_PRICE_HINT
 from ..scenario import Scenario
 from ..storage.fsx import storage_usd_per_hour
@@ -106,3 +106,17 @@ def budget_columns(full: pd.DataFrame, base: Scenario, tokens: float | None, cal
                        "steps": steps if steps is not None else tok / base.tokens_per_step, "source": source,
                        "no_price": NO_PRICE_HINT},
             "goodput_source": words, "goodput_method": CLOSED_FORM}
+
+
+BAND_COLUMNS = ("time_to_train_low_days", "time_to_train_high_days", "total_cost_low_usd", "total_cost_high_usd")
+
+
+def budget_band_columns(full: pd.DataFrame) -> None:
+    """With a budget, the days and dollars at the ends of each row's 80 % step interval (in place: `BAND_COLUMNS`,
+    `step.merit.budget_bands`; NaN where the row has no interval, no budget figure or no price)."""
+    if "time_to_train_days" not in full.columns:
+        return
+    bands = budget_bands(*(full[c].to_numpy(float) for c in ("time_to_train_days", "total_cost_usd", "step_time_s",
+                                                             "step_time_low_s", "step_time_high_s")))
+    for k in BAND_COLUMNS:
+        full[k] = np.asarray(bands[k], dtype=float)

@@ -32,7 +32,7 @@ from ..layouts.steps import LAYOUT_COLUMNS, Evaluator
 from ..layouts.intervals import INTERVAL_COLUMNS, LayoutEvidence, time_for_ranking
 from ..layouts.space import SearchSpace, own_row, enumerate_layouts, own_stack, searched
 from .options import CATALOG_PRICE, MAX_SEARCH_MINUTES, check_options, check_size, resolve_prices
-from .budget import budget_columns
+from .budget import budget_band_columns, budget_columns
 from .compare import DECISION_GROUP, compare_with_scenario, decision, decision_groups, stacks_without_a_layout, \
     standing
 from .output import check_plan_dir, full_table_name, layout_yaml, write_plan_dir
@@ -221,6 +221,7 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
             if replay and scenarios else []
     planned = full.loc[picks.index, ["step_time_low_s", "step_time_high_s"]].to_numpy()   # before the runs' own
     _interval_columns(full, picks.index, replays)
+    budget_band_columns(full)           # days and dollars at the ends of each row's interval (with a budget)
     decided = decision(full, objective, max_usd_per_hour, rank_by,
                        {"instance": list(space.instance_types or (base.cluster.instance,)),
                         "instances": list(space.instance_counts or (base.cluster.instances,)),

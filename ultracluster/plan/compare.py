@@ -8,11 +8,14 @@ are apart (`compare`'s wording: docs/plan.md "Against the scenario's own layout"
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
 from ..layouts import ranking
 from ..layouts.intervals import INTERVAL_COLUMNS
+from ..step.merit import budget_bands
 
 # measure -> (column, larger is better, the words for better, worse and within 0.5 %)
 MEASURES = {
@@ -175,12 +178,8 @@ def _row(r: pd.Series, chips_per_instance: int) -> dict:
                                    "cluster_usd_per_hour", "price_per_hour_usd", "goodput", "time_to_train_days",
                                    "total_cost_usd",
                                    "compute_cost_usd", "storage_cost_usd", "rank_value")))
-    days, usd = out.get("time_to_train_days"), out.get("total_cost_usd")
-    scale = (low / step, high / step) if np.isfinite(low) and np.isfinite(high) and step > 0 else (None, None)
-    out["time_to_train_low_days"] = days * scale[0] if days is not None and scale[0] else None
-    out["time_to_train_high_days"] = days * scale[1] if days is not None and scale[1] else None
-    out["total_cost_low_usd"] = usd * scale[0] if usd is not None and scale[0] else None
-    out["total_cost_high_usd"] = usd * scale[1] if usd is not None and scale[1] else None
+    bands = budget_bands(out.get("time_to_train_days"), out.get("total_cost_usd"), step, low, high)
+    out.update({k: v if math.isfinite(v) else None for k, v in bands.items()})
     out["extrapolated"] = [a for a in str(r.get("extrapolated", "")).split(",") if a]
     out["mfu_implausible"] = bool(r.get("mfu_implausible", False))
     return out

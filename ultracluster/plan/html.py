@@ -277,21 +277,23 @@ def decision_html(s: dict) -> str:
     for r in rows:
         base = [r["instance"], r["instances"], r["chips"], stacks.SHORT.get(r["stack"], r["stack"])]
         if not r.get("fits"):
-            cells.append(base + [""] * (7 if budget else 5) + [r["reason"]])
+            cells.append(base + [""] * (8 if budget else 5) + [r["reason"]])
             continue
         band = (f"{r['time_to_train_low_days']:,.1f}-{r['time_to_train_high_days']:,.1f}"
                 if r.get("time_to_train_low_days") is not None else "")
+        usd_band = (f"{r['total_cost_low_usd']:,.0f}-{r['total_cost_high_usd']:,.0f}"
+                    if r.get("total_cost_low_usd") is not None else "")
         money = ([r.get("time_to_train_days"), band, r.get("total_cost_usd") if r.get("total_cost_usd") is not None
-                  else NO_PRICE, r.get("storage_cost_usd"), r.get("goodput")] if budget else
+                  else NO_PRICE, usd_band, r.get("storage_cost_usd"), r.get("goodput")] if budget else
                  [r.get("tokens_per_s"), band_text(r.get("tokens_per_s"), r.get("tokens_per_s_low"),
                                                    r.get("tokens_per_s_high")), r.get("usd_per_million_tokens")])
         cells.append(base + money + [mfu_text(r), ", ".join(r.get("extrapolated") or []) or "-",
                                      r["label"].split(": ", 1)[-1]])
     head = ["instance type", "instances", "chips", "stack"] + (
-        ["days", "days, 80 %", "total $", "of it FSx", "goodput"] if budget else
+        ["days", "days, 80 %", "total $", "total $, 80 %", "of it FSx", "goodput"] if budget else
         ["tokens/s", "tokens/s, 80 %", "$ per M tokens"]) + ["MFU", "off domain", "best layout"]
     keys = ["instance", "instances", "chips", "stack"] + (
-        ["days", "band", "total_cost_usd", "storage_cost_usd", "goodput"] if budget else
+        ["days", "band", "total_cost_usd", "usd_band", "storage_cost_usd", "goodput"] if budget else
         ["tokens_per_s", "band", "usd_per_million_tokens"]) + ["mfu_text", "off", "layout"]
     verdicts = "".join(f"<li>{'<b>' if v.get('finding') else ''}{escape(v['verdict'])}{'</b>' if v.get('finding') else ''}"
                        f"</li>" for v in d.get("verdicts") or [])

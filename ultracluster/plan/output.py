@@ -259,9 +259,17 @@ def _musd(v) -> str:
     return "n/a" if v is None else f"{v / 1e6:,.2f}"
 
 
+def _usd_band(r: dict) -> str:
+    """A decision row's total US dollars (millions) with the 80 % interval of its step, or `no price`."""
+    usd, lo, hi = r.get("total_cost_usd"), r.get("total_cost_low_usd"), r.get("total_cost_high_usd")
+    if usd is None:
+        return "no price"
+    return _musd(usd) + (f" ({_musd(lo)}-{_musd(hi)})" if lo is not None and hi is not None else "")
+
+
 def decision_lines(s: dict, wide: bool = False) -> list[str]:
-    """The decision view on the terminal: a row per (instance type, count, stack) with its best layout, days (80 %
-    interval), total $ (FSx), goodput and MFU, then the verdicts between neighbours. Fits 100 columns (the layout on
+    """The decision view on the terminal: a row per (instance type, count, stack) with its best layout, days and
+    total $ (each with the 80 % interval of the step; the FSx part beside the layout), goodput and MFU, then the verdicts between neighbours. Fits 100 columns (the layout on
     its own line) unless `wide`."""
     d = s.get("decision") or {}
     rows = d.get("rows") or []
@@ -270,7 +278,7 @@ def decision_lines(s: dict, wide: bool = False) -> list[str]:
     budget = any(r.get("time_to_train_days") is not None for r in rows if r.get("fits"))
     out = [f"decision: the best layout of each instance type, count and stack (by {d.get('ranked_by')}); "
            f"80 % intervals"]
-    head = ["type", "inst", "chips", "stack"] + (["days (80 %)", "total $M (FSx)", "goodput"] if budget else
+    head = ["type", "inst", "chips", "stack"] + (["days (80 %)", "total $M (80 %)", "goodput"] if budget else
                                                  ["tokens/s (80 %)", "$/M tok"]) + ["MFU"]
     if wide:
         head += ["off domain", "layout"]
@@ -283,17 +291,16 @@ def decision_lines(s: dict, wide: bool = False) -> list[str]:
             layouts.append(f"  {r['reason']}")
             continue
         if budget:
-            fsx = r.get("storage_cost_usd")
-            total = _musd(r.get("total_cost_usd")) + (f" ({_musd(fsx)})" if fsx else "") \
-                if r.get("total_cost_usd") is not None else "no price"
-            nums = [_days_band(r), total, fmt_number(None if r.get("goodput") is None else 100 * r["goodput"],
-                                                     ".1f", " %")]
+            nums = [_days_band(r), _usd_band(r), fmt_number(None if r.get("goodput") is None else 100 * r["goodput"],
+                                                              ".1f", " %")]
         else:
             nums = [band_text(r.get("tokens_per_s"), r.get("tokens_per_s_low"), r.get("tokens_per_s_high")),
                     fmt_number(r.get("usd_per_million_tokens"), ",.3f") if r.get("cluster_usd_per_hour") else "no price"]
         off = ",".join(r.get("extrapolated") or []) or "-"
-        cells.append(base + nums + [mfu_text(r)] + ([off, r["label"].split(": ", 1)[-1]] if wide else []))
-        layouts.append(f"  {r['label'].split(': ', 1)[-1]}; off domain: {off}")
+        fsx = r.get("storage_cost_usd") if budget and r.get("total_cost_usd") is not None else None
+        fsx = f"; of the total, FSx ${_musd(fsx)} M" if fsx else ""
+        cells.append(base + nums + [mfu_text(r)] + ([off, r["label"].split(": ", 1)[-1] + fsx] if wide else []))
+        layouts.append(f"  {r['label'].split(': ', 1)[-1]}; off domain: {off}{fsx}")
     table = _columns(head, cells, left=(0, 3) if not wide else (0, 3, len(head) - 2, len(head) - 1))
     out.append(table[0])
     for line, lay in zip(table[1:], layouts):

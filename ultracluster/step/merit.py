@@ -125,6 +125,28 @@ def time_and_cost(step_time_s, tokens_per_step, instances, price_per_hour_usd, g
 
 
 
+def budget_bands(time_to_train_days, total_cost_usd, step_time_s, step_time_low_s, step_time_high_s) -> dict:
+    """The days and dollars at the two ends of the step's 80 % interval: each scales with the step, the goodput
+    held (the one rule of the plan's rows and decision view and the sweep's rows).
+
+    Returns:
+        {"time_to_train_low_days", "time_to_train_high_days", "total_cost_low_usd", "total_cost_high_usd"}: arrays
+        shaped like the broadcast inputs, or floats when every input is a scalar; NaN where the budget, the price
+        or the interval is missing."""
+    def arr(x):
+        return np.asarray(np.nan if x is None else x, dtype=float)
+
+    days, cost, step = arr(time_to_train_days), arr(total_cost_usd), arr(step_time_s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_s = np.where(step > 0, 1.0 / np.where(step > 0, step, 1.0), np.nan)
+        low, high = arr(step_time_low_s) * per_s, arr(step_time_high_s) * per_s
+    out = {"time_to_train_low_days": days * low, "time_to_train_high_days": days * high,
+           "total_cost_low_usd": cost * low, "total_cost_high_usd": cost * high}
+    if all(np.ndim(v) == 0 for v in out.values()):
+        return {k: float(v) for k, v in out.items()}
+    return out
+
+
 def expected_goodput(busy_s: float, data_stall_s: float, every_steps: int, block_s: float, recovery_s: float,
                      mtbf_system_s: float, async_write_s: float = 0.0) -> float:
     """The expected useful share of wall time of a long run, in closed form (goodput.json's

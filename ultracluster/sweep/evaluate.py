@@ -9,10 +9,10 @@ one variant cannot stop the others.
 """
 from __future__ import annotations
 
-import math
 import time
 import traceback
 
+from ..step.merit import budget_bands
 from ..step.price import NO_PRICE_HINT
 from ..scenario import Scenario
 from .assumptions import assumptions
@@ -24,7 +24,8 @@ FIGURES = ("status", "feasible", "reason", "step_time_s", "step_time_low_s", "st
            "tokens_per_s_low", "tokens_per_s_high", "mfu", "hbm_peak_gib", "hbm_capacity_gib", "data_stall_s",
            "checkpoint_s", "goodput", "goodput_method", "goodput_source", "wall_step_time_s", "wall_tokens_per_s",
            "train_tokens", "time_to_train_days",
-           "time_to_train_low_days", "time_to_train_high_days", "total_cost_usd", "compute_cost_usd", "storage_cost_usd",
+           "time_to_train_low_days", "time_to_train_high_days", "total_cost_usd", "total_cost_low_usd",
+           "total_cost_high_usd", "compute_cost_usd", "storage_cost_usd",
            "price_per_hour_usd",
            "price_source", "usd_per_million_tokens", "failures", "extrapolated", "mfu_implausible", "warnings",
            "assumptions", "wall_s")
@@ -86,11 +87,8 @@ def _row(scenario: Scenario, hours: float | None, actors: bool, address: str | N
     row["failures"] = float(len(long_run.failures)) if long_run is not None else NAN
     if not s["feasible"]:
         return row
-    days = row.get("time_to_train_days")
-    if days is not None and math.isfinite(days):
-        step, low, high = s["step_time_s"], s.get("step_time_low_s"), s.get("step_time_high_s")
-        if all(isinstance(v, float) and math.isfinite(v) for v in (low, high)):
-            row["time_to_train_low_days"], row["time_to_train_high_days"] = days * low / step, days * high / step
+    row.update(budget_bands(row.get("time_to_train_days"), row.get("total_cost_usd"), s["step_time_s"],
+                            s.get("step_time_low_s"), s.get("step_time_high_s")))
     for k in ("time_to_train_days", "total_cost_usd", "compute_cost_usd", "storage_cost_usd", "price_per_hour_usd",
               "usd_per_million_tokens"):
         if row.get(k) is None:
