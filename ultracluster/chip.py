@@ -67,9 +67,8 @@ def rank_rates(cluster: Cluster, precision: str) -> RankRates:
     peak = chip.tensor_flop_per_s_per_core[precision]
     hbm = min(chip.hbm_bytes_per_s * cal.hbm_peak_scale(chip.name), chip.dma_bytes_per_s) / per_chip * cal.hbm_efficiency
     if cal.tensor_structure and chip.tensor_hz > 0:
-        # the PE array's clock rate, the catalog's precision ratio; HBM <-> SBUF through the rank's 16 DMA engines
-        # per physical core (`ChipSpec.dma_core_bytes_per_s`: 464, 368, 528 GB/s on Trainium 1, 2, 3), a cap on the
-        # HBM share (a core's share of HBM at hbm_efficiency, 352, 290, 490 GB/s, is below it on all three)
+        # the PE array's clock rate, the catalog's precision ratio; HBM <-> SBUF through 16 DMA engines per physical
+        # core (464, 368, 528 GB/s on Trainium 1, 2, 3), above a core's HBM share at hbm_efficiency 0.8 on all three
         peak = PE_FLOPS_PER_CYCLE * chip.tensor_hz * peak / chip.tensor_flop_per_s_per_core["bf16"]
         if chip.dma_core_bytes_per_s > 0:
             hbm = min(hbm, chip.dma_core_bytes_per_s * lnc)

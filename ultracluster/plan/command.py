@@ -221,7 +221,6 @@ def _plan_into(base, space, objective, tokens, max_usd_per_hour, top, out, stagi
             if replay and scenarios else []
     planned = full.loc[picks.index, ["step_time_low_s", "step_time_high_s"]].to_numpy()   # before the runs' own
     _interval_columns(full, picks.index, replays)
-    budget_band_columns(full)           # days and dollars at the ends of each row's interval (with a budget)
     decided = decision(full, objective, max_usd_per_hour, rank_by,
                        {"instance": list(space.instance_types or (base.cluster.instance,)),
                         "instances": list(space.instance_counts or (base.cluster.instances,)),
@@ -326,14 +325,14 @@ def _role_columns(full: pd.DataFrame, own: np.ndarray, top_rows, best_rows, stac
 
 
 def _interval_columns(full: pd.DataFrame, replayed_rows, replays: list[dict]) -> None:
-    """The replayed layouts carry their run's 80 % interval and `mfu_implausible` (authoritative: around the
-    replayed step, on its MFU); the others keep the ones the plan evaluated (the same code, on the fast path's)."""
+    """The replayed layouts carry their run's 80 % interval and `mfu_implausible` (authoritative: around the replayed
+    step); the others keep the plan's (the same code, on the fast path's); then each row's days and dollars at its ends."""
     for row, rep in zip(replayed_rows, replays):
-        for col in INTERVAL_COLUMNS:
-            v = rep.get(col)
+        for col, v in ((c, rep.get(c)) for c in INTERVAL_COLUMNS):
             full.loc[row, col] = float(v) if isinstance(v, (int, float)) else np.nan
         if isinstance(rep.get("mfu_implausible"), bool):
             full.loc[row, "mfu_implausible"] = rep["mfu_implausible"]
+    budget_band_columns(full)
 
 
 def _replay_shards(base: Scenario) -> int:
