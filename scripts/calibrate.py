@@ -9,7 +9,7 @@ predicted in-process (`ultracluster.runner.predict`, no Ray).
 
 The fitted factors (FIT) minimise the sum over layouts of log(predicted / median)^2, by bounded least
 squares (`scipy.optimize.least_squares`) from fixed starts inside each factor's physical bounds; every other factor keeps the value
-`ultracluster/cluster/calibration.py` documents (ASSUMED lists those set from a source or an argument). The
+`ultracluster/calibration/factors.py` documents (ASSUMED lists those set from a source or an argument). The
 script then reports:
 
 - leave-one-layout-out cross-validation: refit without each layout, predict it;
@@ -18,7 +18,7 @@ script then reports:
   their fit, and how a fixed set of Trn2 scenarios moves across that range;
 - ablation: each mechanism switched off in turn and the factors refitted: the error per layout.
 
-Writes `ultracluster/cluster/calibration.json`, `docs/calibration.md`, `scenarios/calib-*.yaml` and
+Writes `ultracluster/calibration/calibration.json`, `docs/calibration.md`, `scenarios/calib-*.yaml` and
 `data/calibration/measurements.csv` (the public rows as `ultracluster calibrate` reads them). `--check` recomputes and exits 1
 when either file is stale (the full cross-validation takes a few minutes; the test suite checks the cheap
 parts, see tests/chip/test_calibration.py).

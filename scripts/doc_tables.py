@@ -26,7 +26,7 @@ TRN3_GEN1 = SCENARIOS / "llama3.1-70b-trn3-gen1.yaml"
 
 
 def _fitted() -> dict:
-    from ultracluster.cluster.fitted_files import fitted_document
+    from ultracluster.calibration.fitted_files import fitted_document
 
     return fitted_document()
 
@@ -168,7 +168,7 @@ def trn2_fsdp_default() -> str:
     """docs/trn2.md: what `t1` comes out at under each FSDP schedule over its fitted factor's argued range (the
     default was chosen with that run in view)."""
     from ultracluster import load_scenario
-    from ultracluster.cluster.fitted_files import fitted
+    from ultracluster.calibration.fitted_files import fitted
     from ultracluster.runner import predict
 
     t2 = _fitted()["trn2"]

@@ -57,10 +57,10 @@ MIB = 1 << 20
 TRN1_FITTED = ("chip_efficiency", "efa_efficiency", "launch_s_trn1", "reduce_step_s", "efa_step_s")
 # Assumption (docs/collectives.md "Calibration"): the Trn1 rows allow any NeuronLink-v2 efficiency from
 # `neuronlink_efficiency_trn1_floor` (about 0.55) to 1 and are indifferent inside that range; we take its
-# middle. The range itself is registered as uncertain (cluster/uncertain_factors.py).
+# middle. The range itself is registered as uncertain (uncertain_factors.py).
 ASSUMED = {"neuronlink_efficiency_trn1": 0.75}
 FROM_TRN1 = {"neuronlink_efficiency_trn2": "neuronlink_efficiency_trn1", "launch_s_trn2": "launch_s_trn1"}
-# The factors this script sets (NetworkCalibration may hold others, e.g. Trn3's, borrowed in cluster/fitted_files.py).
+# The factors this script sets (NetworkCalibration may hold others, e.g. Trn3's, borrowed in calibration/fitted_files.py).
 OWN = ("neuronlink_efficiency_trn1", "neuronlink_efficiency_trn2", "chip_efficiency", "efa_efficiency",
        "launch_s_trn1", "launch_s_trn2", "reduce_step_s", "efa_step_s")
 PROFILE = "trn2-nccom-examples"

@@ -3,7 +3,7 @@
 Prints the tables of docs/trainium3.md "What the model predicts": Llama-3.1-70B (TP32 PP4 DP32, seq 8192,
 LNC=2) on 64 trn3.48xlarge in Gen1 UltraServers and on 64 trn2u.48xlarge, each Trn3 prediction with the
 step time at the low and the high end of every factor registered for "trainium3"
-(`ultracluster.cluster.uncertain_factors`) and at the two corners that move them all towards a slower or a faster
+(`ultracluster.uncertain_factors`) and at the two corners that move them all towards a slower or a faster
 step. No Trn3 run is published, so the corners are the interval; the interval machinery of the package
 (docs/uncertainty.md, once it exists) supersedes this script.
 
@@ -17,8 +17,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ultracluster.cluster.fitted_files import DEFAULT  # noqa: E402
-from ultracluster.cluster.uncertain_factors import for_generation  # noqa: E402
+from ultracluster.calibration.fitted_files import DEFAULT  # noqa: E402
+from ultracluster.uncertain_factors import for_generation  # noqa: E402
 from ultracluster.runner import predict  # noqa: E402
 from ultracluster.scenario import load_scenario  # noqa: E402
 

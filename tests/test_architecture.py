@@ -23,7 +23,7 @@ RAY_LAYER = "Ray adapter"
 CORE = ["ultracluster.chip", "ultracluster.speed_draws", "ultracluster.operators", "ultracluster.cluster", "ultracluster.network",
         "ultracluster.replay.engine", "ultracluster.scenario", "ultracluster.memory", "ultracluster.storage",
         "ultracluster.fairshare", "ultracluster.goodput", "ultracluster.uncertainty", "ultracluster.yaml_input",
-        "ultracluster.step"]
+        "ultracluster.step", "ultracluster.calibration", "ultracluster.uncertain_factors"]
 
 MAX_LINES = 460        # about 450
 # module → why it is longer (each a candidate for the next split)

@@ -38,7 +38,7 @@ GONE = {
     "layouts/fast.py": "layouts/steps.py", "layouts/parts.py": "layouts/batched_parts.py",
     "layouts/search.py": "layouts/ranking.py", "layouts/pricer.py": "layouts/evaluator.py",
     "network/pricing.py": "network/timing.py", "sweep/price.py": "sweep/evaluate.py",
-    "replay/profile.py": "replay/shard_steps.py", "cluster/profile.py": "cluster/calibration_profile.py",
+    "replay/profile.py": "replay/shard_steps.py", "cluster/profile.py": "calibration/profile.py",
 }
 
 
@@ -66,7 +66,7 @@ def test_only_collective_groups_are_classes_called_group_and_only_calibration_pr
                 continue
             if "Group" in node.name and rel != "network/groups.py":
                 found.append(f"{rel}: class {node.name} (a group is a collective group)")
-            if "Profile" in node.name and rel != "cluster/calibration_profile.py":
+            if "Profile" in node.name and rel != "calibration/profile.py":
                 found.append(f"{rel}: class {node.name} (a profile is a calibration profile)")
     assert found == []
 

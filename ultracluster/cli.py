@@ -570,7 +570,7 @@ def _calibrate(args) -> int:
     (0 ok, 1 it does not re-verify, 2 unreadable, damaged or edited)."""
     from .calibrate.command import calibrate
     from .calibrate.output import check_profile, format_text, write_profile
-    from .cluster.calibration_profile import ProfileError
+    from .calibration.profile import ProfileError
 
     usage = [Problem(flag, given, allowed) for bad, flag, given, allowed in (
         (args.check and (args.measurements or args.out), "--check", args.check,

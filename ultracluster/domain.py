@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .cluster.fitted_files import fitted_read
+from .calibration.fitted_files import fitted_read
 
 
 # The axes of the calibrated domain (calibration.json "domain", per chip generation): numeric ranges and sets;

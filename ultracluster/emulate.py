@@ -22,10 +22,10 @@ from . import operators as opslib
 from .shards.local import local_shards, local_storage
 from .shards.worker import PAYLOAD_MAX_BYTES, actor_bytes, payload_elements
 from .cluster import Capacity, build_cluster, fold
-from .cluster.calibration import Calibration
+from .calibration.factors import Calibration
 from .step import merit
 from .step.price import instance_price as price_per_hour
-from .cluster.calibration_profile import calibration_for
+from .calibration.profile import calibration_for
 from .errors import Problem, ScenarioError
 from .memory import infeasible_reason, stage_memory
 from .replay.degraded import replica_tp_records

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import stacks
 from .cluster import Layout
-from .cluster.calibration import Calibration
+from .calibration.factors import Calibration
 from .cluster.catalog import INSTANCES, ranks_per_instance
 from .cluster.placement import group_first_rank, group_ranks, instance_of
 from .errors import Problem

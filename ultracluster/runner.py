@@ -14,7 +14,7 @@ from . import operators as opslib
 from .actors.launch import attached, launch_actors
 from .actors.metrics import RunMetrics
 from .actors.storage_actor import storage_service
-from .cluster.calibration import Calibration
+from .calibration.factors import Calibration
 from .emulate import emulate, in_process
 from .replay.result import StepRecord
 from .report import Report, build_report, write_run_dir
@@ -39,7 +39,7 @@ def run(scenario: Scenario | str | Path, out: str | Path | RunDirectory | None =
         shards_factory: `(scenario, cluster) -> context manager of a shard set`; defaults to Ray actors
             (`ultracluster.shards.local.local_shards` runs them in this process).
         on_step: called with each finished step (progress display).
-        calibration: named calibration factors (default: the fitted ones in cluster/calibration.json).
+        calibration: named calibration factors (default: the fitted ones in calibration/calibration.json).
         progress: told when actors start and each step ends (`ultracluster.report.Progress`).
         hours: `run --hours H`: then emulate H hours of training with failures and checkpoints (`with_long_run`),
             whose goodput is the summary's (and goodput.json's, which the caller writes from `Report.long_run`).

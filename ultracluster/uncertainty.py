@@ -7,7 +7,7 @@ A step time carries three kinds of uncertainty (docs/uncertainty.md):
 - the software: the same layout moved 10-20 % between Neuron releases, the between-release spread of
   `data/calibration/training.csv` (a standard deviation in log space, scaled to the 80 % two-sided quantile
   of a normal, 1.2816);
-- the hardware: factors no published measurement pins down (`ultracluster.cluster.uncertain_factors.FACTORS`, for
+- the hardware: factors no published measurement pins down (`ultracluster.uncertain_factors.FACTORS`, for
   Trn2, Trn3 and the Trn1 NeuronLink rate), each over its argued range. They are propagated through the model
   as a distribution: every factor uniform over its range and independent, DRAWS settings of all of them, each
   weighted by how well it reproduces the published Trainium2 run (`anchor`); the weighted 10th and 90th
@@ -33,9 +33,9 @@ from typing import Callable
 
 import numpy as np
 
-from .cluster.calibration import TRN1, TRN2, Calibration
-from .cluster.fitted_files import fitted, fitted_read
-from .cluster.uncertain_factors import UncertainFactor, for_generation
+from .calibration.factors import TRN1, TRN2, Calibration
+from .calibration.fitted_files import fitted, fitted_read
+from .uncertain_factors import UncertainFactor, for_generation
 from .domain import (DOMAIN_RANGES, DOMAIN_SETS, cell, domain_of, extrapolated, extrapolated_columns,  # noqa: F401  (here
                      extrapolated_rows, growth_log, scenario_values, tokens_per_core, extrapolation_log, mfu_best, mfu_implausible, model_params_b)  # for their callers)
 from .frozen import read_only
@@ -77,7 +77,7 @@ def evidence() -> Evidence:
 def profile_evidence(scenario) -> Evidence | None:
     """The evidence of the calibration profile a scenario carries (`calibration.profile`): its own leave-one-out
     residuals, its rows' run-to-run spread and its fitted factors' identifiable ranges; None without a profile."""
-    from .cluster.calibration_profile import evidence_of, scenario_profile
+    from .calibration.profile import evidence_of, scenario_profile
 
     doc = scenario_profile(scenario)
     if not doc:
@@ -382,7 +382,7 @@ def interval(scenario, point_s: float, calibration: Calibration | None = None,
             `layouts.setting_times.setting_step_times`); called only when a factor applies.
     """
     from .cluster import build_cluster
-    from .cluster.calibration_profile import calibration_for
+    from .calibration.profile import calibration_for
 
     cal = calibration_for(scenario, calibration)      # the scenario's calibration profile, else the fit
     cluster = build_cluster(scenario, 1, cal)

@@ -12,7 +12,7 @@ import pytest
 from ultracluster import chip, load_scenario
 from ultracluster.shards.local import LocalShards, local_shards
 from ultracluster.cluster import build_cluster
-from ultracluster.cluster.fitted_files import fitted
+from ultracluster.calibration.fitted_files import fitted
 from ultracluster.emulate import emulate
 from ultracluster.errors import ActorError
 from ultracluster.runner import predict

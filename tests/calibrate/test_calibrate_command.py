@@ -11,8 +11,8 @@ import pytest
 
 from ultracluster.calibrate.output import check_profile
 from ultracluster.cli import main
-from ultracluster.cluster import calibration_profile as fmt
-from ultracluster.cluster.fitted_files import fitted
+from ultracluster.calibration import profile as fmt
+from ultracluster.calibration.fitted_files import fitted
 from ultracluster.scenario import load_scenario
 from ultracluster import uncertainty
 from ultracluster.layouts.setting_times import one_step, replayed_step_time, setting_step_times
@@ -210,7 +210,7 @@ def test_plan_times_with_the_profile_and_its_top_layouts_carry_it(profile, scena
 def test_off_the_profiles_domain_the_interval_widens_again(profile, scenarios_dir):
     """The profile's rows are two 7B TP8 layouts: a 70B TP32 job lies off their domain on several axes, and each
     adds the worst leave-one-out miss (the profile's or the shipped fit's, the larger) in quadrature."""
-    from ultracluster.cluster.fitted_files import FITTED
+    from ultracluster.calibration.fitted_files import FITTED
 
     doc = json.loads(profile.read_text())
     assert doc["domain"]["trainium"]["tp"] == [8, 8] and doc["domain"]["trainium"]["pp"] == [1, 1]

@@ -14,8 +14,8 @@ import pytest
 
 from ultracluster.calibrate.command import calibrate
 from ultracluster.calibrate.fit import CANDIDATES, PENALTY, weighted_quantile
-from ultracluster.cluster.fitted_files import FITTED, fitted
-from ultracluster.cluster.calibration_profile import calibration_of
+from ultracluster.calibration.fitted_files import FITTED, fitted
+from ultracluster.calibration.profile import calibration_of
 from ultracluster.scenario import load_scenario
 from ultracluster.layouts.setting_times import one_step, replayed_step_time
 

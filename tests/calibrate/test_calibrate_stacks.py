@@ -7,8 +7,8 @@ import csv
 import pytest
 
 from ultracluster.calibrate.command import calibrate
-from ultracluster.cluster.fitted_files import fitted
-from ultracluster.cluster.calibration_profile import calibration_of
+from ultracluster.calibration.fitted_files import fitted
+from ultracluster.calibration.profile import calibration_of
 from ultracluster.scenario import load_scenario
 from ultracluster.layouts.setting_times import one_step, replayed_step_time
 

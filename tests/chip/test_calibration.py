@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ultracluster.cluster.fitted_files import DEFAULT, FITTED
+from ultracluster.calibration.fitted_files import DEFAULT, FITTED
 
 REPO = FITTED.parents[2]
 

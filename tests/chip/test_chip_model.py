@@ -5,7 +5,7 @@ import pytest
 from ultracluster import load_scenario
 from ultracluster.chip import RankRates, chunk_times, op_seconds, rank_rates, sbuf_rereads, tensor_utilization
 from ultracluster.cluster import build_cluster
-from ultracluster.cluster.calibration import Calibration
+from ultracluster.calibration.factors import Calibration
 
 RATES = RankRates(tensor_flop_per_s=100e12, vector_elem_per_s=2e12, scalar_elem_per_s=1e12, gpsimd_elem_per_s=1e11,
                   hbm_bytes_per_s=400e9, sbuf_bytes=24 << 20, kernel_launch_s=0.0)

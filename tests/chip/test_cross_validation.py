@@ -21,7 +21,7 @@ import pytest
 
 from ultracluster.calibrate import shipped
 from ultracluster.calibrate.training import DATA, Layouts
-from ultracluster.cluster.fitted_files import FITTED
+from ultracluster.calibration.fitted_files import FITTED
 
 REPO = Path(__file__).resolve().parents[2]
 TOLERANCE_POINTS = 0.5

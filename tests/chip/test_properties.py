@@ -3,7 +3,7 @@ compute floor <= step, the breakdown adds up, more bandwidth is never slower."""
 from hypothesis import given, settings, strategies as st
 
 from ultracluster import load_scenario
-from ultracluster.cluster.fitted_files import DEFAULT
+from ultracluster.calibration.fitted_files import DEFAULT
 from ultracluster.runner import predict
 
 layouts = st.sampled_from([(1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (16, 2), (32, 1), (4, 4), (2, 8)])

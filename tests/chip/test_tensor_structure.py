@@ -5,7 +5,7 @@ from ultracluster import chip, stacks
 from ultracluster import operators as opslib
 from ultracluster.cluster import build_cluster
 from ultracluster.cluster.catalog import TRAINIUM, TRAINIUM2
-from ultracluster.cluster.fitted_files import DEFAULT
+from ultracluster.calibration.fitted_files import DEFAULT
 from ultracluster.scenario import load_scenario
 
 

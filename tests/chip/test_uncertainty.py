@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ultracluster import load_scenario
-from ultracluster.cluster.fitted_files import DEFAULT, FITTED
+from ultracluster.calibration.fitted_files import DEFAULT, FITTED
 from ultracluster.runner import predict
 from ultracluster import uncertainty
 from ultracluster.layouts.setting_times import one_step, replayed_step_time, setting_step_times as step_times
@@ -107,7 +107,7 @@ def test_the_hardware_part_is_the_weighted_percentiles_of_every_draw_timed_exact
     # the per-factor grids and the exact pricing beside each end give what pricing every draw would
     import numpy as np
     from ultracluster.cluster import build_cluster
-    from ultracluster.cluster.fitted_files import fitted
+    from ultracluster.calibration.fitted_files import fitted
     from ultracluster.uncertainty import DRAWS, _weights, factors_for, halton, hardware, weighted_quantile
 
     sc = job("trn2.48xlarge", tp=32, instances=2)

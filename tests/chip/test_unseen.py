@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ultracluster import load_scenario
-from ultracluster.cluster.fitted_files import fitted_document
+from ultracluster.calibration.fitted_files import fitted_document
 from ultracluster.runner import predict
 from ultracluster import uncertainty as unc
 

@@ -8,8 +8,8 @@ import pickle
 
 import pytest
 
-from ultracluster.cluster.calibration import Calibration, NetworkCalibration
-from ultracluster.cluster.fitted_files import fitted
+from ultracluster.calibration.factors import Calibration, NetworkCalibration
+from ultracluster.calibration.fitted_files import fitted
 
 
 @pytest.mark.parametrize("changes", [{"tensor_efficiency": 0.41}, {"efa_efficiency": 0.6},

@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CHIP = Path("ultracluster/cluster/calibration.json")
+CHIP = Path("ultracluster/calibration/calibration.json")
 NETWORK = Path("ultracluster/network/collectives_fit.json")
 
 # Imports the model and everything it is built from, then asks for the calibration and its uncertain factors.
 PROBE = """
 import sys
-import ultracluster.chip, ultracluster.cluster, ultracluster.cluster.uncertain_factors, ultracluster.emulate
+import ultracluster.chip, ultracluster.cluster, ultracluster.uncertain_factors, ultracluster.emulate
 import ultracluster.network, ultracluster.uncertainty, ultracluster.layouts.steps, ultracluster.replay.engine
 print("imported")
-from ultracluster.cluster.fitted_files import CalibrationMissing, fitted
-from ultracluster.cluster.uncertain_factors import for_generation
+from ultracluster.calibration.fitted_files import CalibrationMissing, fitted
+from ultracluster.uncertain_factors import for_generation
 for ask in (fitted, lambda: for_generation("trainium2")):
     try:
         ask()
@@ -108,8 +108,8 @@ def test_the_cli_names_the_broken_file_in_one_line_and_exits_4(tmp_path):
 
 
 def test_the_files_are_read_once_and_what_they_give_is_frozen():
-    from ultracluster.cluster import fitted_files as cal
-    from ultracluster.cluster import uncertain_factors
+    from ultracluster.calibration import fitted_files as cal
+    from ultracluster import uncertain_factors
 
     first = cal.load_fitted()
     assert cal.load_fitted() is first                                      # cached: one read per process
@@ -131,7 +131,7 @@ def test_the_files_are_read_once_and_what_they_give_is_frozen():
 
 def test_the_fitted_document_is_the_callers_own():
     """Changing what `fitted_document()` returned changes nothing the next caller reads."""
-    from ultracluster.cluster.fitted_files import fitted_document
+    from ultracluster.calibration.fitted_files import fitted_document
 
     doc = fitted_document()
     worst = doc["cross_validation"]["worst_abs_error_pct"]

@@ -6,12 +6,12 @@ import dataclasses
 
 import pytest
 
-from ultracluster.cluster.calibration import Calibration, NetworkCalibration
-from ultracluster.cluster.fitted_files import DEFAULT
+from ultracluster.calibration.factors import Calibration, NetworkCalibration
+from ultracluster.calibration.fitted_files import DEFAULT
 from ultracluster.cluster.catalog import (INSTANCES, NEURONSWITCH_BYTES_PER_S_PER_CHIP, NEURONSWITCH_LEVELS_GB_S,
                                           NEURONSWITCH_RANGE_BYTES_PER_S, TRAINIUM2, TRAINIUM3, ULTRASERVERS,
                                           ranks_per_instance, ultraserver_of)
-from ultracluster.cluster.uncertain_factors import for_generation
+from ultracluster.uncertain_factors import for_generation
 
 GiB, MiB, T = 2**30, 2**20, 1e12
 

@@ -3,8 +3,8 @@ default sits inside the range (no registered factor is dead weight for the inter
 import pytest
 
 from ultracluster import load_scenario
-from ultracluster.cluster.fitted_files import DEFAULT
-from ultracluster.cluster.uncertain_factors import for_generation
+from ultracluster.calibration.fitted_files import DEFAULT
+from ultracluster.uncertain_factors import for_generation
 from ultracluster.runner import predict
 
 # FP8 matmuls, TP16 over 4 chips (NeuronLink and chip DMA), DP over 2 instances (EFA)
@@ -52,7 +52,7 @@ def test_the_sync_scale_moves_trn2_collectives_and_leaves_trn1_alone():
 
 def test_the_trn2_row_is_met_and_the_ranges_it_allows_are_inside_the_argued_ones():
     from ultracluster.cluster import build_cluster
-    from ultracluster.cluster.fitted_files import fitted_document
+    from ultracluster.calibration.fitted_files import fitted_document
     from ultracluster.uncertainty import factors_for
 
     t2 = fitted_document()["trn2"]
@@ -92,7 +92,7 @@ def test_the_fsdp_schedule_default_was_chosen_with_t1_in_view():
     (H21), and it is also the schedule under which the model can meet t1: with `layerwise` t1 comes out at
     about half its measured 11.2 s wherever its fitted factor lies in the argued range (0 to the Trn1 value), so
     the row that fits that factor also chose this default (docs/trn2.md)."""
-    from ultracluster.cluster.fitted_files import fitted, fitted_document
+    from ultracluster.calibration.fitted_files import fitted, fitted_document
 
     t2 = fitted_document()["trn2"]
     t1 = load_scenario(_repo() / "scenarios" / "calib-axlearn-llama2-70b-trn2-64.yaml")

@@ -44,5 +44,5 @@ def test_no_tracked_file_names_the_folder_outside(clone):
 
 def test_the_clone_carries_what_the_product_reads(clone):
     for path in ("data/calibration/training.csv", "data/calibration/collectives.csv", "docs/design.md",
-                 "docs/sources.md", "scenario.schema.json", "ultracluster/cluster/calibration.json"):
+                 "docs/sources.md", "scenario.schema.json", "ultracluster/calibration/calibration.json"):
         assert (clone / path).is_file(), path

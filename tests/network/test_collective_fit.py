@@ -8,9 +8,9 @@ import pytest
 
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
-from ultracluster.cluster.fitted_files import NETWORK_CALIBRATIONS, with_network_calibration
-from ultracluster.cluster.fitted_files import DEFAULT as CALIBRATION
-from ultracluster.cluster.uncertain_factors import FACTORS, for_generation
+from ultracluster.calibration.fitted_files import NETWORK_CALIBRATIONS, with_network_calibration
+from ultracluster.calibration.fitted_files import DEFAULT as CALIBRATION
+from ultracluster.uncertain_factors import FACTORS, for_generation
 from ultracluster.errors import ScenarioError
 from ultracluster.network.bench import bench_cluster
 from ultracluster.network.calibration import DEFAULT, FITTED

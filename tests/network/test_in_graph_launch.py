@@ -3,7 +3,7 @@ import pytest
 
 from ultracluster import load_scenario
 from ultracluster.cluster import build_cluster
-from ultracluster.cluster.fitted_files import NETWORK_CALIBRATIONS
+from ultracluster.calibration.fitted_files import NETWORK_CALIBRATIONS
 from ultracluster.network.calibration import DEFAULT
 
 # the dated Trn2 examples' reading has the standalone launch floor of about 0.5 ms

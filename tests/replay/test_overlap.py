@@ -70,7 +70,7 @@ BASE = {"name": "ovl", "model": {"preset": "llama2-7b", "layers": 8},
 
 def test_zero1_reduction_hides_behind_backward_only_with_bucketed_overlap():
     from ultracluster.shards.local import local_shards
-    from ultracluster.cluster.fitted_files import DEFAULT
+    from ultracluster.calibration.fitted_files import DEFAULT
     from ultracluster.emulate import emulate
     bucketed = DEFAULT.with_(dp_overlap=True)
     rec = emulate(load_scenario(BASE), local_shards, calibration=bucketed).steps[-1]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ultracluster import load_scenario
-from ultracluster.cluster.fitted_files import fitted
+from ultracluster.calibration.fitted_files import fitted
 from ultracluster.replay.engine import serial_sends
 from ultracluster.runner import predict
 

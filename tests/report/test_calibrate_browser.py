@@ -11,7 +11,7 @@ from test_report_browser import colours, load
 
 from ultracluster.calibrate.html import move_size, render
 from ultracluster.cli import main
-from ultracluster.cluster.fitted_files import fitted
+from ultracluster.calibration.fitted_files import fitted
 from ultracluster.layouts.setting_times import one_step, replayed_step_time
 from ultracluster.scenario import load_scenario
 

@@ -13,7 +13,7 @@ import yaml
 
 from ultracluster import chip, stacks
 from ultracluster.cluster import build_cluster
-from ultracluster.cluster.fitted_files import DEFAULT
+from ultracluster.calibration.fitted_files import DEFAULT
 from ultracluster.errors import ScenarioError
 from ultracluster.scenario import load_scenario
 

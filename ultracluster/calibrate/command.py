@@ -3,7 +3,7 @@
 measurements (`measurements.read_measurements`) → each scenario replayed once at the shipped fit (its
 prediction before, the fast path's correction) → the factors the rows identify, fitted with every leave-one-out
 fold at once (`fit`) → the fitted factors replayed (the predictions after) → the profile (JSON, sealed with its
-checksum; `ultracluster.cluster.calibration_profile`) and calibrate.html beside it, both written atomically,
+checksum; `ultracluster.calibration.profile`) and calibrate.html beside it, both written atomically,
 nothing written when anything fails. docs/calibration.md, "Your own cluster".
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cluster import calibration_profile as fmt
-from ..cluster.calibration import Calibration
-from ..cluster.fitted_files import fitted, fitted_document
+from ..calibration import profile as fmt
+from ..calibration.factors import Calibration
+from ..calibration.fitted_files import fitted, fitted_document
 from ..cluster.catalog import INSTANCES
 from ..errors import Problem, ScenarioError
 from ..step import merit

@@ -56,8 +56,8 @@ def learning_curve(data: Path = DATA, ks=(1, 2, 3)) -> list[dict]:
     """Per k: the layouts calibrated on, the factors fitted, and the median and worst |step time error| (%) of the
     layouts left out with the profile, with the shipped fit (which saw them) and the shipped fit's own
     leave-one-layout-out errors (calibration.json)."""
-    from ..cluster.fitted_files import fitted, fitted_document
-    from ..cluster.calibration_profile import calibration_of
+    from ..calibration.fitted_files import fitted, fitted_document
+    from ..calibration.profile import calibration_of
     from ..scenario import load_scenario
     from .command import calibrate
 

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cluster.calibration import TRN1, TRN2, TRN3, Calibration
-from ..cluster.calibration_profile import FACTOR_BOUNDS
-from ..cluster.fitted_files import fitted, fitted_read
+from ..calibration.factors import TRN1, TRN2, TRN3, Calibration
+from ..calibration.profile import FACTOR_BOUNDS
+from ..calibration.fitted_files import fitted, fitted_read
 
-# The factors a profile may fit: name → (lower, upper) physical bound (`cluster.calibration_profile.FACTOR_BOUNDS`,
+# The factors a profile may fit: name → (lower, upper) physical bound (`calibration.profile.FACTOR_BOUNDS`,
 # which reading a profile checks too: the shipped fit's search bounds, a zero lower bound moved to a positive one)
 CANDIDATES = {k: (lo, hi) for k, (lo, hi, _) in FACTOR_BOUNDS.items()}
 # The training stacks' engine costs (ultracluster/stacks.py): a row moves only the engine of its own stack, and

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cluster import calibration_profile as fmt
+from ..calibration import profile as fmt
 from ..report.atomic import atomic_write_text
 from .fit import CANDIDATES, Timing, jacobian_at, penalties, residuals, shipped_factors, terms_of
 

@@ -1,6 +1,6 @@
 """What the shipped fit reports beside its factors: leave-one-layout-out cross-validation, interval coverage,
 identifiability, ablation, the Trainium2 row and the residual check (`results`, written to
-`ultracluster/cluster/calibration.json` by scripts/calibrate.py)."""
+`ultracluster/calibration/calibration.json` by scripts/calibrate.py)."""
 from __future__ import annotations
 
 import hashlib

@@ -7,7 +7,7 @@ from its row's own columns and predicted in-process (`ultracluster.runner.predic
 
 The fitted factors (FIT) minimise the sum over layouts of log(predicted / median)^2, by bounded least
 squares (`scipy.optimize.least_squares`) from fixed starts inside each factor's physical bounds; every other factor keeps the value
-`ultracluster/cluster/calibration.py` documents. `ultracluster.calibrate.shipped` cross-validates and ablates,
+`ultracluster/calibration/factors.py` documents. `ultracluster.calibrate.shipped` cross-validates and ablates,
 `ultracluster.calibrate.page` writes the tables; `scripts/calibrate.py` runs them (docs/calibration.md). Reads
 files of a repository checkout (data/calibration/), never at import.
 """
@@ -24,7 +24,7 @@ import numpy as np
 
 
 REPO = Path(__file__).resolve().parents[2]
-FITTED = REPO / "ultracluster" / "cluster" / "calibration.json"
+FITTED = REPO / "ultracluster" / "calibration" / "calibration.json"
 DOC = REPO / "docs" / "calibration.md"
 DATA = REPO / "data" / "calibration"
 
@@ -254,7 +254,7 @@ def pairs_of(all_rows: list[dict]) -> list[dict]:
 
 def base_calibration(**changes):
     """The shipped calibration with the unnamed residual off (it is not fitted) and `changes` applied."""
-    from ..cluster.fitted_files import DEFAULT
+    from ..calibration.fitted_files import DEFAULT
 
     return DEFAULT.with_(**{RESIDUAL_CHECK[0]: 0.0, **changes})
 

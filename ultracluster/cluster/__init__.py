@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .calibration import Calibration
-from .fitted_files import fitted, with_network_calibration
+from ..calibration.factors import Calibration
+from ..calibration.fitted_files import fitted, with_network_calibration
 from .catalog import INSTANCES, ChipSpec, InstanceSpec, ranks_per_instance, ultraserver_of
 from .degraded import DegradedPart, degraded_links, degraded_parts
 from .folding import Capacity, Folding, fold, resolve_instances_per_actor

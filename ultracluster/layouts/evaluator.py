@@ -12,8 +12,8 @@ import numpy as np
 from .. import chip, stacks
 from .. import operators as opslib
 from ..cluster import Cluster, build_cluster, cluster_calibration
-from ..cluster.calibration import Calibration
-from ..cluster.fitted_files import fitted
+from ..calibration.factors import Calibration
+from ..calibration.fitted_files import fitted
 from ..memory import capacity_gib
 from ..network import collective_time
 from ..network.collectives import concurrent_time

@@ -14,9 +14,9 @@ import pandas as pd
 
 from .. import uncertainty as unc
 from ..cluster import build_cluster
-from ..cluster.calibration import Calibration
+from ..calibration.factors import Calibration
 from ..cluster.catalog import INSTANCES
-from ..cluster.calibration_profile import calibration_for
+from ..calibration.profile import calibration_for
 from ..scenario import Scenario
 from . import ranking
 from .steps import LAYOUT_COLUMNS

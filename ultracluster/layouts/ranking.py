@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..cluster.calibration import Calibration
+from ..calibration.factors import Calibration
 from ..cluster.catalog import INSTANCES
 from ..scenario import Scenario
 from ..stacks import SHORT, explicit as stacks_explicit

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..cluster.calibration import Calibration
+from ..calibration.factors import Calibration
 from .steps import evaluate
 from .evaluator import Evaluator
 from .space import own_row

@@ -61,13 +61,13 @@ def parse_sizes(text: str) -> list[int]:
 def bench_cluster(instance: str, instances: int, lnc: int | None = None, efa_gbps: float | None = None,
                   neuronlink_gbps: float | None = None, calibration: str = "default") -> Cluster:
     """A Cluster for costing collectives alone (no model, no actors), with the what-if link overrides and a
-    named collective calibration (`cluster.fitted_files.network_calibrations()`).
+    named collective calibration (`calibration.fitted_files.network_calibrations()`).
 
     Raises:
         ScenarioError: an unknown instance type, an lnc it does not support, non-positive numbers, or an
             unknown calibration name.
     """
-    from ..cluster.fitted_files import fitted, network_calibrations, with_network_calibration
+    from ..calibration.fitted_files import fitted, network_calibrations, with_network_calibration
 
     problems = []
     if calibration not in network_calibrations():

@@ -4,15 +4,15 @@
 `docs/collectives.md` (every row: prediction, measurement, error); `tests/network/test_collective_fit.py`
 recomputes the fit and fails when either file is stale. Bandwidth factors are achieved fractions of a public
 peak (the catalog's); time factors are fixed software costs that no public figure gives. The dataclass lives
-with the chip factors in `ultracluster.cluster.calibration` (one `Calibration` travels in the Cluster); this
-module names the network part. `DEFAULT` is the fitted factors, read on first access (`cluster.fitted_files`).
+with the chip factors in `ultracluster.calibration.factors` (one `Calibration` travels in the Cluster); this
+module names the network part. `DEFAULT` is the fitted factors, read on first access (`calibration.fitted_files`).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ..cluster.calibration import TRN1, TRN2, NetworkCalibration
-from ..cluster.fitted_files import NETWORK_FITTED as FITTED, fitted_network as fitted
+from ..calibration.factors import TRN1, TRN2, NetworkCalibration
+from ..calibration.fitted_files import NETWORK_FITTED as FITTED, fitted_network as fitted
 
 __all__ = ["DEFAULT", "FITTED", "NetworkCalibration", "TRN1", "TRN2", "fitted"]
 

@@ -33,7 +33,7 @@ def concurrent_time(cluster: Cluster, transfers: Sequence[tuple[str, float, Grou
         cluster: the cluster.
         transfers: (op, nbytes, group) per transfer, e.g. a stage's data-parallel reduce-scatter and the
             pipeline sends overlapping it.
-        calibration: collective factors (default: the cluster's, `cluster.calibration.network`).
+        calibration: collective factors (default: the cluster's, `calibration.factors.network`).
         in_graph: issued from a training step's compiled graph (launch capped); see `collective_cost`.
 
     Returns:

@@ -399,7 +399,7 @@ def collective_time(cluster: Cluster, op: str, nbytes: float, group: Group,
             all-to-all data a rank sends in total, send/recv message).
         group: the group shape; with `group.together` every group of that shape on the same instances
             runs at the same time and shares links and NICs.
-        calibration: collective factors (default: the cluster's, `cluster.calibration.network`).
+        calibration: collective factors (default: the cluster's, `calibration.factors.network`).
         in_graph: issued from a training step's compiled graph (launch capped); see `collective_cost`.
 
     Returns:

@@ -23,8 +23,8 @@ import pandas as pd
 from .. import stacks
 from ..shards.worker import actor_bytes
 from ..cluster import fold
-from ..cluster.calibration import Calibration
-from ..cluster.calibration_profile import calibration_for
+from ..calibration.factors import Calibration
+from ..calibration.profile import calibration_for
 from ..scenario import Scenario, load_scenario
 from ..layouts import ranking
 from ..report.rundir import move_into_place, staging_beside
@@ -367,7 +367,7 @@ def _replay(scenarios: list[Scenario], out, address: str | None, log, progress=N
 def _summary(base, space, objective, tokens, max_usd_per_hour, top, full, best, ev, wall_s, top_rows, replays,
              notes, out, rank_by="point") -> dict:
     from ..speed_draws import jitter_sigma
-    from ..cluster.fitted_files import fitted
+    from ..calibration.fitted_files import fitted
     from ..replay.result import BREAKDOWN_KEYS
 
     n = len(full)

@@ -180,7 +180,7 @@ def _inline_operators(raw: dict[str, Any], where: str | None) -> list[Problem]:
 def _inline_calibration(raw: dict[str, Any], where: str | None) -> list[Problem]:
     """Read `calibration.profile` (relative to the scenario file) into `calibration.document`, verified against its
     checksum; a document already there (a resolved scenario read again) is verified, not re-read."""
-    from ..cluster.calibration_profile import ProfileError, read_profile, verify
+    from ..calibration.profile import ProfileError, read_profile, verify
 
     spec = raw.get("calibration")
     if not isinstance(spec, dict) or not isinstance(spec.get("profile"), str) or not spec["profile"]:

@@ -1,13 +1,13 @@
-"""The fitted calibration: the package's fitted files (`cluster/calibration.json`, written by
+"""The fitted calibration: the package's fitted files (`calibration/calibration.json`, written by
 `scripts/calibrate.py`; `network/collectives_fit.json`, by `scripts/fit_collectives.py`) read into the factor
-types of `cluster.calibration`.
+types of `calibration.factors`.
 
 The fitted files are part of the package: a missing or damaged one is an error naming it, never a silent fall-back
 to defaults. Nothing is read at import: `load_fitted()` reads both files on first use, once per process, and builds
 what comes from them (the fitted `Calibration`, the named collective calibrations, each file's content), frozen;
 this is the one place the package reads them. `DEFAULT`, `NETWORK_DEFAULT` and `NETWORK_CALIBRATIONS` are its values,
 looked up on first access (PEP 562), so `import ultracluster.chip` works even where a file is broken. The ranges
-of the factors the files do not pin are built from them by `cluster.uncertain_factors`.
+of the factors the files do not pin are built from them by `uncertain_factors`.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import UltraclusterError
-from .calibration import NETWORK_FIELDS, Calibration, NetworkCalibration
+from .factors import NETWORK_FIELDS, Calibration, NetworkCalibration
 
 FITTED = Path(__file__).with_name("calibration.json")                                  # scripts/calibrate.py
 NETWORK_FITTED = Path(__file__).parents[1] / "network" / "collectives_fit.json"       # scripts/fit_collectives.py
@@ -138,7 +138,7 @@ class Fitted:
         network_calibrations: the named collective calibrations (`NETWORK_CALIBRATIONS`, `network_calibrations`).
         documents: each file's parsed content by file name ("calibration.json", "collectives_fit.json"):
             the fit's own evidence (`ultracluster.uncertainty.evidence`) and what the uncertain factors' ranges
-            are built from (`cluster.uncertain_factors`); read it, never change it.
+            are built from (`uncertain_factors`); read it, never change it.
     """
 
     calibration: Calibration
@@ -149,7 +149,7 @@ class Fitted:
 
 @lru_cache(maxsize=1)
 def load_fitted() -> Fitted:
-    """Read the fitted files (`network/collectives_fit.json`, `cluster/calibration.json`) on first use, once per
+    """Read the fitted files (`network/collectives_fit.json`, `calibration/calibration.json`) on first use, once per
     process: the one place the package reads them.
 
     Raises:

@@ -8,8 +8,8 @@ collectives; see `docs/calibration.md` and `docs/collectives.md`), or, where the
 explicit documented assumption. A scenario never silently changes them.
 
 This module holds the types only and reads no file: their field defaults are the documented starting values,
-not the fit. The fitted values come from the package's fitted files, read by `cluster.fitted_files`
-(`fitted()`, `DEFAULT`); the factors no measurement pins, with their ranges, are `cluster.uncertain_factors`.
+not the fit. The fitted values come from the package's fitted files, read by `calibration.fitted_files`
+(`fitted()`, `DEFAULT`); the factors no measurement pins, with their ranges, are `uncertain_factors`.
 """
 from __future__ import annotations
 

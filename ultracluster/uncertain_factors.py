@@ -6,7 +6,7 @@ ranges. Every factor is a field of `Calibration` or of its `network` part: its c
 fitted calibration carries (fitted, or set from a source), `low` and `high` bound what the evidence allows, and
 `why` says where the range comes from. `generations` names the chips it applies to (`ChipSpec.name`).
 
-The ranges follow from the fitted files (`cluster.fitted_files`), so they are built from them on first use, once
+The ranges follow from the fitted files (`calibration.fitted_files`), so they are built from them on first use, once
 per process (`factors()`; `FACTORS` is its value, looked up on first access); nothing is registered at import and
 nothing here changes after it is built. A fitted file missing or damaged is an error naming it.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .calibration import NETWORK_FIELDS, TRN1, TRN2, TRN3, Calibration, NetworkCalibration
-from .fitted_files import NETWORK_FITTED, damaged, load_fitted
+from .calibration.factors import NETWORK_FIELDS, TRN1, TRN2, TRN3, Calibration, NetworkCalibration
+from .calibration.fitted_files import NETWORK_FITTED, damaged, load_fitted
 
 __all__ = ["UncertainFactor", "factors", "for_generation"]
 
@@ -121,7 +121,7 @@ def _network_factors(fit: dict, net: NetworkCalibration, profiles: Mapping[str, 
 
 def _trainium3_factors(net: NetworkCalibration, profiles: Mapping[str, Mapping[str, float]],
                        default: Calibration) -> list[UncertainFactor]:
-    from .catalog import NEURONSWITCH_BYTES_PER_S_PER_CHIP as SWITCH, NEURONSWITCH_RANGE_BYTES_PER_S as SPAN
+    from .cluster.catalog import NEURONSWITCH_BYTES_PER_S_PER_CHIP as SWITCH, NEURONSWITCH_RANGE_BYTES_PER_S as SPAN
 
     dated = profiles.get("trn2-nccom-examples", {})
     lowest_link = min(net.neuronlink_efficiency_trn1, net.neuronlink_efficiency_trn2,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UltraclusterError, shorten
-from .calibration import Calibration
+from .factors import Calibration
 from .fitted_files import fitted
 
 FORMAT = "ultracluster-calibration-profile"
