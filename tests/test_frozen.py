@@ -22,11 +22,11 @@ def _arrays(value):
 
 
 def _cached_values():
-    from ultracluster.layouts import batched_parts, schedules
+    from ultracluster.layouts import batched_parts, programs
 
-    yield "program_arrays", schedules.program_arrays("1f1b", 4, 8, 1)
-    yield "compile_programs", schedules.compile_programs("interleaved", 4, 8, 2)
-    yield "repeats", schedules.repeats("1f1b", 4, 8, 1)
+    yield "program_arrays", programs.program_arrays("1f1b", 4, 8, 1)
+    yield "compile_programs", programs.compile_programs("interleaved", 4, 8, 2)
+    yield "repeats", programs.repeats("1f1b", 4, 8, 1)
     yield "_held", batched_parts._held("1f1b", 4, 8, 1)
     from ultracluster import uncertainty
 

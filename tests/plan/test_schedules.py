@@ -104,21 +104,21 @@ def test_bucket_queue_closed_form_equals_gradient_reduction(v, seed):
 def test_dependency_depths_are_the_engines_unit_time_schedule(schedule, p, m, v):
     """An op's level is 1 + its longest chain of predecessors and producers: the end time the engine gives it when
     every op takes one second and sends take none."""
-    from ultracluster.layouts.schedules import _depths, _raw
+    from ultracluster.layouts.programs import depths, raw_arrays
 
-    raw = _raw(schedule, p, m, v)
+    raw = raw_arrays(schedule, p, m, v)
     ones = np.ones((1, p * v))
     ex = execute(stage_programs(schedule, p, m, v), ones, ones, np.zeros(p * v), np.zeros(p * v))
     want = [float(ex.end[("B" if kind else "F", int(k), int(c))][0]) for kind, k, c in zip(raw.kind, raw.mb, raw.chunk)]
-    assert _depths(raw.pred, raw.dep, raw.start).tolist() == want
+    assert depths(raw.pred, raw.dep, raw.start).tolist() == want
 
 
 def test_a_deadlocked_program_is_caught():
     """Two stages each waiting for the other's second op: no order runs them."""
-    from ultracluster.layouts.schedules import _depths
+    from ultracluster.layouts.programs import depths
 
     with pytest.raises(AssertionError, match="deadlocked"):
-        _depths(np.array([-1, 0, -1, 2]), np.array([3, -1, 1, -1]), np.array([0, 2, 4]))
+        depths(np.array([-1, 0, -1, 2]), np.array([3, -1, 1, -1]), np.array([0, 2, 4]))
 
 
 def test_rows_with_the_same_inputs_get_the_same_bits_as_alone():
@@ -138,3 +138,62 @@ def test_rows_with_the_same_inputs_get_the_same_bits_as_alone():
         assert np.array_equal(pt.stage_end[r], alone.stage_end[0])
         assert np.array_equal(pt.last_b_end[r], alone.last_b_end[0])
     assert not np.array_equal(pt.stage_end[0], pt.stage_end[5])      # the same times, more microbatches
+
+
+def balanced(rng, rows, p, v, spread):
+    """Every stage one light and one heavy chunk, its total within `spread` of the others' (as serial exchanges
+    leave them: an interleaved stage's two chunks differ, their sums do not): a transient of hundreds of
+    microbatches, so rows run longer and longer programs before they settle."""
+    c = np.arange(p * v)
+    heavy = (c % (2 * p) >= p // 2) & (c % (2 * p) < p + p // 2)
+    fwd = (1.0 + 0.43 * heavy) * (1.0 + spread * rng.standard_normal((rows, p * v)))
+    return fwd, 1.87 * fwd * (1.0 + spread * rng.standard_normal((rows, p * v)))
+
+
+@pytest.mark.parametrize("schedule,p,v,spread,with_sends", [
+    ("1f1b", 16, 1, 1e-4, False), ("1f1b", 16, 1, 1e-3, True), ("interleaved", 4, 2, 1e-4, False),
+    ("interleaved", 8, 2, 1e-3, True), ("interleaved", 16, 2, 1e-4, False), ("interleaved", 8, 4, 1e-3, True)])
+def test_runs_carried_on_block_by_block_are_the_longer_programs_bits(monkeypatch, schedule, p, v, spread,
+                                                                      with_sends):
+    """Rows that have not settled carry on from their short run (`layouts.stepping`) instead of running the longer
+    program from its first op: every op from the same operands, so the same bits, rows of every length alike."""
+    from ultracluster.layouts import schedules
+
+    rng = np.random.default_rng(p * 10 + v)
+    chunks, P = p * v, p if schedule == "interleaved" else 1
+    ms = [P * g for g in (4, 16, 37, 64)] + ([300, 1024] if P == 1 else [])
+    rows = len(ms)
+    fwd, bwd = balanced(rng, rows, p, v, spread)
+    sf, sb, sl = sends(rng, rows, chunks, 3) if with_sends else (np.zeros((rows, chunks)),) * 3
+    carried = []
+    real = schedules._carry_on
+    monkeypatch.setattr(schedules, "_carry_on", lambda *a: carried.append(a[4].size) or real(*a))
+    got = pipeline_times(schedule, p, v, np.array(ms), fwd, bwd, sf, sb, sl)
+    monkeypatch.setattr(schedules, "CARRY_ON", False)
+    want = pipeline_times(schedule, p, v, np.array(ms), fwd, bwd, sf, sb, sl)
+    assert sum(carried) > 0
+    for a, b in ((got.stage_end, want.stage_end), (got.last_b_end, want.last_b_end),
+                 (got.last_b_start, want.last_b_start), (got.evaluated_microbatches, want.evaluated_microbatches)):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("schedule,p,v", [("1f1b", 2, 1), ("1f1b", 8, 1), ("1f1b", 64, 1), ("interleaved", 2, 4),
+                                          ("interleaved", 8, 3), ("interleaved", 16, 2)])
+def test_a_longer_program_is_the_short_one_with_blocks_inserted(schedule, p, v):
+    """What `stepping` relies on, read off the engine's programs: the program of m0 + kP microbatches is m0's with
+    k blocks inserted (`spliced`), and its settled check reads the blocks `cycle_blocks` says, as far back as
+    `repeats` of the longer program has them."""
+    from ultracluster.layouts.programs import cycle_blocks, repeats
+    from ultracluster.layouts.schedules import run_lengths
+    from ultracluster.layouts.stepping import spliced
+
+    P = p if schedule == "interleaved" else 1
+    for m0 in sorted({run_lengths(schedule, p, m, v)[0] for m in (1000 * P, 1000 * P + 3 * (P == 1))}):
+        r0 = repeats(schedule, p, m0, v)
+        assert r0 is not None
+        for k in (1, 2, 5, 17, 40):
+            m = m0 + k * P
+            r = repeats(schedule, p, m, v)
+            assert spliced(schedule, p, v, m0, m)
+            assert (r.reach, r.blocks.shape[0]) == (r0.reach, cycle_blocks(r0.run + k, r0.reach, p))
+        assert not spliced(schedule, p, v, m0, m0 + P + 1) or P == 1

@@ -25,7 +25,8 @@ from ..replay.comm import StepComm
 from ..step.hbm import hbm_totals
 from .evaluator import (MEMORY_COLUMNS, SCHEDULE_CODE, SCHEDULES_BY_CODE, Evaluator, SettingsCommTimes,
                         calibration_index, layout_scenario)
-from .schedules import run_lengths, program_arrays
+from .programs import program_arrays
+from .schedules import run_lengths
 
 # ----------------------------------------------------------------------------------------------------------
 # Batched: per-rank shapes

@@ -14,282 +14,28 @@ max-plus functions of earlier op times, homogeneous and non-expansive, so once r
 (r: how many blocks back a dependency reaches) are in that progression every later block is too, and the
 cool-down of a run with more microbatches is this run's cool-down shifted by λ per extra block. The
 evaluator runs a shorter program (m' ≡ m mod the block's microbatches), checks the progression row by row
-and extrapolates; rows that have not settled run again with twice the microbatches, up to the full m.
+and extrapolates; rows that have not settled run again with twice the microbatches, up to the full m (carried
+on from the short run block by block, `stepping`: the longer program's ops after the short one's, the same bits).
 GPipe (all forwards, then all backwards) has no such block and always runs in full. The block structure is
-read off the engine's own programs (the ops that m + P microbatches insert), never assumed.
+read off the engine's own programs (the ops that m + P microbatches insert), never assumed (`programs`: the
+programs in levels and their blocks, made once per program and cached).
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..frozen import read_only
-from ..replay.schedule import program_table
+from . import stepping
+from .programs import Compiled, compile_programs, cycle_blocks, repeats
+from .stepping import run_levels
 
-F, B = 0, 1
 # relative tolerance of "the same increment" (floating-point noise is ~1e-13 of the times; a looser
 # tolerance could extrapolate a pipeline whose bottleneck has not settled)
 SETTLED_RTOL = 1e-11
 MAX_CELLS = 4_000_000          # rows x ops evaluated at once (memory bound: ~100 MB of float64 arrays)
-MAX_CYCLE_PER_STAGE = 2        # the longest repeat looked for, in blocks per stage: sends that differ along the
-                               # pipeline (an EFA hop every few stages) make the slowest cycle span several blocks
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """One (schedule, p, m, v) program in dependency levels, as `evaluate` runs it (its blocks: `repeats`). Columns
-    number the ops in level order (a level depends only on earlier ones); column `ops` is a sentinel (time 0).
-
-    Attributes:
-        ops: number of ops; at: [ops + 1] each op's column (ops numbered stage by stage in program order).
-        bounds: (first, end) column of each level.
-        level_pred, level_dep: per level, the columns of its ops' predecessors (the previous op on the stage) and
-            producers (previous chunk's forward, next chunk's backward, own forward on the last chunk): a slice
-            where consecutive, else an index array.
-        dur_col, wait_col: [ops] per column, the column of the row's table [fwd, bwd, delays] (`evaluate`) with
-            the op's seconds and the send it waits for its producer.
-        last_op: [p] the last op of each stage; last_b: [chunks] op B(m - 1, c).
-    """
-
-    schedule: str
-    p: int
-    m: int
-    v: int
-    ops: int
-    at: np.ndarray
-    bounds: tuple
-    level_pred: tuple
-    level_dep: tuple
-    dur_col: np.ndarray
-    wait_col: np.ndarray
-    last_op: np.ndarray
-    last_b: np.ndarray
-
-
-@dataclass(frozen=True)
-class Repeats:
-    """The block structure of a program whose longer runs repeat its last blocks (`repeats`).
-
-    Attributes:
-        microbatches_per_block: P (1, or p for interleaved).
-        reach: R, how many blocks back the last block's and the cool-down's dependencies reach.
-        blocks: [J, size] op indices of the last J >= R + 1 repeating blocks (row 0 the last), aligned so that
-            blocks[j, i] is blocks[j + 1, i] one block later.
-    """
-
-    microbatches_per_block: int
-    reach: int
-    blocks: np.ndarray
-
-
-@dataclass(frozen=True)
-class _Raw:
-    """A program as flat arrays, ops numbered stage by stage in program order.
-
-    Attributes:
-        kind, mb, chunk: [ops] what each op is.
-        start: [p + 1] first op of each stage (stage s holds ops start[s]..start[s + 1] - 1).
-        pred: the previous op on the stage (-1: first); dep: the producer (-1: none).
-        delay: column of the delay table the op waits for its producer.
-    """
-
-    kind: np.ndarray
-    mb: np.ndarray
-    chunk: np.ndarray
-    start: np.ndarray
-    pred: np.ndarray
-    dep: np.ndarray
-    delay: np.ndarray
-    kmax: int
-
-    def key(self, kind: np.ndarray, mb: np.ndarray, chunk: np.ndarray, base: int | None = None) -> np.ndarray:
-        """Dense integer identity of ops (kind, microbatch, chunk); `base` > every microbatch index compared."""
-        n_chunks = int(self.chunk.max()) + 1 if self.chunk.size else 1
-        base = self.kmax + 1 if base is None else base
-        return (np.asarray(kind) * base + np.asarray(mb)) * n_chunks + np.asarray(chunk)
-
-
-@lru_cache(maxsize=512)
-def program_arrays(schedule: str, p: int, m: int, v: int) -> tuple[np.ndarray, ...]:
-    """The engine's stage programs as arrays, ops numbered stage by stage in program order:
-    (stage, kind, microbatch, chunk, start), start[s] the first op of stage s."""
-    back, mb, chunk = program_table(schedule, p, m, v)            # back: F 0, B 1
-    stage, start = np.arange(p).repeat(back.shape[1]), np.arange(p + 1) * back.shape[1]
-    return read_only((stage, back.astype(np.int64).ravel(), mb.ravel(), chunk.ravel(), start))   # shared: read-only
-
-
-@lru_cache(maxsize=512)
-def _raw(schedule: str, p: int, m: int, v: int) -> _Raw:
-    n_chunks = p * v
-    stage, kind, mb, chunk, start = program_arrays(schedule, p, m, v)
-    pos = np.arange(kind.size) - start[stage]
-    kmax = int(mb.max()) if mb.size else 0
-    raw = _Raw(kind, mb, chunk, start, np.zeros(0), np.zeros(0), np.zeros(0), kmax)
-    lookup = np.full(2 * (kmax + 1) * n_chunks, -1, dtype=np.int64)
-    lookup[raw.key(kind, mb, chunk)] = np.arange(kind.size)
-    pred = np.where(pos > 0, np.arange(kind.size) - 1, -1)
-    fwd = kind == F
-    dep_kind = np.where(fwd, F, np.where(chunk < n_chunks - 1, B, F))
-    dep_chunk = np.where(fwd, chunk - 1, np.where(chunk < n_chunks - 1, chunk + 1, chunk))
-    has_dep = ~(fwd & (chunk == 0))
-    dep = np.where(has_dep, lookup[raw.key(dep_kind, mb, np.clip(dep_chunk, 0, n_chunks - 1))], -1)
-    if (has_dep & (dep < 0)).any():
-        raise AssertionError("an op's producer is not in the program")   # a bug in stage_programs, not bad input
-    # delay table columns: 0 none, 1 + c - 1 send_fwd[c - 1], 1 + n + c + 1 send_bwd[c + 1], 1 + 2n + c + 1 the
-    # last microbatch's send_bwd_last[c + 1]
-    delay = np.where(fwd, np.where(chunk > 0, chunk, 0),
-                     np.where(chunk < n_chunks - 1, np.where(mb == m - 1, 1 + 2 * n_chunks, 1 + n_chunks) + chunk + 1, 0))
-    return read_only(dataclasses.replace(raw, pred=pred, dep=dep, delay=delay))
-
-
-def _depths(pred: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """1 + the longest chain before each op (ops numbered stage by stage). Along a stage depth[i] = 1 +
-    max(depth[i - 1], x[i]), x the producer's depth: a running maximum, i + 1 + max over j <= i of (x[j] - j).
-    Sweeps up and down the stages (forwards' producers are on the stage before, backwards' after) apply it until
-    nothing changes: from 0 the depths grow to the longest chains (3-4 sweeps), or without end if deadlocked."""
-    n = dep.size
-    depth = np.zeros(n + 1, dtype=np.int64)            # depth[n]: no producer
-    src = np.where(dep >= 0, dep, n)
-    spans = list(zip(start[:-1].tolist(), start[1:].tolist()))
-    j = np.arange(max((b - a for a, b in spans), default=0) + 1)
-    sweep, before = 0, None
-    while before is None or not np.array_equal(before, depth):
-        before = depth.copy()
-        for a, b in spans if sweep % 2 == 0 else spans[::-1]:
-            x = depth.take(src[a:b])
-            x -= j[:b - a]
-            np.maximum.accumulate(x, out=x)
-            x += j[1:b - a + 1]
-            depth[a:b] = x
-        sweep += 1
-        if depth.max() > n:
-            raise AssertionError("pipeline schedule deadlocked")   # a bug in stage_programs, not bad input
-    return depth[:n]
-
-
-def _index(cols: np.ndarray, bounds: list[int]) -> tuple:
-    """`cols` cut at `bounds`, each piece as a slice where its columns are consecutive (a view instead of a
-    gathered copy: the same values), else as an index array."""
-    steps = np.concatenate([[0], np.cumsum(np.diff(cols) != 1)])   # steps[i]: breaks in cols[:i + 1]
-    first, end = bounds[:-1], bounds[1:]
-    run = (steps[np.asarray(end) - 1] == steps[first]).tolist()
-    lo = cols[first].tolist()
-    return tuple(slice(c, c + b - a) if r else cols[a:b] for a, b, c, r in zip(first, end, lo, run))
-
-
-@lru_cache(maxsize=512)
-def compile_programs(schedule: str, p: int, m: int, v: int = 1) -> Compiled:
-    """The engine's stage programs of (schedule, p, m, v) as a Compiled (cached)."""
-    raw = _raw(schedule, p, m, v)
-    ops = raw.kind.size
-    depth = _depths(raw.pred, raw.dep, raw.start)
-    order = np.argsort(depth, kind="stable")
-    cuts = np.flatnonzero(np.diff(depth[order])) + 1
-    last_b = np.flatnonzero((raw.kind == B) & (raw.mb == m - 1))             # B(m - 1, c), one per chunk c
-    last_op = raw.start[1:] - 1
-    pred, dep = np.where(raw.pred < 0, ops, raw.pred), np.where(raw.dep < 0, ops, raw.dep)
-    at = np.empty(ops + 1, dtype=np.int64)                  # op -> its column in level order (sentinel last)
-    at[order], at[ops] = np.arange(ops), ops
-    bounds = np.concatenate([[0], cuts, [ops]]).tolist()
-    spans = tuple(zip(bounds[:-1], bounds[1:]))
-    cols_pred, cols_dep = read_only((at[pred[order]], at[dep[order]]))   # the levels' index arrays: read-only views
-    n_chunks, chunk_o = p * v, raw.chunk[order]
-    comp = Compiled(schedule=schedule, p=p, m=m, v=v, ops=ops, at=at, bounds=spans,
-                    level_pred=_index(cols_pred, bounds), level_dep=_index(cols_dep, bounds),
-                    dur_col=np.where(raw.kind[order] == F, chunk_o, n_chunks + chunk_o),
-                    wait_col=2 * n_chunks + raw.delay[order], last_op=last_op,
-                    last_b=last_b[np.argsort(raw.chunk[last_b])])
-    return read_only((comp.at, comp.dur_col, comp.wait_col, comp.last_op, comp.last_b)) and comp
-
-
-@lru_cache(maxsize=512)
-def repeats(schedule: str, p: int, m: int, v: int = 1) -> Repeats | None:
-    """The repeating blocks of (schedule, p, m, v), or None (cached; only a run shorter than a row's needs them)."""
-    found = _blocks(schedule, p, m, v)
-    return None if found is None else read_only(Repeats(*found))
-
-
-def _blocks(schedule: str, p: int, m: int, v: int):
-    """(P, R, blocks 0..R and more aligned) of a program whose longer runs repeat its last blocks, else None.
-
-    Read off the engine's programs for m and m + P microbatches: the longer one must be this one with one
-    block of ops inserted on every stage (the block before it, P microbatches later), and
-      (i) every op before the insertion has the same producer, predecessor and send in the longer run (its
-          time is the same there);
-     (ii) the last blocks repeat (block j is block j + 1 shifted by P microbatches) far enough back;
-    (iii) the ops of the last block and of the cool-down depend only on checked blocks and the cool-down, and
-          the same dependencies, shifted, hold in the longer run.
-    Then, with blocks 0..R in arithmetic progression, every longer run continues it (see the module doc).
-    """
-    if schedule == "gpipe":
-        return None
-    P = p if schedule == "interleaved" else 1
-    a, b = _raw(schedule, p, m, v), _raw(schedule, p, m + P, v)
-    base = max(a.kmax, b.kmax) + P + 1
-    ka, kb = a.key(a.kind, a.mb, a.chunk, base), b.key(b.kind, b.mb, b.chunk, base)
-    kb_shift = a.key(a.kind, a.mb + P, a.chunk, base)   # identity of op i shifted P microbatches
-    La, Lb = a.start[1] - a.start[0], b.start[1] - b.start[0]    # ops per stage (every stage runs as many)
-    q = int(Lb - La)                                    # ops the block inserts on each stage
-    if q <= 0 or not (np.diff(a.start) == La).all() or not (np.diff(b.start) == Lb).all():
-        return None
-    xa, xb = ka.reshape(p, La), kb.reshape(p, Lb)
-    sa = kb_shift.reshape(p, La)                        # a's ops shifted (b's numbering of keys)
-    differs = xa != xb[:, :La]
-    ins = np.where(differs.any(axis=1), differs.argmax(axis=1), La)     # where each stage's block goes in
-    if (ins < q).any():
-        return None
-    pos = np.arange(La)[None, :]
-    inserted = ins[:, None] + np.arange(q)[None, :]
-    if not ((xb[:, q:] == sa) | (pos < ins[:, None])).all() or not np.array_equal(
-            np.take_along_axis(xb, inserted, axis=1), np.take_along_axis(sa, inserted - q, axis=1)):
-        return None
-    k = ins // q                                        # whole blocks before the insertion
-    if (k < 2).any():
-        return None
-    # block j back from the insertion ([ins - (j + 1) q, ins - j q)) repeats block j + 1 shifted if each op equals
-    # the op q before it shifted; n: 1 + how many in a row do (at most k - 1), from the last op that does not
-    repeats = np.ones((p, La), dtype=bool)
-    repeats[:, q:] = xa[:, q:] == sa[:, :La - q]
-    broken = (~repeats | (pos < (ins - (k - 1) * q)[:, None])) & (pos < ins[:, None])
-    last_broken = np.where(broken, pos, -1).max(axis=1)
-    n_min = int((1 + (ins - 1 - last_broken) // q).min())
-    block_of = np.where(pos >= ins[:, None], -1, (ins[:, None] - 1 - pos) // q).ravel()   # -1: the cool-down
-    block_of = np.where(block_of >= n_min, 1 << 30, block_of)
-    # (i) the prefix runs the same in the longer program
-    lookup_b = np.full(int(max(kb.max(), kb_shift.max())) + 1, -1, dtype=np.int64)
-    lookup_b[kb] = np.arange(kb.size)
-    pre = np.flatnonzero(block_of != -1)
-    same = lookup_b[ka[pre]]
-    if (same < 0).any() or not np.array_equal(a.delay[pre], b.delay[same]):
-        return None
-    for arr_a, arr_b in ((a.pred, b.pred), (a.dep, b.dep)):
-        x, y = arr_a[pre], arr_b[same]
-        if not np.array_equal(x < 0, y < 0) or not np.array_equal(ka[x[x >= 0]], kb[y[y >= 0]]):
-            return None
-    # (iii) the last block and the cool-down: dependencies in checked blocks, shifted the same in the longer run
-    tail = np.flatnonzero((block_of == 0) | (block_of == -1))
-    moved = lookup_b[kb_shift[tail]]
-    if (moved < 0).any() or not np.array_equal(a.delay[tail], b.delay[moved]):
-        return None
-    reach = 1
-    for arr_a, arr_b in ((a.pred, b.pred), (a.dep, b.dep)):
-        x, y = arr_a[tail], arr_b[moved]
-        if not np.array_equal(x < 0, y < 0):
-            return None
-        x, y = x[x >= 0], y[y >= 0]
-        if not np.array_equal(kb[y], kb_shift[x]) or (block_of[x] == 1 << 30).any():
-            return None
-        reach = max(reach, int(block_of[x].max(initial=0)))
-    R = reach
-    if n_min < R + 1:
-        return None
-    J = min(n_min, R + max(4, MAX_CYCLE_PER_STAGE * p))
-    aligned = ((a.start[:-1] + ins)[None, :, None] - q * (np.arange(J) + 1)[:, None, None]
-               + np.arange(q)[None, None, :]).reshape(J, p * q)          # block j: each stage's ops in turn
-    return P, R, aligned
+CARRY_ON = True                # rows not settled carry on block by block (`stepping`); False: each longer run
+                               # compiled and run from its first op (the same bits: tests compare the two)
 
 
 def evaluate(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarray) -> np.ndarray:
@@ -304,22 +50,14 @@ def evaluate(comp: Compiled, fwd: np.ndarray, bwd: np.ndarray, delays: np.ndarra
         [ops + 1, rows] end times, op-major in level order (op i in column `comp.at[i]`; the last the sentinel, 0).
     """
     rows = fwd.shape[0]
+    waits = bool(delays.any())      # False where every exchange is serial (on the stages' own time): no delays
     # op-major: a level is a contiguous block and a gather takes whole rows of memory (twice as fast as
     # row-major; the same additions and maxima, so the same bits)
-    table = np.ascontiguousarray(np.concatenate([fwd, bwd, delays], axis=1).T)
-    both = table.take(np.concatenate([comp.dur_col, comp.wait_col]), axis=0)
+    table = np.ascontiguousarray(np.concatenate([fwd, bwd, delays] if waits else [fwd, bwd], axis=1).T)
+    both = table.take(np.concatenate([comp.dur_col, comp.wait_col]) if waits else comp.dur_col, axis=0)
     dur, wait = both[:comp.ops], both[comp.ops:]
     end = np.zeros((comp.ops + 1, rows))
-    take, maximum = end.take, np.maximum              # the bound method: np.take's wrapper costs as much again
-    for (a, b), pred, dep in zip(comp.bounds, comp.level_pred, comp.level_dep):
-        here = end[a:b]
-        if dep.__class__ is slice:
-            ready = end[dep] + wait[a:b]
-        else:
-            ready = take(dep, 0)
-            ready += wait[a:b]
-        maximum(end[pred] if pred.__class__ is slice else take(pred, 0), ready, out=here)
-        here += dur[a:b]
+    run_levels(comp.levels, comp.pred_col, comp.dep_col, dur, wait, end, waits)
     return end
 
 
@@ -352,6 +90,10 @@ def _settled(blk: np.ndarray, reach: int) -> tuple[np.ndarray, np.ndarray]:
     """The shortest cycle c (in blocks, at most what `blk` holds) over which every row's last blocks repeat
     (block j = block j + c + Λ for j < reach), and Λ; c = 0 where none does.
 
+    Several cycles are tried per numpy call (1, then 4, 16, ...: most rows repeat at c = 1, the unsettled ones
+    are tried on all), each row only until its first: the same differences and the same tests as one cycle at a
+    time, so the same c and the same bits of Λ.
+
     Args:
         blk: [J, size, rows] end times of the last J blocks (op-major, as `evaluate` gives them).
         reach: R of the program.
@@ -359,13 +101,19 @@ def _settled(blk: np.ndarray, reach: int) -> tuple[np.ndarray, np.ndarray]:
     J, _, rows = blk.shape
     cyc, lam = np.zeros(rows, dtype=np.int64), np.zeros(rows)
     tol = SETTLED_RTOL * (np.abs(blk).max(axis=(0, 1)) + 1e-300)
-    for c in range(1, J - reach + 1):
-        if (cyc > 0).all():
-            break
-        inc = blk[:reach] - blk[c:c + reach]
-        big = inc[0, 0]
-        ok = (np.abs(inc - big) <= tol).all(axis=(0, 1)) & (cyc == 0)
-        cyc[ok], lam[ok] = c, big[ok]
+    live, c0, width = np.arange(rows), 1, 1
+    while c0 <= J - reach and live.size:
+        c1 = min(J - reach, c0 + width - 1)                       # cycles c0..c1 at once
+        b, t = (blk, tol) if live.size == rows else (blk[:, :, live], tol[live])
+        big = b[0, 0] - b[c0:c1 + 1, 0]                           # [cycles, rows]: Λ of each cycle
+        ok = np.ones(big.shape, dtype=bool)
+        for r in range(reach):
+            inc = b[r] - b[c0 + r:c1 + 1 + r]                      # [cycles, size, rows]: block r - block c + r
+            inc -= big[:, None]
+            ok &= (np.abs(inc, out=inc) <= t).all(axis=1)
+        hit, first = ok.any(axis=0), ok.argmax(axis=0)
+        cyc[live[hit]], lam[live[hit]] = c0 + first[hit], big[first[hit], hit]
+        live, c0, width = live[~hit], c1 + 1, 4 * width
     return cyc, lam
 
 
@@ -421,6 +169,7 @@ def _pipelines(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray, bw
     lengths = {int(mi): run_lengths(schedule, p, int(mi), v) for mi in np.unique(m)}
     nxt_len = np.array([lengths[int(mi)][0] for mi in m], dtype=np.int64)
     todo = np.arange(rows)
+    outs = (out_end, out_b1, ran)
     while todo.size:
         m_run = nxt_len[todo]
         again = []
@@ -429,7 +178,6 @@ def _pipelines(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray, bw
             comp = compile_programs(schedule, p, int(mr), v)
             full = m[idx] == mr
             rep = None if full.all() else repeats(schedule, p, int(mr), v)
-            P = rep.microbatches_per_block if rep is not None else 1
             step = max(1, MAX_CELLS // (comp.ops + 1))
             for lo in range(0, idx.size, step):
                 sel, fl = idx[lo:lo + step], full[lo:lo + step]
@@ -438,23 +186,121 @@ def _pipelines(schedule: str, p: int, v: int, m: np.ndarray, fwd: np.ndarray, bw
                     again.append(sel)
                     continue
                 end = evaluate(comp, fwd[sel], bwd[sel], delays[sel])           # [ops + 1, rows], level order
-                settled, extra, shift = fl.copy(), np.zeros(sel.size), np.zeros(sel.size, dtype=bool)
-                if rep is not None and not fl.all():
-                    cyc, lam = _settled(end[comp.at[rep.blocks]], rep.reach)
-                    n = (m[sel] - mr) // P                                # blocks the full run adds
-                    c = np.maximum(cyc, 1)
-                    whole = (cyc > 0) & (n % c == 0) & ~fl
-                    settled |= whole
-                    extra = np.where(whole, lam * (n // c), 0.0)
-                    shift = (cyc > 0) & ~whole & ~fl                      # repeating, out of phase: a run n mod c
-                    nxt_len[sel[shift]] = mr + (n[shift] % c[shift]) * P  # blocks longer is in phase
-                later = ~settled & ~shift
-                nxt_len[sel[later]] = [_next_length(lengths[int(m[i])], int(mr)) for i in sel[later]]
+                blk = end[comp.at[rep.blocks]] if rep is not None and not fl.all() else None
+                settled, extra = _check(blk, rep, m, sel, int(mr), fl, lengths, nxt_len)
                 keep = sel[settled]
                 x = extra[settled, None]
                 out_end[keep] = end[comp.at[comp.last_op]][:, settled].T + x
                 out_b1[keep] = end[comp.at[comp.last_b]][:, settled].T + x
                 ran[keep] = mr
-                again.append(sel[~settled])
+                go = ~settled
+                if go.any() and blk is not None and CARRY_ON:     # the rest carry on from this run
+                    again.append(_carry_on(schedule, p, v, m, sel[go], int(mr), blk[:, :, go], (fwd, bwd, delays),
+                                           lengths, nxt_len, outs))
+                else:
+                    again.append(sel[go])
         todo = np.concatenate(again) if again else np.zeros(0, dtype=np.int64)
     return PipeTimes(stage_end=out_end, last_b_start=out_b1 - bwd, last_b_end=out_b1, evaluated_microbatches=ran)
+
+
+def _check(blk: np.ndarray | None, rep, m: np.ndarray, sel: np.ndarray, mr: int, fl: np.ndarray, lengths: dict,
+           nxt_len: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(settled, the seconds each settled row's full run adds) of rows `sel` after a run of mr microbatches (`fl`:
+    the rows whose full run it is), from their last blocks `blk` [J, size, rows] (None: no row to check); the
+    others' next run lengths into `nxt_len`."""
+    settled, extra, shift = fl.copy(), np.zeros(sel.size), np.zeros(sel.size, dtype=bool)
+    if blk is not None:
+        P = rep.microbatches_per_block
+        cyc, lam = _settled(blk, rep.reach)
+        n = (m[sel] - mr) // P                                    # blocks the full run adds
+        c = np.maximum(cyc, 1)
+        whole = (cyc > 0) & (n % c == 0) & ~fl
+        settled |= whole
+        extra = np.where(whole, lam * (n // c), 0.0)
+        shift = (cyc > 0) & ~whole & ~fl                          # repeating, out of phase: a run n mod c
+        nxt_len[sel[shift]] = mr + (n[shift] % c[shift]) * P      # blocks longer is in phase
+    later = ~settled & ~shift
+    nxt_len[sel[later]] = [_next_length(lengths[int(m[i])], mr) for i in sel[later]]
+    return settled, extra
+
+
+def _carry_on(schedule: str, p: int, v: int, m: np.ndarray, rows: np.ndarray, m0: int, blk: np.ndarray,
+              inputs: tuple, lengths: dict, nxt_len: np.ndarray, outs: tuple) -> np.ndarray:
+    """Rows that have not settled in their run of m0 microbatches, carried on block by block (`stepping`)
+    through their next runs, each checked (`_check`) and finished as a run of its own would be, into `outs`
+    (stage ends, last backwards' ends, microbatches run). `blk`: their last blocks in the m0 run [J, size,
+    rows], the last first. Returns the rows left to run in full: those whose next program is not m0's with
+    blocks inserted (`stepping.spliced`)."""
+    down = stepping.cooldown(schedule, p, m0, v)
+    if down is None:
+        return rows
+    (down, back), rep = down, repeats(schedule, p, m0, v)
+    P, most = rep.microbatches_per_block, max(cycle_blocks(1 << 30, rep.reach, p), back)
+    fwd, bwd, delays = inputs
+    waits = bool(delays[rows].any())
+    table = np.ascontiguousarray(np.concatenate([fwd[rows], bwd[rows]] + ([delays[rows]] if waits else []), axis=1).T)
+    history = list(blk[::-1])                          # the blocks run so far, [size, rows] each, the last last
+    mr = m0
+    while rows.size:
+        target = int(nxt_len[rows].min())
+        ext = stepping.extension(schedule, p, m0, v, (target - mr) // P) if target > mr else None
+        if not stepping.spliced(schedule, p, v, m0, target) or target > mr and ext is None:
+            return rows
+        if ext is not None:
+            run = stepping.run_part(ext[0], *stepping.tables(ext[0], table, waits), history[:-back - 1:-1], waits)
+            history += list(run.reshape(-1, history[0].shape[0], rows.size))
+        mr = target
+        sub = np.flatnonzero(nxt_len[rows] == mr)
+        fl = m[rows[sub]] == mr
+        last = np.stack(history[:-cycle_blocks(rep.run + (mr - m0) // P, rep.reach, p) - 1:-1])[:, :, sub] \
+            if not fl.all() else None
+        settled, extra = _check(last, rep, m, rows[sub], mr, fl, lengths, nxt_len)
+        done = sub[settled]
+        if done.size:
+            ends = stepping.run_part(down, *stepping.tables(down, table[:, done], waits),
+                                     [h[:, done] for h in history[:-back - 1:-1]], waits)
+            x = extra[settled, None]
+            outs[0][rows[done]] = ends[:p].T + x
+            outs[1][rows[done]] = ends[p:].T + x
+            outs[2][rows[done]] = mr
+            go = np.ones(rows.size, dtype=bool)
+            go[done] = False
+            rows, table = rows[go], table[:, go]
+            history = [h[:, go] for h in history[-most:]]
+    return rows
+    step, down, back = got
+    rep = repeats(schedule, p, m0, v)
+    P, most = rep.microbatches_per_block, cycle_blocks(1 << 30, rep.reach, p)
+    fwd, bwd, delays = inputs
+    waits = bool(delays[rows].any())
+    table = np.ascontiguousarray(np.concatenate([fwd[rows], bwd[rows]] + ([delays[rows]] if waits else []), axis=1).T)
+    seconds = stepping.tables(step, table, waits) + stepping.tables(down, table, waits)
+    history = list(blk[::-1])                          # the blocks run so far, [size, rows] each, the last last
+    mr = m0
+    while rows.size:
+        target = int(nxt_len[rows].min())
+        if not stepping.spliced(schedule, p, v, m0, target):
+            return rows
+        for _ in range((target - mr) // P):
+            history.append(stepping.run_part(step, *seconds[:2], history[:-back - 1:-1], waits))
+        mr = target
+        sub = np.flatnonzero(nxt_len[rows] == mr)
+        fl = m[rows[sub]] == mr
+        last = np.stack(history[:-cycle_blocks(rep.run + (mr - m0) // P, rep.reach, p) - 1:-1])[:, :, sub] \
+            if not fl.all() else None
+        settled, extra = _check(last, rep, m, rows[sub], mr, fl, lengths, nxt_len)
+        done = sub[settled]
+        if done.size:
+            given = [h[:, done] for h in history[:-back - 1:-1]]
+            ends = stepping.run_part(down, seconds[2][:, done], None if seconds[3] is None else seconds[3][:, done],
+                                     given, waits)
+            x = extra[settled, None]
+            outs[0][rows[done]] = ends[:p].T + x
+            outs[1][rows[done]] = ends[p:].T + x
+            outs[2][rows[done]] = mr
+            go = np.ones(rows.size, dtype=bool)
+            go[done] = False
+            rows = rows[go]
+            history = [h[:, go] for h in history[-max(most, back):]]
+            seconds = tuple(None if t is None else t[:, go] for t in seconds)
+    return rows
