@@ -44,8 +44,8 @@ class Engine:
             microbatch: forward and backward are one graph).
         graphs_fwd, graphs_bwd: graph executions of a microbatch's forward and backward on a stage of a
             pipeline (each `xm.mark_step()` the engine issues ends one).
-        graph_factor: the `Calibration` field that times one graph execution of this engine (fitted per
-            engine: no source gives it), or None (no cost: `custom`).
+        graph_factor: the `Calibration` field that times one graph execution of this engine (no source gives it;
+            0 in the shipped fit, a profile may fit it per engine), or None (no cost: `custom`).
         source: where it says so. How a stage exchanges activations (NxD: each send and receive a 2-rank
             all_gather in a graph of its own; Megatron: a send and the opposite receive as one exchange) is in
             the graph counts above and in the replay's sends (`replay.comm.pipeline_sends`, issued in-graph).

@@ -59,8 +59,8 @@ def test_the_public_rows_reproduce_the_shipped_calibration(tmp_path, calibration
             assert lo <= p["factors"][k] <= hi and p["factors"][k] == pytest.approx(SHIPPED[k], rel=0.1), k
         elif ident:
             assert ident["low"] * 0.97 <= p["factors"][k] <= ident["high"] * 1.03, k
-        else:
-            assert p["factors"][k] == pytest.approx(max(SHIPPED[k], CANDIDATES[k][0]), rel=0.03), k
+        else:   # the engines' graph costs: not in the shipped fit (0), and the public rows put them at their floor
+            assert p["factors"][k] == pytest.approx(max(SHIPPED.get(k, 0.0), CANDIDATES[k][0]), rel=0.03), k
     # the one Trn2 row moves less than MIN_SENSITIVITY of its step per unit of the Trn2 factor at its shipped value
     # (fitted to that row by the shipped fit): the factor stays there, saying why
     assert p["fitted"] == ["graph_s_nxd", "graph_s_nemo", "tensor_efficiency", "in_graph_sync_s"]

@@ -27,8 +27,7 @@ def render(res: dict, data: Path) -> str:
         "the Trainium2 row (`paper`) is left out of this fit and fits one Trn2 factor alone (below). The fitted "
         "factors minimise the sum of squared log errors over the fitted layouts and the pairs' scaling (bounded least "
         "squares, `scipy.optimize.least_squares`, from fixed starts inside each factor's physical bounds: "
-        "deterministic). A stack engine's graph cost that no pipelined fitted layout sees follows the one that is "
-        "(an engine with no pipelined row is timed like one that has them). "
+        "deterministic). "
         "Every other factor is set from a source or a physical argument below and named as an assumption.", "",
         f"Between-release spread (RMS over layouts of the standard deviation of log seq/s): "
         f"{100 * res['release_spread']:.1f} %. In-sample RMS log error: {100 * res['rms_log_error']:.1f} %.", "",
@@ -39,13 +38,7 @@ def render(res: dict, data: Path) -> str:
                                     "are modelled separately)",
                "in_graph_sync_s": "fixed cost of every collective a training step's compiled graph issues, beyond "
                                   "its data movement: the engines hand it to the collective cores and wait for its "
-                                  "completion (see Mechanisms below)",
-               "graph_s_nxd": "one graph execution of NeuronX Distributed's engine beyond the kernels it runs: its "
-                              "pipeline runs six per microbatch and stage (receive, forward, send; receive, backward, "
-                              "send), one per microbatch without a pipeline (ultracluster/stacks.py)",
-               "graph_s_nemo": "the same for NeMo's engine (and the Megatron-LM fork's): four per microbatch and "
-                               "stage with a pipeline (forward, the fused send-receive exchange; backward, the "
-                               "exchange), one without"}
+                                  "completion (see Mechanisms below)"}
     for name, lo, hi, _, _, unit in FIT:
         ident = res["identifiability"][name]
         show = {"us": lambda v: f"{v * 1e6:.3g} us", "ms": lambda v: f"{v * 1e3:.3g} ms"}.get(unit, lambda v: f"{v:.3g}")
@@ -54,11 +47,7 @@ def render(res: dict, data: Path) -> str:
     at_bound = {"tensor_efficiency": "the fitted layouts run at least as fast as the model allows at TensorE's "
                                      "peak: what the model times beside the matmuls (their shapes, the engines' "
                                      "element passes, the collectives) already carries the inefficiency, and the "
-                                     "data cannot tell a higher ceiling from lower costs elsewhere",
-                "graph_s_nxd": "the one NxD pipeline layout (a15-a17), timed with the attention kernel its script "
-                               "runs, leaves nothing to a graph execution of NxD's engine; the identifiable range "
-                               "is what it could still hold",
-                "graph_s_nemo": "the NeMo pipeline layouts leave nothing to a graph execution of NeMo's engine"}
+                                     "data cannot tell a higher ceiling from lower costs elsewhere"}
     for name, lo, hi, *_ in FIT:
         if res["identifiability"][name]["at_bound"]:
             side = "lower" if res[name] == lo else "upper"
@@ -72,6 +61,19 @@ def render(res: dict, data: Path) -> str:
                  f", against {100 * res['rms_log_error']:.1f} % without it: within the between-release spread, so "
                  "not kept")
               + "), so every run reports `residual_s` = 0."]
+    ec = res["engine_check"]
+    ms = {k: f"{v * 1e3:.3g} ms" for k, v in ec["factors"].items()}
+    spans = {k: f"{r['low'] * 1e3:.3g} – {r['high'] * 1e3:.3g} ms" for k, r in ec["ranges"].items()}
+    lines += ["", "The stack engines' cost per graph execution (`graph_s_nxd`: NxD's pipeline runs six graphs per "
+              "microbatch and stage, `graph_s_nemo`: NeMo's and the Megatron-LM fork's four, each engine one without "
+              "a pipeline; ultracluster/stacks.py) is not fitted and 0 in the shipped fit: a pipeline engine costs what "
+              "its exchanges cost (each a collective on both stages' timelines, with its in-graph synchronisation) and "
+              "the runtime queues the next graphs while one runs (Mechanisms: graph launches). Refitted once beside "
+              f"the factors above they come out at {ms['graph_s_nxd']} and {ms['graph_s_nemo']} (identifiable ranges "
+              f"{spans['graph_s_nxd']} and {spans['graph_s_nemo']}; RMS {ec['rms_pct']:.1f} %)"
+              + (": each range reaches its lower bound, the rows cannot tell such a cost from nothing." if
+                 ec["unidentified"] else ": a range above its lower bound says the rows see such a cost: fit it.")
+              + " A profile's own rows may fit them (Your own cluster)."]
     lines += ["", "The identifiable range is where the RMS log error over the fitted layouts stays within "
               "sqrt(best² + spread²), the other factors at their fit. A factor at a bound would mean the data "
               "cannot fix it.", "", "### How Trn2 predictions move across each range", "",

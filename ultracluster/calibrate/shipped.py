@@ -12,8 +12,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..step import merit
-from .training import (FIT, INPUTS, MECHANISMS, REPO, RESIDUAL_CHECK, TRN2_PROBES, Layouts, rounded, base_calibration,
-                       fit, is_read, polish)
+from .training import (ENGINE_CHECK, FIT, INPUTS, MECHANISMS, REPO, RESIDUAL_CHECK, TRN2_PROBES, Layouts, rounded,
+                       base_calibration, fit, is_read, polish)
 
 
 def pct(x: float) -> float:
@@ -178,16 +178,16 @@ def coverage(lay: Layouts, cv: dict[str, dict]) -> dict:
             "median_full_width_pct": round(100 * float(np.median(widths)), 1)}
 
 
-def identifiability(lay: Layouts, params: dict, rms: float) -> dict[str, dict]:
-    """Per fitted factor: the range over which the RMS log error stays within sqrt(rms^2 + spread^2), the other
-    factors held at their fit, and the Trn2 probes' step time at the range's ends."""
+def identifiability(lay: Layouts, params: dict, rms: float, factors: tuple = FIT) -> dict[str, dict]:
+    """Per fitted factor (of `factors`): the range over which the RMS log error stays within sqrt(rms^2 + spread^2),
+    the other factors held at their fit, and the Trn2 probes' step time at the range's ends."""
     from ..scenario import load_scenario
     from ..runner import predict
 
     limit = math.sqrt(rms ** 2 + lay.spread ** 2)
     probes = [(label, load_scenario(doc)) for label, doc in TRN2_PROBES]
     out = {}
-    for name, lo, hi, *_ in FIT:
+    for name, lo, hi, *_ in factors:
         grid = np.linspace(lo, hi, 41)
         if grid[0] == 0.0:
             grid[0] = hi * 1e-3
@@ -296,6 +296,17 @@ def residual_check(lay: Layouts) -> dict:
     return {"factors": params, "rms_pct": round(100 * rms, 2), "at_lower_bound": params[RESIDUAL_CHECK[0]] <= RESIDUAL_CHECK[1]}
 
 
+def engine_check(lay: Layouts) -> dict:
+    """The fit again with the stack engines' per-graph costs free beside the fitted factors (ENGINE_CHECK): where
+    they come out and their identifiable ranges (a range down to its lower bound: the rows cannot tell the cost from
+    nothing)."""
+    params, rms = fit(lay, lay.certain, factors=FIT + ENGINE_CHECK)
+    ranges = identifiability(lay, params, rms, ENGINE_CHECK)
+    return {"factors": params, "rms_pct": round(100 * rms, 2),
+            "ranges": {k: {"low": r["low"], "high": r["high"]} for k, r in ranges.items()},
+            "unidentified": all(r["low"] <= b[1] * 1.001 for b, r in zip(ENGINE_CHECK, ranges.values()))}
+
+
 def inputs_digest() -> str:
     h = hashlib.sha256()
     for rel in INPUTS:
@@ -334,6 +345,7 @@ def results(data: Path) -> dict:
         "identifiability": identifiability(lay, params, rms),
         "ablation": ablation(lay),
         "residual_check": residual_check(lay),
+        "engine_check": engine_check(lay),
         "trn2": trn2,
         "domain": domain(lay),
         "rows": {r["id"]: round(100 * (pred[r["layout"]] / float(r["seq_per_s"]) - 1), 2) for r in lay.rows},

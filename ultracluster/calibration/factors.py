@@ -122,7 +122,8 @@ class Calibration:
             its lower bound (docs/calibration.md); every run reports its share of compute as `residual_s`.
         microbatch_launch_s: host cost of launching one microbatch's compiled graph (forward and backward
             are separate graph executions in the XLA-based Neuron stacks), on every stage's critical path.
-        graph_s_nxd: one graph execution of NeuronX Distributed's engine (fitted: no source gives it): what a
+        graph_s_nxd: one graph execution of NeuronX Distributed's engine (0 in the shipped fit, which the rows cannot tell
+            from a cost: docs/calibration.md; a profile may fit it): what a
             microbatch's every `xm.mark_step()` costs on its stage beyond the kernels it runs (the runtime
             switching compiled graphs, binding their inputs and draining the engines). NxD's pipeline runs six
             graphs per microbatch and stage (receive, forward, send; receive, backward, send), one without a
