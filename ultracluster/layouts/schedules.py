@@ -268,39 +268,3 @@ def _carry_on(schedule: str, p: int, v: int, m: np.ndarray, rows: np.ndarray, m0
             rows, table = rows[go], table[:, go]
             history = [h[:, go] for h in history[-most:]]
     return rows
-    step, down, back = got
-    rep = repeats(schedule, p, m0, v)
-    P, most = rep.microbatches_per_block, cycle_blocks(1 << 30, rep.reach, p)
-    fwd, bwd, delays = inputs
-    waits = bool(delays[rows].any())
-    table = np.ascontiguousarray(np.concatenate([fwd[rows], bwd[rows]] + ([delays[rows]] if waits else []), axis=1).T)
-    seconds = stepping.tables(step, table, waits) + stepping.tables(down, table, waits)
-    history = list(blk[::-1])                          # the blocks run so far, [size, rows] each, the last last
-    mr = m0
-    while rows.size:
-        target = int(nxt_len[rows].min())
-        if not stepping.spliced(schedule, p, v, m0, target):
-            return rows
-        for _ in range((target - mr) // P):
-            history.append(stepping.run_part(step, *seconds[:2], history[:-back - 1:-1], waits))
-        mr = target
-        sub = np.flatnonzero(nxt_len[rows] == mr)
-        fl = m[rows[sub]] == mr
-        last = np.stack(history[:-cycle_blocks(rep.run + (mr - m0) // P, rep.reach, p) - 1:-1])[:, :, sub] \
-            if not fl.all() else None
-        settled, extra = _check(last, rep, m, rows[sub], mr, fl, lengths, nxt_len)
-        done = sub[settled]
-        if done.size:
-            given = [h[:, done] for h in history[:-back - 1:-1]]
-            ends = stepping.run_part(down, seconds[2][:, done], None if seconds[3] is None else seconds[3][:, done],
-                                     given, waits)
-            x = extra[settled, None]
-            outs[0][rows[done]] = ends[:p].T + x
-            outs[1][rows[done]] = ends[p:].T + x
-            outs[2][rows[done]] = mr
-            go = np.ones(rows.size, dtype=bool)
-            go[done] = False
-            rows = rows[go]
-            history = [h[:, go] for h in history[-max(most, back):]]
-            seconds = tuple(None if t is None else t[:, go] for t in seconds)
-    return rows
