@@ -49,10 +49,16 @@ def render(res: dict, data: Path) -> str:
                                      "element passes, the collectives) already carries the inefficiency, and the "
                                      "data cannot tell a higher ceiling from lower costs elsewhere"}
     for name, lo, hi, *_ in FIT:
-        if res["identifiability"][name]["at_bound"]:
+        ident = res["identifiability"][name]
+        if ident["at_bound"]:
             side = "lower" if res[name] == lo else "upper"
             lines += ["", f"`{name}` sits at its {side} bound: "
                       + at_bound.get(name, "the data push it there and cannot fix it") + "."]
+        elif ident["low"] <= lo or ident["high"] >= hi:
+            side = "lower" if ident["low"] <= lo else "upper"
+            lines += ["", f"`{name}` is inside its bounds, but its identifiable range reaches its {side} bound: within "
+                      f"the between-release spread the fitted layouts cannot tell {lo if side == 'lower' else hi:.3g} from the "
+                      "fit, the other factors taking up the difference."]
     rc = res["residual_check"]
     lines += ["", f"The unnamed per-layer residual (`{RESIDUAL_CHECK[0]}`, a fixed time per transformer-layer pass) is "
               "not fitted: refitted once beside these factors, it comes out at "
