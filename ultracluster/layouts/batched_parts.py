@@ -56,7 +56,10 @@ def _shape_key(r) -> tuple:
 def distinct_rows(table: pd.DataFrame, columns: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """([rows] which distinct combination of `columns`' values each row holds, [K] the first row of each)."""
     code = np.zeros(len(table), dtype=np.int64)
+    known = getattr(table, "one_value", ())        # (`columns.Columns`: the columns it holds one value in)
     for c in columns:                   # one integer per distinct combination of the columns' values
+        if c in known:
+            continue
         a = table[c].to_numpy()
         if a.size <= 1024 and _one_value(a):        # (an interval's settings: factorize's codes 0 of one value)
             continue
