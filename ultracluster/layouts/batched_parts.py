@@ -104,7 +104,7 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
     costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
                              np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention,
                              *(_shared_work(pr, keys, V, ops) if "cal" in table.columns else (None, None)))
-    saved = _saved_bytes(per_key, V)
+    saved = _saved_alike(pr, keys, per_key, V) if "cal" in table.columns else _saved_bytes(per_key, V)
     bad = None
     if pr.scenario.operators:   # a scenario's own expressions may go bad at shapes other than its own
         flags, why = opslib.bad_work([o for o in ops if o.where != "optimizer"], V)
@@ -139,6 +139,17 @@ def _shape_inputs(pr: Evaluator, r) -> tuple:
 
     v, ops, rc = pr.memo(("shape-alike", _shape_key(r)[:-1]), alike)
     return v, ops, info, rc, cal
+
+
+def _saved_alike(pr: Evaluator, keys: list, per_key: list[tuple], V: dict[str, np.ndarray]) -> np.ndarray:
+    """`_saved_bytes` of shapes `keys` under a calibration per row (an interval's settings): evaluated once per shape
+    alike (the same variables, operators and recomputation under every calibration: `_shape_inputs`) and kept for
+    the Evaluator's next settings (an interval makes two evaluations)."""
+    alike: dict[tuple, int] = {}
+    k = np.array([alike.setdefault(key[:-1], len(alike)) for key in keys], dtype=np.int64)
+    firsts = np.unique(k, return_index=True)[1].tolist()
+    return pr.memo(("saved-alike", tuple(alike)), lambda: _saved_bytes(
+        [per_key[i] for i in firsts], {n: a[firsts] for n, a in V.items()}))[k]
 
 
 def _saved_bytes(per_key: list[tuple], V: dict[str, np.ndarray]) -> np.ndarray:

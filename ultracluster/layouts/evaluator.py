@@ -88,7 +88,7 @@ class ClusterInfo:
 # the memo entries that depend on the keys a stack times a layout by beyond its columns (`stacks.TIMING_KEYS`:
 # the attention kernel and dropout change a shape's operators, TP overlap a layer's exposed collectives): kept per
 # `Evaluator.variant`; every other entry (clusters, collectives, sends, gradient buckets, pipelines, speeds) is shared
-CELL_MEMO = frozenset({"shape", "shape-alike", "layer-comm", "training", "layout-scenario"})
+CELL_MEMO = frozenset({"shape", "shape-alike", "saved-alike", "layer-comm", "training", "layout-scenario"})
 
 
 def timing_values(scenario: Scenario) -> tuple:
