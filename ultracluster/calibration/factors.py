@@ -19,6 +19,25 @@ TRN1, TRN2 = "trainium", "trainium2"
 TRN3 = "trainium3"
 
 
+def _kept_hash(cls):
+    """`cls` (a frozen dataclass) with its generated `__hash__` kept in the instance once computed: an interval's
+    fast path looks a calibration up by value some fifteen hundred times (memo keys, the settings' indices), each a
+    hash of every field (about 0.5 us). The same value `dataclass` gives; every field a float, bool or
+    NetworkCalibration, so it is the same in every process too (a pickled copy may carry it). `_replaced` drops it
+    from a copy."""
+    made = cls.__hash__
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = made(self)     # (frozen: written into the dict, as `_replaced` does)
+        return h
+
+    cls.__hash__ = __hash__
+    return cls
+
+
+@_kept_hash
 @dataclass(frozen=True)
 class NetworkCalibration:
     """Achieved fractions of link peaks and fixed costs of the collective model.
@@ -105,6 +124,7 @@ class NetworkCalibration:
         return asdict(self)
 
 
+@_kept_hash
 @dataclass(frozen=True)
 class Calibration:
     """Achieved fractions of peak and fixed costs of the chip model, and the collective model's factors.
@@ -243,6 +263,7 @@ def _replaced(obj, changes: dict):
     new = object.__new__(type(obj))
     new.__dict__.update(obj.__dict__)
     new.__dict__.update(changes)
+    new.__dict__.pop("_hash", None)       # (`_kept_hash`: the copy's own, computed when first asked)
     return new
 
 

@@ -56,7 +56,10 @@ def _shape_key(r) -> tuple:
 def distinct_rows(table: pd.DataFrame, columns: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """([rows] which distinct combination of `columns`' values each row holds, [K] the first row of each)."""
     code = np.zeros(len(table), dtype=np.int64)
+    known = getattr(table, "one_value", ())        # (`columns.Columns`: the columns it holds one value in)
     for c in columns:                   # one integer per distinct combination of the columns' values
+        if c in known:
+            continue
         a = table[c].to_numpy()
         if a.size <= 1024 and _one_value(a):        # (an interval's settings: factorize's codes 0 of one value)
             continue
@@ -101,7 +104,7 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
     costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
                              np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention,
                              *(_shared_work(pr, keys, V, ops) if "cal" in table.columns else (None, None)))
-    saved = _saved_bytes(per_key, V)
+    saved = _saved_alike(pr, keys, per_key, V) if "cal" in table.columns else _saved_bytes(per_key, V)
     bad = None
     if pr.scenario.operators:   # a scenario's own expressions may go bad at shapes other than its own
         flags, why = opslib.bad_work([o for o in ops if o.where != "optimizer"], V)
@@ -136,6 +139,17 @@ def _shape_inputs(pr: Evaluator, r) -> tuple:
 
     v, ops, rc = pr.memo(("shape-alike", _shape_key(r)[:-1]), alike)
     return v, ops, info, rc, cal
+
+
+def _saved_alike(pr: Evaluator, keys: list, per_key: list[tuple], V: dict[str, np.ndarray]) -> np.ndarray:
+    """`_saved_bytes` of shapes `keys` under a calibration per row (an interval's settings): evaluated once per shape
+    alike (the same variables, operators and recomputation under every calibration: `_shape_inputs`) and kept for
+    the Evaluator's next settings (an interval makes two evaluations)."""
+    alike: dict[tuple, int] = {}
+    k = np.array([alike.setdefault(key[:-1], len(alike)) for key in keys], dtype=np.int64)
+    firsts = np.unique(k, return_index=True)[1].tolist()
+    return pr.memo(("saved-alike", tuple(alike)), lambda: _saved_bytes(
+        [per_key[i] for i in firsts], {n: a[firsts] for n, a in V.items()}))[k]
 
 
 def _saved_bytes(per_key: list[tuple], V: dict[str, np.ndarray]) -> np.ndarray:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
@@ -89,7 +88,7 @@ class ClusterInfo:
 # the memo entries that depend on the keys a stack times a layout by beyond its columns (`stacks.TIMING_KEYS`:
 # the attention kernel and dropout change a shape's operators, TP overlap a layer's exposed collectives): kept per
 # `Evaluator.variant`; every other entry (clusters, collectives, sends, gradient buckets, pipelines, speeds) is shared
-CELL_MEMO = frozenset({"shape", "shape-alike", "layer-comm", "training", "layout-scenario"})
+CELL_MEMO = frozenset({"shape", "shape-alike", "saved-alike", "layer-comm", "training", "layout-scenario"})
 
 
 def timing_values(scenario: Scenario) -> tuple:
@@ -164,12 +163,12 @@ class Evaluator:
         like = self._like.get(key[:3])      # the cluster under another calibration
         if self._parent is not None:     # a companion: its parent's cluster on degraded links
             parent = self._parent.cluster(*key)
-            placed = (dataclasses.replace(like.cluster, calibration=parent.cluster.calibration) if like is not None
+            placed = (_with(like.cluster, calibration=parent.cluster.calibration) if like is not None
                       else self._placed(parent.cluster))
-            info = dataclasses.replace(parent, cluster=placed)
+            info = _with(parent, cluster=placed)
         elif like is not None:
-            cl = dataclasses.replace(like.cluster, calibration=cluster_calibration(self.scenario, self.calibrations[key[3]]))
-            info = dataclasses.replace(like, cluster=cl, rates=chip.rank_rates(cl, self.scenario.training.precision))
+            cl = _with(like.cluster, calibration=cluster_calibration(self.scenario, self.calibrations[key[3]]))
+            info = _with(like, cluster=cl, rates=chip.rank_rates(cl, self.scenario.training.precision))
         else:
             cl = self._placed(self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "cal": key[3],
                                       "tp": 1, "pp": 1,
@@ -296,6 +295,16 @@ class MemoCommTimes(CommTimes):
 
     def shared(self, transfers: tuple) -> float:
         return self.pr.concurrent_first(self.ck, transfers)
+
+
+def _with(obj, **changes):
+    """`dataclasses.replace(obj, **changes)` of a Cluster or ClusterInfo (dataclasses whose `__init__` only sets
+    their fields: no `__post_init__`, every field in `__init__`): a copy of its dict with `changes` set, the same
+    instance at a fraction of the cost (an interval's settings make about two hundred, `Evaluator.cluster`)."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 def _memo_many(seen: dict[int, float], nets: list[int], clusters: list, time_all) -> np.ndarray:

@@ -15,9 +15,9 @@ unlike (`touched_alike`) is each setting replayed in process instead (`replayed_
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from ..calibration.factors import Calibration
+from .columns import Columns
 from .steps import evaluate
 from .evaluator import Evaluator
 from .space import own_row
@@ -65,23 +65,23 @@ _EVALUATORS: dict[str, tuple[Evaluator, dict]] = {}   # and the Evaluators of it
                                                       # (`space.own_row`), by content (their memo kept)
 
 
-def _settings_table(row: dict, which: np.ndarray) -> pd.DataFrame:
+def _settings_table(row: dict, which: np.ndarray) -> Columns:
     """The table the fast path times: the layout `row` (`space.own_row`) once per setting, column `cal` (`which`)
-    picking each row's. Built column by column, its text (the values of the text columns, and the column labels)
-    held as Python strings (object dtype, not pandas' Arrow-backed `str`): the fast path reads each column several
-    times per evaluation, an Arrow one converted on every read, and repeating a one-row table (`iloc`) costs more
-    than building it (the same values either way)."""
+    picking each row's. Its columns' arrays (`columns.Columns`), not a pandas DataFrame: building one and reading
+    its columns cost more than much of the evaluation of an interval's few tens of settings (the same values
+    either way: text as Python strings, numbers as `np.full` makes them). Every column but `cal` holds the row's one
+    value (`Columns.one_value`; a missing value is not one)."""
     n = which.size
 
     def column(v):
         if isinstance(v, str):
             a = np.empty(n, dtype=object)
             a[:] = v
-            return pd.Series(a, dtype=object)
+            return a
         return np.full(n, v)
 
-    columns = {**{k: column(v) for k, v in row.items()}, "cal": which}
-    return pd.DataFrame(columns, columns=pd.Index(list(columns), dtype=object))
+    one = frozenset(k for k, v in row.items() if v is not None and not (isinstance(v, float) and v != v))
+    return Columns({**{k: column(v) for k, v in row.items()}, "cal": which}, one_value=one - {"cal"})
 
 
 def degraded_parts_of(one) -> tuple | None:
