@@ -35,3 +35,18 @@ def test_an_unknown_name_is_refused():
         fitted().with_(no_such_factor=1.0)
     with pytest.raises(TypeError, match="no_such_factor"):
         fitted().network.with_(no_such_factor=1.0)
+
+
+def test_the_kept_hash_stays_in_its_process():
+    """A calibration keeps its hash once computed (an interval looks it up ~1,500 times), but a pickled or copied one
+    leaves it behind: a hash is only good in the process that computed it (a str field would differ in another)."""
+    import copy
+
+    cal = fitted().with_(tensor_efficiency=0.41)
+    h = hash(cal)
+    assert vars(cal)["_hash"] == h and vars(cal.network).get("_hash") is not None
+    for twin in (pickle.loads(pickle.dumps(cal)), copy.deepcopy(cal)):
+        assert "_hash" not in vars(twin) and "_hash" not in vars(twin.network)
+        assert twin == cal and hash(twin) == h
+    shallow = copy.copy(cal)                    # shares its network part, hash and all
+    assert "_hash" not in vars(shallow) and shallow.network is cal.network and hash(shallow) == h

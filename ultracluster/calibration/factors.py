@@ -22,9 +22,9 @@ TRN3 = "trainium3"
 def _kept_hash(cls):
     """`cls` (a frozen dataclass) with its generated `__hash__` kept in the instance once computed: an interval's
     fast path looks a calibration up by value some fifteen hundred times (memo keys, the settings' indices), each a
-    hash of every field (about 0.5 us). The same value `dataclass` gives; every field a float, bool or
-    NetworkCalibration, so it is the same in every process too (a pickled copy may carry it). `_replaced` drops it
-    from a copy."""
+    hash of every field (about 0.5 us). The same value `dataclass` gives. A pickled or copied instance leaves it
+    behind (`__getstate__`: a hash is only good in the process that computed it), and `_replaced` drops it from a
+    copy."""
     made = cls.__hash__
 
     def __hash__(self) -> int:
@@ -33,7 +33,10 @@ def _kept_hash(cls):
             h = self.__dict__["_hash"] = made(self)     # (frozen: written into the dict, as `_replaced` does)
         return h
 
-    cls.__hash__ = __hash__
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    cls.__hash__, cls.__getstate__ = __hash__, __getstate__
     return cls
 
 
