@@ -14,9 +14,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from . import operators as opslib
-from . import stacks
+from . import operators as opslib, stacks
 from .cluster import Cluster, stage_sum
+from .frozen import read_only
 
 
 # TensorE is a 128 x 128 systolic array: the contraction dimension fills its 128 rows (partitions), the
@@ -173,8 +173,9 @@ def kernel_work(work: dict[str, np.ndarray], structure: bool, fusion: bool, phas
     out = {**work, "m": m, "k": k, "n": n, "gpsimd": work.get("gpsimd", zero),
            "util": _fill(k, PE_ROWS) * _fill(n, PE_COLS) * _moving_fill(m, structure)}
     if kept:
-        _KERNEL_WORK.clear() if len(_KERNEL_WORK) >= 256 else None
-        [a.setflags(write=False) for a in out.values() if isinstance(a, np.ndarray)]
+        if len(_KERNEL_WORK) >= 256:
+            _KERNEL_WORK.clear()
+        read_only(list(out.values()))
         _KERNEL_WORK[key] = (given, out)
     return out
 
@@ -301,8 +302,7 @@ def kept_layer_work(ops, v: dict[str, np.ndarray], wheres: tuple = LAYER_WORK) -
         if len(_LAYER_WORK) >= 64:
             _LAYER_WORK.clear()
         work = layer_work(ops, v, wheres)
-        for a in (a for w in work.values() for a in w.values()):
-            a.flags.writeable = False
+        read_only([a for w in work.values() for a in w.values()])
         hit = _LAYER_WORK[key] = (tuple(ops), work)       # (the operators held: their identities stay theirs)
     return hit[1]
 

@@ -4,6 +4,6 @@ collective part `NetworkCalibration`), the fitted files that set them (`fitted_f
 calibrate`). The factors no measurement pins down, with their ranges, are `ultracluster.uncertain_factors` (they read
 the catalog too).
 
-Pure and a leaf: it imports nothing of the package but `errors`; the hardware (`cluster`), the chip and network
-models and every command read it.
+Pure and a leaf: it imports nothing of the package but the base (`errors`, `frozen`); the hardware (`cluster`),
+the chip and network models and every command read it.
 """

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+from ..frozen import replaced
+
 TRN1, TRN2 = "trainium", "trainium2"
 TRN3 = "trainium3"
 
@@ -145,8 +147,8 @@ class Calibration:
             its lower bound (docs/calibration.md); every run reports its share of compute as `residual_s`.
         microbatch_launch_s: host cost of launching one microbatch's compiled graph (forward and backward
             are separate graph executions in the XLA-based Neuron stacks), on every stage's critical path.
-        graph_s_nxd: one graph execution of NeuronX Distributed's engine (0 in the shipped fit, which the rows cannot tell
-            from a cost: docs/calibration.md; a profile may fit it): what a
+        graph_s_nxd: one graph execution of NeuronX Distributed's engine (0 in the shipped fit, which the rows
+            cannot tell from a cost: docs/calibration.md; a profile may fit it): what a
             microbatch's every `xm.mark_step()` costs on its stage beyond the kernels it runs (the runtime
             switching compiled graphs, binding their inputs and draining the engines). NxD's pipeline runs six
             graphs per microbatch and stage (receive, forward, send; receive, backward, send), one without a
@@ -256,18 +258,13 @@ class Calibration:
 
 
 def _replaced(obj, changes: dict):
-    """`dataclasses.replace(obj, **changes)` of a NetworkCalibration or Calibration: a copy of its fields with
-    `changes` set, written into the new instance's dict. The same instance `replace` makes (their `__init__` only
-    sets the fields: no `__post_init__`, every field in `__init__`) at a fifteenth of the cost: an interval makes
-    about fifty settings, two copies each (tests/chip/test_calibration.py compares the two)."""
+    """`dataclasses.replace(obj, **changes)` of a NetworkCalibration or Calibration (`frozen.replaced`: the same
+    instance at a fifteenth of the cost; an interval makes about fifty settings, two copies each), an unknown name a
+    TypeError as `replace` raises, the kept hash (`_kept_hash`) left behind: the copy's own, computed when asked."""
     names = _FIELD_NAMES[type(obj)]
     if not names.issuperset(changes):
         raise TypeError(f"{type(obj).__name__} has no field {', '.join(sorted(set(changes) - names))}")
-    new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
-    new.__dict__.update(changes)
-    new.__dict__.pop("_hash", None)       # (`_kept_hash`: the copy's own, computed when first asked)
-    return new
+    return replaced(obj, changes, drop=("_hash",))
 
 
 NETWORK_FIELDS = frozenset(f.name for f in fields(NetworkCalibration))   # the collective factors' names

@@ -11,6 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 
+def objects(v, n: int) -> np.ndarray:
+    """A column of `n` Python objects: the list `v`, or the one value `v` in every row, as a DataFrame holds text
+    and None (object dtype)."""
+    a = np.empty(n, dtype=object)
+    a[:] = v
+    return a
+
+
 class Column:
     """One column: `to_numpy`, `tolist` and `iloc` as a pandas Series of the same NumPy array gives them."""
 

@@ -13,6 +13,7 @@ from .. import operators as opslib
 from ..cluster import Cluster, build_cluster, cluster_calibration
 from ..calibration.factors import Calibration
 from ..calibration.fitted_files import fitted
+from ..frozen import replaced
 from ..memory import capacity_gib
 from ..network import collective_time
 from ..network.collectives import concurrent_time
@@ -163,12 +164,12 @@ class Evaluator:
         like = self._like.get(key[:3])      # the cluster under another calibration
         if self._parent is not None:     # a companion: its parent's cluster on degraded links
             parent = self._parent.cluster(*key)
-            placed = (_with(like.cluster, calibration=parent.cluster.calibration) if like is not None
+            placed = (replaced(like.cluster, {"calibration": parent.cluster.calibration}) if like is not None
                       else self._placed(parent.cluster))
-            info = _with(parent, cluster=placed)
+            info = replaced(parent, {"cluster": placed})
         elif like is not None:
-            cl = _with(like.cluster, calibration=cluster_calibration(self.scenario, self.calibrations[key[3]]))
-            info = _with(like, cluster=cl, rates=chip.rank_rates(cl, self.scenario.training.precision))
+            cl = replaced(like.cluster, {"calibration": cluster_calibration(self.scenario, self.calibrations[key[3]])})
+            info = replaced(like, {"cluster": cl, "rates": chip.rank_rates(cl, self.scenario.training.precision)})
         else:
             cl = self._placed(self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "cal": key[3],
                                       "tp": 1, "pp": 1,
@@ -295,16 +296,6 @@ class MemoCommTimes(CommTimes):
 
     def shared(self, transfers: tuple) -> float:
         return self.pr.concurrent_first(self.ck, transfers)
-
-
-def _with(obj, **changes):
-    """`dataclasses.replace(obj, **changes)` of a Cluster or ClusterInfo (dataclasses whose `__init__` only sets
-    their fields: no `__post_init__`, every field in `__init__`): a copy of its dict with `changes` set, the same
-    instance at a fraction of the cost (an interval's settings make about two hundred, `Evaluator.cluster`)."""
-    new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
-    new.__dict__.update(changes)
-    return new
 
 
 def _memo_many(seen: dict[int, float], nets: list[int], clusters: list, time_all) -> np.ndarray:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..calibration.factors import Calibration
-from .columns import Columns
+from .columns import Columns, objects
 from .steps import evaluate
 from .evaluator import Evaluator
 from .space import own_row
@@ -72,16 +72,9 @@ def _settings_table(row: dict, which: np.ndarray) -> Columns:
     either way: text as Python strings, numbers as `np.full` makes them). Every column but `cal` holds the row's one
     value (`Columns.one_value`; a missing value is not one)."""
     n = which.size
-
-    def column(v):
-        if isinstance(v, str):
-            a = np.empty(n, dtype=object)
-            a[:] = v
-            return a
-        return np.full(n, v)
-
     one = frozenset(k for k, v in row.items() if v is not None and not (isinstance(v, float) and v != v))
-    return Columns({**{k: column(v) for k, v in row.items()}, "cal": which}, one_value=one - {"cal"})
+    return Columns({**{k: objects(v, n) if isinstance(v, str) else np.full(n, v) for k, v in row.items()},
+                    "cal": which}, one_value=one - {"cal"})
 
 
 def degraded_parts_of(one) -> tuple | None:

@@ -45,7 +45,7 @@ from .batched_parts import (PipeRows, Shapes, program_counts, batched_chunks, ba
                     distinct_rows, pipe_rows, shapes)
 from .evaluator import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Evaluator, calibration_index,
                      layout_scenario)
-from .columns import Columns
+from .columns import Columns, objects
 from .schedules import pipeline_times
 
 __all__ = ["LAYOUT_COLUMNS", "MEMORY_COLUMNS", "PARTS", "ClusterInfo", "PipeRows", "Evaluator", "Shapes", "bucket_queue_end",
@@ -264,12 +264,5 @@ def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame
     out.update(step_time_s=step_time, tokens_per_s=fom["tokens_per_s"], mfu=fom["mfu"],
                cluster_usd_per_hour=fom["cluster_usd_per_hour"], usd_per_million_tokens=fom["usd_per_million_tokens"])
     if isinstance(table, Columns):       # (an interval's settings: arrays, no DataFrame built)
-        return Columns({k: v if isinstance(v, np.ndarray) else _objects(v, len(table)) for k, v in out.items()})
+        return Columns({k: v if isinstance(v, np.ndarray) else objects(v, len(table)) for k, v in out.items()})
     return pd.DataFrame(out, index=pd.RangeIndex(len(table)))
-
-
-def _objects(v, n: int) -> np.ndarray:
-    """A column of `n` Python objects: the list `v`, or `v` (a scalar: None) in every row, as a DataFrame holds it."""
-    a = np.empty(n, dtype=object)
-    a[:] = v
-    return a
