@@ -107,9 +107,10 @@ def _parser() -> argparse.ArgumentParser:
                              ("--recompute", "MODE,...", "recompute modes: none, selective, full (default all)"),
                              ("--schedules", "S,...", "pipeline schedules: gpipe, 1f1b, interleaved (default all)"),
                              ("--virtual-stages", "V,...", "virtual stages tried with interleaving (default 2,4)"),
-                             ("--stack", "S,...", "training stacks searched, each within what it runs (default: the "
-                                                  "scenario's stack, or every Neuron stack that runs on the chips when "
-                                                  "it names none); two or more: the best layout of each"),
+                             ("--stack", "S,...", "training stacks searched (names, or a plan's labels nxd, nemo, "
+                                                  "megatron), each within what it runs (default: the scenario's stack, "
+                                                  "or every Neuron stack that runs on the chips when it names none); "
+                                                  "two or more: the best layout of each"),
                              ("--lnc", "N,...", "LNC settings tried on Trn2 and Trn3 (default 1,2)")):
         pl.add_argument(flag, metavar=meta, help=what)
     sw = sub.add_parser("sweep", help="evaluate many variants of a scenario over the Ray cluster: one table, one page "

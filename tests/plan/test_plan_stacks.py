@@ -13,6 +13,7 @@ import yaml
 
 from ultracluster import load_scenario, stacks
 from ultracluster.cli import main
+from ultracluster.errors import ScenarioError
 from ultracluster.layouts import steps
 from ultracluster.layouts.space import SearchSpace, count_layouts, enumerate_layouts, searched
 from ultracluster.plan import plan
@@ -167,8 +168,19 @@ def test_a_layout_no_stack_runs_is_not_ranked_and_says_why():
     assert all(r["stack"] != "custom" for r in result.top)
 
 
+def test_stack_flag_takes_the_labels_a_plan_shows():
+    from ultracluster.layouts.space import search_space
+
+    assert search_space(stacks="nxd, nemo,megatron-lm-neuron,nxd").stacks == (
+        "neuronx-distributed", "neuronx-nemo-megatron", "megatron-lm-neuron")
+    with pytest.raises(ScenarioError) as e:
+        search_space(stacks="nxd,nvidia")
+    assert "(or the labels a plan shows: nxd, nemo, megatron)" in str(e.value)
+
+
 @pytest.mark.parametrize("flags, first", [
-    (["--stack", "nxd"], "error: --stack: given 'nxd'; allowed: a comma-separated list from: neuronx-distributed, "),
+    (["--stack", "nxd,nvidia"], "error: --stack: given 'nxd,nvidia'; allowed: a comma-separated list from: "
+                                "neuronx-distributed, "),
     (["--stack", "axlearn"], "error: --stack: given 'axlearn'; allowed: stacks that run on an instance type searched "
                              "(trn1.32xlarge): neuronx-distributed, neuronx-nemo-megatron, megatron-lm-neuron, custom; "
                              "axlearn runs on trn2*, trn3*"),

@@ -330,6 +330,18 @@ def _choices(flag: str, text: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
 
+def _stack_choices(flag: str, text: str) -> tuple[str, ...]:
+    """`--stack`: stack names, or the short labels a plan's rows show (nxd, nemo, megatron)."""
+    full = {short: name for name, short in stk.SHORT.items()}
+    values = ",".join(full.get(x.strip(), x.strip()) for x in str(text).split(","))
+    try:
+        return _choices(flag, values, stk.NAMES)
+    except ScenarioError:
+        raise ScenarioError([Problem(flag, text, "a comma-separated list from: " + ", ".join(stk.NAMES) +
+                                     " (or the labels a plan shows: " + ", ".join(
+                                         s for n, s in stk.SHORT.items() if s != n) + ")")]) from None
+
+
 def zero_stages() -> tuple[int, ...]:
     """The ZeRO stages a search covers by default: 0, 1 and 3 (`training.zero`)."""
     return (0, 1, 3)
@@ -369,7 +381,7 @@ def search_space(instance_types: str | None = None, instances: str | None = None
     if schedules is not None:
         take("schedules", _choices, "--schedules", schedules, SCHEDULES)
     if stacks is not None:
-        take("stacks", _choices, "--stack", stacks, stk.NAMES)
+        take("stacks", _stack_choices, "--stack", stacks)
     if lnc is not None:
         take("lnc", _int_list, "--lnc", lnc, "2", lambda v: v in (1, 2), "LNC settings, 1 or 2")
     if max_cp is not None:
