@@ -17,7 +17,7 @@ from .flows import LinkLoads
 from .groups import Group
 from .timing import (COSTS_MAX, SECONDS, TABLES, canonical_place, compared, graph_setting,
                      check_collective, chosen_many, fabric_of, kept, step_table, table_costs)
-from .topology import Fabric
+from .topology import Fabric, fabric_reads
 
 
 def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
@@ -78,10 +78,14 @@ def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
     identity (an interval's settings ask for each of their collectives); the collective checked on each fabric."""
     def make():
         fabs: dict[Fabric, Fabric] = {}       # one object per distinct fabric (the same, mostly)
+        alike: dict[tuple, Fabric] = {}       # by what `fabric` reads: the settings' clusters share theirs
         out = []
         for cl in clusters:
-            fab = fabric_of(cl)
-            fab = fabs.setdefault(fab, fab)
+            reads = fabric_reads(cl)
+            fab = alike.get(reads)
+            if fab is None:
+                fab = fabric_of(cl)
+                fab = alike[reads] = fabs.setdefault(fab, fab)
             out.append((fab, *graph_setting(cl.calibration.network, group, in_graph, fab.generation)))
         return clusters, out, tuple(fabs.values())
 
