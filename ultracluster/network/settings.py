@@ -34,12 +34,17 @@ def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group:
         return np.zeros(len(clusters))
     out = [0.0] * len(clusters)
     todo: dict[tuple, tuple] = {}
-    get, last, fab_c, placed = SECONDS.get, None, None, None   # the last fabric, its group's canonical place
-    for i, (fab, cal, sync) in enumerate(settings):
+    get, last, fab_c, placed, sub = SECONDS.get, None, None, None, {}   # the last fabric, its group's canonical
+    for i, (fab, cal, sync) in enumerate(settings):                     # place, and its `_BY_COLLECTIVE` entry
         if fab is not last:
             last = fab
             fab_c, placed = canonical_place(fab, group)
-        hit = get((fab_c, op, nbytes, placed, cal))
+            sub = kept(_BY_COLLECTIVE, (fab_c, op, nbytes, placed), dict, 1024)
+        hit = sub.get(cal)
+        if hit is None:
+            hit = get((fab_c, op, nbytes, placed, cal))
+            if hit is not None:
+                kept(sub, cal, lambda hit=hit: hit, 256)
         if hit is None:      # (by identities: `settings_of` gives one object per fabric, `_in_graph` per setting)
             todo.setdefault((id(fab_c), bool(cal.algorithm_envelope)), (fab_c, placed, []))[2].append((i, cal, sync))
         else:
@@ -95,6 +100,9 @@ def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
     return out
 
 
+# `timing.SECONDS` by (fabric, op, bytes, group) in canonical place, then by calibration (as timed): a collective's
+# settings each a look-up by its calibration alone (its hash kept), not by a key hashing the fabric and group again
+_BY_COLLECTIVE: dict[tuple, dict] = {}
 _SETTINGS: dict[tuple, tuple] = {}       # `settings_of` and its distinct fabrics, by the clusters' identity (the
                                          # entry holding them)
 
