@@ -152,11 +152,14 @@ class Evaluator:
         return p
 
     # --- clusters and collectives ------------------------------------------------------------------
-    def cluster(self, instance: str, instances: int, lnc: int, cal: int = 0) -> ClusterInfo:
+    def cluster(self, instance: str, instances: int, lnc: int, cal: int = 0, part: int | None = None) -> ClusterInfo:
         """The ClusterInfo of (instance type, instances, lnc) under calibration `cal` (an index), kept. Under a further
         calibration of a cluster it holds, only the calibration and the rank rates differ (`build_cluster`'s and
         `chip.rank_rates`' other inputs, and the price, peak and HBM, do not depend on it): that cluster with this
-        calibration, as `build_cluster` applies it (`cluster_calibration`), and its rates (an interval's settings)."""
+        calibration, as `build_cluster` applies it (`cluster_calibration`), and its rates (an interval's settings).
+        `part`: on the links of degraded part `part` (its companion's, `slow`)."""
+        if part is not None:
+            return self.slow()[part].cluster(instance, instances, lnc, cal)
         key = (str(instance), int(instances), int(lnc), int(cal))
         info = self._clusters.get(key)
         if info is not None:
@@ -268,7 +271,7 @@ class Evaluator:
         """What a collective's time on cluster `ck` depends on: the cluster and its calibration's collective factors
         (`Calibration.network`: `network.timing` reads no other), so the settings of the interval that move only
         the chip's factors share their collectives."""
-        return (*ck[:3], self.calibrations[ck[3]].network) if len(ck) > 3 else ck
+        return (*ck[:3], self.calibrations[ck[3]].network, *ck[4:]) if len(ck) > 3 else ck    # (a part's: its own)
 
     def comm_times(self, ck: tuple) -> "MemoCommTimes":
         """How the step's comm's pieces time collectives on cluster `ck`: memoized, no records."""

@@ -200,10 +200,11 @@ def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame
                 untimed[int(idx[j])] = (f"the scenario's optimizer operators give {OPT[j, s]:g} s on pipeline stage "
                                          f"{s} at this layout's parameters (allowed: a finite number >= 0)")
             OPT = np.where(wrong[:, None], 0.0, OPT)
-        c, has = batched_comm(pr, rows, sh, srow, g, js)
         if pr.degraded:          # the replica the degraded instances slow sets the step, as in the replay
-            c = slowest_replica_comm(c, [batched_comm(s, rows, sh, srow, g, js)[0] for s in pr.slow()],
-                                     degraded_hits(pr, rows[int(idx[0])]))
+            c, has, slows = batched_comm(pr, rows, sh, srow, g, js, slow=True)
+            c = slowest_replica_comm(c, slows, degraded_hits(pr, rows[int(idx[0])]))
+        else:
+            c, has = batched_comm(pr, rows, sh, srow, g, js)
         tp, cp, dp = cols["tp"][idx], cols["cp"][idx], cols["dp"][idx]
         # [n, pp]: each stage at its slowest replica's speed, averaged over the measured steps (once per distinct
         # tp, cp, dp and jitter)
