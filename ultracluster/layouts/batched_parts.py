@@ -319,7 +319,8 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
     which the pieces do not read: they place the collectives, each timed on its own part's cluster,
     `Evaluator.cluster`'s `part`), as `step_comm` runs them on each `Cluster.degraded_copy`."""
     idx = g.rows[js]
-    parts = len(pr.degraded) if slow and _one_layout(rows, idx) else 0
+    one = _one_layout(rows, idx)
+    parts = len(pr.degraded) if slow and one else 0
     if slow and not parts:
         c, has = batched_comm(pr, rows, sh, srow, g, js)
         return c, has, [batched_comm(s, rows, sh, srow, g, js)[0] for s in pr.slow()]
@@ -335,7 +336,7 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
     sharing = pr.shared_last_sends
     if sharing:
         last = np.empty((n, chunks))
-    for a, i, j, k, ck, times in _units(pr, rows, srow, idx, js, parts):
+    for a, i, j, k, ck, times in _units(pr, rows, srow, idx, js, one, parts):
         r = rows[i]
         cl = times.cluster
         cal = cl.calibration
@@ -397,19 +398,16 @@ def _rows(c: StepComm, start: int, stop: int) -> StepComm:
 def _one_layout(rows, idx: np.ndarray) -> bool:
     """Whether rows idx are one layout under several calibrations (a table with a `cal` column: an interval's
     settings, `layouts.setting_times`)."""
-    first = rows[int(idx[0])]
-    if idx.size > 1 and hasattr(first, "cal"):
-        layout = first._replace(cal=0)          # every column but the calibration
-        return all(rows[i]._replace(cal=0) == layout for i in idx.tolist())
-    return False
+    return idx.size > 1 and hasattr(rows[int(idx[0])], "cal") and rows.alike(idx.tolist(), "cal")
 
 
-def _units(pr: Evaluator, rows, srow: np.ndarray, idx: np.ndarray, js: np.ndarray, parts: int = 0):
+def _units(pr: Evaluator, rows, srow: np.ndarray, idx: np.ndarray, js: np.ndarray, one: bool, parts: int = 0):
     """What `batched_comm` times its pieces for: (position, row, group row, shape, memo key, CommTimes) of each
-    row; when every row is one layout under several calibrations (`_one_layout`), one unit for all (positions,
-    shapes: arrays; `SettingsCommTimes`, its collectives' seconds with a settings axis), so each piece runs once;
-    with `parts` degraded parts, over the settings of the layout then of each part (`batched_comm`'s `slow`)."""
-    if _one_layout(rows, idx):
+    row; when every row is one layout under several calibrations (`one`: `_one_layout`), one unit for all
+    (positions, shapes: arrays; `SettingsCommTimes`, its collectives' seconds with a settings axis), so each piece
+    runs once; with `parts` degraded parts, over the settings of the layout then of each part (`batched_comm`'s
+    `slow`)."""
+    if one:
         cks = [(r.instance, int(r.instances), int(r.lnc), calibration_index(r)) for r in (rows[i] for i in idx.tolist())]
         cks += [ck + (p,) for p in range(parts) for ck in cks]
         yield (np.arange(len(cks)), int(idx[0]), int(js[0]), np.tile(srow[idx].astype(np.int64), 1 + parts),

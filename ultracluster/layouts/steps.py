@@ -75,6 +75,13 @@ class RowView:
         self._type = _row_type(tuple(table.columns))
         self._columns = [table[c].tolist() for c in table.columns]
         self._built: dict[int, Any] = {}
+        self._one = getattr(table, "one_value", frozenset())      # (`columns.Columns`: its columns of one value)
+
+    def alike(self, idx: list[int], but: str) -> bool:
+        """Whether rows idx hold the same values in every column but `but` (as their named tuples compare, each
+        value by identity, else ==), the columns the table holds one value in (`Columns.one_value`) unread."""
+        return all(all(col[i] is col[idx[0]] or col[i] == col[idx[0]] for i in idx[1:])
+                   for name, col in zip(self._type._fields, self._columns) if name != but and name not in self._one)
 
     def __getitem__(self, i: int):
         row = self._built.get(i)
