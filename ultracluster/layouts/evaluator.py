@@ -304,6 +304,10 @@ class MemoCommTimes(CommTimes):
 def _memo_many(seen: dict[int, float], nets: list[int], clusters: list, time_all) -> np.ndarray:
     """Seconds of one collective on each of `clusters` (network settings `nets`): those in `seen` as kept, the others
     timed at once by `time_all(clusters) -> [n]` (the whole list where none is kept) and kept."""
+    if not seen.keys() & nets:       # none kept (each setting's first collective): all timed, no look-up each
+        got = np.array(time_all(clusters), dtype=float)      # (a copy: its caller's own)
+        seen.update(zip(nets, got.tolist()))
+        return got
     out = [seen.get(i) for i in nets]
     miss = [j for j, t in enumerate(out) if t is None]
     if miss:

@@ -84,6 +84,7 @@ def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
     def make():
         fabs: dict[Fabric, Fabric] = {}       # one object per distinct fabric (the same, mostly)
         alike: dict[tuple, Fabric] = {}       # by what `fabric` reads: the settings' clusters share theirs
+        timed: dict[tuple, tuple] = {}        # `graph_setting` by the calibration's identity (clusters share theirs)
         out = []
         for cl in clusters:
             reads = fabric_reads(cl)
@@ -91,7 +92,11 @@ def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
             if fab is None:
                 fab = fabric_of(cl)
                 fab = alike[reads] = fabs.setdefault(fab, fab)
-            out.append((fab, *graph_setting(cl.calibration.network, group, in_graph, fab.generation)))
+            key = (id(cl.calibration.network), fab.generation)
+            got = timed.get(key)
+            if got is None:
+                got = timed[key] = graph_setting(cl.calibration.network, group, in_graph, fab.generation)
+            out.append((fab, *got))
         return clusters, out, tuple(fabs.values())
 
     _, out, fabs = kept(_SETTINGS, (id(clusters), group.together if in_graph is None else in_graph), make, 256)
