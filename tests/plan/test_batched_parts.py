@@ -113,3 +113,25 @@ def test_rows_alike_but_one_column():
         assert not other.alike([0, 1], "cal") and not other[0]._replace(cal=0) == other[1]._replace(cal=0)
     cols = Columns({c: table[c].to_numpy() for c in table.columns}, one_value=frozenset({"tp", "pp"}))
     assert steps.RowView(cols).alike([0, 1, 2], "cal")        # pp is not read: the table says it holds one value
+
+
+def test_an_intervals_settings_of_one_layout_keep_its_memory_row():
+    """`steps._memory`: an interval's settings of one layout (every column but `cal` one value) have one HBM row,
+    kept by the layout for the next settings: what `batched_memory` gives every row, whatever the calibration."""
+    from ultracluster import load_scenario
+    from ultracluster.cluster import build_cluster
+    from ultracluster.layouts import batched_parts as bp
+    from ultracluster.layouts.setting_times import _settings_table, one_step
+    from ultracluster.layouts.space import own_row
+
+    one = one_step(load_scenario("scenarios/mixtral-8x7b-trn2.yaml"))
+    cal = build_cluster(one, 1).calibration
+    pr = steps.Evaluator(one, calibrations=(cal,))
+    for cals in ([cal, cal.with_(tensor_efficiency=0.5)], [cal.with_(runtime_reserve_gib=9.0), cal.with_(efa_efficiency=0.2)]):
+        table = _settings_table(own_row(one), pr.add_calibrations(cals))
+        rows = steps.RowView(table)
+        sh, srow = bp.shapes(pr, table, rows)
+        pipes = bp.pipe_rows(pr, table)
+        got, want = steps._memory(pr, table, sh, srow, pipes), bp.batched_memory(pr, table, sh, srow, pipes)
+        assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+    assert sum(k[0] == "memory-row" for k in pr._shared) == 1          # kept once, for the layout

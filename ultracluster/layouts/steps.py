@@ -157,6 +157,18 @@ def degraded_hits(pr: Evaluator, row) -> list[np.ndarray]:
                                                 for part in pr.degraded])
 
 
+def _memory(pr: Evaluator, table, sh: Shapes, srow: np.ndarray, pipes: list[PipeRows]) -> dict:
+    """`batched_memory`; of an interval's settings of one layout (a `Columns` holding one value in every column but
+    `cal`) its one row, kept by the layout for the Evaluator's next settings: a layout's HBM does not read the
+    calibration (its shapes' saved bytes are each shape alike's, `_saved_alike`; the reserve and capacity its
+    cluster's under the first, `cluster_columns`)."""
+    if "cal" not in table.columns or not set(table.columns) - {"cal"} <= getattr(table, "one_value", frozenset()):
+        return batched_memory(pr, table, sh, srow, pipes)
+    key = ("memory-row",) + tuple((c, table[c].to_numpy()[0]) for c in table.columns if c != "cal")
+    row = pr.memo(key, lambda: {k: v[:1].copy() for k, v in batched_memory(pr, table, sh, srow, pipes).items()})
+    return {k: np.repeat(v, len(table)) for k, v in row.items()}
+
+
 def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
     sc = pr.scenario
     t = sc.training
@@ -164,7 +176,7 @@ def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame
     rows = RowView(table)
     sh, srow = shapes(pr, table, rows)
     pipes = pipe_rows(pr, table)
-    mem = batched_memory(pr, table, sh, srow, pipes)
+    mem = _memory(pr, table, sh, srow, pipes)
     # the output's columns, made a DataFrame once at the end (each column set on a DataFrame costs ~0.15 ms)
     out: dict[str, Any] = {**mem, "worst_stage": mem["worst_stage"].astype(int)}
     hbm = hbm_totals(*(mem[k][:, None] for k in HBM_PARTS), mem["hbm_capacity_gib"][:, None])
