@@ -135,3 +135,22 @@ def test_an_intervals_settings_of_one_layout_keep_its_memory_row():
         got, want = steps._memory(pr, table, sh, srow, pipes), bp.batched_memory(pr, table, sh, srow, pipes)
         assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
     assert sum(k[0] == "memory-row" for k in pr._shared) == 1          # kept once, for the layout
+
+
+def test_a_setting_of_the_collective_factors_alone_keeps_its_clusters_rates():
+    """`Evaluator.cluster` under a further calibration: the rank rates are the first calibration's where only the
+    collective factors moved (`chip.rank_rates` reads none), else computed; either way `rank_rates` of its cluster."""
+    from ultracluster import chip, load_scenario
+    from ultracluster.cluster import build_cluster
+    from ultracluster.layouts.setting_times import one_step
+
+    one = one_step(load_scenario("scenarios/llama3.1-8b-128k-cp16-trn2.yaml"))
+    cal = build_cluster(one, 1).calibration
+    cals = [cal, cal.with_(efa_efficiency=0.3, launch_s_trn2=4e-5), cal.with_(efa_efficiency=0.3, tensor_efficiency=0.5)]
+    pr = steps.Evaluator(one, calibrations=tuple(cals))
+    c = one.cluster
+    infos = [pr.cluster(c.instance, c.instances, c.lnc, i) for i in range(len(cals))]
+    assert infos[1].rates is infos[0].rates and infos[2].rates is not infos[0].rates
+    for info in infos:
+        assert info.rates == chip.rank_rates(info.cluster, one.training.precision)
+    assert infos[2].rates.tensor_flop_per_s < infos[0].rates.tensor_flop_per_s

@@ -170,9 +170,10 @@ class Evaluator:
             placed = (replaced(like.cluster, {"calibration": parent.cluster.calibration}) if like is not None
                       else self._placed(parent.cluster))
             info = replaced(parent, {"cluster": placed})
-        elif like is not None:
+        elif like is not None:      # (rates read no collective factor: a setting of those alone keeps them)
             cl = replaced(like.cluster, {"calibration": cluster_calibration(self.scenario, self.calibrations[key[3]])})
-            info = replaced(like, {"cluster": cl, "rates": chip.rank_rates(cl, self.scenario.training.precision)})
+            info = replaced(like, {"cluster": cl, "rates": like.rates if _chip_alike(cl.calibration, like.cluster.calibration)
+                                   else chip.rank_rates(cl, self.scenario.training.precision)})
         else:
             cl = self._placed(self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "cal": key[3],
                                       "tp": 1, "pp": 1,
@@ -299,6 +300,14 @@ class MemoCommTimes(CommTimes):
 
     def shared(self, transfers: tuple) -> float:
         return self.pr.concurrent_first(self.ck, transfers)
+
+
+def _chip_alike(a: Calibration, b: Calibration) -> bool:
+    """Whether calibrations a and b hold the same objects in every field but `network` (a setting of the collective
+    factors alone: `Calibration.with_` copies the others), so `chip.rank_rates`, which reads no collective factor,
+    gives both the same rates."""
+    other = b.__dict__
+    return all(v is other.get(k) or k in ("network", "_hash") for k, v in a.__dict__.items())
 
 
 def _memo_many(seen: dict[int, float], nets: list[int], clusters: list, time_all) -> np.ndarray:
