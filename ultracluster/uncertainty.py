@@ -307,9 +307,12 @@ def _weights(factors: tuple, cal: Calibration, times: StepTimes) -> tuple[np.nda
     return read_only(w / w.sum()), row
 
 
-def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
+def weighted_quantile(x: np.ndarray, w: np.ndarray, q) -> float | list[float]:
+    """The weighted q-quantile of x; with q a sequence, each (x sorted once)."""
     order = np.argsort(x)
-    return float(x[order][min(np.searchsorted(np.cumsum(w[order]), q), x.size - 1)])
+    xs, cum = x[order], np.cumsum(w[order])
+    at = lambda p: float(xs[min(np.searchsorted(cum, p), x.size - 1)])     # noqa: E731
+    return [at(p) for p in q] if isinstance(q, (tuple, list)) else at(q)
 
 
 NEAR = 8        # draws timed exactly beside each quantile of the interpolated steps
@@ -344,7 +347,7 @@ def hardware(times, cal: Calibration, factors: tuple, n: int, weights) -> Hardwa
     w, out.anchored = weights()
     u = halton(DRAWS, len(factors))
     xs = {i: _draws(factors, cal, float(out.base[i]), out.grid[i]) for i in ok}
-    qs = {i: [weighted_quantile(xs[i], w, q) for q in (0.1, 0.9)] for i in ok}
+    qs = {i: weighted_quantile(xs[i], w, (0.1, 0.9)) for i in ok}
     if len(factors) == 1:                         # one factor: its grid is its whole effect
         for i in ok:
             out.slow_log[i], out.fast_log[i] = max(0.0, qs[i][1]), max(0.0, -qs[i][0])

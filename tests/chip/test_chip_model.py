@@ -140,3 +140,23 @@ def test_flash_forward_works_over_whole_kv_tiles(seq, qk, rest):
     assert fwd["tensor"][i] == pytest.approx(scores * (2 * d * qk + (2 * d + 256) * rest))
     assert fwd["scalar"][i] == pytest.approx(scores * rest) and fwd["gpsimd"][i] == pytest.approx(scores * rest)
     assert bwd["scalar"][i] == pytest.approx(scores * qk)
+
+
+def test_distinct_work_groups_entries_as_their_values_and_evaluates_each_once():
+    """`chip._distinct_work`: the optimizer's work at each distinct entry of its variables (one byte key per entry),
+    in the order entries first appear, and each entry's distinct one: what evaluating every entry gives."""
+    from ultracluster import operators as opslib
+    from ultracluster.chip import _distinct_work, layer_work
+
+    sc = scenario()
+    cl = build_cluster(sc, 1)
+    v = opslib.shape_variables(sc, cl.layout, cl.calibration)
+    ops = opslib.applicable(opslib.library_for(sc), sc, cl.calibration)
+    pick = np.array([0, 1, 0, 2, 1, 1])         # entries from three distinct settings of P, some repeated
+    V = {n: np.repeat(np.asarray(a, dtype=float).reshape(-1)[:1], pick.size) for n, a in v.items()}
+    V["P"] = np.array([1e9, 2e9, 3e9])[pick]
+    work, at = _distinct_work(ops, V, (("optimizer", "forward"),))
+    assert at.tolist() == [0, 1, 0, 2, 1, 1]
+    every = layer_work(ops, V, (("optimizer", "forward"),))[("optimizer", "forward")]
+    for name in ("tensor", "vector", "bytes"):
+        assert np.array_equal(work[("optimizer", "forward")][name][:, at], every[name])

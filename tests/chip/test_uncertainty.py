@@ -262,3 +262,13 @@ def test_halton_is_scipys_unscrambled_sequence_bit_for_bit(n, d):
 
     assert np.array_equal(halton(n, d), qmc.Halton(d=d, scramble=False).random(n + 1)[1:])
     assert halton(3, 2).tolist() == [[0.5, 1 / 3], [0.25, 2 / 3], [0.75, 1 / 9]]
+
+
+def test_weighted_quantiles_from_one_sort_are_each_quantile():
+    from ultracluster.uncertainty import weighted_quantile
+
+    rng = np.random.default_rng(5)
+    x, w = rng.normal(size=4096), rng.random(4096)
+    w /= w.sum()
+    assert weighted_quantile(x, w, (0.1, 0.9)) == [weighted_quantile(x, w, 0.1), weighted_quantile(x, w, 0.9)]
+    assert weighted_quantile(x, w, 0.1) < weighted_quantile(x, w, 0.9)

@@ -42,3 +42,27 @@ def test_concurrent_times_are_each_setting_s_concurrent_time():
     many = concurrent_times(clusters, transfers, in_graph=True)
     for c, row in zip(clusters, many):
         assert np.array_equal(row, concurrent_time(c, transfers, in_graph=True))
+
+
+def test_concurrent_times_keep_each_setting_s_seconds_and_cost_only_the_new_ones(monkeypatch):
+    """`concurrent_times` keeps each setting's seconds by its fabric, collective calibration and the transfers
+    (`contention._KEPT`): a setting timed before is a look-up, the others are costed together; the same numbers."""
+    from ultracluster.network import contention
+
+    sc = load_scenario("scenarios/llama2-70b-tp32pp4-trn2-64.yaml")
+    cl = build_cluster(sc, 1)
+    cals = [cl.calibration] + [cl.calibration.with_(efa_efficiency=e) for e in (0.2, 0.45, 0.9, 0.3)]
+    clusters = [build_cluster(sc, 1, c) for c in cals]
+    transfers = [("send_recv", 3e6, send_group(cl, 0, 1)),
+                 ("reduce_scatter", 2.6e7, group_of(cl, cl.layout.dp, cl.layout.tp * cl.layout.pp))]
+    uncached = contention._times(clusters, tuple(transfers), True)
+    contention._KEPT.clear()
+    costed = []
+    times = contention._times
+    monkeypatch.setattr(contention, "_times", lambda cls, tr, ig: costed.append(len(cls)) or times(cls, tr, ig))
+    first = concurrent_times(clusters[:3], transfers, in_graph=True)
+    both = concurrent_times(clusters, transfers, in_graph=True)            # two settings new
+    again = concurrent_times(clusters, transfers, in_graph=True)           # none
+    assert costed == [3, 2]
+    assert np.array_equal(first, uncached[:3]) and np.array_equal(both, uncached) and np.array_equal(again, uncached)
+    assert len(set(uncached[:, 1])) == len(cals)         # every setting moved the reduction over EFA

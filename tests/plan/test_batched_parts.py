@@ -60,3 +60,97 @@ def test_one_layout_under_many_calibrations_is_each_row_s_own():
         for j in range(3):
             alone = layout_step_times(one, rows.iloc[[i]], [cals[which[i, j]]], np.zeros((1, 1), dtype=int))
             assert both[i, j] == alone[0, 0] == settings[i][j]
+
+
+def test_a_degraded_layouts_comm_and_its_parts_in_one_pass_are_each_part_timed_alone():
+    """An interval's settings of a degraded run: `batched_comm(slow=True)` runs the comm's pieces once over the
+    settings of the layout and of each degraded part (each part's collectives on its own links); every field is
+    what timing the layout, and each part on its own Evaluator (`Evaluator.slow`), gives: the same bits."""
+    import dataclasses
+
+    from ultracluster import load_scenario
+    from ultracluster.cluster import build_cluster
+    from ultracluster.layouts import batched_parts as bp
+    from ultracluster.layouts.setting_times import _settings_table, degraded_parts_of, one_step
+    from ultracluster.layouts.space import own_row
+
+    one = one_step(load_scenario("scenarios/llama2-70b-tp32pp4-trn2-64.yaml",
+                                 ["faults.degraded=[{instances: [1], efa_nics: 4}, {instances: [1], neuronlink_scale: 0.5}]"]))
+    cal = build_cluster(one, 1).calibration
+    cals = [cal, cal.with_(efa_efficiency=0.3), cal.with_(tensor_efficiency=0.5), cal.with_(launch_s_trn2=4e-5)]
+
+    def parts():
+        pr = steps.Evaluator(one, calibrations=tuple(cals), shared_last_sends=True, degraded=degraded_parts_of(one))
+        table = _settings_table(own_row(one), pr.add_calibrations(cals))
+        rows = steps.RowView(table)
+        sh, srow = bp.shapes(pr, table, rows)
+        g = bp.pipe_rows(pr, table)[0]
+        return pr, rows, sh, srow, g, np.arange(g.rows.size)
+
+    pr, *args = parts()
+    merged, has, slows = bp.batched_comm(pr, *args, slow=True)
+    pr, *args = parts()
+    alone, has_alone = bp.batched_comm(pr, *args)
+    parts_alone = [bp.batched_comm(s, *args)[0] for s in pr.slow()]
+    assert len(slows) == len(parts_alone) == 2 and np.array_equal(has, has_alone)
+    for got, want in zip([merged] + slows, [alone] + parts_alone):
+        for f in dataclasses.fields(got):
+            a, b = getattr(got, f.name), getattr(want, f.name)
+            assert (a is None and b is None) or np.array_equal(a, b), f.name
+    assert not np.array_equal(slows[0].dp_bucket_s, merged.dp_bucket_s)     # the degraded links slowed a part
+
+
+def test_rows_alike_but_one_column():
+    """`RowView.alike`: rows that agree in every column but one (an interval's settings of one layout), as their
+    named tuples compare; a column the table holds one value in (`Columns.one_value`) is not read."""
+    from ultracluster.layouts.columns import Columns
+
+    table = pd.DataFrame({"tp": [8, 8, 8], "x": [0.5, 0.5, 0.5], "cal": [0, 1, 2], "pp": [1, 1, 2]})
+    rows = steps.RowView(table)
+    assert rows.alike([0, 1], "cal") and not rows.alike([0, 1, 2], "cal") and rows.alike([2], "cal")
+    for x in ([1.0, 2.0, 1.0], [float("nan")] * 3):        # (a missing value is not one: NaN != NaN)
+        other = steps.RowView(table.assign(x=x))
+        assert not other.alike([0, 1], "cal") and not other[0]._replace(cal=0) == other[1]._replace(cal=0)
+    cols = Columns({c: table[c].to_numpy() for c in table.columns}, one_value=frozenset({"tp", "pp"}))
+    assert steps.RowView(cols).alike([0, 1, 2], "cal")        # pp is not read: the table says it holds one value
+
+
+def test_an_intervals_settings_of_one_layout_keep_its_memory_row():
+    """`steps._memory`: an interval's settings of one layout (every column but `cal` one value) have one HBM row,
+    kept by the layout for the next settings: what `batched_memory` gives every row, whatever the calibration."""
+    from ultracluster import load_scenario
+    from ultracluster.cluster import build_cluster
+    from ultracluster.layouts import batched_parts as bp
+    from ultracluster.layouts.setting_times import _settings_table, one_step
+    from ultracluster.layouts.space import own_row
+
+    one = one_step(load_scenario("scenarios/mixtral-8x7b-trn2.yaml"))
+    cal = build_cluster(one, 1).calibration
+    pr = steps.Evaluator(one, calibrations=(cal,))
+    for cals in ([cal, cal.with_(tensor_efficiency=0.5)], [cal.with_(runtime_reserve_gib=9.0), cal.with_(efa_efficiency=0.2)]):
+        table = _settings_table(own_row(one), pr.add_calibrations(cals))
+        rows = steps.RowView(table)
+        sh, srow = bp.shapes(pr, table, rows)
+        pipes = bp.pipe_rows(pr, table)
+        got, want = steps._memory(pr, table, sh, srow, pipes), bp.batched_memory(pr, table, sh, srow, pipes)
+        assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+    assert sum(k[0] == "memory-row" for k in pr._shared) == 1          # kept once, for the layout
+
+
+def test_a_setting_of_the_collective_factors_alone_keeps_its_clusters_rates():
+    """`Evaluator.cluster` under a further calibration: the rank rates are the first calibration's where only the
+    collective factors moved (`chip.rank_rates` reads none), else computed; either way `rank_rates` of its cluster."""
+    from ultracluster import chip, load_scenario
+    from ultracluster.cluster import build_cluster
+    from ultracluster.layouts.setting_times import one_step
+
+    one = one_step(load_scenario("scenarios/llama3.1-8b-128k-cp16-trn2.yaml"))
+    cal = build_cluster(one, 1).calibration
+    cals = [cal, cal.with_(efa_efficiency=0.3, launch_s_trn2=4e-5), cal.with_(efa_efficiency=0.3, tensor_efficiency=0.5)]
+    pr = steps.Evaluator(one, calibrations=tuple(cals))
+    c = one.cluster
+    infos = [pr.cluster(c.instance, c.instances, c.lnc, i) for i in range(len(cals))]
+    assert infos[1].rates is infos[0].rates and infos[2].rates is not infos[0].rates
+    for info in infos:
+        assert info.rates == chip.rank_rates(info.cluster, one.training.precision)
+    assert infos[2].rates.tensor_flop_per_s < infos[0].rates.tensor_flop_per_s

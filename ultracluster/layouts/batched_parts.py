@@ -305,15 +305,26 @@ def batched_chunks(pr: Evaluator, table: pd.DataFrame, sh: Shapes, srow: np.ndar
     return fwd, bwd, opt, sh.costs.attn_fwd[k], sh.costs.attn_bwd[k]
 
 
-def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: PipeRows, js: np.ndarray) -> tuple[StepComm,
-                                                                                                        np.ndarray]:
+def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: PipeRows, js: np.ndarray,
+                 slow: bool = False) -> tuple:
     """`replay.comm.step_comm` of rows js of group g: the same pieces (`replay.comm`), each memoized by what it
     depends on, with memoized collectives (`Evaluator.comm_times`) and no records, assembled over the rows
     (`comm.assemble`). Returns the StepComm (every field with a leading row axis; a row that reduces no
     gradients in buckets, ZeRO-3 with `fsdp_schedule: layerwise`, has one empty bucket per chunk) and [n]
-    whether each row has buckets."""
+    whether each row has buckets.
+
+    `slow`: third, each degraded part's StepComm (`Evaluator.slow`: the comm on its degraded links). Where the
+    rows are one layout under several settings (an interval's), in the same pass: the pieces run once over the
+    settings of the layout and of every part (a part's clusters differ from the layout's only in their links,
+    which the pieces do not read: they place the collectives, each timed on its own part's cluster,
+    `Evaluator.cluster`'s `part`), as `step_comm` runs them on each `Cluster.degraded_copy`."""
     idx = g.rows[js]
-    n, chunks, pp = idx.size, g.layers.size, g.pp
+    one = _one_layout(rows, idx)
+    parts = len(pr.degraded) if slow and one else 0
+    if slow and not parts:
+        c, has = batched_comm(pr, rows, sh, srow, g, js)
+        return c, has, [batched_comm(s, rows, sh, srow, g, js)[0] for s in pr.slow()]
+    n, chunks, pp = idx.size * (1 + parts), g.layers.size, g.pp
     V = sh.variables
     par = pr.scenario.parallelism
     layerwise = par.fsdp_schedule == "layerwise"
@@ -325,7 +336,7 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
     sharing = pr.shared_last_sends
     if sharing:
         last = np.empty((n, chunks))
-    for a, i, j, k, ck, times in _units(pr, rows, srow, idx, js):
+    for a, i, j, k, ck, times in _units(pr, rows, srow, idx, js, one, parts):
         r = rows[i]
         cl = times.cluster
         cal = cl.calibration
@@ -369,24 +380,39 @@ def batched_comm(pr: Evaluator, rows: list, sh: Shapes, srow: np.ndarray, g: Pip
         serial[a] = comm.serial_exchanges(getattr(r, "stack", pr.scenario.stack), cal)
     if last is None:      # timed alone, the last microbatch's gradient sends are the others' (`last_sends`)
         last = comm.gradient_sends(send)
-    return comm.assemble(g.layers, tuple(layer), send, last, (buckets, bucket_s, after, gather, scatter), norm, mode,
-                         overlap, serial=serial), has
+    out = comm.assemble(g.layers, tuple(layer), send, last, (buckets, bucket_s, after, gather, scatter), norm, mode,
+                        overlap, serial=serial)
+    if not slow:
+        return out, has
+    m = idx.size           # the layout's rows, then each part's
+    return _rows(out, 0, m), has[:m], [_rows(out, m * p, m * (p + 1)) for p in range(1, parts + 1)]
 
 
-def _units(pr: Evaluator, rows, srow: np.ndarray, idx: np.ndarray, js: np.ndarray):
+def _rows(c: StepComm, start: int, stop: int) -> StepComm:
+    """The rows start:stop of a StepComm over a row axis (every array field's leading axis)."""
+    n = np.shape(c.tp_fwd)[0]
+    return dataclasses.replace(c, **{f.name: v[start:stop] for f in dataclasses.fields(c)
+                                     if isinstance(v := getattr(c, f.name), np.ndarray) and v.ndim and v.shape[0] == n})
+
+
+def _one_layout(rows, idx: np.ndarray) -> bool:
+    """Whether rows idx are one layout under several calibrations (a table with a `cal` column: an interval's
+    settings, `layouts.setting_times`)."""
+    return idx.size > 1 and hasattr(rows[int(idx[0])], "cal") and rows.alike(idx.tolist(), "cal")
+
+
+def _units(pr: Evaluator, rows, srow: np.ndarray, idx: np.ndarray, js: np.ndarray, one: bool, parts: int = 0):
     """What `batched_comm` times its pieces for: (position, row, group row, shape, memo key, CommTimes) of each
-    row; when every row is one layout under several calibrations (a table with a `cal` column: an interval's
-    settings, `layouts.setting_times`), one unit for all (positions, shapes: arrays; `SettingsCommTimes`, its
-    collectives' seconds with a settings axis), so each piece runs once."""
-    first = rows[int(idx[0])]
-    if idx.size > 1 and hasattr(first, "cal"):
-        pick = [rows[i] for i in idx.tolist()]
-        layout = first._replace(cal=0)          # every column but the calibration
-        if all(r._replace(cal=0) == layout for r in pick):
-            cks = [(r.instance, int(r.instances), int(r.lnc), calibration_index(r)) for r in pick]
-            yield (np.arange(idx.size), int(idx[0]), int(js[0]), srow[idx].astype(np.int64), tuple(cks),
-                   SettingsCommTimes(pr, cks))
-            return
+    row; when every row is one layout under several calibrations (`one`: `_one_layout`), one unit for all
+    (positions, shapes: arrays; `SettingsCommTimes`, its collectives' seconds with a settings axis), so each piece
+    runs once; with `parts` degraded parts, over the settings of the layout then of each part (`batched_comm`'s
+    `slow`)."""
+    if one:
+        cks = [(r.instance, int(r.instances), int(r.lnc), calibration_index(r)) for r in (rows[i] for i in idx.tolist())]
+        cks += [ck + (p,) for p in range(parts) for ck in cks]
+        yield (np.arange(len(cks)), int(idx[0]), int(js[0]), np.tile(srow[idx].astype(np.int64), 1 + parts),
+               tuple(cks), SettingsCommTimes(pr, cks))
+        return
     for a, (i, j) in enumerate(zip(idx.tolist(), js.tolist())):
         r = rows[i]
         ck = (r.instance, int(r.instances), int(r.lnc), calibration_index(r))

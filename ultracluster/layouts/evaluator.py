@@ -152,11 +152,14 @@ class Evaluator:
         return p
 
     # --- clusters and collectives ------------------------------------------------------------------
-    def cluster(self, instance: str, instances: int, lnc: int, cal: int = 0) -> ClusterInfo:
+    def cluster(self, instance: str, instances: int, lnc: int, cal: int = 0, part: int | None = None) -> ClusterInfo:
         """The ClusterInfo of (instance type, instances, lnc) under calibration `cal` (an index), kept. Under a further
         calibration of a cluster it holds, only the calibration and the rank rates differ (`build_cluster`'s and
         `chip.rank_rates`' other inputs, and the price, peak and HBM, do not depend on it): that cluster with this
-        calibration, as `build_cluster` applies it (`cluster_calibration`), and its rates (an interval's settings)."""
+        calibration, as `build_cluster` applies it (`cluster_calibration`), and its rates (an interval's settings).
+        `part`: on the links of degraded part `part` (its companion's, `slow`)."""
+        if part is not None:
+            return self.slow()[part].cluster(instance, instances, lnc, cal)
         key = (str(instance), int(instances), int(lnc), int(cal))
         info = self._clusters.get(key)
         if info is not None:
@@ -167,9 +170,10 @@ class Evaluator:
             placed = (replaced(like.cluster, {"calibration": parent.cluster.calibration}) if like is not None
                       else self._placed(parent.cluster))
             info = replaced(parent, {"cluster": placed})
-        elif like is not None:
+        elif like is not None:      # (rates read no collective factor: a setting of those alone keeps them)
             cl = replaced(like.cluster, {"calibration": cluster_calibration(self.scenario, self.calibrations[key[3]])})
-            info = replaced(like, {"cluster": cl, "rates": chip.rank_rates(cl, self.scenario.training.precision)})
+            info = replaced(like, {"cluster": cl, "rates": like.rates if _chip_alike(cl.calibration, like.cluster.calibration)
+                                   else chip.rank_rates(cl, self.scenario.training.precision)})
         else:
             cl = self._placed(self.layout_cluster({"instance": key[0], "instances": key[1], "lnc": key[2], "cal": key[3],
                                       "tp": 1, "pp": 1,
@@ -268,7 +272,7 @@ class Evaluator:
         """What a collective's time on cluster `ck` depends on: the cluster and its calibration's collective factors
         (`Calibration.network`: `network.timing` reads no other), so the settings of the interval that move only
         the chip's factors share their collectives."""
-        return (*ck[:3], self.calibrations[ck[3]].network) if len(ck) > 3 else ck
+        return (*ck[:3], self.calibrations[ck[3]].network, *ck[4:]) if len(ck) > 3 else ck    # (a part's: its own)
 
     def comm_times(self, ck: tuple) -> "MemoCommTimes":
         """How the step's comm's pieces time collectives on cluster `ck`: memoized, no records."""
@@ -298,9 +302,21 @@ class MemoCommTimes(CommTimes):
         return self.pr.concurrent_first(self.ck, transfers)
 
 
+def _chip_alike(a: Calibration, b: Calibration) -> bool:
+    """Whether calibrations a and b hold the same objects in every field but `network` (a setting of the collective
+    factors alone: `Calibration.with_` copies the others), so `chip.rank_rates`, which reads no collective factor,
+    gives both the same rates."""
+    other = b.__dict__
+    return all(v is other.get(k) or k in ("network", "_hash") for k, v in a.__dict__.items())
+
+
 def _memo_many(seen: dict[int, float], nets: list[int], clusters: list, time_all) -> np.ndarray:
     """Seconds of one collective on each of `clusters` (network settings `nets`): those in `seen` as kept, the others
     timed at once by `time_all(clusters) -> [n]` (the whole list where none is kept) and kept."""
+    if not seen.keys() & nets:       # none kept (each setting's first collective): all timed, no look-up each
+        got = np.array(time_all(clusters), dtype=float)      # (a copy: its caller's own)
+        seen.update(zip(nets, got.tolist()))
+        return got
     out = [seen.get(i) for i in nets]
     miss = [j for j, t in enumerate(out) if t is None]
     if miss:

@@ -75,6 +75,13 @@ class RowView:
         self._type = _row_type(tuple(table.columns))
         self._columns = [table[c].tolist() for c in table.columns]
         self._built: dict[int, Any] = {}
+        self._one = getattr(table, "one_value", frozenset())      # (`columns.Columns`: its columns of one value)
+
+    def alike(self, idx: list[int], but: str) -> bool:
+        """Whether rows idx hold the same values in every column but `but` (as their named tuples compare, each
+        value by identity, else ==), the columns the table holds one value in (`Columns.one_value`) unread."""
+        return all(all(col[i] is col[idx[0]] or col[i] == col[idx[0]] for i in idx[1:])
+                   for name, col in zip(self._type._fields, self._columns) if name != but and name not in self._one)
 
     def __getitem__(self, i: int):
         row = self._built.get(i)
@@ -150,6 +157,18 @@ def degraded_hits(pr: Evaluator, row) -> list[np.ndarray]:
                                                 for part in pr.degraded])
 
 
+def _memory(pr: Evaluator, table, sh: Shapes, srow: np.ndarray, pipes: list[PipeRows]) -> dict:
+    """`batched_memory`; of an interval's settings of one layout (a `Columns` holding one value in every column but
+    `cal`) its one row, kept by the layout for the Evaluator's next settings: a layout's HBM does not read the
+    calibration (its shapes' saved bytes are each shape alike's, `_saved_alike`; the reserve and capacity its
+    cluster's under the first, `cluster_columns`)."""
+    if "cal" not in table.columns or not set(table.columns) - {"cal"} <= getattr(table, "one_value", frozenset()):
+        return batched_memory(pr, table, sh, srow, pipes)
+    key = ("memory-row",) + tuple((c, table[c].to_numpy()[0]) for c in table.columns if c != "cal")
+    row = pr.memo(key, lambda: {k: v[:1].copy() for k, v in batched_memory(pr, table, sh, srow, pipes).items()})
+    return {k: np.repeat(v, len(table)) for k, v in row.items()}
+
+
 def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame:
     sc = pr.scenario
     t = sc.training
@@ -157,7 +176,7 @@ def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame
     rows = RowView(table)
     sh, srow = shapes(pr, table, rows)
     pipes = pipe_rows(pr, table)
-    mem = batched_memory(pr, table, sh, srow, pipes)
+    mem = _memory(pr, table, sh, srow, pipes)
     # the output's columns, made a DataFrame once at the end (each column set on a DataFrame costs ~0.15 ms)
     out: dict[str, Any] = {**mem, "worst_stage": mem["worst_stage"].astype(int)}
     hbm = hbm_totals(*(mem[k][:, None] for k in HBM_PARTS), mem["hbm_capacity_gib"][:, None])
@@ -200,10 +219,11 @@ def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame
                 untimed[int(idx[j])] = (f"the scenario's optimizer operators give {OPT[j, s]:g} s on pipeline stage "
                                          f"{s} at this layout's parameters (allowed: a finite number >= 0)")
             OPT = np.where(wrong[:, None], 0.0, OPT)
-        c, has = batched_comm(pr, rows, sh, srow, g, js)
         if pr.degraded:          # the replica the degraded instances slow sets the step, as in the replay
-            c = slowest_replica_comm(c, [batched_comm(s, rows, sh, srow, g, js)[0] for s in pr.slow()],
-                                     degraded_hits(pr, rows[int(idx[0])]))
+            c, has, slows = batched_comm(pr, rows, sh, srow, g, js, slow=True)
+            c = slowest_replica_comm(c, slows, degraded_hits(pr, rows[int(idx[0])]))
+        else:
+            c, has = batched_comm(pr, rows, sh, srow, g, js)
         tp, cp, dp = cols["tp"][idx], cols["cp"][idx], cols["dp"][idx]
         # [n, pp]: each stage at its slowest replica's speed, averaged over the measured steps (once per distinct
         # tp, cp, dp and jitter)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..fairshare import progressive_filling_many
+from ..frozen import read_only
 from .calibration import NetworkCalibration
 from .flows import members_and_levels
 from .groups import Group
@@ -49,7 +50,37 @@ def concurrent_times(clusters: Sequence[Cluster], transfers: Sequence[tuple[str,
                      in_graph: bool | None = None) -> np.ndarray:
     """[clusters, transfers] `concurrent_time(c, transfers, in_graph=in_graph)` of each of `clusters`: one
     placement under several calibrations (an interval's settings), every transfer's costs found at once
-    (`settings.collective_costs`)."""
+    (`settings.collective_costs`). Each setting's seconds kept by what they depend on (`_KEPT`: its fabric and
+    collective calibration, the transfers, `in_graph`), as `timing.SECONDS` keeps a collective's: a setting
+    timed before is a look-up (each setting's sharing is its own: `fairshare.progressive_filling_many`)."""
+    transfers = tuple(transfers)
+    out = np.zeros((len(clusters), len(transfers)))
+    if not transfers:
+        return out
+    fabs = [fab for fab, _, _ in settings_of(clusters, *transfers[0][::2], in_graph)]
+    by_setting = kept(_KEPT, (transfers, in_graph), dict, 1024)
+    keys = [(fab, cl.calibration.network) for fab, cl in zip(fabs, clusters)]
+    todo = []
+    for s, key in enumerate(keys):
+        row = by_setting.get(key)
+        if row is None:
+            todo.append(s)
+        else:
+            out[s] = row
+    if todo:
+        got = _times(clusters if len(todo) == len(clusters) else [clusters[s] for s in todo], transfers, in_graph)
+        for j, s in enumerate(todo):
+            out[s] = kept(by_setting, keys[s], lambda r=got[j]: read_only(r.copy()), 256)
+    return out
+
+
+# `concurrent_times`' seconds by the transfers and `in_graph`, then by each setting's fabric and collective
+# calibration (bounded: 1,024 x 256)
+_KEPT: dict[tuple, dict] = {}
+
+
+def _times(clusters: Sequence[Cluster], transfers: tuple, in_graph: bool | None) -> np.ndarray:
+    """`concurrent_times` of settings none of which is kept."""
     costs = [collective_costs(clusters, op, nbytes, group, in_graph) for op, nbytes, group in transfers]
     out = np.zeros((len(clusters), len(transfers)))
     alike: dict[tuple, tuple] = {}     # the settings whose transfers pay the same link loads, on one fabric

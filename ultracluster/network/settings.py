@@ -17,7 +17,7 @@ from .flows import LinkLoads
 from .groups import Group
 from .timing import (COSTS_MAX, SECONDS, TABLES, canonical_place, compared, graph_setting,
                      check_collective, chosen_many, fabric_of, kept, step_table, table_costs)
-from .topology import Fabric
+from .topology import Fabric, fabric_reads
 
 
 def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group: Group,
@@ -34,12 +34,17 @@ def collective_times(clusters: Sequence[Cluster], op: str, nbytes: float, group:
         return np.zeros(len(clusters))
     out = [0.0] * len(clusters)
     todo: dict[tuple, tuple] = {}
-    get, last, fab_c, placed = SECONDS.get, None, None, None   # the last fabric, its group's canonical place
-    for i, (fab, cal, sync) in enumerate(settings):
+    get, last, fab_c, placed, sub = SECONDS.get, None, None, None, {}   # the last fabric, its group's canonical
+    for i, (fab, cal, sync) in enumerate(settings):                     # place, and its `_BY_COLLECTIVE` entry
         if fab is not last:
             last = fab
             fab_c, placed = canonical_place(fab, group)
-        hit = get((fab_c, op, nbytes, placed, cal))
+            sub = kept(_BY_COLLECTIVE, (fab_c, op, nbytes, placed), dict, 1024)
+        hit = sub.get(cal)
+        if hit is None:
+            hit = get((fab_c, op, nbytes, placed, cal))
+            if hit is not None:
+                kept(sub, cal, lambda hit=hit: hit, 256)
         if hit is None:      # (by identities: `settings_of` gives one object per fabric, `_in_graph` per setting)
             todo.setdefault((id(fab_c), bool(cal.algorithm_envelope)), (fab_c, placed, []))[2].append((i, cal, sync))
         else:
@@ -78,11 +83,20 @@ def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
     identity (an interval's settings ask for each of their collectives); the collective checked on each fabric."""
     def make():
         fabs: dict[Fabric, Fabric] = {}       # one object per distinct fabric (the same, mostly)
+        alike: dict[tuple, Fabric] = {}       # by what `fabric` reads: the settings' clusters share theirs
+        timed: dict[tuple, tuple] = {}        # `graph_setting` by the calibration's identity (clusters share theirs)
         out = []
         for cl in clusters:
-            fab = fabric_of(cl)
-            fab = fabs.setdefault(fab, fab)
-            out.append((fab, *graph_setting(cl.calibration.network, group, in_graph, fab.generation)))
+            reads = fabric_reads(cl)
+            fab = alike.get(reads)
+            if fab is None:
+                fab = fabric_of(cl)
+                fab = alike[reads] = fabs.setdefault(fab, fab)
+            key = (id(cl.calibration.network), fab.generation)
+            got = timed.get(key)
+            if got is None:
+                got = timed[key] = graph_setting(cl.calibration.network, group, in_graph, fab.generation)
+            out.append((fab, *got))
         return clusters, out, tuple(fabs.values())
 
     _, out, fabs = kept(_SETTINGS, (id(clusters), group.together if in_graph is None else in_graph), make, 256)
@@ -91,6 +105,9 @@ def settings_of(clusters: Sequence[Cluster], op: str, group: Group,
     return out
 
 
+# `timing.SECONDS` by (fabric, op, bytes, group) in canonical place, then by calibration (as timed): a collective's
+# settings each a look-up by its calibration alone (its hash kept), not by a key hashing the fabric and group again
+_BY_COLLECTIVE: dict[tuple, dict] = {}
 _SETTINGS: dict[tuple, tuple] = {}       # `settings_of` and its distinct fabrics, by the clusters' identity (the
                                          # entry holding them)
 

@@ -192,6 +192,15 @@ def fabric(cluster: Cluster) -> Fabric:
     )
 
 
+def fabric_reads(cluster: Cluster) -> tuple:
+    """What `fabric` reads of `cluster`, its objects by identity (a caller holding the clusters compares them): two
+    clusters alike here have equal fabrics. An interval's settings, one placement under many calibrations, differ
+    only in the calibration, which a fabric reads only on a NeuronSwitch fabric (`neuronswitch_scale_trn3`)."""
+    spec = cluster.instance
+    return (id(spec), id(cluster.links), cluster.instances, cluster.lnc, bool(cluster.ultraserver),
+            cluster.calibration.network.neuronswitch_scale_trn3 if spec.switch_level_shares is not None else None)
+
+
 def locate(fab: Fabric, ranks: np.ndarray) -> dict[str, np.ndarray]:
     """Where global ranks sit.
 
