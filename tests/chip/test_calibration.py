@@ -105,3 +105,23 @@ def test_every_mechanism_is_ablated(script, committed):
         assert all(math.isfinite(v) for v in row["error_pct"].values())
     # the fitted residual is what the mechanisms leave unexplained: without it the fit is worse
     assert committed["ablation"]["in_graph_sync_s"]["rms_pct"] > 100 * committed["rms_log_error"]
+
+
+def test_page_says_why_a_range_reaches_a_bound_and_cites_what_makes_tensore_near_one_physical(script, committed,
+                                                                                               calibration_dir):
+    import copy
+
+    res = copy.deepcopy(committed)
+    hi = {n: b for n, _, b, *_ in script.FIT}["tensor_efficiency"]
+    res["identifiability"]["tensor_efficiency"].update(low=0.8 * hi, high=hi, at_bound=False)
+    page = script.render(res, calibration_dir)
+    assert "`tensor_efficiency` is inside its bounds, but its identifiable range reaches its upper bound" in page
+    assert "(H25 in docs/sources.md)" in page
+    res["identifiability"]["tensor_efficiency"].update(low=0.9 * hi, high=0.95 * hi)     # inside: nothing said
+    assert "`tensor_efficiency` is inside its bounds" not in script.render(res, calibration_dir)
+    sync = res["identifiability"]["in_graph_sync_s"]
+    lo_s = {n: a for n, a, *_ in script.FIT}["in_graph_sync_s"]
+    sync.update(low=lo_s, at_bound=False)                       # another factor at its lower end: no TensorE source
+    page = script.render(res, calibration_dir)
+    assert "`in_graph_sync_s` is inside its bounds, but its identifiable range reaches its lower bound" in page
+    assert "H25" not in page
