@@ -93,3 +93,30 @@ def test_placement_records_show_chip_coordinates_and_groups():
     assert r["tp_group"] == 120 // 8 and r["core"] == 0
     same_dp = [x for x in by_rank.values() if x["dp_group"] == r["dp_group"]]
     assert len(same_dp) == cl.layout.dp and len({x["dp"] for x in same_dp}) == cl.layout.dp
+
+
+def test_kept_step_loads_equal_step_loads_and_are_keyed_by_content():
+    from ultracluster.network import flows as fl
+    from ultracluster.network.groups import Group
+    from ultracluster.network.selection import stages
+    fab = fabric(bench_cluster("trn1.32xlarge", 4))
+    fl._STEP_LOADS.clear()
+    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+        for nbytes in (1e3, 1e6, 1e9):
+            group = Group(per_instance=16, instances=4)
+            _, lv = fl.members_and_levels(fab, group)
+            flows_of = []
+            for st in stages(fab, op, nbytes, group, lv):
+                flows_of += fl.stage_flows(fab, lv, st) if st.tier != "flat" else fl.unit_flows(
+                    fl.members_and_levels(fab, group)[0], st.algorithm, st.op, st.fraction)
+            for f in flows_of:
+                got, own = fl.kept_step_load(fab, f), fl.step_load(fab, f)
+                for name in ("resource", "per_byte", "tier_max"):
+                    assert np.array_equal(getattr(got, name), getattr(own, name))
+                assert (got.latency_s, got.tier, got.repeat, got.reduce, got.pipelined) == \
+                    (own.latency_s, own.tier, own.repeat, own.reduce, own.pipelined)
+                assert not got.per_byte.flags.writeable
+                # another step shape (more bytes per byte of the buffer) is not the kept one
+                other = fl.kept_step_load(fab, fl.Flows(f.src, f.dst, f.per_byte * 2, f.repeat, f.reduce, f.pipelined))
+                assert np.array_equal(other.per_byte, own.per_byte * 2)
+    assert 0 < len(fl._STEP_LOADS) <= fl.STEP_LOADS_MAX

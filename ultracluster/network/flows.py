@@ -180,6 +180,24 @@ def step_load(fab: Fabric, fl: Flows) -> StepLoad:
                     int(routed.tier.max()) if routed.tier.size else 0, fl.repeat, fl.reduce, fl.pipelined)
 
 
+STEP_LOADS_MAX = 4096
+_STEP_LOADS: dict[tuple, StepLoad] = {}   # `kept_step_load`'s, by the flows' content
+
+
+def kept_step_load(fab: Fabric, fl: Flows) -> StepLoad:
+    """`step_load`, kept by the flows' content (read-only): a search's collectives repeat step shapes (an all-gather's
+    steps are its reduce-scatter's, sizes on either side of a switch share stages), 294 steps of 118 shapes in the
+    70B plan; a store at STEP_LOADS_MAX entries starts again empty."""
+    key = (fab, fl.src.dtype.str, fl.src.tobytes(), fl.dst.dtype.str, fl.dst.tobytes(), fl.per_byte.dtype.str,
+           fl.per_byte.tobytes(), fl.repeat, fl.reduce, fl.pipelined)
+    hit = _STEP_LOADS.get(key)
+    if hit is None:
+        if len(_STEP_LOADS) >= STEP_LOADS_MAX:
+            _STEP_LOADS.clear()
+        hit = _STEP_LOADS[key] = read_only(step_load(fab, fl))
+    return hit
+
+
 @functools.lru_cache(maxsize=64)
 def _slots(fab: Fabric) -> tuple[np.ndarray, np.ndarray]:
     """The raw bandwidth and tier of every resource slot of an instance (`Fabric.local_bandwidth`, `local_tiers`)."""
@@ -209,7 +227,7 @@ def stage_link_loads(fab: Fabric, op: str, group: Group, stage_list: tuple[Stage
             flows += unit_flows(members, st.algorithm, st.op, st.fraction)
         else:
             flows += stage_flows(fab, lv, st)
-    return read_only(LinkLoads(tuple(step_load(fab, f) for f in flows), algorithm_name(stage_list), group.ranks,
+    return read_only(LinkLoads(tuple(kept_step_load(fab, f) for f in flows), algorithm_name(stage_list), group.ranks,
                              fab.generation))
 
 
