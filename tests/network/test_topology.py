@@ -119,4 +119,9 @@ def test_kept_step_loads_equal_step_loads_and_are_keyed_by_content():
                 # another step shape (more bytes per byte of the buffer) is not the kept one
                 other = fl.kept_step_load(fab, fl.Flows(f.src, f.dst, f.per_byte * 2, f.repeat, f.reduce, f.pipelined))
                 assert np.array_equal(other.per_byte, own.per_byte * 2)
+                # the same flows as another kind of step: the same routes, its own repeat and flags
+                flip = fl.kept_step_load(fab, fl.Flows(f.src, f.dst, f.per_byte, f.repeat + 1, not f.reduce,
+                                                       not f.pipelined))
+                assert (flip.repeat, flip.reduce, flip.pipelined) == (f.repeat + 1, not f.reduce, not f.pipelined)
+                assert np.array_equal(flip.resource, own.resource) and np.array_equal(flip.tier_max, own.tier_max)
     assert 0 < len(fl._STEP_LOADS) <= fl.STEP_LOADS_MAX

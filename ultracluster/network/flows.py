@@ -6,6 +6,7 @@ collective model (`network.collectives`).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -185,17 +186,20 @@ _STEP_LOADS: dict[tuple, StepLoad] = {}   # `kept_step_load`'s, by the flows' co
 
 
 def kept_step_load(fab: Fabric, fl: Flows) -> StepLoad:
-    """`step_load`, kept by the flows' content (read-only): a search's collectives repeat step shapes (an all-gather's
-    steps are its reduce-scatter's, sizes on either side of a switch share stages), 294 steps of 118 shapes in the
-    70B plan; a store at STEP_LOADS_MAX entries starts again empty."""
+    """`step_load`, its routed part (resources, loads, latency, tier) kept by the flows' content (read-only): a
+    search's collectives repeat step shapes (an all-gather's steps route as its reduce-scatter's, sizes on either
+    side of a switch share stages), 294 steps routing 98 flow sets in the 70B plan; a store at STEP_LOADS_MAX
+    entries starts again empty."""
     key = (fab, fl.src.dtype.str, fl.src.tobytes(), fl.dst.dtype.str, fl.dst.tobytes(), fl.per_byte.dtype.str,
-           fl.per_byte.tobytes(), fl.repeat, fl.reduce, fl.pipelined)
+           fl.per_byte.tobytes())
     hit = _STEP_LOADS.get(key)
     if hit is None:
         if len(_STEP_LOADS) >= STEP_LOADS_MAX:
             _STEP_LOADS.clear()
-        hit = _STEP_LOADS[key] = read_only(step_load(fab, fl))
-    return hit
+        hit = _STEP_LOADS[key] = read_only(step_load(fab, dataclasses.replace(fl, repeat=1, reduce=False,
+                                                                                pipelined=False)))
+    return StepLoad(hit.resource, hit.per_byte, hit.tier_max, hit.latency_s, hit.tier, fl.repeat, fl.reduce,
+                    fl.pipelined)
 
 
 @functools.lru_cache(maxsize=64)
@@ -215,7 +219,7 @@ def members_and_levels(fab: Fabric, group: Group) -> tuple[np.ndarray, Levels | 
 def stage_link_loads(fab: Fabric, op: str, group: Group, stage_list: tuple[Stage, ...]) -> LinkLoads:
     members, lv = members_and_levels(fab, group)
     if op == "send_recv":
-        st = step_load(fab, Flows(members[:, 0], members[:, 1], np.ones(members.shape[0]), 1))
+        st = kept_step_load(fab, Flows(members[:, 0], members[:, 1], np.ones(members.shape[0]), 1))
         loc = locate(fab, members[0])
         name = {0: "chip", 1: "neuronlink", 2: "efa"}[st.tier]
         if st.tier == 1 and loc["instance"][0] != loc["instance"][1]:
