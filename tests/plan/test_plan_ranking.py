@@ -132,3 +132,21 @@ def test_without_a_price_another_cluster_is_compared_per_instance(scenarios_dir)
     same = t[(t["instance"] == "trn1.32xlarge") & (t["vs_scenario"] != "") & ~t["scenario_layout"]]
     assert len(same) and set(same["vs_scenario_on"]) == {"tokens/s"}
     assert "no price" in format_plan(result)
+
+
+def test_labels_of_a_table_are_each_rows_label_with_pieces_shared():
+    """`ranking.labels` words each piece once per distinct value of what it reads: every row's text is still its own
+    (`label`), where rows share a piece's values and differ in another's (tp alone: the tail's sequence parallelism)."""
+    from ultracluster.layouts.ranking import _LABEL_COLUMNS, label, labels
+
+    base = dict(stack="neuronx-distributed", instances=32, instance="trn1.32xlarge", lnc=1, tp=8, pp=4, dp=8, cp=1,
+                ep=1, pp_schedule="interleaved", virtual_stages=2, micro_batch=1, recompute="selective", zero=1,
+                sequence_parallel=False)
+    rows = [base, {**base, "tp": 1}, {**base, "pp": 1}, {**base, "cp": 2}, {**base, "pp_schedule": "1f1b"},
+            {**base, "instance": "trn2.48xlarge", "lnc": 2}, {**base, "stack": "custom"}, {**base, "zero": 3},
+            {**base, "sequence_parallel": True}, {**base, "tp": 1, "sequence_parallel": True}, base]
+    t = pd.DataFrame(rows)[list(_LABEL_COLUMNS)]
+    got = labels(t)
+    assert got == [label(r) for r in rows]
+    assert len(set(got)) == len(rows) - 2          # the first row again; tp1 with or without sp: the same text
+    assert labels(t.drop(columns="stack")) == [label({k: v for k, v in r.items() if k != "stack"}) for r in rows]

@@ -230,9 +230,26 @@ _LABEL_COLUMNS = ("stack", "instances", "instance", "lnc", "tp", "pp", "dp", "cp
 
 
 def labels(t: pd.DataFrame) -> list[str]:
-    """`label` of every row (from the columns as Python lists: no per-row Series)."""
+    """`label` of every row (from the columns as Python lists: no per-row Series): `_label`'s text in three pieces,
+    each worded once per distinct value of what it reads (a search's rows share them: the 70B plan's 8,586 labels
+    from about 300 pieces, in a third of the time)."""
     cols = [t[c].tolist() if c in t.columns else ["custom"] * len(t) for c in _LABEL_COLUMNS]
-    return [_label(*v) for v in zip(*cols)]
+    heads: dict[tuple, str] = {}
+    mids: dict[tuple, str] = {}
+    tails: dict[tuple, str] = {}
+    out = []
+    for stack, instances, instance, lnc, tp, pp, dp, cp, ep, sched, v, mb, rc, zero, sp in zip(*cols):
+        h = heads.get(k1 := (stack, instances, instance, lnc))
+        if h is None:
+            h = heads[k1] = _label_head(*k1)
+        m = mids.get(k2 := (tp, pp, dp, cp, ep, sched, v))
+        if m is None:
+            m = mids[k2] = _label_mid(*k2)
+        e = tails.get(k3 := (mb, rc, zero, tp, sp))
+        if e is None:
+            e = tails[k3] = _label_tail(*k3)
+        out.append(h + m + e)
+    return out
 
 
 def label(r) -> str:
@@ -247,8 +264,16 @@ _HAS_LNC = {name: len(spec.allowed_lnc) > 1 for name, spec in INSTANCES.items()}
 
 def _label(stack, instances, instance, lnc, tp, pp, dp, cp, ep, pp_schedule, virtual_stages, micro_batch, recompute,
            zero, sequence_parallel) -> str:
-    text = f"{_PREFIX.get(stack, stack + ': ')}{instances} x {instance}" + \
-        (f" lnc{lnc}" if _HAS_LNC.get(instance) else "") + f" tp{tp} pp{pp} dp{dp}"
+    return (_label_head(stack, instances, instance, lnc) + _label_mid(tp, pp, dp, cp, ep, pp_schedule, virtual_stages)
+            + _label_tail(micro_batch, recompute, zero, tp, sequence_parallel))
+
+
+def _label_head(stack, instances, instance, lnc) -> str:
+    return f"{_PREFIX.get(stack, stack + ': ')}{instances} x {instance}" + (f" lnc{lnc}" if _HAS_LNC.get(instance) else "")
+
+
+def _label_mid(tp, pp, dp, cp, ep, pp_schedule, virtual_stages) -> str:
+    text = f" tp{tp} pp{pp} dp{dp}"
     if cp > 1:
         text += f" cp{cp}"
     if ep > 1:
@@ -256,7 +281,11 @@ def _label(stack, instances, instance, lnc, tp, pp, dp, cp, ep, pp_schedule, vir
     if pp > 1:
         text += " " + SCHEDULE_SHORT.get(pp_schedule, pp_schedule) + (f"{virtual_stages}" if
                                                                      pp_schedule == "interleaved" else "")
-    text += f" mb{micro_batch} {RECOMPUTE_SHORT.get(recompute, recompute)} zero{zero}"
+    return text
+
+
+def _label_tail(micro_batch, recompute, zero, tp, sequence_parallel) -> str:
+    text = f" mb{micro_batch} {RECOMPUTE_SHORT.get(recompute, recompute)} zero{zero}"
     return text + (" no-sp" if sequence_parallel_default(tp) and not sequence_parallel else "")
 
 
