@@ -130,6 +130,10 @@ def activation_peak(held: np.ndarray, act: np.ndarray) -> np.ndarray:
 def stage_peaks(held: np.ndarray, act: np.ndarray) -> np.ndarray:
     """[n, p] `activation_peak` of every stage at once: held [p, k, v] each stage's vectors (`stacked_held`),
     act [n, v, p] the local chunks' bytes of each stage; the products summed chunk by chunk in order."""
+    if held.shape[2] == 1 and np.isfinite(act).all() and not np.signbit(act).any():
+        # one chunk, bytes finite and >= 0 (not -0.0): h x a is monotone in h (IEEE rounding is), so the peak is
+        # the largest count's, the same bits from one vector
+        held = held.max(axis=1, keepdims=True)
     per = act.transpose(0, 2, 1)[:, :, None, :]                     # [n, p, 1, v]
     total = held[None, :, :, 0] * per[..., 0]
     for j in range(1, held.shape[2]):

@@ -85,3 +85,20 @@ def test_every_stages_held_vectors_at_once_are_the_walk_of_its_program(schedule,
                     t += x[j] * act[n, j, s]
                 totals.append(t)
             assert peaks[n, s] == max(totals)
+
+
+def test_one_chunk_peaks_from_the_largest_count_are_the_products_maximum_bit_for_bit():
+    """`stage_peaks` with one chunk takes the largest held count times the bytes (finite, >= 0, not -0.0), the same
+    bits as the maximum of every product; other bytes (inf, -0.0, NaN) take every product as before."""
+    from ultracluster.memory import stage_peaks
+
+    rng = np.random.default_rng(3)
+    held = rng.integers(0, 40, (5, 9, 1)).astype(float)
+    held[:, 0] = 0.0                                      # the empty vector, as `stacked_held` pads
+    for act in (rng.uniform(0.0, 1e9, (7, 1, 5)), rng.uniform(0.0, 1.0, (7, 1, 5)) * 10.0 ** rng.integers(
+            -300, 300, (7, 1, 5)), np.where(rng.uniform(size=(7, 1, 5)) < 0.3, np.inf, 2.5),
+                np.where(rng.uniform(size=(7, 1, 5)) < 0.3, -0.0, 1.5), np.full((7, 1, 5), np.nan)):
+        with np.errstate(invalid="ignore"):
+            want = (held[None, :, :, 0] * act.transpose(0, 2, 1)).max(axis=2)
+            got = stage_peaks(held, act)
+        assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
