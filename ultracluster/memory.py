@@ -130,15 +130,47 @@ def activation_peak(held: np.ndarray, act: np.ndarray) -> np.ndarray:
 def stage_peaks(held: np.ndarray, act: np.ndarray) -> np.ndarray:
     """[n, p] `activation_peak` of every stage at once: held [p, k, v] each stage's vectors (`stacked_held`),
     act [n, v, p] the local chunks' bytes of each stage; the products summed chunk by chunk in order."""
-    if held.shape[2] == 1 and np.isfinite(act).all() and not np.signbit(act).any():
-        # one chunk, bytes finite and >= 0 (not -0.0): h x a is monotone in h (IEEE rounding is), so the peak is
-        # the largest count's, the same bits from one vector
-        held = held.max(axis=1, keepdims=True)
+    if np.isfinite(act).all() and not np.signbit(act).any():
+        # bytes finite and >= 0 (not -0.0): every product and partial sum is monotone in the held counts (IEEE
+        # rounding is), so a vector no larger than another in any chunk is never the peak: the same bits without it
+        held = held.max(axis=1, keepdims=True) if held.shape[2] == 1 else _undominated(held)
     per = act.transpose(0, 2, 1)[:, :, None, :]                     # [n, p, 1, v]
     total = held[None, :, :, 0] * per[..., 0]
     for j in range(1, held.shape[2]):
         total += held[None, :, :, j] * per[..., j]
     return total.max(axis=2)
+
+
+UNDOMINATED_MAX = 256
+_UNDOMINATED: dict[tuple, np.ndarray] = {}    # `_undominated` by the held vectors' content
+
+
+def _undominated(held: np.ndarray) -> np.ndarray:
+    """[p, k', v] each stage's held vectors [k, v] without those at most a pivot's in every chunk (pivots: the
+    largest total, the largest of each chunk; the pivot itself and the first of equal vectors kept), padded with a
+    stage's first kept one (fewer than half the vectors of the 70B plan's long programs). Kept by content; a store
+    at UNDOMINATED_MAX entries starts again empty."""
+    p, k, v = held.shape
+    key = (held.shape, held.dtype.str, held.tobytes())
+    hit = _UNDOMINATED.get(key)
+    if hit is None:
+        at, order = np.arange(k), np.arange(p)
+        drop = np.zeros((p, k), dtype=bool)
+        for pivot in [held.sum(axis=2).argmax(axis=1)] + [held[:, :, j].argmax(axis=1) for j in range(v)]:
+            top = held[order, pivot][:, None, :]                          # [p, 1, v]
+            same = (held == top).all(axis=2)
+            drop |= (held <= top).all(axis=2) & (~same | (at[None, :] > pivot[:, None]))
+        keep = ~drop
+        order_k = np.argsort(drop, axis=1, kind="stable")                # each stage's kept first, in order
+        count = keep.sum(axis=1)
+        width = int(count.max())
+        idx = np.where(at[None, :width] < count[:, None], order_k[:, :width], order_k[:, :1])
+        hit = np.take_along_axis(held, idx[:, :, None], axis=1)
+        hit.flags.writeable = False
+        if len(_UNDOMINATED) >= UNDOMINATED_MAX:
+            _UNDOMINATED.clear()
+        _UNDOMINATED[key] = hit
+    return hit
 
 
 def stacked_held(per_stage: list[np.ndarray]) -> np.ndarray:

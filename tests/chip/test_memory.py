@@ -87,18 +87,25 @@ def test_every_stages_held_vectors_at_once_are_the_walk_of_its_program(schedule,
             assert peaks[n, s] == max(totals)
 
 
-def test_one_chunk_peaks_from_the_largest_count_are_the_products_maximum_bit_for_bit():
-    """`stage_peaks` with one chunk takes the largest held count times the bytes (finite, >= 0, not -0.0), the same
-    bits as the maximum of every product; other bytes (inf, -0.0, NaN) take every product as before."""
+@pytest.mark.parametrize("v", [1, 2, 3])
+def test_peaks_from_fewer_held_vectors_are_every_vectors_maximum_bit_for_bit(v):
+    """`stage_peaks` leaves out held vectors no larger than another in any chunk (one chunk: all but the largest)
+    where the bytes are finite and >= 0 (not -0.0): the same bits as the maximum over every vector of its ordered
+    sum; other bytes (inf, -0.0, NaN) take every vector as before. Twice: the second from the kept vectors."""
     from ultracluster.memory import stage_peaks
 
-    rng = np.random.default_rng(3)
-    held = rng.integers(0, 40, (5, 9, 1)).astype(float)
+    rng = np.random.default_rng(3 + v)
+    held = rng.integers(0, 6, (5, 40, v)).astype(float)
     held[:, 0] = 0.0                                      # the empty vector, as `stacked_held` pads
-    for act in (rng.uniform(0.0, 1e9, (7, 1, 5)), rng.uniform(0.0, 1.0, (7, 1, 5)) * 10.0 ** rng.integers(
-            -300, 300, (7, 1, 5)), np.where(rng.uniform(size=(7, 1, 5)) < 0.3, np.inf, 2.5),
-                np.where(rng.uniform(size=(7, 1, 5)) < 0.3, -0.0, 1.5), np.full((7, 1, 5), np.nan)):
+    held[:, 7] = held[:, 3]                               # equal vectors
+    for act in (rng.uniform(0.0, 1e9, (7, v, 5)), rng.uniform(0.0, 1.0, (7, v, 5)) * 10.0 ** rng.integers(
+            -300, 300, (7, v, 5)), np.where(rng.uniform(size=(7, v, 5)) < 0.3, np.inf, 2.5),
+                np.where(rng.uniform(size=(7, v, 5)) < 0.3, -0.0, 1.5), np.full((7, v, 5), np.nan)):
         with np.errstate(invalid="ignore"):
-            want = (held[None, :, :, 0] * act.transpose(0, 2, 1)).max(axis=2)
-            got = stage_peaks(held, act)
-        assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+            total = held[None, :, :, 0] * act.transpose(0, 2, 1)[:, :, None, 0]
+            for j in range(1, v):
+                total = total + held[None, :, :, j] * act.transpose(0, 2, 1)[:, :, None, j]
+            want = total.max(axis=2)
+            for _ in range(2):
+                got = stage_peaks(held, act)
+                assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
