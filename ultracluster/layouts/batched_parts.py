@@ -81,6 +81,12 @@ def _one_value(a: np.ndarray) -> bool:
         return False
 
 
+def one_layout(table) -> bool:
+    """Whether `table` is one layout under several calibrations as an interval's settings table is built (a
+    `columns.Columns` holding one value in every column but `cal`, `layouts.setting_times._settings_table`)."""
+    return "cal" in table.columns and set(table.columns) - {"cal"} <= getattr(table, "one_value", frozenset())
+
+
 SHAPE_COLUMNS = ("instance", "lnc", "tp", "cp", "micro_batch", "recompute", "sequence_parallel", "ep")
 
 
@@ -92,14 +98,21 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
         (Shapes, [rows] index of each row's shape).
     """
     srow, firsts = distinct_rows(table, SHAPE_COLUMNS + (("cal",) if "cal" in table.columns else ()))
-    first = {_shape_key(rows[i]): rows[i] for i in firsts.tolist()}
+    if one_layout(table):       # an interval's settings: the first row's shape under each setting (no row built)
+        base, r0 = _shape_key(rows[0])[:-1], rows[0]
+        first = {base + (c,): (r0, c) for c in table["cal"].to_numpy()[firsts].tolist()}
+    else:
+        first = {_shape_key(r): (r, calibration_index(r)) for r in (rows[i] for i in firsts.tolist())}
     keys = list(first)
     if len(keys) != firsts.size:
         raise AssertionError("shape columns and shape keys disagree")    # a bug here, not bad input
-    per_key = [pr.memo(("shape", key), lambda r=first[key]: _shape_inputs(pr, r)) for key in keys]
+    per_key = [pr.memo(("shape", key), lambda r=first[key]: _shape_inputs(pr, *r)) for key in keys]
     K = len(keys)
     ops, cal = per_key[0][1], per_key[0][4]
-    V = {name: np.array([pk[0][name] for pk in per_key], dtype=float) for name in per_key[0][0]}
+    if all(pk[0] is per_key[0][0] for pk in per_key):     # one shape alike (an interval's): its values K times
+        V = {name: np.full(K, x, dtype=float) for name, x in per_key[0][0].items()}
+    else:
+        V = {name: np.array([pk[0][name] for pk in per_key], dtype=float) for name in per_key[0][0]}
     R = chip.stack_rates([pk[2].rates for pk in per_key])
     costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
                              np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention,
@@ -124,12 +137,12 @@ def _shared_work(pr: Evaluator, keys: list, V: dict[str, np.ndarray], ops) -> tu
     return chip.kept_layer_work(ops, {n: a[firsts] for n, a in V.items()}), k
 
 
-def _shape_inputs(pr: Evaluator, r) -> tuple:
-    """What timing row r's per-rank shape needs (kept per shape across a search's pieces): its shape
-    variables, operators, cluster, recomputation and calibration. The variables, operators and recomputation
-    read only the calibration's switches, which an Evaluator's calibrations share: kept once for every
-    calibration of the shape (an interval's settings)."""
-    info = pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r))
+def _shape_inputs(pr: Evaluator, r, c: int) -> tuple:
+    """What timing row r's per-rank shape under calibration `c` (an index) needs (kept per shape across a search's
+    pieces): its shape variables, operators, cluster, recomputation and calibration. The variables, operators and
+    recomputation read only the calibration's switches, which an Evaluator's calibrations share: kept once for
+    every calibration of the shape (an interval's settings)."""
+    info = pr.cluster(r.instance, r.instances, r.lnc, c)
     cal = info.cluster.calibration
 
     def alike():
@@ -137,7 +150,7 @@ def _shape_inputs(pr: Evaluator, r) -> tuple:
         v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
         return v, opslib.applicable(pr.library, sc, cal), opslib.recompute_mode(sc.training)
 
-    v, ops, rc = pr.memo(("shape-alike", _shape_key(r)[:-1]), alike)
+    v, ops, rc = pr.memo(("shape-alike", _shape_key(r)[:-1]), alike)   # (r's own `cal` not read)
     return v, ops, info, rc, cal
 
 
@@ -408,7 +421,8 @@ def _units(pr: Evaluator, rows, srow: np.ndarray, idx: np.ndarray, js: np.ndarra
     runs once; with `parts` degraded parts, over the settings of the layout then of each part (`batched_comm`'s
     `slow`)."""
     if one:
-        cks = [(r.instance, int(r.instances), int(r.lnc), calibration_index(r)) for r in (rows[i] for i in idx.tolist())]
+        r = rows[int(idx[0])]       # (every row's but its `cal`: the first's, no other row built)
+        cks = [(r.instance, int(r.instances), int(r.lnc), c) for c in rows.column("cal", idx)]
         cks += [ck + (p,) for p in range(parts) for ck in cks]
         yield (np.arange(len(cks)), int(idx[0]), int(js[0]), np.tile(srow[idx].astype(np.int64), 1 + parts),
                tuple(cks), SettingsCommTimes(pr, cks))
