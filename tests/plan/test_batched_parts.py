@@ -174,3 +174,17 @@ def test_a_setting_equal_to_an_earlier_one_takes_its_index_and_shares_its_rates(
     c = one.cluster
     infos = [pr.cluster(c.instance, c.instances, c.lnc, i) for i in (0, 1)]
     assert infos[1].rates is infos[0].rates
+
+
+def test_distinct_rows_of_one_integer_column_are_factorizes():
+    """`batched_parts.distinct_rows` with one integer column to read (an interval's `cal`) finds its codes without
+    pandas: the same rows, first rows and dtype as `pd.factorize` then `np.unique` give, whatever the values' order."""
+    from ultracluster.layouts.batched_parts import distinct_rows
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        a = rng.integers(-3, int(rng.integers(1, 20)), size=int(rng.integers(1, 60)))
+        which, firsts = distinct_rows(pd.DataFrame({"x": a, "y": np.ones(a.size)}), ("x", "y"))
+        _, want_firsts, want = np.unique(pd.factorize(a)[0].astype(np.int64), return_index=True, return_inverse=True)
+        assert np.array_equal(which, want.reshape(-1)) and np.array_equal(firsts, want_firsts)
+        assert which.dtype == np.int64 and firsts.dtype == want_firsts.dtype

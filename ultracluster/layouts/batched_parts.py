@@ -57,12 +57,15 @@ def distinct_rows(table: pd.DataFrame, columns: tuple[str, ...]) -> tuple[np.nda
     """([rows] which distinct combination of `columns`' values each row holds, [K] the first row of each)."""
     code = np.zeros(len(table), dtype=np.int64)
     known = getattr(table, "one_value", ())        # (`columns.Columns`: the columns it holds one value in)
-    for c in columns:                   # one integer per distinct combination of the columns' values
-        if c in known:
-            continue
-        a = table[c].to_numpy()
-        if a.size <= 1024 and _one_value(a):        # (an interval's settings: factorize's codes 0 of one value)
-            continue
+    read = [a for a in (table[c].to_numpy() for c in columns if c not in known)
+            if not (a.size <= 1024 and _one_value(a))]     # (an interval's settings: factorize's codes 0 of one value)
+    if len(read) == 1 and read[0].dtype.kind in "iu":      # one integer column (an interval's `cal`): the same
+        _, first, inv = np.unique(read[0], return_index=True, return_inverse=True)    # as below, without pandas
+        order = np.argsort(first, kind="stable")            # its values by first appearance, as factorize codes them
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        return rank[inv.reshape(-1)].astype(np.int64), first[order]
+    for a in read:                      # one integer per distinct combination of the columns' values
         codes, values = pd.factorize(a)
         code = code * len(values) + codes
     _, firsts, which = np.unique(code, return_index=True, return_inverse=True)
