@@ -103,7 +103,7 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
     srow, firsts = distinct_rows(table, SHAPE_COLUMNS + (("cal",) if "cal" in table.columns else ()))
     if one_layout(table):       # an interval's settings: the first row's shape under each setting (no row built)
         base, r0 = _shape_key(rows[0])[:-1], rows[0]
-        first = {base + (c,): (r0, c) for c in table["cal"].to_numpy()[firsts].tolist()}
+        first = {base + (c,): (r0, c, base) for c in table["cal"].to_numpy()[firsts].tolist()}
     else:
         first = {_shape_key(r): (r, calibration_index(r)) for r in (rows[i] for i in firsts.tolist())}
     keys = list(first)
@@ -140,20 +140,21 @@ def _shared_work(pr: Evaluator, keys: list, V: dict[str, np.ndarray], ops) -> tu
     return chip.kept_layer_work(ops, {n: a[firsts] for n, a in V.items()}), k
 
 
-def _shape_inputs(pr: Evaluator, r, c: int) -> tuple:
+def _shape_inputs(pr: Evaluator, r, c: int, alike: tuple | None = None) -> tuple:
     """What timing row r's per-rank shape under calibration `c` (an index) needs (kept per shape across a search's
     pieces): its shape variables, operators, cluster, recomputation and calibration. The variables, operators and
     recomputation read only the calibration's switches, which an Evaluator's calibrations share: kept once for
-    every calibration of the shape (an interval's settings)."""
+    every calibration of the shape (an interval's settings), by the shape's key but its calibration (`alike`,
+    when the caller has it)."""
     info = pr.cluster(r.instance, r.instances, r.lnc, c)
     cal = info.cluster.calibration
 
-    def alike():
+    def same():
         sc = layout_scenario(pr.scenario, r)
         v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
         return v, opslib.applicable(pr.library, sc, cal), opslib.recompute_mode(sc.training)
 
-    v, ops, rc = pr.memo(("shape-alike", _shape_key(r)[:-1]), alike)   # (r's own `cal` not read)
+    v, ops, rc = pr.memo(("shape-alike", alike or _shape_key(r)[:-1]), same)   # (r's own `cal` not read)
     return v, ops, info, rc, cal
 
 
