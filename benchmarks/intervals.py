@@ -160,16 +160,16 @@ def main() -> None:
         r = measure(Path(p), args.repeats)
         print(f"| {r['scenario']} | {r['chips']:,} | {r['factors']} | {r['interval_s']:.3f} | {r['replayed_s']:.3f} "
               f"| {r['replayed_s'] / r['interval_s']:.1f}x | {r['max_diff_pct']:.3f} % |")
-    print("\n| one degraded instance | chips | run s (in process, median) | interval adds, fast path s | "
-          "x the run | of which the network model s | interval adds, every setting replayed s | x the run "
-          "| the healthy run's interval s | largest step difference |")
+    print("\n| one degraded instance | chips | run ms (in process, median) | interval adds, fast path ms | "
+          "x the run | of which the network model ms | interval adds, every setting replayed ms | x the run "
+          "| the healthy run's interval ms | largest step difference |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in DEGRADED:
         r = measure_degraded(HERE / name, args.repeats)
-        print(f"| {r['scenario']} | {r['chips']:,} | {r['run_s']:.3f} | {r['fast_s']:.3f} | "
-              f"{r['fast_s'] / r['run_s']:.1f}x | {r['network_s']:.3f} | {r['replay_s']:.3f} | "
+        print(f"| {r['scenario']} | {r['chips']:,} | {r['run_s'] * 1e3:.1f} | {r['fast_s'] * 1e3:.1f} | "
+              f"{r['fast_s'] / r['run_s']:.2f}x | {r['network_s'] * 1e3:.1f} | {r['replay_s'] * 1e3:.0f} | "
               f"{r['replay_s'] / r['run_s']:.1f}x | "
-              f"{r['healthy_s']:.3f} | {r['max_diff_pct']:.3f} % |")
+              f"{r['healthy_s'] * 1e3:.1f} | {r['max_diff_pct']:.3f} % |")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

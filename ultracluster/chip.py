@@ -190,30 +190,25 @@ def op_seconds(work: dict[str, np.ndarray], rates: RankRates, e: float = 2.0, w:
     Args:
         work: arrays "tensor" (FLOPs), "vector", "scalar", "gpsimd" (element passes), "bytes" (HBM), and
             optionally the matmul shape "m", "k", "n" (0 where the operator has no matmul) and "host" (the
-            kernel each operator runs in; fused when `rates.fusion`).
-        rates: the rank's calibrated rates.
+            kernel each operator runs in; fused when `rates.fusion`). rates: the rank's calibrated rates.
         e, w: bytes per activation and per weight element (for SBUF re-reads).
-
         phase: "forward" or "backward" (which outputs a matmul evicts from PSUM, `psum_evictions`).
         at: the column of `work` (at distinct shapes) each entry of `rates` takes (an interval's settings); None:
             work at the rates' entries. `kernel_work` is found at the distinct shapes: the same numbers either way.
-
-    Returns:
-        Seconds per operator row: a kernel's time (its roofline plus the fixed kernel launch) on its host's
-        row, 0 on the rows of operators fused into it and of operators that do no work.
-    """
+    Returns seconds per operator row: a kernel's time (its roofline plus the fixed kernel launch) on its host's
+    row, 0 on the rows of operators fused into it and of operators that do no work."""
     structure = bool(np.all(rates.structure)) if not isinstance(rates.structure, bool) else rates.structure
-    kw = kernel_work(work, structure, bool(rates.fusion), phase)
+    return _roofline(kernel_work(work, structure, bool(rates.fusion), phase), rates, e, w, at)
+
+
+def _roofline(kw: dict, rates: RankRates, e, w, at) -> np.ndarray:
+    """`op_seconds` of `kernel_work`'s `kw`, elementwise (several works joined: each its own seconds, `layer_costs`)."""
     if at is not None:
         kw = {**kw, **{x: kw[x][:, at] for x in ("tensor", "vector", "scalar", "gpsimd", "bytes", "m", "k", "n", "util")}}
     m, k, n = kw["m"], kw["k"], kw["n"]
     hbm = kw["bytes"] + np.where(kw["tensor"] > 0, sbuf_rereads(m, k, n, e, w, rates.sbuf_bytes), 0.0)
-    engines = np.stack([
-        kw["tensor"] / (rates.tensor_flop_per_s * kw["util"]),
-        kw["vector"] / rates.vector_elem_per_s,
-        kw["scalar"] / rates.scalar_elem_per_s,
-        kw["gpsimd"] / rates.gpsimd_elem_per_s,
-    ])
+    engines = np.stack([kw["tensor"] / (rates.tensor_flop_per_s * kw["util"]), kw["vector"] / rates.vector_elem_per_s,
+                        kw["scalar"] / rates.scalar_elem_per_s, kw["gpsimd"] / rates.gpsimd_elem_per_s])
     serial = kw.get("serial", np.zeros(engines.shape[1], dtype=bool))
     serial = serial.reshape(serial.shape + (1,) * (engines.ndim - 2)) & rates.serial_engines
     busy = np.maximum(np.where(serial, engines.sum(axis=0), engines.max(axis=0)), hbm / rates.hbm_bytes_per_s)
@@ -222,11 +217,8 @@ def op_seconds(work: dict[str, np.ndarray], rates: RankRates, e: float = 2.0, w:
 
 @dataclass(frozen=True)
 class ChunkTimes:
-    """Compute seconds per microbatch of each pipeline chunk on a rank at speed 1.
-
-    Arrays are indexed by chunk id = virtual stage x pp + stage (Megatron's interleaved order), so chunk
-    c lives on stage c % pp.
-    """
+    """Compute seconds per microbatch of each pipeline chunk on a rank at speed 1, arrays indexed by chunk id =
+    virtual stage x pp + stage (Megatron's interleaved order), so chunk c lives on stage c % pp."""
 
     forward_s: np.ndarray
     backward_s: np.ndarray       # including recomputation
@@ -248,11 +240,8 @@ class ChunkTimes:
 
 def stack_rates(rates: list[RankRates]) -> RankRates:
     """Several ranks' rates as one RankRates of arrays [K] (the switches, bools, from the first)."""
-    out = {}
-    for f in fields(RankRates):
-        vals = [getattr(r, f.name) for r in rates]
-        out[f.name] = vals[0] if isinstance(vals[0], bool) else np.array(vals, dtype=float)
-    return RankRates(**out)
+    return RankRates(**{f.name: getattr(rates[0], f.name) if isinstance(getattr(rates[0], f.name), bool)
+                        else np.array([getattr(r, f.name) for r in rates], dtype=float) for f in fields(RankRates)})
 
 
 def _sum0(a: np.ndarray) -> np.ndarray:
@@ -293,8 +282,7 @@ def layer_work(ops, v: dict[str, np.ndarray], wheres: tuple = LAYER_WORK) -> dic
 
 def kept_layer_work(ops, v: dict[str, np.ndarray], wheres: tuple = LAYER_WORK) -> dict:
     """`layer_work`, kept by the operators' identities and the variables' values (the last 64; arrays read-only): a
-    run's per-layer kernels (`chunk_times`) and its interval's settings, which time the same shape, evaluate its
-    operators once."""
+    run's per-layer kernels (`chunk_times`) and its interval's settings, timing one shape, evaluate it once."""
     key = (tuple(map(id, ops)), wheres) + tuple((n, a.dtype.str, a.shape, a.tobytes())
                                          for n, a in sorted((n, np.asarray(x)) for n, x in v.items()))
     hit = _LAYER_WORK.get(key)
@@ -322,23 +310,34 @@ def _distinct_work(ops, v: dict[str, np.ndarray], wheres: tuple) -> tuple[dict, 
 
 def layer_costs(ops, v: dict[str, np.ndarray], rates: RankRates, recompute: np.ndarray, overhead: np.ndarray,
                 flash_attention: bool, work: dict | None = None, at: np.ndarray | None = None) -> LayerCosts:
-    """Time the layer, embedding and head kernels of K shapes at once (one `evaluate` per where and phase).
+    """Time the layer, embedding and head kernels of K shapes at once (one `evaluate` per where and phase; their
+    kernels in one roofline, `_roofline`).
 
     Args:
         ops: the applicable operator library; v: shape variables, arrays [K]; rates: `stack_rates` [K].
-        recompute: [K] "none", "selective", "selective_mlp" (`operators.recompute_mode`) or "full"; overhead: [K] `Calibration.layer_overhead_s`.
-        flash_attention: the calibration's switch (the flash kernel's backward recomputes the scores itself,
-            so selective recomputation does not run the attention core twice).
+        recompute: [K] "none", "selective", "selective_mlp" (`operators.recompute_mode`) or "full"; overhead: [K]
+            `Calibration.layer_overhead_s`. flash_attention: the calibration's switch (the flash kernel's backward
+            recomputes the scores itself, so selective recomputation does not run the attention core twice).
         work: `layer_work(ops, v)` when the caller has it (`kept_layer_work`'s: what the rates do not enter is kept
-            with it, `op_seconds`).
-        at: [K] the shape of `work` each of the K takes (`work` at distinct shapes: the settings of an interval
-            share theirs); None: `work` is at the K shapes.
+            with it, `op_seconds`). at: [K] the shape of `work` each of the K takes (`work` at distinct shapes:
+            the settings of an interval share theirs); None: `work` is at the K shapes.
     """
     works = layer_work(ops, v) if work is None else work
+    structure = bool(np.all(rates.structure)) if not isinstance(rates.structure, bool) else rates.structure
+    kws = tuple(kernel_work(works[wp], structure, bool(rates.fusion), wp[1]) for wp in LAYER_WORK)
+    key = ("joined",) + tuple(map(id, kws)) if all(not kw["tensor"].flags.writeable for kw in kws) else None
+    joined = _KERNEL_WORK.get(key, (kws, None))[1]      # the six kernels' works as one (one roofline, the same numbers)
+    if joined is None:                                  # kept with them where they are kept
+        joined = {x: np.concatenate([kw.get(x, np.zeros(kw["tensor"].shape[0], dtype=bool)) for kw in kws])
+                  for x in ("tensor", "vector", "scalar", "gpsimd", "bytes", "m", "k", "n", "util", "serial")}
+        if key and len(_KERNEL_WORK) < 256:
+            _KERNEL_WORK[key] = (kws, read_only(joined))
+    secs = dict(zip(LAYER_WORK, np.split(_roofline(joined, rates, v["e"], v["w"], at),
+                                         np.cumsum([kw["tensor"].shape[0] for kw in kws])[:-1])))
 
     def kernels(where: str, phase: str):
         w = works[(where, phase)]
-        return op_seconds(w, rates, v["e"], v["w"], phase, at), (w if at is None else {**w, "tensor": w["tensor"][:, at]})
+        return secs[(where, phase)], (w if at is None else {**w, "tensor": w["tensor"][:, at]})
 
     lf, wf = kernels("layer", "forward")
     lb, wb = kernels("layer", "backward")

@@ -247,10 +247,22 @@ def _grid(f: UncertainFactor, central: float) -> np.ndarray:
     return np.array([f.low, 0.5 * (f.low + central), central, 0.5 * (central + f.high), f.high])
 
 
-def _grid_settings(cal: Calibration, factors: tuple) -> list[Calibration]:
-    """The central setting, then each factor's GRID points but the central one (the others central)."""
-    return [cal] + [cal.with_(**{f.name: float(v)}) for f in factors
-                    for j, v in enumerate(_grid(f, factor_value(cal, f.name))) if j != GRID // 2]
+@lru_cache(maxsize=16)
+def _grid_settings(cal: Calibration, factors: tuple) -> tuple[Calibration, ...]:
+    """The central setting, then each factor's GRID points but the central one (the others central). Kept for the
+    last 16 (calibration, factors), by value: every interval of a chip generation under one calibration times the
+    same grid, whose settings then keep their hashes (`calibration.factors._kept_hash`; read-only: Calibrations are
+    frozen)."""
+    return (cal,) + tuple(cal.with_(**{f.name: float(v)}) for f in factors
+                          for j, v in enumerate(_grid(f, factor_value(cal, f.name))) if j != GRID // 2)
+
+
+@lru_cache(maxsize=1024)
+def _draw_setting(cal: Calibration, factors: tuple, j: int) -> Calibration:
+    """Draw j's setting of the factors (the Halton sequence's point j over their ranges), kept as `_grid_settings`
+    (the last 1024, by value): an interval times the draws nearest its band's ends, the same in runs alike."""
+    u = halton(DRAWS, len(factors))
+    return cal.with_(**{f.name: float(f.low + u[j, k] * (f.high - f.low)) for k, f in enumerate(factors)})
 
 
 def _grid_times(t: np.ndarray, factors: tuple) -> np.ndarray:
@@ -345,7 +357,6 @@ def hardware(times, cal: Calibration, factors: tuple, n: int, weights) -> Hardwa
     if not ok.size:
         return out
     w, out.anchored = weights()
-    u = halton(DRAWS, len(factors))
     xs = {i: _draws(factors, cal, float(out.base[i]), out.grid[i]) for i in ok}
     qs = {i: weighted_quantile(xs[i], w, (0.1, 0.9)) for i in ok}
     if len(factors) == 1:                         # one factor: its grid is its whole effect
@@ -356,8 +367,7 @@ def hardware(times, cal: Calibration, factors: tuple, n: int, weights) -> Hardwa
     for i in ok:
         near[i] = np.concatenate([np.argsort(np.abs(xs[i] - q) - 1e9 * (w > 0.1 / DRAWS))[:NEAR] for q in qs[i]])
     draws = np.unique(near[ok])
-    settings = [cal.with_(**{f.name: float(f.low + u[j, k] * (f.high - f.low)) for k, f in enumerate(factors)})
-                for j in draws]
+    settings = [_draw_setting(cal, factors, j) for j in draws.tolist()]
     with np.errstate(divide="ignore", invalid="ignore"):
         exact = np.log(np.asarray(times(settings, np.searchsorted(draws, near)), dtype=float) / out.base[:, None])
     for i in ok:

@@ -160,3 +160,32 @@ def test_distinct_work_groups_entries_as_their_values_and_evaluates_each_once():
     every = layer_work(ops, V, (("optimizer", "forward"),))[("optimizer", "forward")]
     for name in ("tensor", "vector", "bytes"):
         assert np.array_equal(work[("optimizer", "forward")][name][:, at], every[name])
+
+
+def test_layer_costs_kernels_in_one_roofline_are_each_op_seconds_and_kept_only_with_kept_work():
+    """`chip.layer_costs` times its six kernels' works joined in one roofline: each kernel's seconds as `op_seconds`
+    gives them alone (bit for bit), fresh work or kept (`kept_layer_work`, several rates per shape: `at`); the joined
+    work kept beside its parts only where they are kept (read-only), and found again by a second call."""
+    from ultracluster import chip, operators as opslib
+
+    sc = scenario()
+    cl = build_cluster(sc, 1)
+    cal = cl.calibration
+    ops = opslib.applicable(opslib.library_for(sc), sc, cal)
+    v1 = {n: np.array([x], dtype=float) for n, x in opslib.shape_variables(sc, cl.layout, cal).items()}
+    rates = [rank_rates(cl, sc.training.precision), rank_rates(build_cluster(sc, 1, cal.with_(tensor_efficiency=0.3)),
+                                                               sc.training.precision)]
+    at = np.array([0, 0])
+    v2 = {n: a[at] for n, a in v1.items()}
+    R = chip.stack_rates(rates)
+    chip._KERNEL_WORK.clear()
+    fresh = chip.layer_costs(ops, v1, chip.stack_rates(rates[:1]), np.array(["none"]), np.array([1e-5]), True)
+    assert not any(k[0] == "joined" for k in chip._KERNEL_WORK)          # not kept: not joined-and-kept either
+    kept = chip.kept_layer_work(ops, v1)
+    got = [chip.layer_costs(ops, v2, R, np.array(["none"] * 2), np.array([1e-5] * 2), True, kept, at) for _ in (0, 1)]
+    assert sum(k[0] == "joined" for k in chip._KERNEL_WORK) == 1          # kept once, found by the second call
+    lf = chip.op_seconds(kept[("layer", "forward")], R, v2["e"], v2["w"], "forward", at)
+    hb = chip.op_seconds(kept[("head", "backward")], R, v2["e"], v2["w"], "backward", at)
+    assert np.array_equal(got[0].layer_fwd, chip._sum0(lf) + 1e-5) and np.array_equal(got[0].head_bwd, chip._sum0(hb))
+    assert np.array_equal(got[1].layer_bwd, got[0].layer_bwd)
+    assert got[0].layer_fwd[0] == fresh.layer_fwd[0] and got[0].layer_fwd[1] > got[0].layer_fwd[0]

@@ -272,3 +272,23 @@ def test_weighted_quantiles_from_one_sort_are_each_quantile():
     w /= w.sum()
     assert weighted_quantile(x, w, (0.1, 0.9)) == [weighted_quantile(x, w, 0.1), weighted_quantile(x, w, 0.9)]
     assert weighted_quantile(x, w, 0.1) < weighted_quantile(x, w, 0.9)
+
+
+def test_grid_and_draw_settings_are_kept_by_value_and_are_what_they_would_be_made():
+    """`uncertainty._grid_settings` and `_draw_setting` are kept (bounded, by the calibration's and factors' values):
+    what they give is what making them again gives, and another calibration gets its own settings."""
+    from ultracluster.cluster import build_cluster
+    from ultracluster.uncertainty import DRAWS, _draw_setting, _grid_settings, factors_for, halton
+
+    cl = build_cluster(load_scenario("scenarios/llama3.1-8b-128k-cp16-trn2.yaml"), 1)
+    cal, factors = cl.calibration, tuple(factors_for(cl, pinned=False))
+    grid = _grid_settings(cal, factors)
+    assert _grid_settings(cal.with_(), factors) is grid            # an equal calibration: the kept grid
+    assert grid == _grid_settings.__wrapped__(cal, factors) and grid[0] == cal and len(grid) == 1 + 4 * len(factors)
+    other = _grid_settings(cal.with_(tensor_efficiency=cal.tensor_efficiency * 0.9), factors)
+    assert other != grid and other[0].tensor_efficiency != cal.tensor_efficiency
+    u = halton(DRAWS, len(factors))
+    for j in (0, 17, DRAWS - 1):
+        want = cal.with_(**{f.name: float(f.low + u[j, k] * (f.high - f.low)) for k, f in enumerate(factors)})
+        assert _draw_setting(cal, factors, j) == want and _draw_setting(cal, factors, j) is _draw_setting(cal, factors, j)
+    assert _grid_settings.cache_info().maxsize == 16 and _draw_setting.cache_info().maxsize == 1024

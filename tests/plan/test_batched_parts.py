@@ -154,3 +154,37 @@ def test_a_setting_of_the_collective_factors_alone_keeps_its_clusters_rates():
     for info in infos:
         assert info.rates == chip.rank_rates(info.cluster, one.training.precision)
     assert infos[2].rates.tensor_flop_per_s < infos[0].rates.tensor_flop_per_s
+
+
+def test_a_setting_equal_to_an_earlier_one_takes_its_index_and_shares_its_rates():
+    """`Evaluator.add_calibrations`: a setting equal to an earlier one (an interval's grid point at its factor's
+    central value, a copy holding an equal float) is given the first one's index, so a setting of the collective
+    factors alone keeps that first cluster's rank rates (`_chip_alike` compares objects)."""
+    from ultracluster import load_scenario
+    from ultracluster.cluster import build_cluster
+    from ultracluster.layouts.setting_times import one_step
+
+    one = one_step(load_scenario("scenarios/llama3.1-8b-128k-cp16-trn2.yaml"))
+    cal = build_cluster(one, 1).calibration
+    copy = cal.with_(fp8_peak_scale_trn2=float(str(cal.fp8_peak_scale_trn2)))     # equal, another float object
+    assert copy == cal and copy.fp8_peak_scale_trn2 is not cal.fp8_peak_scale_trn2
+    net = cal.with_(efa_efficiency=0.3)
+    pr = steps.Evaluator(one, calibrations=(cal, net, copy))
+    assert pr.add_calibrations([copy, net, cal]).tolist() == [0, 1, 0]
+    c = one.cluster
+    infos = [pr.cluster(c.instance, c.instances, c.lnc, i) for i in (0, 1)]
+    assert infos[1].rates is infos[0].rates
+
+
+def test_distinct_rows_of_one_integer_column_are_factorizes():
+    """`batched_parts.distinct_rows` with one integer column to read (an interval's `cal`) finds its codes without
+    pandas: the same rows, first rows and dtype as `pd.factorize` then `np.unique` give, whatever the values' order."""
+    from ultracluster.layouts.batched_parts import distinct_rows
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        a = rng.integers(-3, int(rng.integers(1, 20)), size=int(rng.integers(1, 60)))
+        which, firsts = distinct_rows(pd.DataFrame({"x": a, "y": np.ones(a.size)}), ("x", "y"))
+        _, want_firsts, want = np.unique(pd.factorize(a)[0].astype(np.int64), return_index=True, return_inverse=True)
+        assert np.array_equal(which, want.reshape(-1)) and np.array_equal(firsts, want_firsts)
+        assert which.dtype == np.int64 and firsts.dtype == want_firsts.dtype

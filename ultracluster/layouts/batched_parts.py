@@ -57,12 +57,15 @@ def distinct_rows(table: pd.DataFrame, columns: tuple[str, ...]) -> tuple[np.nda
     """([rows] which distinct combination of `columns`' values each row holds, [K] the first row of each)."""
     code = np.zeros(len(table), dtype=np.int64)
     known = getattr(table, "one_value", ())        # (`columns.Columns`: the columns it holds one value in)
-    for c in columns:                   # one integer per distinct combination of the columns' values
-        if c in known:
-            continue
-        a = table[c].to_numpy()
-        if a.size <= 1024 and _one_value(a):        # (an interval's settings: factorize's codes 0 of one value)
-            continue
+    read = [a for a in (table[c].to_numpy() for c in columns if c not in known)
+            if not (a.size <= 1024 and _one_value(a))]     # (an interval's settings: factorize's codes 0 of one value)
+    if len(read) == 1 and read[0].dtype.kind in "iu":      # one integer column (an interval's `cal`): the same
+        _, first, inv = np.unique(read[0], return_index=True, return_inverse=True)    # as below, without pandas
+        order = np.argsort(first, kind="stable")            # its values by first appearance, as factorize codes them
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        return rank[inv.reshape(-1)].astype(np.int64), first[order]
+    for a in read:                      # one integer per distinct combination of the columns' values
         codes, values = pd.factorize(a)
         code = code * len(values) + codes
     _, firsts, which = np.unique(code, return_index=True, return_inverse=True)
@@ -81,6 +84,12 @@ def _one_value(a: np.ndarray) -> bool:
         return False
 
 
+def one_layout(table) -> bool:
+    """Whether `table` is one layout under several calibrations as an interval's settings table is built (a
+    `columns.Columns` holding one value in every column but `cal`, `layouts.setting_times._settings_table`)."""
+    return "cal" in table.columns and set(table.columns) - {"cal"} <= getattr(table, "one_value", frozenset())
+
+
 SHAPE_COLUMNS = ("instance", "lnc", "tp", "cp", "micro_batch", "recompute", "sequence_parallel", "ep")
 
 
@@ -92,14 +101,21 @@ def shapes(pr: Evaluator, table: pd.DataFrame, rows: list) -> tuple[Shapes, np.n
         (Shapes, [rows] index of each row's shape).
     """
     srow, firsts = distinct_rows(table, SHAPE_COLUMNS + (("cal",) if "cal" in table.columns else ()))
-    first = {_shape_key(rows[i]): rows[i] for i in firsts.tolist()}
+    if one_layout(table):       # an interval's settings: the first row's shape under each setting (no row built)
+        base, r0 = _shape_key(rows[0])[:-1], rows[0]
+        first = {base + (c,): (r0, c, base) for c in table["cal"].to_numpy()[firsts].tolist()}
+    else:
+        first = {_shape_key(r): (r, calibration_index(r)) for r in (rows[i] for i in firsts.tolist())}
     keys = list(first)
     if len(keys) != firsts.size:
         raise AssertionError("shape columns and shape keys disagree")    # a bug here, not bad input
-    per_key = [pr.memo(("shape", key), lambda r=first[key]: _shape_inputs(pr, r)) for key in keys]
+    per_key = [pr.memo(("shape", key), lambda r=first[key]: _shape_inputs(pr, *r)) for key in keys]
     K = len(keys)
     ops, cal = per_key[0][1], per_key[0][4]
-    V = {name: np.array([pk[0][name] for pk in per_key], dtype=float) for name in per_key[0][0]}
+    if all(pk[0] is per_key[0][0] for pk in per_key):     # one shape alike (an interval's): its values K times
+        V = {name: np.full(K, x, dtype=float) for name, x in per_key[0][0].items()}
+    else:
+        V = {name: np.array([pk[0][name] for pk in per_key], dtype=float) for name in per_key[0][0]}
     R = chip.stack_rates([pk[2].rates for pk in per_key])
     costs = chip.layer_costs(ops, V, R, np.array([pk[3] for pk in per_key]),
                              np.array([pk[4].layer_overhead_s for pk in per_key]), cal.flash_attention,
@@ -124,20 +140,21 @@ def _shared_work(pr: Evaluator, keys: list, V: dict[str, np.ndarray], ops) -> tu
     return chip.kept_layer_work(ops, {n: a[firsts] for n, a in V.items()}), k
 
 
-def _shape_inputs(pr: Evaluator, r) -> tuple:
-    """What timing row r's per-rank shape needs (kept per shape across a search's pieces): its shape
-    variables, operators, cluster, recomputation and calibration. The variables, operators and recomputation
-    read only the calibration's switches, which an Evaluator's calibrations share: kept once for every
-    calibration of the shape (an interval's settings)."""
-    info = pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r))
+def _shape_inputs(pr: Evaluator, r, c: int, alike: tuple | None = None) -> tuple:
+    """What timing row r's per-rank shape under calibration `c` (an index) needs (kept per shape across a search's
+    pieces): its shape variables, operators, cluster, recomputation and calibration. The variables, operators and
+    recomputation read only the calibration's switches, which an Evaluator's calibrations share: kept once for
+    every calibration of the shape (an interval's settings), by the shape's key but its calibration (`alike`,
+    when the caller has it)."""
+    info = pr.cluster(r.instance, r.instances, r.lnc, c)
     cal = info.cluster.calibration
 
-    def alike():
+    def same():
         sc = layout_scenario(pr.scenario, r)
         v = opslib.shape_variables(sc, Layout(tp=int(r.tp), cp=int(r.cp), pp=1, dp=1), cal)
         return v, opslib.applicable(pr.library, sc, cal), opslib.recompute_mode(sc.training)
 
-    v, ops, rc = pr.memo(("shape-alike", _shape_key(r)[:-1]), alike)
+    v, ops, rc = pr.memo(("shape-alike", alike or _shape_key(r)[:-1]), same)   # (r's own `cal` not read)
     return v, ops, info, rc, cal
 
 
@@ -408,7 +425,8 @@ def _units(pr: Evaluator, rows, srow: np.ndarray, idx: np.ndarray, js: np.ndarra
     runs once; with `parts` degraded parts, over the settings of the layout then of each part (`batched_comm`'s
     `slow`)."""
     if one:
-        cks = [(r.instance, int(r.instances), int(r.lnc), calibration_index(r)) for r in (rows[i] for i in idx.tolist())]
+        r = rows[int(idx[0])]       # (every row's but its `cal`: the first's, no other row built)
+        cks = [(r.instance, int(r.instances), int(r.lnc), c) for c in rows.column("cal", idx)]
         cks += [ck + (p,) for p in range(parts) for ck in cks]
         yield (np.arange(len(cks)), int(idx[0]), int(js[0]), np.tile(srow[idx].astype(np.int64), 1 + parts),
                tuple(cks), SettingsCommTimes(pr, cks))

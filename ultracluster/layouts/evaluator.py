@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from operator import is_
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
@@ -209,7 +210,9 @@ class Evaluator:
     def add_calibrations(self, calibrations) -> np.ndarray:
         """The indices (a table's `cal` column) of `calibrations` among this Evaluator's, those it lacks appended
         (the memo keys name a calibration by its index, so what was timed stays; companions follow)."""
-        have = {c: i for i, c in enumerate(self.calibrations)}
+        have: dict[Calibration, int] = {}
+        for i, c in enumerate(self.calibrations):       # equal settings: the first's index (its objects: the
+            have.setdefault(c, i)                       # cluster it shares rank rates with, `_chip_alike`)
         new = tuple(dict.fromkeys(c for c in calibrations if c not in have))
         if new:
             if {(f, getattr(c, f)) for c in new for f in SWITCHES} - {(f, getattr(self.calibration, f))
@@ -306,8 +309,10 @@ def _chip_alike(a: Calibration, b: Calibration) -> bool:
     """Whether calibrations a and b hold the same objects in every field but `network` (a setting of the collective
     factors alone: `Calibration.with_` copies the others), so `chip.rank_rates`, which reads no collective factor,
     gives both the same rates."""
-    other = b.__dict__
-    return all(v is other.get(k) or k in ("network", "_hash") for k, v in a.__dict__.items())
+    return all(map(is_, map(a.__dict__.get, _CHIP_FIELDS), map(b.__dict__.get, _CHIP_FIELDS)))
+
+
+_CHIP_FIELDS = tuple(f.name for f in fields(Calibration) if f.name != "network")    # what `_chip_alike` compares
 
 
 def _memo_many(seen: dict[int, float], nets: list[int], clusters: list, time_all) -> np.ndarray:

@@ -42,7 +42,7 @@ from ..replay.result import StageMemory
 from ..step import merit, speed as step_speed
 from ..step.hbm import HBM_PARTS, hbm_totals
 from .batched_parts import (PipeRows, Shapes, program_counts, batched_chunks, batched_comm, batched_memory, cluster_columns,
-                    distinct_rows, pipe_rows, shapes)
+                    distinct_rows, one_layout, pipe_rows, shapes)
 from .evaluator import (LAYOUT_COLUMNS, MEMORY_COLUMNS, PARTS, ClusterInfo, Evaluator, calibration_index,
                      layout_scenario)
 from .columns import Columns, objects
@@ -82,6 +82,11 @@ class RowView:
         value by identity, else ==), the columns the table holds one value in (`Columns.one_value`) unread."""
         return all(all(col[i] is col[idx[0]] or col[i] == col[idx[0]] for i in idx[1:])
                    for name, col in zip(self._type._fields, self._columns) if name != but and name not in self._one)
+
+    def column(self, name: str, idx: np.ndarray) -> list:
+        """The values of column `name` at rows idx, as their named tuples hold them (no row built)."""
+        col = self._columns[self._type._fields.index(name)]
+        return [col[i] for i in idx.tolist()]
 
     def __getitem__(self, i: int):
         row = self._built.get(i)
@@ -162,7 +167,7 @@ def _memory(pr: Evaluator, table, sh: Shapes, srow: np.ndarray, pipes: list[Pipe
     `cal`) its one row, kept by the layout for the Evaluator's next settings: a layout's HBM does not read the
     calibration (its shapes' saved bytes are each shape alike's, `_saved_alike`; the reserve and capacity its
     cluster's under the first, `cluster_columns`)."""
-    if "cal" not in table.columns or not set(table.columns) - {"cal"} <= getattr(table, "one_value", frozenset()):
+    if not one_layout(table):
         return batched_memory(pr, table, sh, srow, pipes)
     key = ("memory-row",) + tuple((c, table[c].to_numpy()[0]) for c in table.columns if c != "cal")
     row = pr.memo(key, lambda: {k: v[:1].copy() for k, v in batched_memory(pr, table, sh, srow, pipes).items()})
@@ -199,8 +204,9 @@ def _evaluate(pr: Evaluator, table: pd.DataFrame, reasons: bool) -> pd.DataFrame
     feasible = out["feasible"]
     # each row's cluster and calibration (jitter, step overhead), one lookup per distinct cluster
     which, firsts = distinct_rows(table, ("instance", "instances", "lnc") + (("cal",) if "cal" in table.columns else ()))
-    cals = [pr.cluster(r.instance, r.instances, r.lnc, calibration_index(r)).cluster.calibration
-            for r in (rows[i] for i in firsts.tolist())]
+    cals = [pr.cluster(r.instance, r.instances, r.lnc, c).cluster.calibration for r, c in
+            (((rows[0], c) for c in rows.column("cal", firsts)) if one_layout(table)    # (one row built: an interval's)
+             else ((rows[i], calibration_index(rows[i])) for i in firsts.tolist()))]
     sigma = np.array([speed_draws.jitter_sigma(sc, c) for c in cals])[which]
     overhead = np.array([c.step_overhead_s for c in cals])[which]
     cols = {c: table[c].to_numpy() for c in ("tp", "cp", "dp", "microbatches", "pp_schedule")}
