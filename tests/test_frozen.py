@@ -40,8 +40,8 @@ def test_read_only_reaches_every_array_inside():
         a: np.ndarray
         rest: tuple
 
-    box = read_only(Box(np.zeros(3), (np.ones(2), [np.arange(4)], slice(0, 2), 7)))
-    for arr in (box.a, box.rest[0], box.rest[1][0]):
+    box = read_only(Box(np.zeros(3), (np.ones(2), [np.arange(4)], slice(0, 2), 7, {"x": {"y": np.ones(3)}})))
+    for arr in (box.a, box.rest[0], box.rest[1][0], box.rest[4]["x"]["y"]):
         with pytest.raises(ValueError, match="read-only"):
             arr[0] = 5
 
@@ -71,3 +71,12 @@ def test_a_collective_profile_is_read_only():
     for arr in arrays:
         with pytest.raises(ValueError, match="read-only"):
             arr.flat[0] = arr.flat[0]
+
+
+def test_kept_makes_once_and_a_full_store_starts_again():
+    from ultracluster.frozen import kept
+
+    store, made = {}, []
+    make = lambda k: (lambda: made.append(k) or k * 10)      # noqa: E731
+    assert [kept(store, k, make(k), limit=2) for k in (1, 1, 2)] == [10, 10, 20] and made == [1, 2]
+    assert kept(store, 3, make(3), limit=2) == 30 and store == {3: 30}       # at its limit: emptied, then 3 kept

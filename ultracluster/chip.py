@@ -16,7 +16,7 @@ import numpy as np
 
 from . import operators as opslib, stacks
 from .cluster import Cluster, stage_sum
-from .frozen import read_only
+from .frozen import kept, read_only
 
 
 # TensorE is a 128 x 128 systolic array: the contraction dimension fills its 128 rows (partitions), the
@@ -159,10 +159,13 @@ def kernel_work(work: dict[str, np.ndarray], structure: bool, fusion: bool, phas
     and fused kernels (`fusion`), "m", "k", "n", "gpsimd" (0 where not given) and "util" (TensorE's share of peak at
     each matmul's shape). Kept by the work's identity where its arrays are read-only (`kept_layer_work`'s, held by
     the entry): a run's kernels and its interval's settings time the same shapes under many rates."""
-    given, key = work, (id(work), structure, fusion, phase)
-    kept = isinstance(work.get("tensor"), np.ndarray) and not work["tensor"].flags.writeable
-    if kept and key in _KERNEL_WORK:
-        return _KERNEL_WORK[key][1]
+    if isinstance(work.get("tensor"), np.ndarray) and not work["tensor"].flags.writeable:
+        return kept(_KERNEL_WORK, (id(work), structure, fusion, phase),
+                    lambda: (work, read_only(_kernel_work(work, structure, fusion, phase))), 256)[1]
+    return _kernel_work(work, structure, fusion, phase)
+
+
+def _kernel_work(work: dict[str, np.ndarray], structure: bool, fusion: bool, phase: str) -> dict:
     if structure and "tensor" in work:
         work = dict(work)
         work["vector"] = work["vector"] + psum_evictions(work, phase)   # the evictions run on VectorE (H4)
@@ -172,11 +175,6 @@ def kernel_work(work: dict[str, np.ndarray], structure: bool, fusion: bool, phas
     m, k, n = (work.get(d, zero) for d in ("m", "k", "n"))
     out = {**work, "m": m, "k": k, "n": n, "gpsimd": work.get("gpsimd", zero),
            "util": _fill(k, PE_ROWS) * _fill(n, PE_COLS) * _moving_fill(m, structure)}
-    if kept:
-        if len(_KERNEL_WORK) >= 256:
-            _KERNEL_WORK.clear()
-        read_only(list(out.values()))
-        _KERNEL_WORK[key] = (given, out)
     return out
 
 
@@ -197,8 +195,12 @@ def op_seconds(work: dict[str, np.ndarray], rates: RankRates, e: float = 2.0, w:
             work at the rates' entries. `kernel_work` is found at the distinct shapes: the same numbers either way.
     Returns seconds per operator row: a kernel's time (its roofline plus the fixed kernel launch) on its host's
     row, 0 on the rows of operators fused into it and of operators that do no work."""
-    structure = bool(np.all(rates.structure)) if not isinstance(rates.structure, bool) else rates.structure
-    return _roofline(kernel_work(work, structure, bool(rates.fusion), phase), rates, e, w, at)
+    return _roofline(kernel_work(work, _structure(rates), bool(rates.fusion), phase), rates, e, w, at)
+
+
+def _structure(rates: RankRates) -> bool:
+    """`rates.structure` as one switch (a `stack_rates` holds the first rank's)."""
+    return bool(np.all(rates.structure)) if not isinstance(rates.structure, bool) else rates.structure
 
 
 def _roofline(kw: dict, rates: RankRates, e, w, at) -> np.ndarray:
@@ -285,14 +287,10 @@ def kept_layer_work(ops, v: dict[str, np.ndarray], wheres: tuple = LAYER_WORK) -
     run's per-layer kernels (`chunk_times`) and its interval's settings, timing one shape, evaluate it once."""
     key = (tuple(map(id, ops)), wheres) + tuple((n, a.dtype.str, a.shape, a.tobytes())
                                          for n, a in sorted((n, np.asarray(x)) for n, x in v.items()))
-    hit = _LAYER_WORK.get(key)
-    if hit is None:
-        if len(_LAYER_WORK) >= 64:
-            _LAYER_WORK.clear()
+    def make():         # (the operators held: their identities stay theirs)
         work = layer_work(ops, v, wheres)
-        read_only([a for w in work.values() for a in w.values()])
-        hit = _LAYER_WORK[key] = (tuple(ops), work)       # (the operators held: their identities stay theirs)
-    return hit[1]
+        return tuple(ops), read_only(work)
+    return kept(_LAYER_WORK, key, make, 64)[1]
 
 
 _LAYER_WORK: dict[tuple, tuple] = {}
@@ -323,15 +321,14 @@ def layer_costs(ops, v: dict[str, np.ndarray], rates: RankRates, recompute: np.n
             the settings of an interval share theirs); None: `work` is at the K shapes.
     """
     works = layer_work(ops, v) if work is None else work
-    structure = bool(np.all(rates.structure)) if not isinstance(rates.structure, bool) else rates.structure
-    kws = tuple(kernel_work(works[wp], structure, bool(rates.fusion), wp[1]) for wp in LAYER_WORK)
-    key = ("joined",) + tuple(map(id, kws)) if all(not kw["tensor"].flags.writeable for kw in kws) else None
-    joined = _KERNEL_WORK.get(key, (kws, None))[1]      # the six kernels' works as one (one roofline, the same numbers)
-    if joined is None:                                  # kept with them where they are kept
-        joined = {x: np.concatenate([kw.get(x, np.zeros(kw["tensor"].shape[0], dtype=bool)) for kw in kws])
-                  for x in ("tensor", "vector", "scalar", "gpsimd", "bytes", "m", "k", "n", "util", "serial")}
-        if key and len(_KERNEL_WORK) < 256:
-            _KERNEL_WORK[key] = (kws, read_only(joined))
+    kws = tuple(kernel_work(works[wp], _structure(rates), bool(rates.fusion), wp[1]) for wp in LAYER_WORK)
+
+    def join():         # the six kernels' works as one (one roofline, the same numbers), with them
+        return kws, {x: np.concatenate([kw.get(x, np.zeros(kw["tensor"].shape[0], dtype=bool)) for kw in kws])
+                     for x in ("tensor", "vector", "scalar", "gpsimd", "bytes", "m", "k", "n", "util", "serial")}
+    kept_too = all(not kw["tensor"].flags.writeable for kw in kws)      # kept where they are
+    joined = (kept(_KERNEL_WORK, ("joined",) + tuple(map(id, kws)), lambda: read_only(join()), 256) if kept_too
+              else join())[1]
     secs = dict(zip(LAYER_WORK, np.split(_roofline(joined, rates, v["e"], v["w"], at),
                                          np.cumsum([kw["tensor"].shape[0] for kw in kws])[:-1])))
 

@@ -20,6 +20,7 @@ import numpy as np
 from . import chip
 from . import operators as opslib
 from .cluster import stage_sum
+from .frozen import kept, read_only
 from .step.hbm import hbm_totals
 from .units import GIB
 from .replay.result import StageMemory
@@ -150,27 +151,24 @@ def _undominated(held: np.ndarray) -> np.ndarray:
     largest total, the largest of each chunk; the pivot itself and the first of equal vectors kept), padded with a
     stage's first kept one (fewer than half the vectors of the 70B plan's long programs). Kept by content; a store
     at UNDOMINATED_MAX entries starts again empty."""
+    return kept(_UNDOMINATED, (held.shape, held.dtype.str, held.tobytes()), lambda: read_only(_pruned(held)),
+                UNDOMINATED_MAX)
+
+
+def _pruned(held: np.ndarray) -> np.ndarray:
+    """`_undominated`'s vectors, found."""
     p, k, v = held.shape
-    key = (held.shape, held.dtype.str, held.tobytes())
-    hit = _UNDOMINATED.get(key)
-    if hit is None:
-        at, order = np.arange(k), np.arange(p)
-        drop = np.zeros((p, k), dtype=bool)
-        for pivot in [held.sum(axis=2).argmax(axis=1)] + [held[:, :, j].argmax(axis=1) for j in range(v)]:
-            top = held[order, pivot][:, None, :]                          # [p, 1, v]
-            same = (held == top).all(axis=2)
-            drop |= (held <= top).all(axis=2) & (~same | (at[None, :] > pivot[:, None]))
-        keep = ~drop
-        order_k = np.argsort(drop, axis=1, kind="stable")                # each stage's kept first, in order
-        count = keep.sum(axis=1)
-        width = int(count.max())
-        idx = np.where(at[None, :width] < count[:, None], order_k[:, :width], order_k[:, :1])
-        hit = np.take_along_axis(held, idx[:, :, None], axis=1)
-        hit.flags.writeable = False
-        if len(_UNDOMINATED) >= UNDOMINATED_MAX:
-            _UNDOMINATED.clear()
-        _UNDOMINATED[key] = hit
-    return hit
+    at, order = np.arange(k), np.arange(p)
+    drop = np.zeros((p, k), dtype=bool)
+    for pivot in [held.sum(axis=2).argmax(axis=1)] + [held[:, :, j].argmax(axis=1) for j in range(v)]:
+        top = held[order, pivot][:, None, :]                          # [p, 1, v]
+        same = (held == top).all(axis=2)
+        drop |= (held <= top).all(axis=2) & (~same | (at[None, :] > pivot[:, None]))
+    order_k = np.argsort(drop, axis=1, kind="stable")                # each stage's kept first, in order
+    count = (~drop).sum(axis=1)
+    width = int(count.max())
+    idx = np.where(at[None, :width] < count[:, None], order_k[:, :width], order_k[:, :1])
+    return np.take_along_axis(held, idx[:, :, None], axis=1)
 
 
 def stacked_held(per_stage: list[np.ndarray]) -> np.ndarray:

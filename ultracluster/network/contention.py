@@ -11,12 +11,12 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..fairshare import progressive_filling_many
-from ..frozen import read_only
+from ..frozen import kept, read_only
 from .calibration import NetworkCalibration
 from .flows import members_and_levels
 from .groups import Group
 from .settings import collective_costs, settings_of
-from .timing import kept, collective_cost
+from .timing import collective_cost
 from .topology import fabric, locate
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..frozen import read_only
+from ..frozen import kept, read_only
 from . import algorithms as algs
 from .groups import Group
 from .selection import Levels, Stage, algorithm_name, family, levels, stages
@@ -192,12 +192,9 @@ def kept_step_load(fab: Fabric, fl: Flows) -> StepLoad:
     entries starts again empty."""
     key = (fab, fl.src.dtype.str, fl.src.tobytes(), fl.dst.dtype.str, fl.dst.tobytes(), fl.per_byte.dtype.str,
            fl.per_byte.tobytes())
-    hit = _STEP_LOADS.get(key)
-    if hit is None:
-        if len(_STEP_LOADS) >= STEP_LOADS_MAX:
-            _STEP_LOADS.clear()
-        hit = _STEP_LOADS[key] = read_only(step_load(fab, dataclasses.replace(fl, repeat=1, reduce=False,
-                                                                                pipelined=False)))
+    hit = kept(_STEP_LOADS, key, lambda: read_only(step_load(fab, dataclasses.replace(fl, repeat=1, reduce=False,
+                                                                                         pipelined=False))),
+               STEP_LOADS_MAX)
     return StepLoad(hit.resource, hit.per_byte, hit.tier_max, hit.latency_s, hit.tier, fl.repeat, fl.reduce,
                     fl.pipelined)
 

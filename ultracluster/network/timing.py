@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..cluster import Cluster
+from ..frozen import kept
 from . import algorithms as algs
 from .calibration import NetworkCalibration
 from .flows import LinkLoads, members_and_levels, link_loads
@@ -127,17 +128,6 @@ def table_times(table: StepTable, nbytes: np.ndarray, cal: NetworkCalibration) -
     launch, wire latencies and fixed step costs, including what pipelining does not hide.
     """
     return table_costs(table, cal).times(nbytes)
-
-
-def kept(store: dict, key, make, limit: int = 1 << 16):
-    """`store[key]`, made by `make()` the first time; a store at `limit` entries starts again empty. An entry
-    keyed by objects' identities holds those objects, so an identity is not reused while it is there."""
-    hit = store.get(key)
-    if hit is None:
-        if len(store) >= limit:
-            store.clear()
-        hit = store[key] = make()
-    return hit
 
 
 # The TableCosts of the link loads one collective compares (`_timed`), by the link loads' identities (cached by
